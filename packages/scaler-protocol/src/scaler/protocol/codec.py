@@ -1,0 +1,162 @@
+"""Encoding of `messages` dataclasses to ZeroMQ frames and back.
+
+Frame 0 of every ZeroMQ message is one encoded ``Message`` (unpacked Cap'n
+Proto); frames 1..n are binary blobs that ObjectRequest(put) and
+ObjectResponse(get) refer to by position. Decoding errors of any kind become a
+`ProtocolError` that says what was wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib.resources
+import typing
+from typing import Any, Dict, List, Sequence, Tuple
+
+import capnp  # type: ignore[import-untyped]
+
+from scaler.protocol import messages
+from scaler.protocol.errors import ProtocolError
+
+capnp.remove_import_hook()
+_SCHEMA_PATH = importlib.resources.files("scaler.protocol") / "schema" / "scaler.capnp"
+with importlib.resources.as_file(_SCHEMA_PATH) as _path:
+    schema = capnp.load(str(_path))
+
+MAX_FRAME_BYTES = 1 << 31
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _union_name(cls: type) -> str:
+    return cls.__name__[0].lower() + cls.__name__[1:]
+
+
+_SCALARS = (int, float, bool, str, bytes)
+
+
+class _Plan:
+    """How to copy one dataclass to and from its Cap'n Proto struct."""
+
+    __slots__ = ("cls", "fields")
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        hints = typing.get_type_hints(cls, vars(messages))
+        self.fields: List[Tuple[str, str, str, Any]] = []
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            origin = typing.get_origin(hint)
+            if origin in (list, List):
+                (item,) = typing.get_args(hint)
+                kind, sub = _kind(item)
+                self.fields.append((f.name, _camel(f.name), "list_" + kind, sub))
+            else:
+                kind, sub = _kind(hint)
+                self.fields.append((f.name, _camel(f.name), kind, sub))
+
+
+def _kind(hint: Any) -> Tuple[str, Any]:
+    if isinstance(hint, type) and issubclass(hint, enum.IntEnum):
+        return "enum", hint
+    if hint in _SCALARS:
+        return "scalar", hint
+    if dataclasses.is_dataclass(hint):
+        return "struct", hint
+    raise TypeError(f"unsupported field type {hint!r}")
+
+
+_PLANS: Dict[type, _Plan] = {}
+
+
+def _plan(cls: type) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _Plan(cls)
+    return plan
+
+
+def _fill(builder: Any, obj: Any) -> None:
+    for attr, name, kind, sub in _plan(type(obj)).fields:
+        value = getattr(obj, attr)
+        if kind == "scalar":
+            setattr(builder, name, value)
+        elif kind == "enum":
+            setattr(builder, name, int(value))
+        elif kind == "struct":
+            _fill(builder.init(name), value)
+        elif kind == "list_struct":
+            items = builder.init(name, len(value))
+            for index, item in enumerate(value):
+                _fill(items[index], item)
+        else:
+            items = builder.init(name, len(value))
+            if kind == "list_enum":
+                value = [_camel(item.name.lower()) for item in value]
+            for index, item in enumerate(value):
+                items[index] = item
+
+
+def _read(reader: Any, cls: type) -> Any:
+    kwargs = {}
+    for attr, name, kind, sub in _plan(cls).fields:
+        value = getattr(reader, name)
+        if kind == "scalar":
+            kwargs[attr] = value
+        elif kind == "enum":
+            kwargs[attr] = sub(value.raw)
+        elif kind == "struct":
+            kwargs[attr] = _read(value, sub)
+        elif kind == "list_struct":
+            kwargs[attr] = [_read(item, sub) for item in value]
+        elif kind == "list_enum":
+            kwargs[attr] = [sub(item.raw) for item in value]
+        else:
+            kwargs[attr] = list(value)
+    return cls(**kwargs)
+
+
+_TYPE_BY_UNION_NAME: Dict[str, type] = {_union_name(cls): cls for cls in messages.MESSAGE_TYPES}
+_UNION_NAME_BY_TYPE: Dict[type, str] = {cls: name for name, cls in _TYPE_BY_UNION_NAME.items()}
+
+
+def message_name(message_type: type) -> str:
+    """The name of a message type in the ``Message`` union (``taskBatch``)."""
+    return _UNION_NAME_BY_TYPE[message_type]
+
+
+def encode(message: Any, blobs: Sequence[Any] = ()) -> List[Any]:
+    """Encode ``message`` (an instance of one of `messages.MESSAGE_TYPES`) into frames."""
+    builder = schema.Message.new_message()
+    _fill(builder.init(_UNION_NAME_BY_TYPE[type(message)]), message)
+    return [builder.to_bytes(), *blobs]
+
+
+def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
+    """Decode frames into ``(message, blobs)``; raise `ProtocolError` on any malformed input."""
+    if not frames:
+        raise ProtocolError("empty message: no frames")
+    head = frames[0]
+    data = head.buffer if hasattr(head, "buffer") else head
+    size = len(data)
+    if size == 0 or size % 8 != 0:
+        raise ProtocolError(f"frame 0 is {size} bytes, not a whole number of Cap'n Proto words")
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame 0 is {size} bytes, over the limit of {MAX_FRAME_BYTES}")
+    try:
+        with schema.Message.from_bytes(bytes(data), traversal_limit_in_words=size // 2 + 64) as reader:
+            which = reader.which()
+            cls = _TYPE_BY_UNION_NAME.get(str(which))
+            if cls is None:
+                raise ProtocolError(f"unknown message type {which!r}")
+            message = _read(getattr(reader, str(which)), cls)
+    except ProtocolError:
+        raise
+    except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
+        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
+    return message, list(frames[1:])
+

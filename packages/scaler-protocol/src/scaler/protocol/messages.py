@@ -1,0 +1,329 @@
+"""Python mirrors of the Cap'n Proto structs in ``schema/scaler.capnp``.
+
+One dataclass per struct, fields in snake_case (``taskId`` -> ``task_id``).
+``codec.py`` converts between these and the wire format; nothing else in the
+project touches Cap'n Proto objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import List
+
+
+class PeerRole(enum.IntEnum):
+    CLIENT = 0
+    WORKER = 1
+    SCHEDULER = 2
+    MONITOR = 3
+    WORKER_MANAGER = 4
+
+
+class ArgumentKind(enum.IntEnum):
+    INLINE = 0
+    OBJECT = 1
+    TASK = 2
+
+
+class TaskStatus(enum.IntEnum):
+    SUCCESS = 0
+    FAILED = 1
+    CANCELLED = 2
+    WORKER_DIED = 3
+    REJECTED = 4
+
+
+class PayloadKind(enum.IntEnum):
+    NONE = 0
+    INLINE = 1
+    OBJECT = 2
+
+
+class ObjectRequestKind(enum.IntEnum):
+    PUT = 0
+    GET = 1
+    DELETE = 2
+    CLEAR_OWNER = 3
+
+
+class ObjectStatus(enum.IntEnum):
+    OK = 0
+    NOT_FOUND = 1
+    TOO_LARGE = 2
+    STORAGE_FULL = 3
+
+
+class ObjectInstructionKind(enum.IntEnum):
+    CREATE = 0
+    DELETE = 1
+    CLEAR = 2
+
+
+class WorkerManagerCommandKind(enum.IntEnum):
+    START_WORKERS = 0
+    STOP_WORKERS = 1
+
+
+@dataclass(slots=True)
+class Version:
+    major: int = 0
+    minor: int = 0
+
+
+@dataclass(slots=True)
+class Capability:
+    name: str = ""
+    value: int = 0
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    slots: int = 1
+    queue_capacity: int = 0
+    capabilities: List[Capability] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Hello:
+    version: Version = field(default_factory=Version)
+    role: PeerRole = PeerRole.CLIENT
+    pid: int = 0
+    hostname: str = ""
+    worker_info: WorkerInfo = field(default_factory=WorkerInfo)
+
+
+@dataclass(slots=True)
+class HelloAck:
+    version: Version = field(default_factory=Version)
+    object_storage_address: str = ""
+    heartbeat_interval_seconds: float = 0.0
+    timeout_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Refusal:
+    version: Version = field(default_factory=Version)
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ClientHeartbeat:
+    cpu: float = 0.0
+    rss_bytes: int = 0
+    pending_tasks: int = 0
+
+
+@dataclass(slots=True)
+class ClientHeartbeatEcho:
+    pass
+
+
+@dataclass(slots=True)
+class WorkerHeartbeat:
+    agent_cpu: float = 0.0
+    agent_rss_bytes: int = 0
+    processor_cpu: float = 0.0
+    processor_rss_bytes: int = 0
+    queued_tasks: int = 0
+    running_tasks: int = 0
+    suspended_tasks: int = 0
+
+
+@dataclass(slots=True)
+class WorkerHeartbeatEcho:
+    pass
+
+
+@dataclass(slots=True)
+class Argument:
+    name: str = ""
+    kind: ArgumentKind = ArgumentKind.INLINE
+    data: bytes = b""
+
+
+@dataclass(slots=True)
+class Task:
+    task_id: bytes = b""
+    client_id: bytes = b""
+    function_id: bytes = b""
+    arguments: List[Argument] = field(default_factory=list)
+    priority: int = 0
+    capabilities: List[Capability] = field(default_factory=list)
+    attempt: int = 0
+    timeout_seconds: float = 0.0
+    retries: int = 0
+    profiling: bool = False
+    serializer_id: bytes = b""
+
+
+@dataclass(slots=True)
+class TaskBatch:
+    tasks: List[Task] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Profiling:
+    duration_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_memory_bytes: int = 0
+
+
+@dataclass(slots=True)
+class TaskResult:
+    task_id: bytes = b""
+    attempt: int = 0
+    status: TaskStatus = TaskStatus.SUCCESS
+    payload_kind: PayloadKind = PayloadKind.NONE
+    payload: bytes = b""
+    error_text: str = ""
+    profiling: Profiling = field(default_factory=Profiling)
+
+
+@dataclass(slots=True)
+class TaskResultBatch:
+    results: List[TaskResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TaskCancel:
+    task_ids: List[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TaskCancelConfirm:
+    task_ids: List[bytes] = field(default_factory=list)
+    cancelled: List[bool] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class GraphTask:
+    graph_id: bytes = b""
+    tasks: List[Task] = field(default_factory=list)
+    targets: List[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ObjectRequest:
+    request_id: int = 0
+    kind: ObjectRequestKind = ObjectRequestKind.GET
+    owner_id: bytes = b""
+    object_ids: List[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ObjectResponse:
+    request_id: int = 0
+    kind: ObjectRequestKind = ObjectRequestKind.GET
+    object_ids: List[bytes] = field(default_factory=list)
+    statuses: List[ObjectStatus] = field(default_factory=list)
+    sizes: List[int] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class ObjectInstruction:
+    kind: ObjectInstructionKind = ObjectInstructionKind.CREATE
+    owner_id: bytes = b""
+    object_ids: List[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DisconnectRequest:
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class DisconnectResponse:
+    pass
+
+
+@dataclass(slots=True)
+class ClientShutdownRequest:
+    pass
+
+
+@dataclass(slots=True)
+class ClientShutdownResponse:
+    accepted: bool = False
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class BalanceRequest:
+    count: int = 0
+
+
+@dataclass(slots=True)
+class BalanceResponse:
+    task_ids: List[bytes] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WorkerSnapshot:
+    worker_id: bytes = b""
+    heartbeat: WorkerHeartbeat = field(default_factory=WorkerHeartbeat)
+    slots: int = 0
+    assigned_tasks: int = 0
+    capabilities: List[Capability] = field(default_factory=list)
+    last_seen_seconds_ago: float = 0.0
+
+
+@dataclass(slots=True)
+class Counter:
+    name: str = ""
+    value: int = 0
+
+
+@dataclass(slots=True)
+class StateSnapshot:
+    scheduler_cpu: float = 0.0
+    scheduler_rss_bytes: int = 0
+    task_states: List[Counter] = field(default_factory=list)
+    messages_sent: List[Counter] = field(default_factory=list)
+    messages_received: List[Counter] = field(default_factory=list)
+    workers: List[WorkerSnapshot] = field(default_factory=list)
+    clients: int = 0
+    objects: int = 0
+
+
+@dataclass(slots=True)
+class WorkerManagerHeartbeat:
+    max_workers: int = 0
+    running_workers: int = 0
+
+
+@dataclass(slots=True)
+class WorkerManagerCommand:
+    kind: WorkerManagerCommandKind = WorkerManagerCommandKind.START_WORKERS
+    count: int = 0
+    worker_ids: List[bytes] = field(default_factory=list)
+
+
+# The members of the `Message` union, in schema order.
+MESSAGE_TYPES = (
+    Hello,
+    HelloAck,
+    Refusal,
+    ClientHeartbeat,
+    ClientHeartbeatEcho,
+    WorkerHeartbeat,
+    WorkerHeartbeatEcho,
+    TaskBatch,
+    TaskResultBatch,
+    TaskCancel,
+    TaskCancelConfirm,
+    GraphTask,
+    ObjectRequest,
+    ObjectResponse,
+    ObjectInstruction,
+    DisconnectRequest,
+    DisconnectResponse,
+    ClientShutdownRequest,
+    ClientShutdownResponse,
+    BalanceRequest,
+    BalanceResponse,
+    StateSnapshot,
+    WorkerManagerHeartbeat,
+    WorkerManagerCommand,
+)

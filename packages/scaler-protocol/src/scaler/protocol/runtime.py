@@ -1,0 +1,98 @@
+"""What every command-line program shares: options, TOML config, logging, event loop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from scaler.protocol.errors import ScalerError
+
+EVENT_LOOPS = ("builtin", "uvloop")
+LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
+
+
+class ConfigError(ScalerError):
+    """A configuration file that cannot be read or names an unknown option."""
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = True) -> None:
+    parser.add_argument("--config", "-c", metavar="FILE.toml", help="read options from this TOML file's section")
+    if event_loop:
+        parser.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
+    parser.add_argument(
+        "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+    )
+    parser.add_argument(
+        "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH", help="where logs go"
+    )
+
+
+def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:
+    """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset."""
+    args = parser.parse_args(argv)
+    if not args.config:
+        return args
+    values = load_config_section(args.config, section)
+    known = {action.dest: action for action in parser._actions}
+    defaults: Dict[str, Any] = {}
+    for key, value in values.items():
+        dest = key.replace("-", "_")
+        if dest not in known or dest in ("help", "config"):
+            parser.error(f"{args.config}: [{section}] has unknown option {key!r}")
+        defaults[dest] = value
+    for action in parser._actions:  # positionals given in the file are no longer required
+        if action.dest in defaults and not action.option_strings:
+            action.nargs = "?"
+    parser.set_defaults(**defaults)
+    return parser.parse_args(argv)
+
+
+def load_config_section(path: str, section: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as file:
+            document = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+    content = document.get(section, {})
+    if not isinstance(content, dict):
+        raise ConfigError(f"config file {path}: [{section}] must be a table")
+    return content
+
+
+def setup_logging(level: str = "INFO", paths: Sequence[str] = ("/dev/stdout",)) -> None:
+    handlers: List[logging.Handler] = []
+    for path in paths:
+        if path in ("/dev/stdout", "-"):
+            handlers.append(logging.StreamHandler(sys.stdout))
+        elif path == "/dev/stderr":
+            handlers.append(logging.StreamHandler(sys.stderr))
+        else:
+            handlers.append(logging.FileHandler(path))
+    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT, handlers=handlers, force=True)
+    logging.info(f"logging to {tuple(paths)}")
+
+
+def run_event_loop(main: Callable[[], Awaitable[Any]], event_loop: str = "builtin") -> Any:
+    """Run ``main()`` to completion on the chosen event loop."""
+    if event_loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            raise ConfigError("event loop 'uvloop' requested but uvloop is not installed: pip install uvloop") from None
+        logging.info("use event loop: uvloop")
+        return uvloop.run(main())
+    if event_loop != "builtin":
+        raise ConfigError(f"unknown event loop {event_loop!r}: choose one of {', '.join(EVENT_LOOPS)}")
+    logging.info("use event loop: builtin")
+    return asyncio.run(main())

@@ -1,0 +1,301 @@
+@0xc4e1f7a92b3d5e61;
+# Scaler wire protocol. Every ZeroMQ message is one encoded `Message` (unpacked
+# Cap'n Proto, single segment or more) in frame 0, optionally followed by
+# binary frames that some messages refer to by position (see docs/protocol.md).
+#
+# Compatibility rule: fields are only ever appended (new ordinals); a change
+# that breaks old readers bumps the major protocol version.
+
+struct Version {
+  major @0 :UInt16;
+  minor @1 :UInt16;
+}
+
+enum PeerRole {
+  client @0;
+  worker @1;
+  scheduler @2;
+  monitor @3;
+  workerManager @4;
+}
+
+struct Capability {
+  name @0 :Text;
+  value @1 :Int64;
+}
+
+struct WorkerInfo {
+  slots @0 :UInt32;                       # tasks the worker runs at once
+  queueCapacity @1 :UInt32;               # tasks the worker accepts to queue
+  capabilities @2 :List(Capability);
+}
+
+# First message of every peer, to the scheduler and to the object storage server.
+struct Hello {
+  version @0 :Version;
+  role @1 :PeerRole;
+  pid @2 :UInt32;
+  hostname @3 :Text;
+  workerInfo @4 :WorkerInfo;              # role == worker only
+}
+
+# Answer to an accepted Hello.
+struct HelloAck {
+  version @0 :Version;
+  objectStorageAddress @1 :Text;          # empty when sent by the storage server
+  heartbeatIntervalSeconds @2 :Float64;
+  timeoutSeconds @3 :Float64;             # the peer is forgotten after this silence
+}
+
+# Answer to anything the receiver will not serve: wrong protocol version,
+# message before Hello, malformed input it could attribute to a sender.
+struct Refusal {
+  version @0 :Version;                    # the refuser's version
+  reason @1 :Text;
+}
+
+struct ClientHeartbeat {
+  cpu @0 :Float32;
+  rssBytes @1 :UInt64;
+  pendingTasks @2 :UInt32;
+}
+
+struct ClientHeartbeatEcho {
+  unused @0 :Void;
+}
+
+struct WorkerHeartbeat {
+  agentCpu @0 :Float32;
+  agentRssBytes @1 :UInt64;
+  processorCpu @2 :Float32;
+  processorRssBytes @3 :UInt64;
+  queuedTasks @4 :UInt32;
+  runningTasks @5 :UInt32;
+  suspendedTasks @6 :UInt32;
+}
+
+struct WorkerHeartbeatEcho {
+  unused @0 :Void;
+}
+
+enum ArgumentKind {
+  inline @0;                              # data: serialized value
+  object @1;                              # data: object ID in the storage server
+  task @2;                                # data: task ID of another task of the same graph
+}
+
+struct Argument {
+  name @0 :Text;                          # empty for a positional argument
+  kind @1 :ArgumentKind;
+  data @2 :Data;
+}
+
+struct Task {
+  taskId @0 :Data;
+  clientId @1 :Data;
+  functionId @2 :Data;                    # object ID of the serialized function
+  arguments @3 :List(Argument);
+  priority @4 :Int32;                     # higher runs first
+  capabilities @5 :List(Capability);      # required by the task
+  attempt @6 :UInt32;                     # set by the scheduler on assignment
+  timeoutSeconds @7 :Float64;             # 0: none
+  retries @8 :UInt32;
+  profiling @9 :Bool;
+  serializerId @10 :Data;                 # object ID of the client's serializer; empty: cloudpickle
+}
+
+# Client -> scheduler: submit. Scheduler -> worker: assign.
+struct TaskBatch {
+  tasks @0 :List(Task);
+}
+
+enum TaskStatus {
+  success @0;                             # payload: serialized result
+  failed @1;                              # payload: serialized exception, or empty with errorText
+  cancelled @2;
+  workerDied @3;                          # the processor running it died
+  rejected @4;                            # the scheduler will not run it (errorText says why)
+}
+
+enum PayloadKind {
+  none @0;
+  inline @1;
+  object @2;                              # payload is an object ID
+}
+
+struct Profiling {
+  durationSeconds @0 :Float64;
+  cpuSeconds @1 :Float64;
+  peakMemoryBytes @2 :UInt64;
+}
+
+struct TaskResult {
+  taskId @0 :Data;
+  attempt @1 :UInt32;
+  status @2 :TaskStatus;
+  payloadKind @3 :PayloadKind;
+  payload @4 :Data;
+  errorText @5 :Text;                     # human-readable, for failed/workerDied/rejected
+  profiling @6 :Profiling;
+}
+
+struct TaskResultBatch {
+  results @0 :List(TaskResult);
+}
+
+struct TaskCancel {
+  taskIds @0 :List(Data);
+}
+
+struct TaskCancelConfirm {
+  taskIds @0 :List(Data);
+  cancelled @1 :List(Bool);               # false: already finished or unknown
+}
+
+# A whole graph in one message. Tasks refer to each other through Argument.kind == task.
+struct GraphTask {
+  graphId @0 :Data;
+  tasks @1 :List(Task);
+  targets @2 :List(Data);                 # task IDs whose results the client wants
+}
+
+enum ObjectRequestKind {
+  put @0;                                 # frames 1..n hold the payloads of objectIds, in order
+  get @1;
+  delete @2;
+  clearOwner @3;                          # delete every object of ownerId
+}
+
+struct ObjectRequest {
+  requestId @0 :UInt64;
+  kind @1 :ObjectRequestKind;
+  ownerId @2 :Data;
+  objectIds @3 :List(Data);
+}
+
+enum ObjectStatus {
+  ok @0;
+  notFound @1;
+  tooLarge @2;
+  storageFull @3;
+}
+
+# frames 1..n hold the payloads of the found objects of a get, in order.
+struct ObjectResponse {
+  requestId @0 :UInt64;
+  kind @1 :ObjectRequestKind;
+  objectIds @2 :List(Data);
+  statuses @3 :List(ObjectStatus);
+  sizes @4 :List(UInt64);
+  reason @5 :Text;
+}
+
+enum ObjectInstructionKind {
+  create @0;
+  delete @1;
+  clear @2;
+}
+
+# Client -> scheduler bookkeeping of its objects; scheduler -> storage clean-up.
+struct ObjectInstruction {
+  kind @0 :ObjectInstructionKind;
+  ownerId @1 :Data;
+  objectIds @2 :List(Data);
+}
+
+struct DisconnectRequest {
+  reason @0 :Text;
+}
+
+struct DisconnectResponse {
+  unused @0 :Void;
+}
+
+struct ClientShutdownRequest {
+  unused @0 :Void;
+}
+
+struct ClientShutdownResponse {
+  accepted @0 :Bool;
+  reason @1 :Text;
+}
+
+# Scheduler -> worker: give back up to `count` queued (not running) tasks.
+struct BalanceRequest {
+  count @0 :UInt32;
+}
+
+# Worker -> scheduler: the queued tasks it gave back.
+struct BalanceResponse {
+  taskIds @0 :List(Data);
+}
+
+struct WorkerSnapshot {
+  workerId @0 :Data;
+  heartbeat @1 :WorkerHeartbeat;
+  slots @2 :UInt32;
+  assignedTasks @3 :UInt32;
+  capabilities @4 :List(Capability);
+  lastSeenSecondsAgo @5 :Float32;
+}
+
+struct Counter {
+  name @0 :Text;
+  value @1 :UInt64;
+}
+
+struct StateSnapshot {
+  schedulerCpu @0 :Float32;
+  schedulerRssBytes @1 :UInt64;
+  taskStates @2 :List(Counter);
+  messagesSent @3 :List(Counter);
+  messagesReceived @4 :List(Counter);
+  workers @5 :List(WorkerSnapshot);
+  clients @6 :UInt32;
+  objects @7 :UInt64;
+}
+
+struct WorkerManagerHeartbeat {
+  maxWorkers @0 :UInt32;
+  runningWorkers @1 :UInt32;
+}
+
+enum WorkerManagerCommandKind {
+  startWorkers @0;
+  stopWorkers @1;
+}
+
+struct WorkerManagerCommand {
+  kind @0 :WorkerManagerCommandKind;
+  count @1 :UInt32;
+  workerIds @2 :List(Data);
+}
+
+struct Message {
+  union {
+    hello @0 :Hello;
+    helloAck @1 :HelloAck;
+    refusal @2 :Refusal;
+    clientHeartbeat @3 :ClientHeartbeat;
+    clientHeartbeatEcho @4 :ClientHeartbeatEcho;
+    workerHeartbeat @5 :WorkerHeartbeat;
+    workerHeartbeatEcho @6 :WorkerHeartbeatEcho;
+    taskBatch @7 :TaskBatch;
+    taskResultBatch @8 :TaskResultBatch;
+    taskCancel @9 :TaskCancel;
+    taskCancelConfirm @10 :TaskCancelConfirm;
+    graphTask @11 :GraphTask;
+    objectRequest @12 :ObjectRequest;
+    objectResponse @13 :ObjectResponse;
+    objectInstruction @14 :ObjectInstruction;
+    disconnectRequest @15 :DisconnectRequest;
+    disconnectResponse @16 :DisconnectResponse;
+    clientShutdownRequest @17 :ClientShutdownRequest;
+    clientShutdownResponse @18 :ClientShutdownResponse;
+    balanceRequest @19 :BalanceRequest;
+    balanceResponse @20 :BalanceResponse;
+    stateSnapshot @21 :StateSnapshot;
+    workerManagerHeartbeat @22 :WorkerManagerHeartbeat;
+    workerManagerCommand @23 :WorkerManagerCommand;
+  }
+}
