@@ -1,0 +1,55 @@
+"""``scaler_scheduler``: run a scheduler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from scaler.protocol.errors import ScalerError
+from scaler.protocol.runtime import add_common_arguments, parse_arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scaler_scheduler", description="Run the Scaler scheduler: routes tasks from clients to workers."
+    )
+    parser.add_argument("address", help="address to listen on, e.g. tcp://127.0.0.1:2345")
+    parser.add_argument(
+        "--object-storage-address", "-osa", default=None,
+        help="object storage server to use (default: port + 1, started here if none answers)",
+    )  # fmt: skip
+    parser.add_argument("--monitor-address", "-ma", default=None, help="monitor PUB address (default: port + 2)")
+    parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
+    parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
+    parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
+    parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = build_parser()
+    args = parse_arguments(parser, "scheduler", argv)
+    from scaler.scheduler.server import run_scheduler
+
+    try:
+        run_scheduler(
+            args.address,
+            event_loop=args.event_loop,
+            logging_level=args.logging_level,
+            logging_paths=tuple(args.logging_paths),
+            object_storage_address=args.object_storage_address,
+            monitor_address=args.monitor_address,
+            protected=args.protected,
+            heartbeat_interval_seconds=args.heartbeat_interval_seconds,
+            client_timeout_seconds=args.client_timeout_seconds,
+            worker_timeout_seconds=args.worker_timeout_seconds,
+        )
+    except ScalerError as error:
+        print(f"scaler_scheduler: error: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
