@@ -1,0 +1,112 @@
+"""The ``scaler_object_storage_server`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Optional, Sequence, Union
+
+from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.errors import ScalerError
+from scaler.protocol.runtime import ConfigError, add_common_arguments, parse_arguments
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
+from scaler.storage.server import default_max_memory, run_object_storage_server
+
+CONFIG_SECTION = "object_storage_server"
+
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: Union[str, int]) -> int:
+    """Bytes from ``1048576``, ``512K``, ``64M``, ``1.5G``, ``2TiB``... (K, M, G, T are powers of 1024)."""
+    if isinstance(text, bool):
+        raise ValueError(f"invalid size {text!r}")
+    if isinstance(text, int):
+        size = text
+    else:
+        match = _SIZE.fullmatch(str(text).strip())
+        if match is None:
+            raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
+        size = int(float(match["number"]) * _UNITS[(match["unit"] or "").lower()])
+    if size <= 0:
+        raise ValueError(f"invalid size {text!r}: must be at least 1 byte")
+    return size
+
+
+def _size_argument(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _address_argument(text: str) -> str:
+    try:
+        return check_address(text)
+    except AddressError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scaler_object_storage_server",
+        description="Scaler object storage server: holds task data (functions, large arguments, results) for "
+        "clients, workers and the scheduler.",
+    )
+    parser.add_argument(
+        "address", type=_address_argument, help="address to bind, tcp://HOST:PORT or ipc://PATH"
+    )
+    parser.add_argument(
+        "--max-object-size",
+        "-mos",
+        type=_size_argument,
+        default=DEFAULT_MAX_OBJECT_SIZE,
+        metavar="SIZE",
+        help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
+    )
+    parser.add_argument(
+        "--max-memory",
+        "-mm",
+        type=_size_argument,
+        default=None,
+        metavar="SIZE",
+        help="total payload bytes held before puts are refused; suffixes K, M, G, T "
+        f"(default: half of this host's memory, here {show_size(default_max_memory())})",
+    )
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parse_arguments(parser, CONFIG_SECTION, argv)
+    except ConfigError as error:
+        parser.error(str(error))
+    for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
+        value = getattr(args, option)
+        if value is not None:
+            try:
+                setattr(args, option, parse_size(value))
+            except ValueError as error:
+                parser.error(f"argument --{option.replace('_', '-')}: {error}")
+    try:
+        run_object_storage_server(
+            args.address,
+            max_object_size=args.max_object_size,
+            max_memory=args.max_memory,
+            event_loop=args.event_loop,
+            logging_level=args.logging_level,
+            logging_paths=args.logging_paths,
+        )
+    except (ScalerError, ValueError, OSError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except KeyboardInterrupt:  # SIGINT before the event loop took over the signal
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+"""The object storage server's state and decisions, without any I/O.
+
+`ObjectStore.handle(peer_id, message, blobs)` takes one decoded message from one
+peer and returns the replies to send, as `Reply(peer_id, message, blobs)`. The
+asyncio/ZeroMQ shell in `server.py` feeds it; tests drive it directly.
+
+Objects are held by object ID with their owner ID and size. A payload ("blob")
+is kept as the very object the shell handed in (a ``zmq.Frame``, ``bytes``, a
+``memoryview``...): it is never copied here, and a get returns the same objects,
+so the shell can send large payloads zero-copy.
+
+Memory accounting counts payload bytes only. A put is refused object by object:
+``tooLarge`` when the payload is over ``max_object_size``, ``storageFull`` when
+holding it would take the payload total over ``max_memory``. A refused put leaves
+any object already stored under that ID as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from scaler.protocol.codec import message_name
+from scaler.protocol.ids import show
+from scaler.protocol.messages import (
+    Hello,
+    HelloAck,
+    ObjectInstruction,
+    ObjectInstructionKind,
+    ObjectRequest,
+    ObjectRequestKind,
+    ObjectResponse,
+    ObjectStatus,
+    Refusal,
+)
+from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+
+DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
+
+logger = logging.getLogger(__name__)
+
+
+class Reply(NamedTuple):
+    """One message for the shell to send: to ``peer_id``, ``message`` followed by ``blobs``."""
+
+    peer_id: bytes
+    message: Any
+    blobs: Sequence[Any] = ()
+
+
+class _StoredObject:
+    __slots__ = ("owner_id", "blob", "size")
+
+    def __init__(self, owner_id: bytes, blob: Any, size: int) -> None:
+        self.owner_id = owner_id
+        self.blob = blob
+        self.size = size
+
+
+def blob_size(blob: Any) -> int:
+    """Size in bytes of a payload: ``bytes``, ``memoryview``, ``zmq.Frame`` or any buffer."""
+    if isinstance(blob, (bytes, bytearray)):
+        return len(blob)
+    return memoryview(blob).nbytes
+
+
+def show_size(size: int) -> str:
+    """Human-readable byte count for logs and refusal reasons (``1.5 GiB``)."""
+    if size < 1024:
+        return f"{size} bytes"
+    value, unit = size / 1024, "KiB"
+    for larger_unit in ("MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger_unit
+    return f"{value:.1f} {unit}"
+
+
+class ObjectStore:
+    """Objects by ID, the peers that said Hello, and the answer to every message."""
+
+    def __init__(self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30) -> None:
+        for name, value in (("max_object_size", max_object_size), ("max_memory", max_memory)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
+        self.max_object_size = max_object_size
+        self.max_memory = max_memory
+        self._objects: Dict[bytes, _StoredObject] = {}
+        self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
+        self._used_memory = 0
+        self._greeted_peers: Set[bytes] = set()
+        self._handlers: Dict[type, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
+            Hello: self._on_hello,
+            ObjectRequest: self._on_object_request,
+            ObjectInstruction: self._on_object_instruction,
+        }
+        self._request_handlers: Dict[ObjectRequestKind, Callable[[bytes, ObjectRequest, Sequence[Any]], List[Reply]]] = {
+            ObjectRequestKind.PUT: self._put,
+            ObjectRequestKind.GET: self._get,
+            ObjectRequestKind.DELETE: self._delete,
+            ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
+        }
+
+    @property
+    def object_count(self) -> int:
+        return len(self._objects)
+
+    @property
+    def used_memory(self) -> int:
+        """Total payload bytes held."""
+        return self._used_memory
+
+    def __contains__(self, object_id: bytes) -> bool:
+        return object_id in self._objects
+
+    def owner_of(self, object_id: bytes) -> bytes:
+        return self._objects[object_id].owner_id
+
+    def objects_of(self, owner_id: bytes) -> List[bytes]:
+        return list(self._objects_by_owner.get(owner_id, ()))
+
+    def handle(self, peer_id: bytes, message: Any, blobs: Sequence[Any] = ()) -> List[Reply]:
+        """Apply one message from ``peer_id``; return what to send back."""
+        if type(message) is not Hello and peer_id not in self._greeted_peers:
+            logger.warning(
+                f"ObjectStorageServer: refuse {message_name(type(message))} from {show(peer_id)}: it did not send Hello"
+            )
+            return [self._refusal(peer_id, "send Hello first")]
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            name = message_name(type(message))
+            logger.warning(f"ObjectStorageServer: refuse unexpected {name} from {show(peer_id)}")
+            return [self._refusal(peer_id, f"the object storage server does not serve {name} messages")]
+        return handler(peer_id, message, blobs)
+
+    # --- Hello -------------------------------------------------------------------------------------------
+
+    def _on_hello(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
+        reason = incompatibility(hello.version)
+        if reason is not None:
+            self._greeted_peers.discard(peer_id)
+            logger.warning(f"ObjectStorageServer: refuse Hello from {show(peer_id)}: {reason}")
+            return [self._refusal(peer_id, reason)]
+        if peer_id not in self._greeted_peers:
+            self._greeted_peers.add(peer_id)
+            logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
+        ack = HelloAck(
+            version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
+        )
+        return [Reply(peer_id, ack)]
+
+    # --- ObjectRequest -----------------------------------------------------------------------------------
+
+    def _on_object_request(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        kind_name = _kind_name(request.kind)
+        if request.kind == ObjectRequestKind.PUT:
+            if len(blobs) != len(request.object_ids):
+                return self._refuse_request(
+                    peer_id,
+                    request,
+                    f"has {len(request.object_ids)} object IDs but {len(blobs)} payload frames",
+                )
+        elif blobs:
+            return self._refuse_request(
+                peer_id, request, f"carries {len(blobs)} payload frames: only put requests carry payloads"
+            )
+        handler = self._request_handlers.get(request.kind)
+        if handler is None:  # pragma: no cover - the codec only produces known kinds
+            return self._refuse_request(peer_id, request, f"has unknown kind {kind_name}")
+        return handler(peer_id, request, blobs)
+
+    def _put(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        statuses: List[ObjectStatus] = []
+        sizes: List[int] = []
+        refusals: List[str] = []
+        for object_id, blob in zip(request.object_ids, blobs):
+            size = blob_size(blob)
+            status = self._store(request.owner_id, object_id, blob, size)
+            statuses.append(status)
+            sizes.append(size)
+            if status == ObjectStatus.TOO_LARGE:
+                refusals.append(
+                    f"object {show(object_id)} of {show_size(size)} is over the maximum object size of "
+                    f"{show_size(self.max_object_size)}"
+                )
+            elif status == ObjectStatus.STORAGE_FULL:
+                refusals.append(
+                    f"object {show(object_id)} of {show_size(size)} does not fit: storage holds "
+                    f"{show_size(self._used_memory)} of its maximum memory of {show_size(self.max_memory)}"
+                )
+        reason = ""
+        if refusals:
+            reason = f"{len(refusals)} of {len(statuses)} objects refused; first: {refusals[0]}"
+            logger.warning(f"ObjectStorageServer: put from {show(peer_id)}: {reason}")
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.PUT,
+            object_ids=list(request.object_ids),
+            statuses=statuses,
+            sizes=sizes,
+            reason=reason,
+        )
+        return [Reply(peer_id, response)]
+
+    def _store(self, owner_id: bytes, object_id: bytes, blob: Any, size: int) -> ObjectStatus:
+        if size > self.max_object_size:
+            return ObjectStatus.TOO_LARGE
+        previous = self._objects.get(object_id)
+        freed = previous.size if previous is not None else 0
+        if self._used_memory - freed + size > self.max_memory:
+            return ObjectStatus.STORAGE_FULL
+        if previous is not None:
+            self._remove(object_id)
+        self._objects[object_id] = _StoredObject(owner_id, blob, size)
+        self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
+        self._used_memory += size
+        return ObjectStatus.OK
+
+    def _get(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        statuses: List[ObjectStatus] = []
+        sizes: List[int] = []
+        found: List[Any] = []
+        for object_id in request.object_ids:
+            stored = self._objects.get(object_id)
+            if stored is None:
+                statuses.append(ObjectStatus.NOT_FOUND)
+                sizes.append(0)
+            else:
+                statuses.append(ObjectStatus.OK)
+                sizes.append(stored.size)
+                found.append(stored.blob)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.GET,
+            object_ids=list(request.object_ids),
+            statuses=statuses,
+            sizes=sizes,
+        )
+        return [Reply(peer_id, response, found)]
+
+    def _delete(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        statuses: List[ObjectStatus] = []
+        sizes: List[int] = []
+        for object_id in request.object_ids:
+            stored = self._remove(object_id)
+            statuses.append(ObjectStatus.NOT_FOUND if stored is None else ObjectStatus.OK)
+            sizes.append(0 if stored is None else stored.size)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.DELETE,
+            object_ids=list(request.object_ids),
+            statuses=statuses,
+            sizes=sizes,
+        )
+        return [Reply(peer_id, response)]
+
+    def _clear_owner(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        deleted = self._remove_owner(request.owner_id)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.CLEAR_OWNER,
+            object_ids=[object_id for object_id, _ in deleted],
+            statuses=[ObjectStatus.OK] * len(deleted),
+            sizes=[size for _, size in deleted],
+        )
+        return [Reply(peer_id, response)]
+
+    def _refuse_request(self, peer_id: bytes, request: ObjectRequest, problem: str) -> List[Reply]:
+        reason = f"object request {request.request_id} ({_kind_name(request.kind)}) {problem}"
+        logger.warning(f"ObjectStorageServer: refuse request from {show(peer_id)}: {reason}")
+        return [self._refusal(peer_id, reason)]
+
+    # --- ObjectInstruction (scheduler clean-up, fire and forget) -----------------------------------------
+
+    def _on_object_instruction(self, peer_id: bytes, instruction: ObjectInstruction, blobs: Sequence[Any]) -> List[Reply]:
+        if instruction.kind == ObjectInstructionKind.DELETE:
+            for object_id in instruction.object_ids:
+                self._remove(object_id)
+        elif instruction.kind == ObjectInstructionKind.CLEAR:
+            self._remove_owner(instruction.owner_id)
+        # CREATE is the client's bookkeeping towards the scheduler; storage has nothing to do.
+        return []
+
+    # --- bookkeeping -------------------------------------------------------------------------------------
+
+    def _remove(self, object_id: bytes) -> Optional[_StoredObject]:
+        stored = self._objects.pop(object_id, None)
+        if stored is None:
+            return None
+        self._used_memory -= stored.size
+        owned = self._objects_by_owner[stored.owner_id]
+        del owned[object_id]
+        if not owned:
+            del self._objects_by_owner[stored.owner_id]
+        return stored
+
+    def _remove_owner(self, owner_id: bytes) -> List[Tuple[bytes, int]]:
+        owned = self._objects_by_owner.pop(owner_id, {})
+        deleted: List[Tuple[bytes, int]] = []
+        for object_id in owned:
+            stored = self._objects.pop(object_id)
+            self._used_memory -= stored.size
+            deleted.append((object_id, stored.size))
+        return deleted
+
+    @staticmethod
+    def _refusal(peer_id: bytes, reason: str) -> Reply:
+        return Reply(peer_id, Refusal(version=PROTOCOL_VERSION, reason=reason))
+
+
+def _kind_name(kind: ObjectRequestKind) -> str:
+    """The schema's name of a request kind (``clearOwner``)."""
+    head, *rest = kind.name.lower().split("_")
+    return head + "".join(part.title() for part in rest)

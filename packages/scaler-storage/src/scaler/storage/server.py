@@ -1,0 +1,209 @@
+"""The object storage server's asyncio/ZeroMQ shell, and its programmatic entry.
+
+`ObjectStorageServer` binds one ROUTER socket, decodes each ZeroMQ message,
+hands it to the sans-I/O `ObjectStore` and sends the replies. A message that
+does not decode is logged with its sender and dropped; nothing a peer sends
+stops the loop.
+
+`run_object_storage_server(address, ...)` runs a server until SIGTERM or SIGINT;
+it blocks, so other components start it in a ``multiprocessing.Process``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import Any, List, Optional, Sequence
+
+import zmq
+import zmq.asyncio
+
+from scaler.protocol import codec
+from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.codec import message_name
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.ids import show
+from scaler.protocol.runtime import run_event_loop, setup_logging
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, Reply, show_size
+
+logger = logging.getLogger(__name__)
+
+# libzmq receives small messages into shared 8 KiB batch buffers and hands them out
+# zero-copy; keeping such a frame alive keeps its whole batch buffer alive. Payloads
+# below this size are therefore copied into bytes before being stored (cheap at
+# this size); larger ones are always allocated on their own and are kept as the
+# received zmq.Frame, which is then sent back zero-copy.
+_COPY_PAYLOADS_BELOW_BYTES = 64 * 1024
+
+_FALLBACK_MAX_MEMORY = 4 << 30
+
+
+def default_max_memory() -> int:
+    """Half of the memory this host (or its cgroup limit, when lower) offers; 4 GiB when unknown."""
+    total: Optional[int] = None
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as file:
+            limit = file.read().strip()
+        if limit.isdigit():
+            total = min(total, int(limit)) if total else int(limit)
+    except OSError:
+        pass
+    if not total or total <= 0:
+        return _FALLBACK_MAX_MEMORY
+    return max(total // 2, 1)
+
+
+class ObjectStorageServer:
+    """A ROUTER socket at ``address`` serving an `ObjectStore`."""
+
+    def __init__(self, address: str, store: ObjectStore, context: Optional[zmq.asyncio.Context] = None) -> None:
+        self.address = check_address(address)
+        self.store = store
+        self._given_context = context
+        self._context: Optional[zmq.asyncio.Context] = None
+        self._socket: Optional[zmq.asyncio.Socket] = None
+        self._serving: Optional[asyncio.Task] = None
+        self._stop_requested = False
+
+    def bind(self) -> None:
+        """Bind the ROUTER socket; raise `AddressError` naming the address when that fails."""
+        self._context = self._given_context if self._given_context is not None else zmq.asyncio.Context()
+        socket = self._context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting under its ID takes over at once
+        try:
+            socket.bind(self.address)
+        except zmq.ZMQError as error:
+            socket.close(linger=0)
+            self._release_context()
+            raise AddressError(f"object storage server cannot bind to {self.address}: {error.strerror}") from None
+        self._socket = socket
+        logger.info(f"ObjectStorageServer: listen to address {self.address}")
+        logger.info(
+            f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
+            f"max memory {show_size(self.store.max_memory)}"
+        )
+
+    async def serve(self) -> None:
+        """Serve until `stop` is called; then close the socket (linger 0)."""
+        if self._socket is None:
+            self.bind()
+        assert self._socket is not None
+        self._serving = asyncio.current_task()
+        try:
+            while not self._stop_requested:
+                frames = await self._socket.recv_multipart(copy=False)
+                await self._on_frames(frames)
+        except asyncio.CancelledError:
+            if not self._stop_requested:
+                raise
+        finally:
+            self.close()
+
+    def stop(self, why: str = "stop requested") -> None:
+        """Make `serve` return; safe to call from a signal handler on the loop."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        logger.info(f"ObjectStorageServer: {why}, shutting down")
+        if self._serving is not None:
+            self._serving.cancel()
+
+    def close(self) -> None:
+        if self._socket is None:
+            return
+        self._socket.close(linger=0)
+        self._socket = None
+        self._release_context()
+        logger.info(
+            f"ObjectStorageServer: exited, holding {self.store.object_count} objects "
+            f"({show_size(self.store.used_memory)})"
+        )
+
+    def _release_context(self) -> None:
+        if self._context is not None and self._given_context is None:
+            self._context.term()
+        self._context = None
+
+    async def _on_frames(self, frames: List[zmq.Frame]) -> None:
+        if len(frames) < 2:
+            sender = show(frames[0].bytes) if frames else "an unknown peer"
+            logger.warning(f"ObjectStorageServer: drop message from {sender}: no frames after the peer identity")
+            return
+        peer_id = frames[0].bytes
+        try:
+            message, blobs = codec.decode(frames[1:])
+        except ProtocolError as error:
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__  # capnp appends a stack dump
+            logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
+            return
+        blobs = [blob.bytes if len(blob) < _COPY_PAYLOADS_BELOW_BYTES else blob for blob in blobs]
+        try:
+            replies = self.store.handle(peer_id, message, blobs)
+        except Exception:
+            logger.exception(
+                f"ObjectStorageServer: drop {message_name(type(message))} from {show(peer_id)}: handling failed"
+            )
+            return
+        for reply in replies:
+            await self._send(reply)
+
+    async def _send(self, reply: Reply) -> None:
+        assert self._socket is not None
+        try:
+            frames: List[Any] = [reply.peer_id, *codec.encode(reply.message, reply.blobs)]
+            # A ROUTER socket never blocks a send: a gone or slow peer's messages are dropped by ZeroMQ.
+            await self._socket.send_multipart(frames, copy=False)
+        except (zmq.ZMQError, ValueError, TypeError) as error:
+            logger.warning(
+                f"ObjectStorageServer: cannot send {message_name(type(reply.message))} to {show(reply.peer_id)}: "
+                f"{error}"
+            )
+
+
+async def _serve_until_signalled(server: ObjectStorageServer) -> None:
+    server.bind()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, server.stop, f"received {signum.name}")
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no POSIX signals
+            logger.debug(f"ObjectStorageServer: cannot handle {signum.name} here")
+    try:
+        await server.serve()
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def run_object_storage_server(
+    address: str,
+    max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
+    max_memory: Optional[int] = None,
+    event_loop: str = "builtin",
+    logging_level: Optional[str] = "INFO",
+    logging_paths: Sequence[str] = ("/dev/stdout",),
+) -> None:
+    """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
+
+    Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
+    ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
+    memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
+    Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
+    `scaler.protocol.runtime.ConfigError` for an unknown or unavailable event loop.
+    """
+    if logging_level is not None:
+        setup_logging(logging_level, logging_paths)
+    store = ObjectStore(
+        max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
+    )
+    server = ObjectStorageServer(address, store)
+    run_event_loop(lambda: _serve_until_signalled(server), event_loop)
