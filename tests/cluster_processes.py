@@ -1,0 +1,143 @@
+"""Start and always stop real Scaler processes (storage, scheduler, cluster) for tests.
+
+Every process runs in its own session so that stopping it also stops what it
+started (workers, processors, an auto-started storage server).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, List, Optional
+
+import zmq
+
+from scaler.protocol import codec
+from scaler.protocol import messages as m
+from scaler.protocol.addresses import free_tcp_port
+from scaler.protocol.version import PROTOCOL_VERSION
+
+BIN = os.path.dirname(sys.executable)
+
+
+def free_address() -> str:
+    """A scheduler address whose port + 1 and port + 2 are free too."""
+    while True:
+        port = free_tcp_port()
+        if port + 2 < 65536 and all(_port_free(p) for p in (port + 1, port + 2)):
+            return f"tcp://127.0.0.1:{port}"
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def hello_answered(address: str, timeout: float = 0.5, role: m.PeerRole = m.PeerRole.CLIENT) -> bool:
+    """Whether something at ``address`` answers a Hello with HelloAck."""
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.IDENTITY, b"C|probe|%d|%d" % (os.getpid(), time.monotonic_ns()))
+    try:
+        socket.connect(address)
+        socket.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, role, os.getpid(), "probe", m.WorkerInfo())))
+        if not socket.poll(int(timeout * 1000)):
+            return False
+        reply, _ = codec.decode(socket.recv_multipart())
+        if isinstance(reply, m.HelloAck) and role == m.PeerRole.CLIENT:
+            socket.send_multipart(codec.encode(m.DisconnectRequest("probe done")))
+            socket.poll(200)
+        return isinstance(reply, m.HelloAck)
+    finally:
+        socket.close(linger=0)
+
+
+class Processes:
+    """A set of started processes; `stop_all` ends every one of them and their children."""
+
+    def __init__(self) -> None:
+        self.processes: List[subprocess.Popen] = []
+
+    def start(self, *command: str, log_path: Optional[str] = None) -> subprocess.Popen:
+        output = open(log_path, "wb") if log_path else subprocess.DEVNULL
+        process = subprocess.Popen(
+            [os.path.join(BIN, command[0]), *command[1:]], stdout=output, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        self.processes.append(process)
+        return process
+
+    def storage(self, address: str, *options: str, **kw) -> subprocess.Popen:
+        process = self.start("scaler_object_storage_server", address, *options, **kw)
+        wait_until(lambda: hello_answered(address), 30, f"object storage server at {address}")
+        return process
+
+    def scheduler(self, address: str, *options: str, **kw) -> subprocess.Popen:
+        process = self.start("scaler_scheduler", address, *options, **kw)
+        wait_until(lambda: _alive_or_raise(process) and hello_answered(address), 30, f"scheduler at {address}")
+        return process
+
+    def cluster(self, address: str, n_workers: int, *options: str, **kw) -> subprocess.Popen:
+        return self.start("scaler_cluster", "-n", str(n_workers), address, *options, **kw)
+
+    @staticmethod
+    def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop_all(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                self.kill_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in reversed(self.processes):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill_group(process, signal.SIGKILL)  # children that outlived their parent too
+            if process.poll() is None:
+                process.wait(5)
+
+
+def _alive_or_raise(process: subprocess.Popen) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"process {process.args} exited with code {process.returncode}")
+    return True
+
+
+def worker_count(monitor_address: str, timeout: float = 5.0) -> int:
+    """Number of workers in the next monitor snapshot."""
+    context = zmq.Context.instance()
+    socket = context.socket(zmq.SUB)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SUBSCRIBE, b"")
+    try:
+        socket.connect(monitor_address)
+        if not socket.poll(int(timeout * 1000)):
+            return -1
+        snapshot, _ = codec.decode(socket.recv_multipart())
+        return len(snapshot.workers)
+    finally:
+        socket.close(linger=0)
