@@ -96,3 +96,21 @@ def run_event_loop(main: Callable[[], Awaitable[Any]], event_loop: str = "builti
         raise ConfigError(f"unknown event loop {event_loop!r}: choose one of {', '.join(EVENT_LOOPS)}")
     logging.info("use event loop: builtin")
     return asyncio.run(main())
+
+
+def die_with_parent(sig: int = 15) -> None:
+    """Ask Linux to send ``sig`` (SIGTERM) to this process when its parent dies; a no-op elsewhere.
+
+    Called first thing in every child process that Scaler starts, so that a
+    killed parent (kill -9, a crashed test runner) leaves no process behind.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, sig, 0, 0, 0)
+    except OSError:
+        pass

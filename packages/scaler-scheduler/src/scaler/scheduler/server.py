@@ -278,10 +278,18 @@ def start_object_storage_process(address: str) -> multiprocessing.process.BasePr
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         ) from None
     process = multiprocessing.get_context("spawn").Process(
-        target=run_object_storage_server, args=(address,), name="ObjectStorageServer", daemon=True
+        target=_run_child_storage, args=(address,), name="ObjectStorageServer", daemon=True
     )
     process.start()
     return process
+
+
+def _run_child_storage(address: str) -> None:
+    from scaler.protocol.runtime import die_with_parent
+    from scaler.storage.server import run_object_storage_server
+
+    die_with_parent()
+    run_object_storage_server(address)
 
 
 def stop_process(process: multiprocessing.process.BaseProcess, timeout: float = 5.0) -> None:
