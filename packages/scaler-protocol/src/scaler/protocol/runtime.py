@@ -38,16 +38,19 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:
     """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset."""
-    args = parser.parse_args(argv)
-    if not args.config:
-        return args
-    values = load_config_section(args.config, section)
+    # --config is looked for first: a positional given only in the file must not fail the first parse
+    config_parser = argparse.ArgumentParser(add_help=False)
+    config_parser.add_argument("--config", "-c")
+    config = config_parser.parse_known_args(argv)[0].config
+    if not config:
+        return parser.parse_args(argv)
+    values = load_config_section(config, section)
     known = {action.dest: action for action in parser._actions}
     defaults: Dict[str, Any] = {}
     for key, value in values.items():
         dest = key.replace("-", "_")
         if dest not in known or dest in ("help", "config"):
-            parser.error(f"{args.config}: [{section}] has unknown option {key!r}")
+            parser.error(f"{config}: [{section}] has unknown option {key!r}")
         defaults[dest] = value
     for action in parser._actions:  # positionals given in the file are no longer required
         if action.dest in defaults and not action.option_strings:
