@@ -94,7 +94,7 @@ class ObjectStore:
             ObjectRequest: self._on_object_request,
             ObjectInstruction: self._on_object_instruction,
         }
-        self._request_handlers: Dict[ObjectRequestKind, Callable[[bytes, ObjectRequest, Sequence[Any]], List[Reply]]] = {
+        self._request_handlers: Dict[ObjectRequestKind, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
             ObjectRequestKind.PUT: self._put,
             ObjectRequestKind.GET: self._get,
             ObjectRequestKind.DELETE: self._delete,
@@ -173,7 +173,7 @@ class ObjectStore:
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         refusals: List[str] = []
-        for object_id, blob in zip(request.object_ids, blobs):
+        for object_id, blob in zip(request.object_ids, blobs, strict=True):
             size = blob_size(blob)
             status = self._store(request.owner_id, object_id, blob, size)
             statuses.append(status)
@@ -272,7 +272,9 @@ class ObjectStore:
 
     # --- ObjectInstruction (scheduler clean-up, fire and forget) -----------------------------------------
 
-    def _on_object_instruction(self, peer_id: bytes, instruction: ObjectInstruction, blobs: Sequence[Any]) -> List[Reply]:
+    def _on_object_instruction(
+        self, peer_id: bytes, instruction: ObjectInstruction, blobs: Sequence[Any]
+    ) -> List[Reply]:
         if instruction.kind == ObjectInstructionKind.DELETE:
             for object_id in instruction.object_ids:
                 self._remove(object_id)
