@@ -1,0 +1,70 @@
+"""Receiving a scheduler's state snapshots from its monitor address.
+
+The scheduler binds an XPUB socket there and publishes one ``StateSnapshot`` per
+message (frame 0, codec-encoded, no topic frame), so a subscriber takes everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+import zmq
+
+from scaler.protocol import codec
+from scaler.protocol.errors import ProtocolError
+from scaler.protocol.messages import StateSnapshot
+
+logger = logging.getLogger(__name__)
+
+_POLL_MILLISECONDS = 500  # longest blocking wait, so Ctrl-C is handled promptly
+
+
+class SnapshotSubscription:
+    """A SUB socket connected to one monitor address; `receive` returns its next snapshot."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._context = zmq.Context()
+        self._socket: Any = self._context.socket(zmq.SUB)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.RCVHWM, 16)  # a slow terminal sees recent snapshots, not a backlog
+        self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._socket.connect(address)
+
+    def receive(self, timeout_seconds: Optional[float] = None) -> Optional[StateSnapshot]:
+        """The next snapshot, or None when none arrives within ``timeout_seconds`` (None: wait forever).
+
+        Anything that is not a snapshot is logged and dropped.
+        """
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        while True:
+            wait = _POLL_MILLISECONDS
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                wait = min(wait, max(1, int(remaining * 1000)))
+            if not self._socket.poll(wait, zmq.POLLIN):
+                continue
+            frames = self._socket.recv_multipart()
+            try:
+                message, _ = codec.decode(frames)
+            except ProtocolError as error:
+                logger.warning(f"Monitor: drop malformed message from {self.address}: {error}")
+                continue
+            if not isinstance(message, StateSnapshot):
+                logger.warning(f"Monitor: drop unexpected {type(message).__name__} from {self.address}")
+                continue
+            return message
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+        self._context.term()
+
+    def __enter__(self) -> SnapshotSubscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,92 @@
+from scaler.monitor.top import SORT_COLUMNS, render, show_bytes
+from scaler.protocol.messages import Capability, Counter, StateSnapshot, WorkerHeartbeat, WorkerSnapshot
+
+
+def _snapshot() -> StateSnapshot:
+    return StateSnapshot(
+        scheduler_cpu=12.5,
+        scheduler_rss_bytes=37 * 1024 * 1024,
+        task_states=[Counter("queued", 12), Counter("running", 4), Counter("success", 200_000)],
+        messages_sent=[Counter("TaskBatch", 2_000)],
+        messages_received=[Counter("TaskResultBatch", 1_999), Counter("WorkerHeartbeat", 183_109)],
+        workers=[
+            WorkerSnapshot(
+                worker_id=b"W|busy|1|aa",
+                heartbeat=WorkerHeartbeat(
+                    agent_cpu=1.5,
+                    agent_rss_bytes=30 * 1024 * 1024,
+                    processor_cpu=99.0,
+                    processor_rss_bytes=20 * 1024 * 1024,
+                    queued_tasks=3,
+                    running_tasks=1,
+                    suspended_tasks=2,
+                ),
+                slots=1,
+                assigned_tasks=6,
+                capabilities=[Capability("gpu", 1)],
+                last_seen_seconds_ago=0.25,
+            ),
+            WorkerSnapshot(worker_id=b"W|idle|2|bb", slots=4),
+        ],
+        clients=3,
+        objects=7,
+    )
+
+
+def _rows(screen: str) -> dict:
+    """The worker table as {first cell: whole line}."""
+    lines = screen.splitlines()
+    start = lines.index("Total 2 worker(s)") + 2
+    return {line.split()[0]: line for line in lines[start:]}
+
+
+def test_scheduler_and_counters_are_shown():
+    screen = render(_snapshot())
+    head = screen.split("---")[0]
+    for text in ("12.5%", "37.0 MiB", "clients", "queued", "200,000", "TaskBatch", "2,000", "183,109"):
+        assert text in head
+    assert "Total 2 worker(s)" in screen
+
+
+def test_counter_columns_are_aligned_side_by_side():
+    lines = render(_snapshot()).splitlines()
+    assert lines[0].split(" | ") == ["scheduler".ljust(len(lines[0].split(" | ")[0])), *lines[0].split(" | ")[1:]]
+    bars = {tuple(index for index, char in enumerate(line) if char == "|") for line in lines[:3]}
+    assert len(bars) == 1, "the column separators of the first lines are not aligned"
+
+
+def test_worker_rows():
+    rows = _rows(render(_snapshot()))
+    assert set(rows) == {"W|busy|1|aa", "W|idle|2|bb"}
+    busy = rows["W|busy|1|aa"].split()
+    assert busy == ["W|busy|1|aa", "1.5%", "30.0m", "99.0%", "20.0m", "1", "6", "1", "3", "2", "0.2s", "gpu=1"]
+
+
+def test_workers_sorted_by_id_by_default_and_by_a_number_largest_first():
+    by_id = list(_rows(render(_snapshot())))
+    assert by_id == ["W|busy|1|aa", "W|idle|2|bb"]
+    by_slots = list(_rows(render(_snapshot(), sort_by="slots")))
+    assert by_slots == ["W|idle|2|bb", "W|busy|1|aa"]
+    for column in SORT_COLUMNS:
+        render(_snapshot(), sort_by=column)
+
+
+def test_long_worker_ids_are_cut_with_a_mark():
+    snapshot = StateSnapshot(workers=[WorkerSnapshot(worker_id=b"W|" + b"h" * 60 + b"|1|cafe")])
+    line = render(snapshot).splitlines()[-1]
+    name = line.split()[0]
+    assert name.endswith("+") and len(name) == 30
+
+
+def test_empty_snapshot_renders():
+    screen = render(StateSnapshot())
+    assert "Total 0 worker(s)" in screen
+    assert screen.splitlines()[-1].split()[0] == "worker"
+
+
+def test_show_bytes():
+    assert show_bytes(0) == "0 B"
+    assert show_bytes(1023) == "1023 B"
+    assert show_bytes(1536) == "1.5 KiB"
+    assert show_bytes(37 * 1024**2) == "37.0 MiB"
+    assert show_bytes(5 * 1024**5) == "5120.0 TiB"
