@@ -1,0 +1,17 @@
+"""The Scaler client: `Client` submits tasks to a scheduler and returns `ScalerFuture` objects."""
+
+from scaler.client._version import __version__
+from scaler.client.client import Client
+from scaler.client.future import RemoteTraceback, ScalerFuture
+from scaler.client.object_reference import ObjectReference
+from scaler.client.serializer import DefaultSerializer, Serializer
+
+__all__ = [
+    "Client",
+    "DefaultSerializer",
+    "ObjectReference",
+    "RemoteTraceback",
+    "ScalerFuture",
+    "Serializer",
+    "__version__",
+]

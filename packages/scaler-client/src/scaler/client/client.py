@@ -1,0 +1,343 @@
+"""`Client`: submit Python functions to a Scaler scheduler and get futures back."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import cloudpickle
+
+from scaler.client.agent import ClientAgent
+from scaler.client.client_state import Submission
+from scaler.client.future import ScalerFuture
+from scaler.client.object_reference import ObjectReference
+from scaler.client.serializer import DefaultSerializer, check_serializer
+from scaler.protocol.addresses import check_address
+from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.ids import IDGenerator, new_client_id, show
+from scaler.protocol.messages import Argument, ArgumentKind, Capability, Task
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_ADDRESS_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
+INLINE_ARGUMENT_LIMIT = 64 * 1024  # larger serialized arguments travel through object storage
+MAP_CHUNK = 1000  # map() hands tasks to the agent this many at a time
+_FUNCTION_CACHE_LIMIT = 1024  # distinct function objects remembered per client
+
+
+class Client:
+    """A connection to a Scaler scheduler.
+
+    ``address`` defaults to the ``SCALER_SCHEDULER_ADDRESS`` environment
+    variable (set inside worker processes, so tasks can make a client).
+    The constructor returns once the scheduler has accepted the client; it
+    raises `DisconnectedError` when none answers within ``timeout_seconds``
+    and `ProtocolError` when the scheduler refuses it (another protocol version).
+    A client that hears nothing from the scheduler for ``timeout_seconds``
+    fails every pending future with `DisconnectedError`.
+
+    A client pickles as its address and options: unpickling it (for example
+    inside a task) connects a new client to the same scheduler.
+    """
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        profiling: bool = False,
+        timeout_seconds: float = 60,
+        heartbeat_interval_seconds: float = 2,
+        serializer: Any = None,
+    ) -> None:
+        if address is None:
+            address = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
+            if not address:
+                raise ValueError(
+                    f"Client needs the scheduler's address: pass address='tcp://HOST:PORT' "
+                    f"or set the {SCHEDULER_ADDRESS_VARIABLE} environment variable"
+                )
+        check_address(address)
+        if timeout_seconds <= 0 or heartbeat_interval_seconds <= 0:
+            raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
+        if serializer is not None:
+            check_serializer(serializer)
+        self._address = address
+        self._profiling = bool(profiling)
+        self._timeout = float(timeout_seconds)
+        self._heartbeat_interval = float(heartbeat_interval_seconds)
+        self._custom_serializer = serializer
+        self._serializer = serializer if serializer is not None else DefaultSerializer()
+        self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
+
+        self._client_id = new_client_id()
+        self._ids = IDGenerator()
+        self._functions: Dict[int, Tuple[Any, bytes]] = {}  # id(function) -> (function, object ID)
+        self._serializer_id: bytes = b""
+        self._objects_lock = threading.Lock()  # guards _functions and _serializer_id
+
+        self._agent = ClientAgent(
+            self._client_id,
+            address,
+            self._timeout,
+            self._heartbeat_interval,
+            self._bounded_wait,
+            on_objects_failed=_forget_through(weakref.WeakMethod(self._forget_objects)),
+        )
+        ready = self._agent.start()
+        try:
+            ready.result(timeout=self._timeout + 5)
+        except TimeoutError:
+            self._agent.abort(DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s"))
+            raise DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s") from None
+        except BaseException:
+            self._agent.join(self._bounded_wait)
+            raise
+        self._finalizer = weakref.finalize(self, _close_unreferenced, self._agent)
+        logger.debug(f"Client: {show(self._client_id)} connected to {address}")
+
+    # --- properties, context manager, pickling ----------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def client_id(self) -> bytes:
+        return self._client_id
+
+    @property
+    def connected(self) -> bool:
+        return not self._agent.closed
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.disconnect()
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        return (
+            Client,
+            (self._address, self._profiling, self._timeout, self._heartbeat_interval, self._custom_serializer),
+        )
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "disconnected"
+        return f"<Client {show(self._client_id)} {state} to {self._address}>"
+
+    # --- tasks -------------------------------------------------------------------------------------------------
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
+        """Run ``fn(*args, **kwargs)`` on a worker; returns its future."""
+        return self.submit_verbose(fn, args, kwargs)
+
+    def submit_verbose(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: Optional[Mapping[str, Any]] = None,
+        capabilities: Optional[Mapping[str, int]] = None,
+    ) -> ScalerFuture:
+        """`submit` with explicit arguments and the capabilities a worker needs to run the task."""
+        submission = self._build(fn, tuple(args), kwargs or {}, _capabilities(capabilities))
+        self._agent.submit([submission])
+        return submission.future
+
+    def map(self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]]) -> List[Any]:
+        """Run ``fn(*arguments)`` for each tuple of arguments; return the results in order.
+
+        ``client.map(math.sqrt, [(i,) for i in range(100)])``. The first failing
+        task's exception is raised here and the map's other tasks are cancelled.
+        """
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
+        futures: List[ScalerFuture] = []
+        chunk: List[Submission] = []
+        try:
+            for arguments in iterable:
+                if not isinstance(arguments, (tuple, list)):
+                    raise TypeError(
+                        f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
+                        f"got an element of type {type(arguments).__name__}"
+                    )
+                submission = self._build(fn, tuple(arguments), {}, [])
+                chunk.append(submission)
+                futures.append(submission.future)
+                if len(chunk) >= MAP_CHUNK:
+                    self._agent.submit(chunk)
+                    chunk = []
+            if chunk:
+                self._agent.submit(chunk)
+                chunk = []
+            return [future.result() for future in futures]
+        except BaseException:
+            sent = futures[: len(futures) - len(chunk)]
+            pending = [future.task_id for future in sent if not future.done()]
+            if pending and not self._agent.closed:
+                try:
+                    self._agent.cancel(pending)
+                except DisconnectedError:
+                    pass
+            raise
+
+    def starmap(self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]]) -> List[Any]:
+        """Same as `map` (the name itertools uses for this contract)."""
+        return self.map(fn, iterable)
+
+    # --- objects ---------------------------------------------------------------------------------------------
+
+    def send_object(self, obj: Any, name: Optional[str] = None) -> ObjectReference:
+        """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object."""
+        data = self._serializer.serialize(obj)
+        object_id = self._ids.next_id()
+        self._wait(self._agent.put_object(object_id, data), "the object storage server")
+        return ObjectReference(object_id=object_id, name=name if name is not None else type(obj).__name__, size=len(data))
+
+    def clear(self) -> None:
+        """Cancel every task of this client and delete every object it sent; pending futures become cancelled."""
+        with self._objects_lock:
+            self._functions.clear()
+            self._serializer_id = b""
+        self._wait(self._agent.clear(), "the scheduler")
+
+    # --- leaving -------------------------------------------------------------------------------------------
+
+    def disconnect(self) -> None:
+        """Leave the scheduler (it cancels this client's tasks); pending futures fail with DisconnectedError."""
+        reply = self._agent.disconnect()
+        if not self._agent.in_agent_thread():
+            try:
+                reply.result(timeout=self._bounded_wait + 5)
+            except Exception:
+                pass
+            self._agent.join(self._bounded_wait)
+
+    def shutdown(self) -> bool:
+        """Ask the scheduler to shut down (with its workers). False, with a warning, when it refuses."""
+        accepted, reason = self._wait(self._agent.shutdown(), "the scheduler")
+        if not accepted:
+            logger.warning(f"Client: the scheduler at {self._address} refused to shut down: {reason}")
+            return False
+        self._agent.abort(DisconnectedError(f"the scheduler at {self._address} was shut down by this client"))
+        self._agent.join(self._bounded_wait)
+        return True
+
+    # --- internals ---------------------------------------------------------------------------------------------
+
+    def _cancel_tasks(self, task_ids: Sequence[bytes]) -> None:
+        self._agent.cancel(task_ids)
+
+    def _in_agent_thread(self) -> bool:
+        return self._agent.in_agent_thread()
+
+    def _wait(self, reply: Any, peer: str) -> Any:
+        try:
+            return reply.result(timeout=self._timeout)
+        except TimeoutError:
+            raise DisconnectedError(f"{peer} did not answer within {self._timeout:g}s") from None
+
+    def _build(
+        self, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Mapping[str, Any], capabilities: List[Capability]
+    ) -> Submission:
+        if not callable(fn):
+            raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
+        puts: List[Tuple[bytes, bytes]] = []
+        temporary: List[bytes] = []
+        function_id = self._function_id(fn)
+        serializer_id = self._custom_serializer_id()
+        arguments = [self._argument("", value, puts, temporary) for value in args]
+        for name, value in kwargs.items():
+            arguments.append(self._argument(name, value, puts, temporary))
+        task_id = self._ids.next_id()
+        task = Task(
+            task_id=task_id,
+            client_id=self._client_id,
+            function_id=function_id,
+            arguments=arguments,
+            capabilities=capabilities,
+            profiling=self._profiling,
+            serializer_id=serializer_id,
+        )
+        requires = [function_id, *temporary]
+        if serializer_id:
+            requires.append(serializer_id)
+        future = ScalerFuture(task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        return Submission(task=task, future=future, puts=puts, requires=requires, temporary_objects=temporary)
+
+    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, bytes]], temporary: List[bytes]) -> Argument:
+        if isinstance(value, ObjectReference):
+            return Argument(name=name, kind=ArgumentKind.OBJECT, data=value.object_id)
+        data = self._serializer.serialize(value)
+        if len(data) <= INLINE_ARGUMENT_LIMIT:
+            return Argument(name=name, kind=ArgumentKind.INLINE, data=data)
+        object_id = self._ids.next_id()
+        puts.append((object_id, data))
+        temporary.append(object_id)
+        return Argument(name=name, kind=ArgumentKind.OBJECT, data=object_id)
+
+    def _function_id(self, fn: Callable[..., Any]) -> bytes:
+        entry = self._functions.get(id(fn))
+        if entry is not None and entry[0] is fn:
+            return entry[1]
+        with self._objects_lock:
+            entry = self._functions.get(id(fn))
+            if entry is not None and entry[0] is fn:
+                return entry[1]
+            object_id = self._ids.next_id()
+            # Queued under the lock: a task naming this function (from any thread) is queued after its put.
+            self._agent.put_object(object_id, cloudpickle.dumps(fn), wait=False)
+            if len(self._functions) >= _FUNCTION_CACHE_LIMIT:
+                del self._functions[next(iter(self._functions))]
+            self._functions[id(fn)] = (fn, object_id)  # the strong reference keeps id(fn) unique
+            return object_id
+
+    def _custom_serializer_id(self) -> bytes:
+        if self._custom_serializer is None or self._serializer_id:
+            return self._serializer_id
+        with self._objects_lock:
+            if not self._serializer_id:
+                object_id = self._ids.next_id()
+                self._agent.put_object(object_id, cloudpickle.dumps(self._custom_serializer), wait=False)
+                self._serializer_id = object_id
+            return self._serializer_id
+
+    def _forget_objects(self, object_ids: List[bytes]) -> None:
+        """Called by the agent when puts failed: the next task re-sends those functions."""
+        failed = set(object_ids)
+        with self._objects_lock:
+            for key, (_, object_id) in list(self._functions.items()):
+                if object_id in failed:
+                    del self._functions[key]
+            if self._serializer_id in failed:
+                self._serializer_id = b""
+
+
+def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:
+    if not capabilities:
+        return []
+    result = []
+    for name, value in capabilities.items():
+        if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"capabilities map names (str) to integers; got {name!r}: {value!r}")
+        result.append(Capability(name=name, value=value))
+    return result
+
+
+def _forget_through(method: "weakref.WeakMethod") -> Callable[[List[bytes]], None]:
+    """The agent must not keep its client alive (so an unreferenced client gets closed)."""
+
+    def forget(object_ids: List[bytes]) -> None:
+        bound = method()
+        if bound is not None:
+            bound(object_ids)
+
+    return forget
+
+
+def _close_unreferenced(agent: ClientAgent) -> None:
+    """The client was garbage collected (or the interpreter exits): leave the scheduler politely."""
+    agent.disconnect()
+    if not agent.in_agent_thread():
+        agent.join(1.0)

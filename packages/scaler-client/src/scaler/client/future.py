@@ -1,0 +1,186 @@
+"""`ScalerFuture`: a concurrent.futures.Future for one task, and how a TaskResult becomes its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Generator, Optional
+
+import cloudpickle
+
+from scaler.protocol.errors import RemoteTaskError, TaskRejectedError, WorkerDiedError
+from scaler.protocol.ids import show
+from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
+
+# Stands for a successful result whose payload is not deserialized yet.
+_UNDECODED = object()
+
+
+class RemoteTraceback(Exception):
+    """The ``__cause__`` of a task's exception: its traceback, as text, from the worker."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def exception_from_result(result: TaskResult) -> BaseException:
+    """The exception a failed, died or rejected task raises on the client."""
+    status = result.status
+    if status == TaskStatus.FAILED:
+        if not result.payload:
+            return RemoteTaskError(result.error_text or "the task failed and its exception could not be sent back")
+        return _remote_exception(result.payload, result.error_text)
+    if status == TaskStatus.WORKER_DIED:
+        return WorkerDiedError(result.error_text or "the worker process running the task died")
+    if status == TaskStatus.REJECTED:
+        return TaskRejectedError(result.error_text or "the scheduler rejected the task")
+    return RemoteTaskError(f"task {show(result.task_id)} ended with unknown status {status!r}")
+
+
+def _remote_exception(payload: bytes, error_text: str) -> BaseException:
+    try:
+        exception, traceback_text = cloudpickle.loads(payload)
+    except Exception as error:
+        return RemoteTaskError(
+            f"the task raised an exception that cannot be recreated on the client "
+            f"({type(error).__name__}: {error}): {error_text or 'no description'}"
+        )
+    if not isinstance(exception, BaseException):
+        return RemoteTaskError(f"the task failed with a non-exception {exception!r}: {error_text}")
+    if traceback_text:
+        exception.__cause__ = RemoteTraceback(str(traceback_text))
+    return exception
+
+
+class ScalerFuture(concurrent.futures.Future):
+    """The future of one task.
+
+    Works with `concurrent.futures.wait`, `as_completed`, `add_done_callback`
+    (callbacks run in the client's agent thread: keep them short and never block
+    in them) and ``await future``. A successful result is deserialized on the
+    first call to `result` or `exception`, in the calling thread.
+    """
+
+    def __init__(self, task_id: bytes, client: Any, serializer: Any, profiling: bool, cancel_wait_seconds: float = 5.0):
+        super().__init__()
+        self._task_id = task_id
+        self._client = client  # keeps the client alive while the task runs; used by cancel()
+        self._serializer = serializer
+        self._profiling_enabled = profiling
+        self._cancel_wait_seconds = cancel_wait_seconds
+        self._payload: Optional[bytes] = None
+        self._decode_error: Optional[BaseException] = None
+        self._profiling: Optional[Profiling] = None
+
+    @property
+    def task_id(self) -> bytes:
+        return self._task_id
+
+    def __repr__(self) -> str:
+        return f"<ScalerFuture task={show(self._task_id)} {super().__repr__()[1:-1]}>"
+
+    # --- user side -------------------------------------------------------------------------------
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        value = super().result(timeout)
+        if value is _UNDECODED:
+            return self._decode()
+        return value
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        error = super().exception(timeout)
+        if error is not None:
+            return error
+        try:
+            self._decode()
+        except Exception as decode_error:
+            return decode_error
+        return None
+
+    def cancel(self) -> bool:
+        """Ask the scheduler to cancel the task and wait (a few seconds at most) for its answer.
+
+        True when the task was cancelled; False when it had finished (or its
+        result arrived first, or no answer came in time).
+        """
+        with self._condition:
+            if self.done():
+                return self.cancelled()
+        client = self._client
+        if client is None:
+            return self._set_cancelled()
+        try:
+            client._cancel_tasks([self._task_id])
+        except Exception:  # the client is closed: the future was failed already
+            return self.cancelled()
+        if client._in_agent_thread():  # e.g. from a done callback: the answer cannot arrive while we wait
+            return self.cancelled()
+        with self._condition:
+            self._condition.wait_for(self.done, timeout=self._cancel_wait_seconds)
+        return self.cancelled()
+
+    def profiling_info(self, timeout: Optional[float] = None) -> Profiling:
+        """The task's duration, CPU time and peak memory, measured on the worker.
+
+        Waits for the task like `result` does. Raises ValueError when the client
+        was created without ``profiling=True`` or when the task never ran.
+        """
+        if not self._profiling_enabled:
+            raise ValueError("profiling is off for this task: create the Client with profiling=True")
+        with self._condition:
+            if not self._condition.wait_for(self.done, timeout=timeout):
+                raise concurrent.futures.TimeoutError()
+        if self._profiling is None:
+            raise ValueError(f"task {show(self._task_id)} has no profiling: it ended without a result from a worker")
+        return self._profiling
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self).__await__()
+
+    def _decode(self) -> Any:
+        with self._condition:
+            if self._result is not _UNDECODED:
+                return self._result
+            if self._decode_error is not None:
+                raise self._decode_error
+            try:
+                value = self._serializer.deserialize(self._payload)
+            except Exception as error:
+                self._decode_error = error
+                raise
+            self._result = value
+            self._payload = None
+            return value
+
+    # --- agent side (the client's agent thread resolves futures) ---------------------------------
+
+    def _set_task_result(self, result: TaskResult) -> None:
+        if self._profiling_enabled:
+            self._profiling = result.profiling
+        status = result.status
+        if status == TaskStatus.SUCCESS:
+            self._payload = result.payload
+            self._set_value(_UNDECODED)
+        elif status == TaskStatus.CANCELLED:
+            self._set_cancelled()
+        else:
+            self._set_error(exception_from_result(result))
+
+    def _set_value(self, value: Any) -> None:
+        try:
+            self.set_result(value)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    def _set_error(self, error: BaseException) -> None:
+        try:
+            self.set_exception(error)
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    def _set_cancelled(self) -> bool:
+        return super().cancel()
