@@ -1,8 +1,13 @@
+import os
+import sys
 from typing import Iterator
 
 import pytest
 
-from client_fakes import FakeScheduler, FakeStorage
+# pytest runs with --import-mode=importlib, which puts no test directory on sys.path.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from client_fakes import FakeScheduler, FakeStorage  # noqa: E402
 
 
 @pytest.fixture

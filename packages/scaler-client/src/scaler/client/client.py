@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import threading
@@ -88,7 +89,7 @@ class Client:
         ready = self._agent.start()
         try:
             ready.result(timeout=self._timeout + 5)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             self._agent.abort(DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s"))
             raise DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s") from None
         except BaseException:
@@ -235,7 +236,7 @@ class Client:
     def _wait(self, reply: Any, peer: str) -> Any:
         try:
             return reply.result(timeout=self._timeout)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             raise DisconnectedError(f"{peer} did not answer within {self._timeout:g}s") from None
 
     def _build(

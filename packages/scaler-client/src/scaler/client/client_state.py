@@ -439,7 +439,7 @@ class ClientState:
 
     # --- storage handlers -------------------------------------------------------------------------------
 
-    def _on_storage_refusal(self, message: Refusal, now: float) -> None:
+    def _on_storage_refusal(self, message: Refusal, blobs: Sequence[bytes], now: float) -> None:
         error = ProtocolError(f"object storage server at {self._storage_address} refused the client: {message.reason}")
         self._storage_error = error
         for object_id, state in list(self._objects.items()):
