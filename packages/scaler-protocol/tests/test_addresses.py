@@ -1,0 +1,56 @@
+import socket
+
+import pytest
+
+from scaler.protocol.addresses import (
+    AddressError,
+    check_address,
+    default_monitor_address,
+    default_storage_address,
+    free_tcp_port,
+)
+
+
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1:2345", "tcp://example.com:1", "tcp://[::1]:65535", "ipc:///tmp/scaler.sock"]
+)
+def test_valid_addresses(address):
+    assert check_address(address) == address
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "",
+        "127.0.0.1:2345",
+        "tcp://127.0.0.1",
+        "tcp://:2345",
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:65536",
+        "tcp://127.0.0.1:port",
+        "tcp://127.0.0.1:-1",
+        "ipc://",
+        "http://127.0.0.1:80",
+    ],
+)
+def test_invalid_addresses(address):
+    with pytest.raises(AddressError, match="invalid address"):
+        check_address(address)
+    with pytest.raises(ValueError):  # AddressError is also a ValueError
+        check_address(address)
+
+
+def test_defaults_derived_from_the_scheduler_address():
+    assert default_storage_address("tcp://127.0.0.1:2345") == "tcp://127.0.0.1:2346"
+    assert default_monitor_address("tcp://127.0.0.1:2345") == "tcp://127.0.0.1:2347"
+    assert default_storage_address("ipc:///tmp/s") == "ipc:///tmp/s.storage"
+    assert default_monitor_address("ipc:///tmp/s") == "ipc:///tmp/s.monitor"
+    with pytest.raises(AddressError):
+        default_storage_address("tcp://nowhere")
+
+
+def test_free_tcp_port_can_be_bound():
+    port = free_tcp_port()
+    assert 0 < port < 65536
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))

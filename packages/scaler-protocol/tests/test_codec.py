@@ -1,0 +1,227 @@
+"""The codec: every message type round-trips; malformed input of any kind is a ProtocolError."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import struct
+import typing
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scaler.protocol import codec, messages
+from scaler.protocol.errors import ProtocolError
+
+# --- values drawn from the schema's own field types ---------------------------------------------
+
+_INTEGERS = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint8": (0, 2**8 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _value_strategy(capnp_type, hint) -> st.SearchStrategy:
+    kind = capnp_type.which()
+    if kind in _INTEGERS:
+        low, high = _INTEGERS[kind]
+        return st.integers(low, high)
+    if kind == "bool":
+        return st.booleans()
+    if kind == "float32":  # values a 32-bit float holds exactly
+        return st.floats(width=32, allow_nan=False)
+    if kind == "float64":
+        return st.floats(allow_nan=False)
+    if kind == "text":
+        return _TEXT
+    if kind == "data":
+        return st.binary(max_size=24)
+    if kind == "enum":
+        return st.sampled_from(list(hint))
+    if kind == "struct":
+        return message_strategy(hint)
+    if kind == "list":
+        (item_hint,) = typing.get_args(hint)
+        return st.lists(_value_strategy(capnp_type.list.elementType, item_hint), max_size=3)
+    raise AssertionError(f"no strategy for Cap'n Proto type {kind}")
+
+
+def message_strategy(cls: type) -> st.SearchStrategy:
+    """Instances of the dataclass ``cls`` with every field drawn from its Cap'n Proto type."""
+    hints = typing.get_type_hints(cls, vars(messages))
+    fields = getattr(codec.schema, cls.__name__).schema.fields
+    return st.builds(
+        cls,
+        **{
+            f.name: _value_strategy(fields[_camel(f.name)].proto.slot.type, hints[f.name])
+            for f in dataclasses.fields(cls)
+        },
+    )
+
+
+def _ids(cls: type) -> str:
+    return cls.__name__
+
+
+# --- round trips ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", messages.MESSAGE_TYPES, ids=_ids)
+def test_default_message_round_trips(cls):
+    message, blobs = codec.decode(codec.encode(cls()))
+    assert message == cls()
+    assert type(message) is cls
+    assert blobs == []
+
+
+@pytest.mark.parametrize("cls", messages.MESSAGE_TYPES, ids=_ids)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_message_round_trips(cls, data):
+    message = data.draw(message_strategy(cls))
+    frames = codec.encode(message)
+    decoded, blobs = codec.decode(frames)
+    assert decoded == message
+    assert blobs == []
+
+
+def test_blobs_travel_after_the_message():
+    request = messages.ObjectRequest(
+        request_id=7, kind=messages.ObjectRequestKind.PUT, owner_id=b"C|h|1|a", object_ids=[b"a", b"b"]
+    )
+    frames = codec.encode(request, [b"payload a", memoryview(b"payload b")])
+    assert len(frames) == 3
+    decoded, blobs = codec.decode(frames)
+    assert decoded == request
+    assert [bytes(blob) for blob in blobs] == [b"payload a", b"payload b"]
+
+
+def test_decode_accepts_frames_with_a_buffer():
+    class Frame:  # what pyzmq's recv_multipart(copy=False) returns: an object with .buffer
+        def __init__(self, data: bytes) -> None:
+            self.buffer = memoryview(data)
+
+    message = messages.TaskCancel(task_ids=[b"x" * 16])
+    assert codec.decode([Frame(codec.encode(message)[0])])[0] == message
+
+
+def test_every_message_type_is_in_the_schema_union():
+    union = set(codec.schema.Message.schema.union_fields)
+    names = {codec.message_name(cls) for cls in messages.MESSAGE_TYPES}
+    assert names == union
+
+
+def test_enums_match_the_schema():
+    for cls in vars(messages).values():
+        if isinstance(cls, type) and issubclass(cls, enum.IntEnum):
+            schema_enum = getattr(codec.schema, cls.__name__).schema
+            assert [_camel(member.name.lower()) for member in cls] == list(schema_enum.enumerants), cls
+
+
+# --- malformed input ------------------------------------------------------------------------------
+
+
+def _valid_frame() -> bytes:
+    task = messages.Task(task_id=b"t" * 16, client_id=b"C|h|1|a", arguments=[messages.Argument("x", data=b"1")])
+    return codec.encode(messages.TaskBatch(tasks=[task]))[0]
+
+
+def test_no_frames():
+    with pytest.raises(ProtocolError, match="no frames"):
+        codec.decode([])
+
+
+def test_empty_frame():
+    with pytest.raises(ProtocolError, match="0 bytes"):
+        codec.decode([b""])
+
+
+@pytest.mark.parametrize("extra", range(1, 8))
+def test_wrong_word_alignment(extra):
+    frame = _valid_frame()
+    with pytest.raises(ProtocolError, match="whole number of Cap'n Proto words"):
+        codec.decode([frame + b"\x00" * extra])
+    with pytest.raises(ProtocolError, match="whole number of Cap'n Proto words"):
+        codec.decode([frame[:-extra]])
+
+
+def test_every_truncation_is_refused():
+    frame = _valid_frame()
+    for size in range(8, len(frame), 8):
+        with pytest.raises(ProtocolError):
+            codec.decode([frame[:size]])
+
+
+def test_oversized_frame(monkeypatch):
+    monkeypatch.setattr(codec, "MAX_FRAME_BYTES", 64)
+    with pytest.raises(ProtocolError, match="over the limit"):
+        codec.decode([b"\x00" * 72])
+
+
+def test_segment_table_claiming_more_than_the_frame():
+    frame = bytearray(_valid_frame())
+    struct.pack_into("<I", frame, 4, 1 << 28)  # first segment size, in words
+    with pytest.raises(ProtocolError):
+        codec.decode([bytes(frame)])
+
+
+def _with_union_discriminant(discriminant: int) -> bytes:
+    """A valid Message whose union discriminant is replaced."""
+    frame = bytearray(codec.encode(messages.BalanceRequest(count=3))[0])
+    (segments_minus_one,) = struct.unpack_from("<I", frame, 0)
+    assert segments_minus_one == 0
+    (root,) = struct.unpack_from("<Q", frame, 8)  # the root struct pointer: first word of segment 0
+    assert root & 3 == 0, "root pointer is not a struct pointer"
+    offset = (root & 0xFFFFFFFF) >> 2
+    data_section = 8 + 8 * (1 + offset)
+    assert struct.unpack_from("<H", frame, data_section)[0] == messages.MESSAGE_TYPES.index(messages.BalanceRequest)
+    struct.pack_into("<H", frame, data_section, discriminant)
+    return bytes(frame)
+
+
+def test_union_discriminant_is_where_we_patch_it():
+    index = messages.MESSAGE_TYPES.index(messages.BalanceResponse)
+    message, _ = codec.decode([_with_union_discriminant(index)])
+    assert isinstance(message, messages.BalanceResponse)
+
+
+@pytest.mark.parametrize("discriminant", [len(messages.MESSAGE_TYPES), 999, 0xFFFF])
+def test_unknown_union_member(discriminant):
+    with pytest.raises(ProtocolError):
+        codec.decode([_with_union_discriminant(discriminant)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=8, max_size=256).map(lambda data: data[: len(data) - len(data) % 8]))
+def test_random_bytes_never_raise_anything_but_protocol_error(data):
+    try:
+        message, _ = codec.decode([data])
+    except ProtocolError:
+        return
+    assert type(message) in messages.MESSAGE_TYPES
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_corrupted_valid_frames_never_raise_anything_but_protocol_error(data):
+    frame = bytearray(_valid_frame())
+    for _ in range(data.draw(st.integers(1, 4))):
+        frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        message, _ = codec.decode([bytes(frame)])
+    except ProtocolError:
+        return
+    assert type(message) in messages.MESSAGE_TYPES

@@ -1,0 +1,31 @@
+import os
+import socket
+
+from scaler.protocol.ids import IDGenerator, new_client_id, new_worker_id, show
+
+
+def test_client_and_worker_ids_are_readable_and_unique():
+    client, worker = new_client_id(), new_worker_id()
+    kind, host, pid, suffix = client.decode().split("|")
+    assert (kind, host, pid) == ("C", socket.gethostname(), str(os.getpid()))
+    assert len(suffix) == 12 and int(suffix, 16) >= 0
+    assert worker.startswith(b"W|")
+    assert len({new_client_id() for _ in range(100)}) == 100
+    assert show(client) == client.decode()
+    assert show(worker) == worker.decode()
+
+
+def test_generated_ids_are_16_bytes_unique_and_ordered_per_generator():
+    first, second = IDGenerator(), IDGenerator()
+    ids = [first.next_id() for _ in range(1000)]
+    assert all(len(identifier) == 16 for identifier in ids)
+    assert len(set(ids)) == 1000
+    assert ids == sorted(ids)
+    assert {identifier[:8] for identifier in ids} == {ids[0][:8]}
+    assert second.next_id()[:8] != ids[0][:8]
+
+
+def test_show_binary_ids_as_hex():
+    identifier = bytes(range(16))
+    assert show(identifier) == identifier.hex()
+    assert show(b"C|\xff") == "C|\ufffd"  # never raises on a malformed readable ID

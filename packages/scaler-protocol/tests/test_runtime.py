@@ -1,0 +1,134 @@
+import argparse
+import asyncio
+import importlib.util
+import logging
+import re
+
+import pytest
+
+from scaler.protocol.runtime import (
+    ConfigError,
+    add_common_arguments,
+    load_config_section,
+    parse_arguments,
+    run_event_loop,
+    setup_logging,
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scaler_thing")
+    parser.add_argument("address")
+    parser.add_argument("--workers", "-n", type=int, default=1)
+    parser.add_argument("--name", default="default-name")
+    add_common_arguments(parser)
+    return parser
+
+
+def _config(tmp_path, text: str) -> str:
+    path = tmp_path / "scaler.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_common_arguments_defaults():
+    args = parse_arguments(_parser(), "thing", ["tcp://127.0.0.1:2345"])
+    assert args.address == "tcp://127.0.0.1:2345"
+    assert (args.config, args.event_loop, args.logging_level, args.logging_paths) == (
+        None,
+        "builtin",
+        "INFO",
+        ["/dev/stdout"],
+    )
+
+
+def test_config_section_fills_what_the_command_line_leaves_unset(tmp_path):
+    config = _config(
+        tmp_path,
+        '[thing]\nworkers = 8\nname = "from-file"\nlogging-level = "DEBUG"\n\n[other]\nworkers = 99\n',
+    )
+    args = parse_arguments(_parser(), "thing", ["--config", config, "--name", "from-cli", "tcp://127.0.0.1:1"])
+    assert args.workers == 8
+    assert args.name == "from-cli"  # the command line wins
+    assert args.logging_level == "DEBUG"  # dashes in keys as on the command line
+
+
+def test_positional_from_the_config_file(tmp_path):
+    config = _config(tmp_path, '[thing]\naddress = "tcp://127.0.0.1:9999"\n')
+    args = parse_arguments(_parser(), "thing", ["-c", config])
+    assert args.address == "tcp://127.0.0.1:9999"
+    args = parse_arguments(_parser(), "thing", ["-c", config, "tcp://127.0.0.1:1111"])
+    assert args.address == "tcp://127.0.0.1:1111"
+
+
+def test_missing_section_changes_nothing(tmp_path):
+    config = _config(tmp_path, "[other]\nworkers = 3\n")
+    args = parse_arguments(_parser(), "thing", ["--config", config, "tcp://127.0.0.1:1"])
+    assert args.workers == 1
+
+
+def test_unknown_key_is_an_error_naming_it(tmp_path, capsys):
+    config = _config(tmp_path, "[thing]\nwrokers = 3\n")
+    with pytest.raises(SystemExit) as exit_info:
+        parse_arguments(_parser(), "thing", ["--config", config, "tcp://127.0.0.1:1"])
+    assert exit_info.value.code == 2
+    assert "[thing] has unknown option 'wrokers'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["config", "help"])
+def test_config_cannot_set_config_or_help(tmp_path, key):
+    config = _config(tmp_path, f'[thing]\n{key} = "x"\n')
+    with pytest.raises(SystemExit):
+        parse_arguments(_parser(), "thing", ["--config", config, "tcp://127.0.0.1:1"])
+
+
+def test_unreadable_or_invalid_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config_section(str(tmp_path / "missing.toml"), "thing")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config_section(_config(tmp_path, "[thing\n"), "thing")
+    with pytest.raises(ConfigError, match="must be a table"):
+        load_config_section(_config(tmp_path, "thing = 3\n"), "thing")
+
+
+def test_log_lines_have_the_project_format(tmp_path):
+    log = tmp_path / "scaler.log"
+    try:
+        setup_logging("INFO", [str(log)])
+        logging.info("Scheduler: listen to scheduler address tcp://127.0.0.1:2345")
+        logging.debug("not shown at INFO")
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.close()
+        logging.basicConfig(force=True)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2  # "logging to ..." and ours
+    pattern = r"\[INFO\]\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d{4}: Scheduler: listen to scheduler address tcp://\S+"
+    assert re.fullmatch(pattern, lines[1]), lines[1]
+
+
+def test_run_event_loop_builtin():
+    async def main():
+        await asyncio.sleep(0)
+        return 42
+
+    assert run_event_loop(main, "builtin") == 42
+
+
+def test_run_event_loop_unknown():
+    async def main():
+        return None
+
+    with pytest.raises(ConfigError, match="unknown event loop"):
+        run_event_loop(main, "trio")
+
+
+def test_run_event_loop_uvloop():
+    async def main():
+        return type(asyncio.get_running_loop()).__module__
+
+    if importlib.util.find_spec("uvloop") is None:
+        with pytest.raises(ConfigError, match="pip install uvloop"):
+            run_event_loop(main, "uvloop")
+    else:
+        assert run_event_loop(main, "uvloop").startswith("uvloop")

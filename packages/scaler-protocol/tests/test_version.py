@@ -1,0 +1,20 @@
+from scaler.protocol.messages import Version
+from scaler.protocol.version import PROTOCOL_VERSION, incompatibility, show_version
+
+
+def test_same_major_version_is_compatible_whatever_the_minor():
+    assert incompatibility(Version(PROTOCOL_VERSION.major, PROTOCOL_VERSION.minor)) is None
+    assert incompatibility(Version(PROTOCOL_VERSION.major, PROTOCOL_VERSION.minor + 7)) is None
+    assert incompatibility(Version(3, 0), ours=Version(3, 9)) is None
+
+
+def test_other_major_version_is_refused_with_both_versions_named():
+    reason = incompatibility(Version(2, 5), ours=Version(1, 0))
+    assert reason is not None
+    assert "2.5" in reason and "1.0" in reason
+    assert incompatibility(Version(PROTOCOL_VERSION.major + 1, 0)) is not None
+    assert incompatibility(Version(0, 0), ours=Version(1, 0)) is not None
+
+
+def test_show_version():
+    assert show_version(Version(1, 12)) == "1.12"
