@@ -1,0 +1,32 @@
+"""What the agent and its processor say to each other over their multiprocessing Pipe.
+
+The agent sends one `ProcessorTask` at a time and waits for its `ProcessorResult`.
+A function or serializer travels as bytes only the first time a processor needs
+it; afterwards its ID alone refers to the processor's cached copy (see
+`lru_cache.LRUCache`).
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Tuple
+
+FUNCTION_CACHE_CAPACITY = 128
+SERIALIZER_CACHE_CAPACITY = 16
+
+
+class ProcessorTask(NamedTuple):
+    task_id: bytes
+    function_id: bytes
+    function: Optional[bytes]  # cloudpickled function; None: the processor holds it already
+    serializer_id: bytes  # b"": cloudpickle
+    serializer: Optional[bytes]  # cloudpickled serializer; None: the processor holds it already (or cloudpickle)
+    arguments: List[Tuple[str, bytes]]  # (name, serialized value); name "" is positional
+    profiling: bool
+
+
+class ProcessorResult(NamedTuple):
+    task_id: bytes
+    status: int  # scaler.protocol.messages.TaskStatus
+    payload: bytes
+    error_text: str
+    profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes

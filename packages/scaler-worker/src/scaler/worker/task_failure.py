@@ -1,0 +1,26 @@
+"""How a failed task's exception travels back to its client.
+
+The payload of a failed `TaskResult` is ``cloudpickle.dumps((exception, traceback_text))``.
+An exception that cannot make the round trip (it does not pickle, or does not
+unpickle: a custom ``__init__`` signature is the usual culprit) travels as
+text instead: empty payload, ``error_text = "<ExcType>: <message>\\n<traceback>"``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Optional, Tuple
+
+import cloudpickle
+
+
+def failure_payload(exception: BaseException, traceback_text: Optional[str] = None) -> Tuple[bytes, str]:
+    """``(payload, error_text)`` of a failed result carrying ``exception``; exactly one of them is non-empty."""
+    if traceback_text is None:
+        traceback_text = "".join(traceback.format_exception_only(type(exception), exception))
+    try:
+        payload = cloudpickle.dumps((exception, traceback_text))
+        cloudpickle.loads(payload)  # the client must be able to load it, or it gets nothing useful
+    except Exception:
+        return b"", f"{type(exception).__name__}: {exception}\n{traceback_text}"
+    return payload, ""

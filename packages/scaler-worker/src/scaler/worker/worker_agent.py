@@ -1,0 +1,437 @@
+"""The worker agent: the asyncio/ZeroMQ shell around `WorkerState`.
+
+It connects a DEALER socket (identity: the worker ID) to the scheduler and,
+once the scheduler's HelloAck names it, another to the object storage server;
+it heartbeats, starts and watches the processors, and carries out the effects
+that `WorkerState` decides. Everything it receives is decoded and handed to
+the core through a table keyed by message type; a message that does not
+decode, or whose handling fails, is logged with its sender and dropped.
+
+`WorkerAgent.run()` returns the process exit code (see `worker_config`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket as host
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import zmq
+import zmq.asyncio
+
+from scaler.protocol import codec
+from scaler.protocol import messages as m
+from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.ids import new_worker_id, show
+from scaler.protocol.version import PROTOCOL_VERSION, show_version
+from scaler.worker.processor_link import ProcessorLink
+from scaler.worker.resource_usage import ResourceUsage
+from scaler.worker.worker_config import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, WorkerConfig
+from scaler.worker.worker_state import (
+    RunTask,
+    SendToScheduler,
+    SendToStorage,
+    StartProcessor,
+    StartTaskTimer,
+    WorkerState,
+)
+
+logger = logging.getLogger(__name__)
+
+_DISCONNECT_LINGER_MILLISECONDS = 1000
+_PROCESSOR_STOP_SECONDS = 2.0
+
+
+class WorkerAgent:
+    def __init__(self, config: WorkerConfig) -> None:
+        self._config = config
+        self._worker_id = new_worker_id()
+        self._name = f"Worker {show(self._worker_id)}"
+        self._state = WorkerState(
+            inline_threshold_bytes=config.task_inline_threshold,
+            storage_timeout_seconds=config.worker_timeout_seconds,
+        )
+        self._context: Optional[zmq.asyncio.Context] = None
+        self._scheduler: Optional[zmq.asyncio.Socket] = None
+        self._storage: Optional[zmq.asyncio.Socket] = None
+        self._storage_address = ""
+        self._storage_accepted = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._exit: Optional[asyncio.Future] = None
+        self._background: List[asyncio.Task] = []
+        self._processors: Dict[int, ProcessorLink] = {}
+        self._usage = ResourceUsage()
+        self._flush_scheduled = False
+        self._connected = False
+        self._last_heard = time.monotonic()
+        self._heartbeat_interval = config.heartbeat_interval_seconds
+        self._scheduler_handlers: Dict[type, Callable[[Any], None]] = {
+            m.HelloAck: self._on_hello_ack,
+            m.Refusal: self._on_scheduler_refusal,
+            m.WorkerHeartbeatEcho: self._on_heartbeat_echo,
+            m.DisconnectRequest: self._on_disconnect_request,
+            m.DisconnectResponse: self._on_heartbeat_echo,  # the answer to our own leaving: nothing to do
+        }
+        self._effect_handlers: Dict[type, Callable[[Any], None]] = {
+            SendToScheduler: self._send_to_scheduler,
+            SendToStorage: self._send_to_storage,
+            StartProcessor: self._start_processor,
+            RunTask: self._run_task,
+            StartTaskTimer: self._start_task_timer,
+        }
+
+    @property
+    def worker_id(self) -> bytes:
+        return self._worker_id
+
+    # ------------------------------------------------------------------------- life cycle
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._exit = self._loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        config = self._config
+        logger.info(
+            f"{self._name}: connecting to scheduler {config.scheduler_address}, "
+            f"capabilities={','.join(c.name for c in config.capabilities) or 'none'}, "
+            f"queue_capacity={config.queue_capacity}, "
+            f"heartbeat_interval_seconds={config.heartbeat_interval_seconds:g}, "
+            f"worker_timeout_seconds={config.worker_timeout_seconds:g}, "
+            f"task_inline_threshold={config.task_inline_threshold}"
+        )
+        self._context = zmq.asyncio.Context()
+        try:
+            self._scheduler = self._connect(config.scheduler_address, self._worker_id)
+            self._send_to_scheduler(SendToScheduler(self._hello()))
+            self._perform(self._state.start())
+            self._background.append(asyncio.ensure_future(self._receive(self._scheduler, self._on_scheduler_frames)))
+            self._background.append(asyncio.ensure_future(self._wait_for_hello_ack()))
+            return await self._exit
+        finally:
+            await self._shutdown()
+
+    def _stop(self, code: int, why: str) -> None:
+        if self._exit is not None and not self._exit.done():
+            log = logger.info if code == EXIT_OK else logger.error
+            log(f"{self._name}: {why}, exiting")
+            self._exit.set_result(code)
+
+    def _on_stop_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if self._exit is None or self._exit.done():
+            return
+        self._flush()
+        if self._scheduler is not None:
+            self._send_to_scheduler(SendToScheduler(m.DisconnectRequest(f"worker received {name}")))
+        self._stop(EXIT_OK, f"received {name}")
+
+    async def _shutdown(self) -> None:
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            try:
+                await task
+            except BaseException:
+                pass
+        self._background.clear()
+        await self._stop_processors()
+        if self._storage is not None:
+            self._storage.close(linger=0)
+        if self._scheduler is not None:
+            self._scheduler.close(linger=_DISCONNECT_LINGER_MILLISECONDS)
+        if self._context is not None:
+            self._context.term()
+        if self._loop is not None:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.remove_signal_handler(sig)
+
+    async def _stop_processors(self) -> None:
+        links = list(self._processors.values())
+        self._processors.clear()
+        for link in links:
+            self._unwatch(link)
+            link.terminate()
+        deadline = time.monotonic() + _PROCESSOR_STOP_SECONDS
+        for link in links:
+            while link.reap() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if link.reap() is None:
+                link.kill()
+                link.reap(_PROCESSOR_STOP_SECONDS)
+
+    # ------------------------------------------------------------------------- sockets
+
+    def _connect(self, address: str, identity: bytes) -> zmq.asyncio.Socket:
+        assert self._context is not None
+        sock = self._context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, identity)
+        sock.setsockopt(zmq.SNDHWM, 0)  # sends never wait on a peer: our own rates bound the queue
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(address)
+        return sock
+
+    def _hello(self) -> m.Hello:
+        info = m.WorkerInfo(slots=1, queue_capacity=self._config.queue_capacity, capabilities=self._config.capabilities)
+        return m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER, os.getpid(), host.gethostname(), info)
+
+    async def _receive(self, sock: zmq.asyncio.Socket, on_frames: Callable[[List[bytes]], None]) -> None:
+        while True:
+            frames = await sock.recv_multipart()
+            on_frames(frames)
+            self._schedule_flush()
+
+    def _send(self, sock: Optional[zmq.asyncio.Socket], frames: List[Any], peer: str) -> None:
+        if sock is None:
+            logger.warning(f"{self._name}: dropped a message for the {peer}: not connected to it")
+            return
+        sent = sock.send_multipart(frames, copy=False)
+        sent.add_done_callback(lambda future: self._check_sent(future, peer))
+
+    def _check_sent(self, future: asyncio.Future, peer: str) -> None:
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            logger.warning(f"{self._name}: could not send to the {peer}: {error}")
+
+    def _send_to_scheduler(self, effect: SendToScheduler) -> None:
+        self._send(self._scheduler, codec.encode(effect.message), "scheduler")
+
+    def _send_to_storage(self, effect: SendToStorage) -> None:
+        self._send(self._storage, codec.encode(effect.message, effect.blobs), "object storage")
+
+    # ------------------------------------------------------------------------- the scheduler
+
+    def _on_scheduler_frames(self, frames: List[bytes]) -> None:
+        try:
+            message, _ = codec.decode(frames)
+        except ProtocolError as error:
+            logger.warning(f"{self._name}: dropped malformed message from scheduler: {error}")
+            return
+        self._last_heard = time.monotonic()
+        message_type = type(message)
+        try:
+            handler = self._scheduler_handlers.get(message_type)
+            if handler is not None:
+                handler(message)
+            elif self._state.handles(message_type):
+                if not self._connected:
+                    logger.warning(f"{self._name}: dropped {message_type.__name__} from scheduler before HelloAck")
+                    return
+                self._perform(self._state.on_scheduler_message(message))
+            else:
+                logger.warning(f"{self._name}: dropped unexpected {message_type.__name__} from scheduler")
+        except Exception:
+            logger.exception(f"{self._name}: failed to handle {message_type.__name__} from scheduler, dropped it")
+
+    async def _wait_for_hello_ack(self) -> None:
+        await asyncio.sleep(self._config.worker_timeout_seconds)
+        if not self._connected:
+            self._stop(
+                EXIT_FAILURE,
+                f"no answer from scheduler {self._config.scheduler_address} "
+                f"within {self._config.worker_timeout_seconds:g} seconds",
+            )
+
+    def _on_hello_ack(self, ack: m.HelloAck) -> None:
+        if self._connected:
+            logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
+            return
+        self._connected = True
+        if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
+            self._heartbeat_interval = ack.heartbeat_interval_seconds
+        storage_address = ack.object_storage_address
+        if not storage_address:
+            storage_address = default_storage_address(self._config.scheduler_address)
+            logger.warning(f"{self._name}: scheduler named no object storage server, using {storage_address}")
+        self._storage_address = storage_address
+        self._storage = self._connect(storage_address, self._worker_id)
+        self._send_to_storage(SendToStorage(self._hello()))
+        self._background.append(asyncio.ensure_future(self._receive(self._storage, self._on_storage_frames)))
+        self._background.append(asyncio.ensure_future(self._heartbeat()))
+        logger.info(
+            f"{self._name}: connected to scheduler {self._config.scheduler_address} "
+            f"(protocol {show_version(ack.version)}), object storage {storage_address}"
+        )
+
+    def _on_scheduler_refusal(self, refusal: m.Refusal) -> None:
+        self._stop(EXIT_REFUSED, f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}")
+
+    def _on_heartbeat_echo(self, message: Any) -> None:
+        pass  # hearing from the scheduler is all that matters, and _last_heard is already updated
+
+    def _on_disconnect_request(self, request: m.DisconnectRequest) -> None:
+        self._flush()
+        self._stop(EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}")
+
+    async def _heartbeat(self) -> None:
+        while True:
+            now = time.monotonic()
+            silence = now - self._last_heard
+            if silence > self._config.worker_timeout_seconds:
+                self._stop(EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds")
+                return
+            agent_cpu, agent_rss = self._usage.agent()
+            processor_cpu, processor_rss = self._usage.processors()
+            heartbeat = m.WorkerHeartbeat(
+                agent_cpu=agent_cpu,
+                agent_rss_bytes=agent_rss,
+                processor_cpu=processor_cpu,
+                processor_rss_bytes=processor_rss,
+                queued_tasks=self._state.queued_count,
+                running_tasks=self._state.running_count,
+                suspended_tasks=0,
+            )
+            self._send_to_scheduler(SendToScheduler(heartbeat))
+            self._perform(self._state.on_tick(now))
+            self._schedule_flush()
+            await asyncio.sleep(self._heartbeat_interval)
+
+    # ------------------------------------------------------------------------- the storage server
+
+    def _on_storage_frames(self, frames: List[bytes]) -> None:
+        try:
+            message, blobs = codec.decode(frames)
+        except ProtocolError as error:
+            logger.warning(f"{self._name}: dropped malformed message from object storage: {error}")
+            return
+        try:
+            if isinstance(message, m.ObjectResponse):
+                self._perform(self._state.on_object_response(message, blobs))
+            elif isinstance(message, m.HelloAck):
+                self._storage_accepted = True
+                logger.debug(f"{self._name}: object storage {self._storage_address} accepted us")
+            elif isinstance(message, m.Refusal):
+                self._on_storage_refusal(message)
+            else:
+                logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")
+        except Exception:
+            logger.exception(f"{self._name}: failed to handle {type(message).__name__} from object storage, dropped it")
+
+    def _on_storage_refusal(self, refusal: m.Refusal) -> None:
+        if not self._storage_accepted:  # our Hello itself was refused: an incompatible server
+            self._stop(EXIT_REFUSED, f"refused by object storage {self._storage_address}: {refusal.reason}")
+            return
+        # one of our requests was refused (its tasks fail when it times out), or the server restarted and
+        # forgot us: saying Hello again costs nothing and covers the second case
+        logger.warning(f"{self._name}: object storage {self._storage_address} refused a message: {refusal.reason}")
+        self._send_to_storage(SendToStorage(self._hello()))
+
+    # ------------------------------------------------------------------------- processors
+
+    def _start_processor(self, effect: StartProcessor) -> None:
+        old = self._processors.pop(effect.processor_id, None)
+        if old is not None:
+            self._unwatch(old)
+            old.kill()
+            self._reap_later(old)
+        link = ProcessorLink.start(effect.processor_id, self._config.scheduler_address, show(self._worker_id))
+        self._processors[effect.processor_id] = link
+        assert self._loop is not None
+        self._loop.add_reader(link.connection.fileno(), self._on_processor_readable, link)
+        self._loop.add_reader(link.sentinel, self._on_processor_ended, link)
+        if link.pid is not None:
+            self._usage.watch_processor(link.pid)
+        logger.debug(f"{self._name}: started processor {effect.processor_id} (pid {link.pid})")
+
+    def _unwatch(self, link: ProcessorLink) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.remove_reader(link.connection.fileno())
+        except (OSError, ValueError):  # already closed
+            pass
+        try:
+            self._loop.remove_reader(link.sentinel)
+        except (OSError, ValueError):
+            pass
+        if link.pid is not None:
+            self._usage.forget_processor(link.pid)
+
+    def _reap_later(self, link: ProcessorLink) -> None:
+        """Release a processor we killed once the kernel says it has ended."""
+        assert self._loop is not None
+        loop = self._loop
+        sentinel = link.sentinel
+
+        def reap() -> None:
+            loop.remove_reader(sentinel)
+            link.reap()
+
+        loop.add_reader(sentinel, reap)
+
+    def _run_task(self, effect: RunTask) -> None:
+        link = self._processors[effect.processor_id]
+        try:
+            link.send(effect.task)
+        except DisconnectedError as error:
+            logger.warning(f"{self._name}: {error}; waiting for its end to be reported")
+
+    def _start_task_timer(self, effect: StartTaskTimer) -> None:
+        assert self._loop is not None
+        self._loop.call_later(effect.seconds, self._on_task_timer, effect.processor_id, effect.run)
+
+    def _on_task_timer(self, processor_id: int, run: int) -> None:
+        self._perform(self._state.on_task_timer(processor_id, run))
+        self._schedule_flush()
+
+    def _on_processor_readable(self, link: ProcessorLink) -> None:
+        try:
+            results = link.receive_ready()
+        except DisconnectedError:
+            assert self._loop is not None
+            self._loop.remove_reader(link.connection.fileno())  # its sentinel reports the end
+            return
+        for result in results:
+            self._perform(self._state.on_processor_result(link.processor_id, result))
+        self._schedule_flush()
+
+    def _on_processor_ended(self, link: ProcessorLink) -> None:
+        if self._processors.get(link.processor_id) is not link:
+            return
+        last_results = []
+        try:  # results it wrote before it ended count
+            while True:
+                results = link.receive_ready()
+                if not results:
+                    break
+                last_results.extend(results)
+        except DisconnectedError:
+            pass
+        self._unwatch(link)
+        del self._processors[link.processor_id]
+        cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
+        effects = self._state.on_processor_died(link.processor_id, cause, last_results)
+        logger.warning(f"{self._name}: {cause}; starting a new processor")
+        self._perform(effects)
+        self._schedule_flush()
+
+    # ------------------------------------------------------------------------- effects
+
+    def _perform(self, effects: List[Any]) -> None:
+        handlers = self._effect_handlers
+        for effect in effects:
+            handlers[type(effect)](effect)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self._perform(self._state.flush(time.monotonic()))
+
+
+def run_worker(config: WorkerConfig) -> int:
+    """Run one worker agent until it is told to stop; return its exit code. Blocks."""
+    from scaler.protocol.runtime import run_event_loop
+
+    agent = WorkerAgent(config)
+    return run_event_loop(agent.run, config.event_loop)

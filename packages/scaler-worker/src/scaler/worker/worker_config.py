@@ -1,0 +1,218 @@
+"""A worker's settings, and the command-line options that set them (shared by scaler_worker and scaler_cluster)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
+
+from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.messages import Capability
+from scaler.worker.worker_state import DEFAULT_INLINE_THRESHOLD_BYTES, DEFAULT_QUEUE_CAPACITY
+
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
+DEFAULT_WORKER_TIMEOUT_SECONDS = 60.0
+
+# how a worker process ends (scaler_cluster reads them to decide whether to replace it)
+EXIT_OK = 0  # asked to leave: SIGTERM/SIGINT, or the scheduler's DisconnectRequest
+EXIT_FAILURE = 1  # lost the scheduler or the storage server, or crashed
+EXIT_REFUSED = 78  # the scheduler or the storage server refused us (sysexits EX_CONFIG): retrying will not help
+
+
+CapabilitiesSpec = Union[str, Mapping[str, int], Iterable[Capability], None]
+
+
+class CapabilityError(ValueError):
+    pass
+
+
+def parse_capabilities(spec: CapabilitiesSpec) -> List[Capability]:
+    """``"gpu,linux"`` -> [Capability("gpu", -1), Capability("linux", -1)]; ``"gpu=2"`` gives the value 2.
+
+    Also takes a mapping ``{"gpu": -1}`` or capabilities as they are.
+    """
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        pairs: List[Tuple[str, int]] = []
+        for item in spec.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, sep, value = item.partition("=")
+            name = name.strip()
+            if not name:
+                raise CapabilityError(f"invalid capability {item!r}: empty name")
+            if not sep:
+                pairs.append((name, -1))
+                continue
+            try:
+                pairs.append((name, int(value.strip())))
+            except ValueError:
+                raise CapabilityError(f"invalid capability {item!r}: the value must be an integer") from None
+    elif isinstance(spec, Mapping):
+        pairs = [(str(name), int(value)) for name, value in spec.items()]
+    else:
+        pairs = [(capability.name, capability.value) for capability in spec]
+    seen = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise CapabilityError(f"capability {name!r} given twice")
+        seen.add(name)
+    return [Capability(name, value) for name, value in pairs]
+
+
+def format_capabilities(capabilities: Sequence[Capability]) -> str:
+    """The inverse of `parse_capabilities` for a string spec."""
+    return ",".join(f"{c.name}={c.value}" for c in capabilities)
+
+
+@dataclass
+class WorkerConfig:
+    scheduler_address: str
+    capabilities: List[Capability] = field(default_factory=list)
+    queue_capacity: int = DEFAULT_QUEUE_CAPACITY
+    heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    worker_timeout_seconds: float = DEFAULT_WORKER_TIMEOUT_SECONDS
+    task_inline_threshold: int = DEFAULT_INLINE_THRESHOLD_BYTES
+    event_loop: str = "builtin"
+    logging_level: str = "INFO"
+    logging_paths: Tuple[str, ...] = ("/dev/stdout",)
+
+    def __post_init__(self) -> None:
+        check_address(self.scheduler_address)
+        if self.queue_capacity < 1:
+            raise ValueError(f"queue capacity must be at least 1, not {self.queue_capacity}")
+        if self.heartbeat_interval_seconds <= 0:
+            raise ValueError(f"heartbeat interval must be positive, not {self.heartbeat_interval_seconds}")
+        if self.worker_timeout_seconds <= 0:
+            raise ValueError(f"worker timeout must be positive, not {self.worker_timeout_seconds}")
+        if self.task_inline_threshold < 0:
+            raise ValueError(f"task inline threshold must not be negative, not {self.task_inline_threshold}")
+
+    @classmethod
+    def from_arguments(cls, args: Any) -> WorkerConfig:
+        """From options added by `add_worker_arguments` (and runtime.add_common_arguments)."""
+        return cls(
+            scheduler_address=args.address,
+            capabilities=parse_capabilities(args.per_worker_capabilities),
+            queue_capacity=args.per_worker_queue_size,
+            heartbeat_interval_seconds=args.heartbeat_interval_seconds,
+            worker_timeout_seconds=args.worker_timeout_seconds,
+            task_inline_threshold=args.task_inline_threshold,
+            event_loop=args.event_loop,
+            logging_level=args.logging_level,
+            logging_paths=tuple(args.logging_paths),
+        )
+
+    def to_arguments(self) -> List[str]:
+        """Command-line arguments of scaler_worker that give back this configuration."""
+        return [
+            self.scheduler_address,
+            "--per-worker-capabilities",
+            format_capabilities(self.capabilities),
+            "--per-worker-queue-size",
+            str(self.queue_capacity),
+            "--heartbeat-interval-seconds",
+            repr(float(self.heartbeat_interval_seconds)),
+            "--worker-timeout-seconds",
+            repr(float(self.worker_timeout_seconds)),
+            "--task-inline-threshold",
+            str(self.task_inline_threshold),
+            "--event-loop",
+            self.event_loop,
+            "--logging-level",
+            self.logging_level,
+            "--logging-paths",
+            *self.logging_paths,
+        ]
+
+
+def _address(text: str) -> str:
+    try:
+        return check_address(text)
+    except AddressError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def _capabilities(text: str) -> str:
+    try:
+        parse_capabilities(text)
+    except CapabilityError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("address", type=_address, help="scheduler address, tcp://HOST:PORT or ipc://PATH")
+    parser.add_argument(
+        "--per-worker-capabilities",
+        "-pwc",
+        type=_capabilities,
+        default="",
+        metavar="CAPABILITIES",
+        help='capabilities every worker advertises, comma-separated names or NAME=VALUE: "gpu,linux" (default: none)',
+    )
+    parser.add_argument(
+        "--per-worker-queue-size",
+        "-wqs",
+        type=_positive_int,
+        default=DEFAULT_QUEUE_CAPACITY,
+        metavar="N",
+        help=f"tasks a worker accepts to queue (default: {DEFAULT_QUEUE_CAPACITY})",
+    )
+    parser.add_argument(
+        "--heartbeat-interval-seconds",
+        "-hi",
+        type=_positive_float,
+        default=DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help=f"seconds between heartbeats to the scheduler (default: {DEFAULT_HEARTBEAT_INTERVAL_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--worker-timeout-seconds",
+        "-wt",
+        type=_positive_float,
+        default=DEFAULT_WORKER_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="a worker that hears nothing from the scheduler (or the storage server) for this long exits "
+        f"(default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--task-inline-threshold",
+        type=_non_negative_int,
+        default=DEFAULT_INLINE_THRESHOLD_BYTES,
+        metavar="BYTES",
+        help="results larger than this go through object storage instead of travelling inline "
+        f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
+    )
