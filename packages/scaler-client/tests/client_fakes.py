@@ -86,6 +86,10 @@ class _Peer:
     def send(self, identity: bytes, message: Any, blobs: List[bytes] = ()) -> None:
         self._outbox.append((identity, message, list(blobs)))
 
+    def send_raw(self, identity: bytes, frames: List[bytes]) -> None:
+        """Frames that are not an encoded message (for malformed-input tests)."""
+        self._outbox.append((identity, None, list(frames)))
+
     def messages(self, message_type: type) -> List[Any]:
         with self._lock:
             return [message for _, _, message, _ in self.received if isinstance(message, message_type)]
@@ -119,7 +123,8 @@ class _Peer:
             while not self._stop.is_set():
                 while self._outbox:
                     identity, message, blobs = self._outbox.popleft()
-                    router.send_multipart([identity, *codec.encode(message, blobs)])
+                    frames = blobs if message is None else codec.encode(message, blobs)
+                    router.send_multipart([identity, *frames])
                 if not router.poll(5):
                     continue
                 while True:
@@ -160,7 +165,7 @@ class FakeStorage(_Peer):
         out_blobs: List[bytes] = []
         if message.kind == ObjectRequestKind.PUT:
             status = self.put_status or ObjectStatus.OK
-            for object_id, blob in zip(ids, blobs):
+            for object_id, blob in zip(ids, blobs, strict=False):
                 if status == ObjectStatus.OK:
                     self.objects[object_id] = blob
             response.statuses = [status] * len(ids)
@@ -196,7 +201,8 @@ class FakeScheduler(_Peer):
 
     ``hello``: "ack" | "refuse" | "silent"; ``echo``: answer heartbeats;
     ``execute``: run tasks in this thread and answer with their results;
-    ``confirm_cancel``: answer TaskCancel with cancelled=True;
+    ``cancel_answer``: "confirm" (cancelled=True), "refuse" (cancelled=False),
+    "result" (a success result instead of a confirmation) or "none";
     ``shutdown_accept``: the answer to ClientShutdownRequest.
     """
 
@@ -205,7 +211,7 @@ class FakeScheduler(_Peer):
         self.hello = hello
         self.echo = True
         self.execute = execute
-        self.confirm_cancel = True
+        self.cancel_answer = "confirm"
         self.answer_disconnect = True
         self.shutdown_accept = True
         self.result_kind = PayloadKind.INLINE  # OBJECT: executed results go through the fake storage
@@ -228,9 +234,21 @@ class FakeScheduler(_Peer):
         if isinstance(message, ClientShutdownRequest):
             reason = "" if self.shutdown_accept else "the scheduler is protected"
             return [(identity, ClientShutdownResponse(accepted=self.shutdown_accept, reason=reason), [])]
-        if isinstance(message, TaskCancel) and self.confirm_cancel:
+        if isinstance(message, TaskCancel) and self.cancel_answer != "none":
             ids = list(message.task_ids)
-            return [(identity, TaskCancelConfirm(task_ids=ids, cancelled=[True] * len(ids)), [])]
+            if self.cancel_answer == "result":
+                results = [
+                    TaskResult(
+                        task_id=i,
+                        status=TaskStatus.SUCCESS,
+                        payload_kind=PayloadKind.INLINE,
+                        payload=cloudpickle.dumps("finished first"),
+                    )
+                    for i in ids
+                ]
+                return [(identity, TaskResultBatch(results=results), [])]
+            confirmed = self.cancel_answer == "confirm"
+            return [(identity, TaskCancelConfirm(task_ids=ids, cancelled=[confirmed] * len(ids)), [])]
         if isinstance(message, TaskBatch) and self.execute:
             results = [self.run(task) for task in message.tasks]
             return [(identity, TaskResultBatch(results=results), [])]

@@ -185,7 +185,9 @@ class ClientAgent:
             except Exception:
                 logger.exception(f"Client: command {command.__name__} failed")
 
-    def _receive(self, sock: zmq.Socket, handle: Callable[[Any, List[bytes], float], None], peer: str, now: float) -> None:
+    def _receive(
+        self, sock: zmq.Socket, handle: Callable[[Any, List[bytes], float], None], peer: str, now: float
+    ) -> None:
         for _ in range(_MAX_MESSAGES_PER_SOCKET):
             frames = _recv_nowait(sock)
             if frames is None:
@@ -252,6 +254,8 @@ def _apply(target: Any, outcome: Outcome, value: Any) -> None:
         target._set_error(value)
     elif outcome is Outcome.TASK_CANCELLED:
         target._set_cancelled()
+    elif outcome is Outcome.CANCEL_REFUSED:
+        target._set_cancel_refused()
     elif not target.done():
         if outcome is Outcome.REPLY_VALUE:
             target.set_result(value)

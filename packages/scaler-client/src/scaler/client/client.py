@@ -112,7 +112,7 @@ class Client:
     def connected(self) -> bool:
         return not self._agent.closed
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -194,7 +194,9 @@ class Client:
         data = self._serializer.serialize(obj)
         object_id = self._ids.next_id()
         self._wait(self._agent.put_object(object_id, data), "the object storage server")
-        return ObjectReference(object_id=object_id, name=name if name is not None else type(obj).__name__, size=len(data))
+        return ObjectReference(
+            object_id=object_id, name=name if name is not None else type(obj).__name__, size=len(data)
+        )
 
     def clear(self) -> None:
         """Cancel every task of this client and delete every object it sent; pending futures become cancelled."""
@@ -326,7 +328,7 @@ def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]
     return result
 
 
-def _forget_through(method: "weakref.WeakMethod") -> Callable[[List[bytes]], None]:
+def _forget_through(method: weakref.WeakMethod) -> Callable[[List[bytes]], None]:
     """The agent must not keep its client alive (so an unreferenced client gets closed)."""
 
     def forget(object_ids: List[bytes]) -> None:

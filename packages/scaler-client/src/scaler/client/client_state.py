@@ -81,6 +81,7 @@ class Outcome(enum.Enum):
     TASK_RESULT = "task_result"  # value: TaskResult with its payload inline
     TASK_ERROR = "task_error"  # value: the exception
     TASK_CANCELLED = "task_cancelled"
+    CANCEL_REFUSED = "cancel_refused"  # the scheduler could not cancel: a result will come
     REPLY_VALUE = "reply_value"
     REPLY_ERROR = "reply_error"
 
@@ -417,11 +418,15 @@ class ClientState:
             self._end_task(result.task_id, Outcome.TASK_RESULT, result)
 
     def _on_cancel_confirm(self, message: TaskCancelConfirm, now: float) -> None:
-        for task_id, cancelled in zip(message.task_ids, message.cancelled):
+        for task_id, cancelled in zip(message.task_ids, message.cancelled, strict=False):
             self._cancelling.discard(task_id)
             record = self._tasks.get(task_id)
-            if cancelled and record is not None and record.fetching is None:
+            if record is None or record.fetching is not None:
+                continue
+            if cancelled:
                 self._end_task(task_id, Outcome.TASK_CANCELLED, None)
+            else:
+                self._resolve(record.future, Outcome.CANCEL_REFUSED, None)
 
     def _on_shutdown_response(self, message: ClientShutdownResponse, now: float) -> None:
         if not self._shutdown_replies:
@@ -459,7 +464,7 @@ class ClientState:
             self._on_get_response(request, message, blobs)
 
     def _on_put_response(self, request: _StorageRequest, message: ObjectResponse) -> None:
-        statuses = dict(zip(message.object_ids, message.statuses))
+        statuses = dict(zip(message.object_ids, message.statuses, strict=False))
         for object_id in request.object_ids:
             status = statuses.get(object_id)
             if status == ObjectStatus.OK:
@@ -478,7 +483,7 @@ class ClientState:
     def _on_get_response(self, request: _StorageRequest, message: ObjectResponse, blobs: Sequence[bytes]) -> None:
         blob_iterator = iter(blobs)
         answered = set()
-        for object_id, status in zip(message.object_ids, message.statuses):
+        for object_id, status in zip(message.object_ids, message.statuses, strict=False):
             blob = next(blob_iterator, None) if status == ObjectStatus.OK else None
             answered.add(object_id)
             if blob is not None:

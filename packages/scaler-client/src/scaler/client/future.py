@@ -75,6 +75,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._payload: Optional[bytes] = None
         self._decode_error: Optional[BaseException] = None
         self._profiling: Optional[Profiling] = None
+        self._cancel_refused = False
 
     @property
     def task_id(self) -> bytes:
@@ -113,6 +114,8 @@ class ScalerFuture(concurrent.futures.Future):
         client = self._client
         if client is None:
             return self._set_cancelled()
+        with self._condition:
+            self._cancel_refused = False
         try:
             client._cancel_tasks([self._task_id])
         except Exception:  # the client is closed: the future was failed already
@@ -120,7 +123,7 @@ class ScalerFuture(concurrent.futures.Future):
         if client._in_agent_thread():  # e.g. from a done callback: the answer cannot arrive while we wait
             return self.cancelled()
         with self._condition:
-            self._condition.wait_for(self.done, timeout=self._cancel_wait_seconds)
+            self._condition.wait_for(lambda: self.done() or self._cancel_refused, timeout=self._cancel_wait_seconds)
         return self.cancelled()
 
     def profiling_info(self, timeout: Optional[float] = None) -> Profiling:
@@ -181,6 +184,11 @@ class ScalerFuture(concurrent.futures.Future):
             self.set_exception(error)
         except concurrent.futures.InvalidStateError:
             pass
+
+    def _set_cancel_refused(self) -> None:
+        with self._condition:
+            self._cancel_refused = True
+            self._condition.notify_all()
 
     def _set_cancelled(self) -> bool:
         return super().cancel()
