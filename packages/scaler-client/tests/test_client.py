@@ -289,17 +289,13 @@ def test_exception_that_cannot_be_unpickled_is_a_remote_task_error(scheduler, cl
     module.Err = error_type
     sys.modules["not_a_module_xy"] = module
     try:
-        payload = pickle.dumps((error_type("remote"), "traceback"))
+        payload = pickle.dumps((error_type("remote"), "Traceback: the remote frames"))
     finally:
         del sys.modules["not_a_module_xy"]
-    answer(
-        scheduler,
-        client,
-        TaskResult(future.task_id, 0, TaskStatus.FAILED, PayloadKind.INLINE, payload, error_text="Err: remote"),
-    )
-    with pytest.raises(RemoteTaskError, match="not_a_module_xy") as raised:
+    answer(scheduler, client, TaskResult(future.task_id, 0, TaskStatus.FAILED, PayloadKind.INLINE, payload))
+    with pytest.raises(RemoteTaskError, match=r"not_a_module_xy\.Err") as raised:
         future.result(timeout=10)
-    assert "Err: remote" in str(raised.value)
+    assert "the remote frames" in str(raised.value.__cause__)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import io
+import pickle
 from typing import Any, Generator, Optional
 
 import cloudpickle
@@ -45,15 +47,50 @@ def _remote_exception(payload: bytes, error_text: str) -> BaseException:
     try:
         exception, traceback_text = cloudpickle.loads(payload)
     except Exception as error:
-        return RemoteTaskError(
-            f"the task raised an exception that cannot be recreated on the client "
-            f"({type(error).__name__}: {error}): {error_text or 'no description'}"
-        )
+        return _unloadable_exception(payload, error, error_text)
     if not isinstance(exception, BaseException):
         return RemoteTaskError(f"the task failed with a non-exception {exception!r}: {error_text}")
     if traceback_text:
         exception.__cause__ = RemoteTraceback(str(traceback_text))
     return exception
+
+
+class _Missing:
+    """Stands for a class or function the client cannot import, so the rest of the pickle still loads."""
+
+    qualified_name = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _LenientUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception:
+            return type(name, (_Missing,), {"qualified_name": f"{module}.{name}"})
+
+
+def _unloadable_exception(payload: bytes, error: Exception, error_text: str) -> RemoteTaskError:
+    """A RemoteTaskError that names the exception the client cannot recreate, with its remote traceback."""
+    name, traceback_text = "", error_text
+    try:
+        exception, remote_traceback = _LenientUnpickler(io.BytesIO(payload)).load()
+        name = getattr(exception, "qualified_name", "") or type(exception).__qualname__
+        traceback_text = str(remote_traceback) or traceback_text
+    except Exception:
+        pass
+    what = f"exception {name}" if name else "an exception"
+    problem = RemoteTaskError(
+        f"the task raised {what}, which cannot be recreated on the client ({type(error).__name__}: {error})"
+    )
+    if traceback_text:
+        problem.__cause__ = RemoteTraceback(traceback_text)
+    return problem
 
 
 class ScalerFuture(concurrent.futures.Future):
