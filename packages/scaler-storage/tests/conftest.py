@@ -71,11 +71,12 @@ class StorageProcess:
 class Peer:
     """A DEALER socket speaking the protocol with raw frames."""
 
-    def __init__(self, context: zmq.Context, address: str, identity: bytes) -> None:
+    def __init__(self, context: zmq.Context, address: str, identity: bytes, receive_hwm: int = 1000) -> None:
         self.identity = identity
         self.socket = context.socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.IDENTITY, identity)
+        self.socket.setsockopt(zmq.RCVHWM, receive_hwm)  # before connect: libzmq applies it to new pipes
         self.socket.connect(address)
         self._next_request_id = 1
 
@@ -221,13 +222,18 @@ def small_storage(zmq_context: zmq.Context, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture
 def connect(zmq_context: zmq.Context) -> Iterator[Callable[..., Peer]]:
-    """``connect(server or address, hello=True, identity=None)`` -> a Peer, closed after the test."""
+    """``connect(server or address, hello=True, identity=None, receive_hwm=1000)`` -> a Peer, closed after the test."""
     peers: List[Peer] = []
 
-    def make(server: Union[StorageProcess, str], hello: bool = True, identity: Optional[bytes] = None) -> Peer:
+    def make(
+        server: Union[StorageProcess, str],
+        hello: bool = True,
+        identity: Optional[bytes] = None,
+        receive_hwm: int = 1000,
+    ) -> Peer:
         if identity is None:
             identity = b"C|test|" + str(os.getpid()).encode() + b"|" + os.urandom(6).hex().encode()
-        peer = Peer(zmq_context, server if isinstance(server, str) else server.address, identity)
+        peer = Peer(zmq_context, server if isinstance(server, str) else server.address, identity, receive_hwm)
         peers.append(peer)
         if hello:
             reply = peer.hello()

@@ -6,6 +6,7 @@ import hashlib
 import os
 import random
 import signal
+import time
 from typing import Any, Callable, List
 
 import pytest
@@ -271,3 +272,66 @@ def test_response_is_an_object_response_for_every_kind(storage, connect):
         reply, blobs = peer.request(request)
         assert isinstance(reply, ObjectResponse) and reply.request_id == 100 + kind and reply.kind == kind
         assert reply.statuses == [] and blobs == []
+
+
+def test_pipelined_requests_all_get_their_replies(storage, connect):
+    """A peer that sends many requests before reading any reply still gets every reply (none dropped at a HWM)."""
+    peer, watcher = connect(storage, receive_hwm=10), connect(storage)  # replies back up on the server's side
+    object_id, marker = ids.next_id(), ids.next_id()
+    me = owner()
+    payload = b"p" * (64 * 1024)  # large replies: the kernel's socket buffers hold only a few of them
+    assert peer.put(me, [(object_id, payload)]).statuses == [OK]
+    count = 1500  # more than ZeroMQ's default high-water mark of 1000 messages
+    for request_id in range(count):
+        peer.send(ObjectRequest(request_id=request_id, kind=ObjectRequestKind.GET, object_ids=[object_id]))
+    peer.send(ObjectRequest(request_id=count, kind=ObjectRequestKind.PUT, owner_id=me, object_ids=[marker]), [b"m"])
+    deadline = time.monotonic() + 60
+    while watcher.get([marker])[0].statuses != [OK]:  # the server has handled all of peer's requests
+        assert time.monotonic() < deadline, "the server did not handle the pipelined requests"
+    for request_id in range(count):
+        reply, blobs = peer.receive()
+        assert isinstance(reply, ObjectResponse) and reply.request_id == request_id, reply
+        assert reply.statuses == [OK] and len(blobs[0]) == len(payload)
+    reply, _ = peer.receive()
+    assert reply.request_id == count and reply.statuses == [OK]
+    peer.clear_owner(me)
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            line = next(line for line in status if line.startswith("VmRSS:"))
+    except OSError:
+        pytest.skip("needs Linux /proc to read a process's memory")
+    return int(line.split()[1]) * 1024
+
+
+def test_queued_get_replies_share_the_stored_payload(storage, connect):
+    """Zero-copy: 30 queued replies of a 20 MB object cost the server nothing like 30 copies (600 MB)."""
+    peer, watcher = connect(storage, receive_hwm=1), connect(storage)
+    object_id, marker = ids.next_id(), ids.next_id()
+    me = owner()
+    assert peer.put(me, [(object_id, b"z" * (20 << 20))]).statuses == [OK]
+    before = _rss_bytes(storage.process.pid)
+    for request_id in range(30):
+        peer.send(ObjectRequest(request_id=request_id, kind=ObjectRequestKind.GET, object_ids=[object_id]))
+    peer.send(ObjectRequest(request_id=30, kind=ObjectRequestKind.PUT, owner_id=me, object_ids=[marker]), [b"m"])
+    deadline = time.monotonic() + 60
+    while watcher.get([marker])[0].statuses != [OK]:  # the server has handled (and queued) all 30 gets
+        assert time.monotonic() < deadline, "the server did not handle the pipelined requests"
+    growth = _rss_bytes(storage.process.pid) - before
+    assert growth < 200 << 20, f"server memory grew by {growth >> 20} MiB for 30 queued replies of one object"
+    watcher.clear_owner(me)
+
+
+def test_small_objects_do_not_pin_receive_buffers(start_storage, connect):
+    """3,000 objects of 1,000 bytes, put one request at a time, cost about their size, not 8 KiB each."""
+    server = start_storage()
+    peer = connect(server)
+    me = owner()
+    peer.put(me, [(ids.next_id(), b"w" * 1000)])  # warm up allocator and sockets
+    before = _rss_bytes(server.process.pid)
+    for _ in range(3000):
+        assert peer.put(me, [(ids.next_id(), b"s" * 1000)]).statuses == [OK]
+    growth = _rss_bytes(server.process.pid) - before
+    assert growth < 15 << 20, f"server memory grew by {growth >> 20} MiB for 3 MB of small objects"

@@ -55,10 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Scaler object storage server: holds task data (functions, large arguments, results) for "
         "clients, workers and the scheduler.",
     )
-    # nargs="?": the address may come from --config instead (checked in main)
     parser.add_argument(
         "address",
-        nargs="?",
         type=_address_argument,
         help="address to bind, tcp://HOST:PORT or ipc://PATH (or `address` in the --config section)",
     )
@@ -89,8 +87,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parse_arguments(parser, CONFIG_SECTION, argv)
     except ConfigError as error:
         parser.error(str(error))
-    if args.address is None:
-        parser.error("the following arguments are required: address")
     for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
         value = getattr(args, option)
         if value is not None:

@@ -77,6 +77,10 @@ class ObjectStorageServer:
         socket = self._context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting under its ID takes over at once
+        # A ROUTER silently drops what is over a peer's send high-water mark, and a dropped reply leaves its
+        # requester waiting forever. Unlimited: a peer's queue holds only replies to what it asked for, and
+        # get replies reference the stored frames rather than copy them.
+        socket.setsockopt(zmq.SNDHWM, 0)
         try:
             socket.bind(self.address)
         except zmq.ZMQError as error:
