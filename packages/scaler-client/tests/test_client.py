@@ -546,3 +546,18 @@ def test_storage_used_is_the_one_the_scheduler_named(scheduler, storage, client)
     assert client.submit(add, 1) is not None
     wait_until(lambda: storage.messages(ObjectRequest), what="a put")
     assert isinstance(FakeStorage, type)
+
+
+def test_map_raises_a_late_task_failure_without_waiting_for_earlier_tasks(scheduler, client):
+    def fail_the_last_task():
+        tasks = wait_until(lambda: (lambda t: t if len(t) == 3 else None)(tasks_sent(scheduler)), what="3 tasks")
+        payload = cloudpickle.dumps((ValueError("last failed"), ""))
+        answer(scheduler, client, TaskResult(tasks[2].task_id, 0, TaskStatus.FAILED, PayloadKind.INLINE, payload))
+
+    helper = threading.Thread(target=fail_the_last_task)
+    helper.start()
+    with pytest.raises(ValueError, match="last failed"):  # the first two tasks never get a result
+        client.map(add, [(1,), (2,), (3,)])
+    helper.join(10)
+    (cancel,) = scheduler.wait_for(TaskCancel)
+    assert len(cancel.task_ids) == 2

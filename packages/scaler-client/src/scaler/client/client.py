@@ -92,7 +92,8 @@ class Client:
         except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             self._agent.abort(DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s"))
             raise DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s") from None
-        except BaseException:
+        except BaseException:  # refused, or interrupted while waiting
+            self._agent.abort(DisconnectedError("the client stopped before the scheduler answered"))
             self._agent.join(self._bounded_wait)
             raise
         self._finalizer = weakref.finalize(self, _close_unreferenced, self._agent)
@@ -172,6 +173,12 @@ class Client:
             if chunk:
                 self._agent.submit(chunk)
                 chunk = []
+            # Wake on the first failure, wherever it is in the map, not on the first in order.
+            _, not_done = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+            if not_done:
+                for future in futures:
+                    if future.done() and (future.cancelled() or future.exception() is not None):
+                        future.result()  # raises its exception (or CancelledError)
             return [future.result() for future in futures]
         except BaseException:
             sent = futures[: len(futures) - len(chunk)]
