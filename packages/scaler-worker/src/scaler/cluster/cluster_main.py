@@ -1,0 +1,78 @@
+"""The ``scaler_cluster`` command line: keep N workers of one scheduler alive on this host."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from scaler.protocol.errors import ScalerError
+from scaler.protocol.runtime import add_common_arguments, parse_arguments
+from scaler.worker.worker_config import add_worker_arguments
+
+CONFIG_SECTION = "cluster"
+
+
+def _default_workers() -> int:
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def _worker_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scaler_cluster",
+        description="Start N Scaler workers that connect to the scheduler at ADDRESS, and replace any that dies.",
+    )
+    parser.add_argument(
+        "--num-of-workers",
+        "-n",
+        type=_worker_count,
+        default=_default_workers(),
+        metavar="N",
+        help=f"number of workers (default: number of CPUs - 1, here {_default_workers()})",
+    )
+    add_worker_arguments(parser)
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from scaler.cluster.cluster import run_cluster
+
+    parser = build_parser()
+    try:
+        args = parse_arguments(parser, CONFIG_SECTION, argv)
+    except ScalerError as error:
+        parser.error(str(error))
+    try:
+        return run_cluster(
+            args.address,
+            args.num_of_workers,
+            per_worker_capabilities=args.per_worker_capabilities,
+            per_worker_queue_size=args.per_worker_queue_size,
+            heartbeat_interval_seconds=args.heartbeat_interval_seconds,
+            worker_timeout_seconds=args.worker_timeout_seconds,
+            task_inline_threshold=args.task_inline_threshold,
+            event_loop=args.event_loop,
+            logging_level=args.logging_level,
+            logging_paths=args.logging_paths,
+            die_with_parent_process=False,  # a cluster started from a shell outlives the shell (nohup, &)
+        )
+    except (ScalerError, ValueError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except KeyboardInterrupt:  # SIGINT before the supervisor took over the signal
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
