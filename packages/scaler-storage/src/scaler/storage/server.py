@@ -103,7 +103,11 @@ class ObjectStorageServer:
         try:
             while not self._stop_requested:
                 frames = await self._socket.recv_multipart(copy=False)
-                await self._on_frames(frames)
+                try:
+                    await self._on_frames(frames)
+                except Exception:  # one bad message never stops the loop
+                    sender = show(frames[0].bytes) if frames else "an unknown peer"
+                    logger.exception(f"ObjectStorageServer: drop message from {sender}: handling failed")
         except asyncio.CancelledError:
             if not self._stop_requested:
                 raise
@@ -148,13 +152,7 @@ class ObjectStorageServer:
             logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
             return
         blobs = [blob.bytes if len(blob) < _COPY_PAYLOADS_BELOW_BYTES else blob for blob in blobs]
-        try:
-            replies = self.store.handle(peer_id, message, blobs)
-        except Exception:
-            logger.exception(
-                f"ObjectStorageServer: drop {message_name(type(message))} from {show(peer_id)}: handling failed"
-            )
-            return
+        replies = self.store.handle(peer_id, message, blobs)
         for reply in replies:
             await self._send(reply)
 
@@ -162,7 +160,7 @@ class ObjectStorageServer:
         assert self._socket is not None
         try:
             frames: List[Any] = [reply.peer_id, *codec.encode(reply.message, reply.blobs)]
-            # A ROUTER socket never blocks a send: a gone or slow peer's messages are dropped by ZeroMQ.
+            # A ROUTER socket never blocks a send: a gone peer's messages are dropped, a slow peer's queued.
             await self._socket.send_multipart(frames, copy=False)
         except (zmq.ZMQError, ValueError, TypeError) as error:
             logger.warning(
