@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent
 
 # The CI selection: every distribution alone on 3.11, the client (the one distribution that
 # promises every platform and version) also on the oldest and newest Python, the integration
-# suite, and lint. The rest of the matrix is one `dev.py test ENV` away.
+# suite, the client installed alone against a cluster, and lint. The rest of the matrix is one
+# `dev.py test ENV` away.
 CI_ENVS = [
     "py311-protocol",
     "py311-client",
@@ -32,6 +33,7 @@ CI_ENVS = [
     "py310-client",
     "py313-client",
     "py311-integration",
+    "client-alone",  # after py311-integration: it runs the cluster from that environment
     "lint",
 ]
 
