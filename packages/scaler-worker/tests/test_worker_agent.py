@@ -303,3 +303,15 @@ def test_concurrent_cloudpickle_function_cache(driver: TaskDriver):
     for n, task in enumerate(batch):
         expected = [n, ((n,), {}), pid][n % 3]
         assert driver.value(task.task_id) == expected
+
+
+def test_a_task_waiting_in_the_client_lets_the_next_task_run(driver: TaskDriver, tmp_path):
+    """A nested task waits for a task queued behind it on the same worker: no deadlock."""
+    release = str(tmp_path / "release")
+    parent = driver.task(tasks.wait_in_client, release)
+    child = driver.task(tasks.create_file, release)
+    driver.send(parent, child)
+    assert driver.value(child.task_id) == "created"
+    assert driver.value(parent.task_id) == "released"
+    # and the worker is back to normal
+    assert driver.value(driver.submit(tasks.add, 1, 1)) == 2

@@ -9,13 +9,14 @@ import pytest
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError
-from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, ProcessorResult
+from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, ProcessorBlocked, ProcessorResult
 from scaler.worker.worker_state import (
     RunTask,
     SendToScheduler,
     SendToStorage,
     StartProcessor,
     StartTaskTimer,
+    StopProcessor,
     WorkerState,
 )
 
@@ -57,6 +58,7 @@ class Harness:
         self.storage: Dict[bytes, bytes] = {FUNCTION: b"function bytes"}
         self.running: Dict[int, RunTask] = {}
         self.started: List[int] = []
+        self.stopped: List[Tuple[int, bool]] = []
         self.timers: List[StartTaskTimer] = []
         self.to_scheduler: List[Any] = []
         self.gets: List[m.ObjectRequest] = []
@@ -67,6 +69,11 @@ class Harness:
         for effect in effects:
             if isinstance(effect, StartProcessor):
                 self.started.append(effect.processor_id)
+                self.running.pop(effect.processor_id, None)
+            elif isinstance(effect, StopProcessor):
+                assert effect.processor_id in self.started
+                self.stopped.append((effect.processor_id, effect.kill))
+                assert effect.kill or effect.processor_id not in self.running, "a busy processor is only killed"
                 self.running.pop(effect.processor_id, None)
             elif isinstance(effect, RunTask):
                 assert effect.processor_id not in self.running, "two tasks at once on one processor"
@@ -127,6 +134,10 @@ class Harness:
         run = self.running.pop(processor_id)
         result = ProcessorResult(run.task.task_id, status, payload, text, None)
         self.step(self.state.on_processor_result(processor_id, result))
+
+    def block(self, processor_id: int = 0, blocked: bool = True) -> None:
+        notice = ProcessorBlocked(self.running[processor_id].task.task_id, blocked)
+        self.step(self.state.on_processor_message(processor_id, notice))
 
     def results(self) -> List[m.TaskResult]:
         found = [r for message in self.to_scheduler if isinstance(message, m.TaskResultBatch) for r in message.results]
@@ -498,13 +509,106 @@ def test_counts_for_heartbeats():
     assert (h.state.queued_count, h.state.running_count) == (0, 0)
 
 
+# ----------------------------------------------------------------------------- nested tasks
+
+
+def test_a_blocked_task_frees_the_slot_for_the_next_one_on_a_new_processor():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    assert h.running_task(0) == task_id(1) and h.started == [0]
+    h.block(0)
+    assert h.started == [0, 1]
+    assert h.running_task(1) == task_id(2)
+    assert h.running[1].task.function == b"function bytes"  # a new processor: its cache is empty
+    assert (h.state.running_count, h.state.blocked_count, h.state.queued_count) == (2, 1, 0)
+    h.finish(1)
+    assert h.stopped == []  # one idle processor is kept
+    h.block(0, blocked=False)
+    h.finish(0)
+    assert h.stopped == [(1, False)]  # the second idle one is stopped
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)]
+
+
+def test_nested_tasks_of_any_depth_progress_on_one_worker():
+    """A parent waits for its child, which waits for its child...: each waiting task frees the slot."""
+    h = Harness()
+    depth = 10
+    h.assign(make_task(0))
+    h.answer_gets()
+    for level in range(1, depth):
+        processor = next(p for p, run in h.running.items() if run.task.task_id == task_id(level - 1))
+        h.block(processor)  # the task of this level submitted its child and waits for it
+        h.assign(make_task(level))
+        h.answer_gets()
+        assert task_id(level) in {run.task.task_id for run in h.running.values()}
+    assert h.state.blocked_count == depth - 1
+    for level in reversed(range(depth)):  # the deepest finishes first, then each parent in turn
+        processor = next(p for p, run in h.running.items() if run.task.task_id == task_id(level))
+        if level < depth - 1:
+            h.block(processor, blocked=False)
+        h.finish(processor)
+    assert len(h.results()) == depth
+    assert len(h.started) - len(h.stopped) == 1  # back to one processor
+
+
+def test_blocked_processors_are_bounded():
+    h = Harness(max_processors=2)
+    h.assign(make_task(1), make_task(2), make_task(3))
+    h.answer_gets()
+    h.block(0)
+    h.block(1)
+    assert h.started == [0, 1]
+    assert h.state.queued_count == 1  # waits for a processor
+
+
+def test_an_unblocked_task_runs_beside_the_one_that_took_its_slot():
+    h = Harness()
+    h.assign(make_task(1), make_task(2), make_task(3))
+    h.answer_gets()
+    h.block(0)
+    h.block(0, blocked=False)
+    assert set(h.running) == {0, 1}
+    h.finish(1)
+    assert h.running_task(1) is None  # both were busy: task 3 waits for the slot
+    h.finish(0)
+    h.answer_gets()
+    assert task_id(3) in {run.task.task_id for run in h.running.values()}
+
+
+def test_cancel_of_a_blocked_task_stops_its_processor_without_replacing_it():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    h.block(0)
+    h.step(h.state.on_task_cancel(m.TaskCancel([task_id(1)])))
+    assert h.stopped == [(0, True)]
+    assert h.started == [0, 1]
+    assert h.running_task(1) == task_id(2)
+
+
+def test_blocked_notice_of_a_finished_task_is_ignored():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    stale = ProcessorBlocked(task_id(1), True)
+    h.finish(0)
+    h.answer_gets()
+    h.step(h.state.on_processor_message(0, stale))
+    assert h.started == [0] and h.state.blocked_count == 0
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_random_event_sequences_answer_every_task_exactly_once(seed):
     """Whatever happens, every assigned task gets exactly one result or one cancel confirmation."""
     import random
 
     rng = random.Random(seed)
-    h = Harness(inline_threshold_bytes=rng.choice([0, 4, 1 << 20]), prefetch_tasks=rng.randint(1, 4))
+    h = Harness(
+        inline_threshold_bytes=rng.choice([0, 4, 1 << 20]),
+        prefetch_tasks=rng.randint(1, 4),
+        max_processors=rng.randint(1, 4),
+    )
     h.storage[b"S" * 16] = b"serializer"
     assigned = set()
     answered: Dict[bytes, int] = {}
@@ -523,10 +627,15 @@ def test_random_event_sequences_answer_every_task_exactly_once(seed):
             h.answer_gets()
         elif action < 0.6:
             h.answer_puts(rng.choice([m.ObjectStatus.OK, m.ObjectStatus.STORAGE_FULL]))
-        elif action < 0.75 and h.running_task() is not None:
-            h.finish(status=rng.choice([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED]), payload=b"abcdef")
+        elif action < 0.75 and h.running:
+            processor = rng.choice(sorted(h.running))
+            status = rng.choice([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED])
+            h.finish(processor, status=status, payload=b"abcdef")
+        elif action < 0.78 and h.running:
+            h.block(rng.choice(sorted(h.running)), blocked=rng.random() < 0.7)
         elif action < 0.8:
-            h.step(h.state.on_processor_died(0, "processor was killed by signal SIGKILL"))
+            processor = rng.choice(h.state.processor_ids)
+            h.step(h.state.on_processor_died(processor, "processor was killed by signal SIGKILL"))
         elif action < 0.9 and assigned:
             ids = rng.sample(sorted(assigned), min(len(assigned), 2))
             h.step(h.state.on_task_cancel(m.TaskCancel(ids)))
@@ -545,11 +654,12 @@ def test_random_event_sequences_answer_every_task_exactly_once(seed):
     for _ in range(500):
         h.answer_gets()
         h.answer_puts()
-        if h.running_task() is not None:
-            h.finish()
+        for processor in sorted(h.running):
+            h.finish(processor)
         for result in h.results():
             answered[result.task_id] = answered.get(result.task_id, 0) + 1
         if h.state.queued_count == 0 and h.state.running_count == 0 and not h.puts and not h.gets:
             break
     assert all(count == 1 for count in answered.values()), answered
     assert set(answered) == assigned
+    assert len(h.state.processor_ids) == 1 and set(h.started) - {p for p, _ in h.stopped} == set(h.state.processor_ids)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import tracemalloc
 from multiprocessing.connection import Connection
+from types import FrameType
 from typing import Any, Dict, List, Optional
 
 import cloudpickle
@@ -26,7 +28,14 @@ import cloudpickle
 from scaler.protocol.messages import TaskStatus
 from scaler.worker.lru_cache import LRUCache
 from scaler.worker.parent_death import die_with_parent
-from scaler.worker.processor_protocol import ProcessorResult, ProcessorTask
+from scaler.worker.processor_protocol import (
+    BLOCKED_AFTER_SECONDS,
+    BLOCKED_CHECK_INTERVAL_SECONDS,
+    CLIENT_MODULE_PREFIX,
+    ProcessorBlocked,
+    ProcessorResult,
+    ProcessorTask,
+)
 from scaler.worker.task_failure import failure_payload
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
@@ -83,17 +92,90 @@ def run_processor(
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
     processor = _Processor(function_cache_capacity, serializer_cache_capacity)
+    watcher = _BlockingWatcher(connection)
+    watcher.start()
     while True:
         try:
             task = connection.recv()
         except (EOFError, OSError):  # the agent closed the pipe or is gone
             return
+        watcher.task_started(task.task_id)
         result = processor.run(task)
         _flush_standard_streams()
         try:
-            connection.send(result)
+            watcher.task_finished(result)
         except (BrokenPipeError, OSError):
             return
+
+
+class _BlockingWatcher(threading.Thread):
+    """Tells the agent when the running task waits inside the Scaler client, and when it runs again.
+
+    A task that submitted tasks and waits for their results holds no CPU; the
+    agent may then run a queued task (maybe one of those children) on another
+    processor. The main thread's stack is sampled every few tens of
+    milliseconds while a task runs; nothing is sampled between tasks.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        super().__init__(name="blocking-watcher", daemon=True)
+        self._connection = connection
+        self._lock = threading.Lock()  # the Pipe is written by this thread and the main thread
+        self._running = threading.Event()
+        self._task_id: Optional[bytes] = None
+        self._main_thread_id = threading.main_thread().ident
+
+    def task_started(self, task_id: bytes) -> None:
+        with self._lock:
+            self._task_id = task_id
+        self._running.set()
+
+    def task_finished(self, result: ProcessorResult) -> None:
+        with self._lock:
+            self._task_id = None
+            self._running.clear()
+            self._connection.send(result)
+
+    def run(self) -> None:
+        inside_since: Optional[float] = None
+        blocked = False
+        watched: Optional[bytes] = None
+        while True:
+            self._running.wait()
+            time.sleep(BLOCKED_CHECK_INTERVAL_SECONDS)
+            task_id = self._task_id
+            if task_id != watched:  # a new task: start afresh
+                watched, inside_since, blocked = task_id, None, False
+            if task_id is None:
+                continue
+            now = time.monotonic()
+            if _inside_client(sys._current_frames().get(self._main_thread_id)):
+                if inside_since is None:
+                    inside_since = now
+                if blocked or now - inside_since < BLOCKED_AFTER_SECONDS:
+                    continue
+                blocked = True
+            else:
+                inside_since = None
+                if not blocked:
+                    continue
+                blocked = False
+            with self._lock:
+                if self._task_id != task_id:  # finished meanwhile: its result is sent, say nothing more
+                    continue
+                try:
+                    self._connection.send(ProcessorBlocked(task_id, blocked))
+                except (OSError, ValueError):
+                    return
+
+
+def _inside_client(frame: Optional[FrameType]) -> bool:
+    while frame is not None:
+        name = frame.f_globals.get("__name__")
+        if isinstance(name, str) and (name == CLIENT_MODULE_PREFIX or name.startswith(CLIENT_MODULE_PREFIX + ".")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _Processor:

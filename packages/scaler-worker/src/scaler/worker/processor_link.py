@@ -14,14 +14,13 @@ import multiprocessing
 import os
 import signal
 from multiprocessing.connection import Connection
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from scaler.protocol.errors import DisconnectedError
 from scaler.worker.processor import processor_exit_cause, run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     SERIALIZER_CACHE_CAPACITY,
-    ProcessorResult,
     ProcessorTask,
 )
 
@@ -69,9 +68,9 @@ class ProcessorLink:
         except (OSError, ValueError) as error:  # BrokenPipeError, or the connection is already closed
             raise DisconnectedError(f"processor {self.processor_id} is gone: {error}") from None
 
-    def receive_ready(self) -> List[ProcessorResult]:
-        """The results that arrived; raise DisconnectedError once the Pipe is closed (the processor ended)."""
-        results: List[ProcessorResult] = []
+    def receive_ready(self) -> List[Any]:
+        """The results and notices that arrived; raise DisconnectedError once the Pipe is closed (it ended)."""
+        results: List[Any] = []
         connection = self.connection
         try:
             while connection.poll():

@@ -3,7 +3,11 @@
 The agent sends one `ProcessorTask` at a time and waits for its `ProcessorResult`.
 A function or serializer travels as bytes only the first time a processor needs
 it; afterwards its ID alone refers to the processor's cached copy (see
-`lru_cache.LRUCache`).
+`lru_cache.LRUCache`). While a task runs, the processor may also send
+`ProcessorBlocked` notices: the task is waiting inside the Scaler client
+(typically on the results of tasks it submitted), so its processor does not
+use the worker's slot and another processor may run a queued task meanwhile
+(this is what keeps nested tasks from deadlocking the cluster).
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ from typing import List, NamedTuple, Optional, Tuple
 
 FUNCTION_CACHE_CAPACITY = 128
 SERIALIZER_CACHE_CAPACITY = 16
+
+# a task that has been inside the Scaler client (module scaler.client...) for this long is waiting on it
+BLOCKED_AFTER_SECONDS = 0.1
+BLOCKED_CHECK_INTERVAL_SECONDS = 0.05
+CLIENT_MODULE_PREFIX = "scaler.client"
 
 
 class ProcessorTask(NamedTuple):
@@ -22,6 +31,11 @@ class ProcessorTask(NamedTuple):
     serializer: Optional[bytes]  # cloudpickled serializer; None: the processor holds it already (or cloudpickle)
     arguments: List[Tuple[str, bytes]]  # (name, serialized value); name "" is positional
     profiling: bool
+
+
+class ProcessorBlocked(NamedTuple):
+    task_id: bytes
+    blocked: bool  # True: waiting inside the Scaler client; False: running again
 
 
 class ProcessorResult(NamedTuple):

@@ -38,6 +38,7 @@ from scaler.worker.worker_state import (
     SendToStorage,
     StartProcessor,
     StartTaskTimer,
+    StopProcessor,
     WorkerState,
 )
 
@@ -81,6 +82,7 @@ class WorkerAgent:
             SendToScheduler: self._send_to_scheduler,
             SendToStorage: self._send_to_storage,
             StartProcessor: self._start_processor,
+            StopProcessor: self._stop_processor,
             RunTask: self._run_task,
             StartTaskTimer: self._start_task_timer,
         }
@@ -286,8 +288,8 @@ class WorkerAgent:
                 processor_cpu=processor_cpu,
                 processor_rss_bytes=processor_rss,
                 queued_tasks=self._state.queued_count,
-                running_tasks=self._state.running_count,
-                suspended_tasks=0,
+                running_tasks=self._state.running_count - self._state.blocked_count,
+                suspended_tasks=self._state.blocked_count,
             )
             self._send_to_scheduler(SendToScheduler(heartbeat))
             self._perform(self._state.on_tick(now))
@@ -341,6 +343,18 @@ class WorkerAgent:
             self._usage.watch_processor(link.pid)
         logger.debug(f"{self._name}: started processor {effect.processor_id} (pid {link.pid})")
 
+    def _stop_processor(self, effect: StopProcessor) -> None:
+        link = self._processors.pop(effect.processor_id, None)
+        if link is None:
+            return
+        self._unwatch(link)
+        if effect.kill:
+            link.kill()
+        else:
+            link.terminate()  # an idle processor: nothing to lose
+        self._reap_later(link)
+        logger.debug(f"{self._name}: stopped processor {effect.processor_id} (pid {link.pid})")
+
     def _unwatch(self, link: ProcessorLink) -> None:
         assert self._loop is not None
         try:
@@ -388,8 +402,8 @@ class WorkerAgent:
             assert self._loop is not None
             self._loop.remove_reader(link.connection.fileno())  # its sentinel reports the end
             return
-        for result in results:
-            self._perform(self._state.on_processor_result(link.processor_id, result))
+        for message in results:
+            self._perform(self._state.on_processor_message(link.processor_id, message))
         self._schedule_flush()
 
     def _on_processor_ended(self, link: ProcessorLink) -> None:

@@ -15,6 +15,13 @@ A task goes QUEUED -> STAGED (what it needs is being fetched) -> RUNNING ->
 (STORING, while a large result is put in storage) -> done. The queue runs the
 highest priority first, then first come first served. A few tasks ahead are
 staged so that their data is fetched while the processor is busy.
+
+The worker has one slot: one task runs at a time. A task that waits inside the
+Scaler client (on tasks it submitted: a nested task) is "blocked" and does not
+hold the slot: another processor is started for the next queued task, up to
+`MAX_PROCESSORS`. Since a waiting parent never holds the slot its children
+need, nested tasks cannot deadlock the cluster, whatever their depth. Idle
+processors beyond the one kept warm are stopped.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import itertools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
@@ -34,6 +41,7 @@ from scaler.worker.lru_cache import LRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     SERIALIZER_CACHE_CAPACITY,
+    ProcessorBlocked,
     ProcessorResult,
     ProcessorTask,
 )
@@ -45,6 +53,8 @@ DEFAULT_STORAGE_TIMEOUT_SECONDS = 60.0
 DEFAULT_PREFETCH_TASKS = 4
 # the agent keeps more functions than a processor, so a restarted processor rarely costs a storage round trip
 AGENT_FUNCTION_CACHE_CAPACITY = 4 * FUNCTION_CACHE_CAPACITY
+# processors of one worker at most: 1 running + blocked ones (nested tasks waiting for their children)
+MAX_PROCESSORS = 64
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +75,17 @@ class SendToStorage:
 
 @dataclass(slots=True)
 class StartProcessor:
-    """Start a processor in this slot, killing the one that is there, if any."""
+    """Start a processor under this ID, killing the one that is there, if any."""
 
     processor_id: int
+
+
+@dataclass(slots=True)
+class StopProcessor:
+    """End the processor with this ID and forget it: SIGKILL when ``kill`` (it runs a task), else a polite stop."""
+
+    processor_id: int
+    kill: bool
 
 
 @dataclass(slots=True)
@@ -86,6 +104,7 @@ class StartTaskTimer:
 
 
 Effect = Any  # one of the classes above
+ProcessorMessage = Union[ProcessorResult, ProcessorBlocked]
 
 
 # ----------------------------------------------------------------------------- state
@@ -125,11 +144,12 @@ class _Entry:
 class _Slot:
     """A processor as the agent sees it: what runs there, and a mirror of its caches."""
 
-    __slots__ = ("processor_id", "task_id", "run", "functions", "serializers")
+    __slots__ = ("processor_id", "task_id", "blocked", "run", "functions", "serializers")
 
     def __init__(self, processor_id: int) -> None:
         self.processor_id = processor_id
         self.task_id: Optional[bytes] = None
+        self.blocked = False  # its task waits inside the Scaler client
         self.run = 0  # counts dispatches and restarts, so a stale timer is recognised
         self.functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
         self.serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
@@ -142,12 +162,14 @@ class WorkerState:
         inline_threshold_bytes: int = DEFAULT_INLINE_THRESHOLD_BYTES,
         storage_timeout_seconds: float = DEFAULT_STORAGE_TIMEOUT_SECONDS,
         prefetch_tasks: int = DEFAULT_PREFETCH_TASKS,
-        processors: int = 1,
+        max_processors: int = MAX_PROCESSORS,
     ) -> None:
         self._inline_threshold = inline_threshold_bytes
         self._storage_timeout = storage_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
-        self._slots: Dict[int, _Slot] = {index: _Slot(index) for index in range(processors)}
+        self._max_processors = max(1, max_processors)
+        self._processor_ids = itertools.count()
+        self._slots: Dict[int, _Slot] = {}
 
         self._tasks: Dict[bytes, _Entry] = {}
         self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, order, task_id), lazily pruned
@@ -180,7 +202,9 @@ class WorkerState:
     # ------------------------------------------------------------------------- entry points
 
     def start(self) -> List[Effect]:
-        return [StartProcessor(slot.processor_id) for slot in self._slots.values()]
+        out: List[Effect] = []
+        self._new_slot(out)
+        return out
 
     def handles(self, message_type: type) -> bool:
         return message_type in self._scheduler_handlers
@@ -216,7 +240,7 @@ class WorkerState:
                 cancelled.append(False)
                 continue
             if entry.phase is _Phase.RUNNING:
-                self._restart(self._slots[entry.processor_id], out)
+                self._end_processor(self._slots[entry.processor_id], out)
             self._remove(entry)
             cancelled.append(True)
         self._to_scheduler.append(m.TaskCancelConfirm(list(cancel.task_ids), cancelled))
@@ -255,6 +279,12 @@ class WorkerState:
         self._fill(out)
         return out
 
+    def on_processor_message(self, processor_id: int, message: ProcessorMessage) -> List[Effect]:
+        """A `ProcessorResult` or a `ProcessorBlocked` notice from a processor."""
+        if type(message) is ProcessorBlocked:
+            return self.on_processor_blocked(processor_id, message.task_id, message.blocked)
+        return self.on_processor_result(processor_id, message)
+
     def on_processor_result(self, processor_id: int, result: ProcessorResult) -> List[Effect]:
         out: List[Effect] = []
         self._take_result(processor_id, result)
@@ -262,19 +292,32 @@ class WorkerState:
         return out
 
     def on_processor_died(
-        self, processor_id: int, cause: str, last_results: Iterable[ProcessorResult] = ()
+        self, processor_id: int, cause: str, last_results: Iterable[ProcessorMessage] = ()
     ) -> List[Effect]:
         """The processor ended on its own (crash, signal, exit) after writing ``last_results``: the task it was
         running, if any, died with it."""
         out: List[Effect] = []
         for result in last_results:
-            self._take_result(processor_id, result)
-        slot = self._slots[processor_id]
+            if type(result) is ProcessorResult:
+                self._take_result(processor_id, result)
+        slot = self._slots.get(processor_id)
+        if slot is None:
+            return out
         task_id = slot.task_id
-        self._restart(slot, out)
+        self._end_processor(slot, out)
         if task_id is not None:
             entry = self._tasks[task_id]
             self._finish(entry, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", cause, m.Profiling())
+        self._fill(out)
+        return out
+
+    def on_processor_blocked(self, processor_id: int, task_id: bytes, blocked: bool) -> List[Effect]:
+        """The task on this processor waits inside the Scaler client (``blocked``), or runs again."""
+        out: List[Effect] = []
+        slot = self._slots.get(processor_id)
+        if slot is None or slot.task_id != task_id:
+            return out  # it finished meanwhile
+        slot.blocked = blocked
         self._fill(out)
         return out
 
@@ -284,7 +327,7 @@ class WorkerState:
         if slot is None or slot.run != run or slot.task_id is None:
             return out  # the task finished, or was cancelled, in time
         entry = self._tasks[slot.task_id]
-        self._restart(slot, out)
+        self._end_processor(slot, out)
         timeout = entry.task.timeout_seconds
         self._fail(entry, TimeoutError(f"task {entry.task.task_id.hex()} exceeded its timeout of {timeout:g} seconds"))
         self._fill(out)
@@ -350,8 +393,17 @@ class WorkerState:
     def running_count(self) -> int:
         return sum(1 for slot in self._slots.values() if slot.task_id is not None)
 
+    @property
+    def blocked_count(self) -> int:
+        return sum(1 for slot in self._slots.values() if slot.blocked)
+
+    @property
+    def processor_ids(self) -> List[int]:
+        return list(self._slots)
+
     def running_task(self, processor_id: int) -> Optional[bytes]:
-        return self._slots[processor_id].task_id
+        slot = self._slots.get(processor_id)
+        return slot.task_id if slot is not None else None
 
     def phase_of(self, task_id: bytes) -> Optional[str]:
         entry = self._tasks.get(task_id)
@@ -368,9 +420,19 @@ class WorkerState:
     # ------------------------------------------------------------------------- scheduling
 
     def _fill(self, out: List[Effect]) -> None:
-        for slot in self._slots.values():
-            if slot.task_id is None:
-                self._run_next(slot, out)
+        slots = self._slots
+        while sum(1 for s in slots.values() if s.task_id is not None and not s.blocked) < 1:
+            slot = next((s for s in slots.values() if s.task_id is None), None)
+            if slot is None:
+                if len(slots) >= self._max_processors or (not self._staged and self._peek_queue() is None):
+                    break
+                slot = self._new_slot(out)
+            if not self._run_next(slot, out):
+                break
+        idle = [s for s in slots.values() if s.task_id is None]
+        for slot in idle[1:]:  # one idle processor is kept warm
+            del slots[slot.processor_id]
+            out.append(StopProcessor(slot.processor_id, kill=False))
         while len(self._staged) < self._prefetch:
             entry = self._peek_queue()
             if entry is None:
@@ -378,17 +440,24 @@ class WorkerState:
             heapq.heappop(self._queue)
             self._stage(entry)
 
-    def _run_next(self, slot: _Slot, out: List[Effect]) -> None:
+    def _run_next(self, slot: _Slot, out: List[Effect]) -> bool:
+        """Dispatch the best waiting task to ``slot`` if it has all it needs; whether it did."""
         while True:
             entry = self._best_candidate()
             if entry is None:
-                return
+                return False
             if entry.phase is not _Phase.STAGED:  # failed while staging
                 continue
             if self._request_missing(entry, slot):
-                return  # strict priority order: wait for what the best task needs
+                return False  # strict priority order: wait for what the best task needs
             self._dispatch(entry, slot, out)
-            return
+            return True
+
+    def _new_slot(self, out: List[Effect]) -> _Slot:
+        slot = _Slot(next(self._processor_ids))
+        self._slots[slot.processor_id] = slot
+        out.append(StartProcessor(slot.processor_id))
+        return slot
 
     def _best_candidate(self) -> Optional[_Entry]:
         best = min(self._staged.values(), key=_run_order, default=None)
@@ -479,6 +548,7 @@ class WorkerState:
         entry.phase = _Phase.RUNNING
         entry.processor_id = slot.processor_id
         slot.task_id = task.task_id
+        slot.blocked = False
         slot.run += 1
         out.append(
             RunTask(
@@ -491,9 +561,15 @@ class WorkerState:
         if task.timeout_seconds > 0:
             out.append(StartTaskTimer(slot.processor_id, slot.run, task.timeout_seconds))
 
-    def _restart(self, slot: _Slot, out: List[Effect]) -> None:
+    def _end_processor(self, slot: _Slot, out: List[Effect]) -> None:
+        """The processor in ``slot`` is killed (or already dead): replace it if it was the last one."""
         slot.task_id = None
+        slot.blocked = False
         slot.run += 1
+        if len(self._slots) > 1:
+            del self._slots[slot.processor_id]
+            out.append(StopProcessor(slot.processor_id, kill=True))
+            return
         slot.functions.clear()
         slot.serializers.clear()
         out.append(StartProcessor(slot.processor_id))
@@ -505,6 +581,7 @@ class WorkerState:
             return
         entry = self._tasks[result.task_id]
         slot.task_id = None
+        slot.blocked = False
         profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
         status = m.TaskStatus(result.status)
         if status == m.TaskStatus.SUCCESS and len(result.payload) > self._inline_threshold:
@@ -584,9 +661,10 @@ class WorkerState:
         if phase is _Phase.QUEUED or phase is _Phase.STAGED:
             self._waiting_count -= 1
         elif phase is _Phase.RUNNING:
-            slot = self._slots[entry.processor_id]
-            if slot.task_id == entry.task.task_id:
+            slot = self._slots.get(entry.processor_id)
+            if slot is not None and slot.task_id == entry.task.task_id:
                 slot.task_id = None
+                slot.blocked = False
 
     def _finish(
         self,
