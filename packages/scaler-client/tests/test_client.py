@@ -184,6 +184,14 @@ def test_capabilities_travel_with_the_task(scheduler, client):
     assert [a.name for a in task.arguments] == ["", "b"]
 
 
+def test_bad_capabilities_are_refused_before_anything_is_sent(client):
+    with pytest.raises(TypeError, match="capabilities"):
+        client.submit_verbose(add, (1,), {}, capabilities={"gpu": "yes"})
+    with pytest.raises(ValueError, match="64-bit"):
+        client.submit_verbose(add, (1,), {}, capabilities={"gpu": 2**64})
+    assert client.connected
+
+
 def test_large_argument_goes_through_storage_and_is_deleted_after_the_result(running_client, storage):
     big = b"x" * (INLINE_ARGUMENT_LIMIT + 1)
     assert running_client.submit(len, big).result(timeout=10) == len(big)
@@ -561,3 +569,18 @@ def test_map_raises_a_late_task_failure_without_waiting_for_earlier_tasks(schedu
     helper.join(10)
     (cancel,) = scheduler.wait_for(TaskCancel)
     assert len(cancel.task_ids) == 2
+
+
+def test_functions_forgotten_by_the_cache_are_deleted_from_storage(
+    running_client, executing_scheduler, storage, monkeypatch
+):
+    import scaler.client.client as client_module
+    import scaler.client.client_state as state_module
+
+    monkeypatch.setattr(client_module, "_FUNCTION_CACHE_LIMIT", 2)
+    monkeypatch.setattr(state_module, "RELEASE_GRACE_SECONDS", 0.0)
+    functions = [lambda n=n: n for n in range(3)]  # three distinct function objects
+    assert [running_client.submit(function).result(timeout=10) for function in functions] == [0, 1, 2]
+    first_function_id = tasks_sent(executing_scheduler)[0].function_id
+    wait_until(lambda: first_function_id not in storage.objects, what="the forgotten function deleted")
+    assert running_client.submit(functions[0]).result(timeout=10) == 0  # put again when needed again

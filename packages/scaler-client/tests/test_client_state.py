@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.client.client_state import ClientState, Outcome, Phase, Submission
+from scaler.client.client_state import RELEASE_GRACE_SECONDS, ClientState, Outcome, Phase, Submission
 from scaler.protocol.errors import (
     DisconnectedError,
     ObjectNotFoundError,
@@ -320,6 +320,34 @@ def test_result_of_an_unknown_task_is_dropped():
     result = TaskResult(task_id=tid(9), status=TaskStatus.SUCCESS, payload_kind=PayloadKind.INLINE, payload=b"x")
     state.on_scheduler_message(TaskResultBatch(results=[result]), [], 0.0)
     assert state.take_effects(0.0).resolutions == []
+
+
+def test_released_function_is_deleted_once_no_task_names_it_and_its_grace_is_over():
+    state = connected()
+    acknowledge_function(state)
+    state.submit([submission(1)], 0.0)
+    state.release([FUNCTION], 0.0)
+    state.take_effects(0.0)
+    state.on_scheduler_message(ClientHeartbeatEcho(), [], RELEASE_GRACE_SECONDS)
+    state.tick(RELEASE_GRACE_SECONDS)
+    assert storage_requests(state.take_effects(RELEASE_GRACE_SECONDS), ObjectRequestKind.DELETE) == []
+    result = TaskResult(task_id=tid(1), status=TaskStatus.SUCCESS, payload_kind=PayloadKind.INLINE)
+    state.on_scheduler_message(TaskResultBatch(results=[result]), [], RELEASE_GRACE_SECONDS)
+    state.tick(RELEASE_GRACE_SECONDS)
+    ((delete, _),) = storage_requests(state.take_effects(RELEASE_GRACE_SECONDS), ObjectRequestKind.DELETE)
+    assert delete.object_ids == [FUNCTION]
+
+
+def test_released_function_waits_for_its_grace_period():
+    state = connected()
+    acknowledge_function(state)
+    state.release([FUNCTION], 0.0)
+    state.tick(RELEASE_GRACE_SECONDS / 2)
+    assert storage_requests(state.take_effects(1.0), ObjectRequestKind.DELETE) == []
+    state.on_scheduler_message(ClientHeartbeatEcho(), [], RELEASE_GRACE_SECONDS)
+    state.tick(RELEASE_GRACE_SECONDS)
+    ((delete, _),) = storage_requests(state.take_effects(RELEASE_GRACE_SECONDS), ObjectRequestKind.DELETE)
+    assert delete.object_ids == [FUNCTION]
 
 
 # --- cancel -------------------------------------------------------------------------------------------------

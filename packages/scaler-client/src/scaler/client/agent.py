@@ -80,6 +80,9 @@ class ClientAgent:
         self._send(ClientState.put_object, object_id, data, None)
         return None
 
+    def release(self, object_ids: Sequence[bytes]) -> None:
+        self._send(ClientState.release, object_ids)
+
     def cancel(self, task_ids: Sequence[bytes]) -> None:
         self._send(ClientState.cancel, task_ids)
 

@@ -298,8 +298,9 @@ class Client:
             object_id = self._ids.next_id()
             # Queued under the lock: a task naming this function (from any thread) is queued after its put.
             self._agent.put_object(object_id, cloudpickle.dumps(fn), wait=False)
-            if len(self._functions) >= _FUNCTION_CACHE_LIMIT:
-                del self._functions[next(iter(self._functions))]
+            if len(self._functions) >= _FUNCTION_CACHE_LIMIT:  # forget the oldest; storage drops it once unused
+                _, evicted_id = self._functions.pop(next(iter(self._functions)))
+                self._agent.release([evicted_id])
             self._functions[id(fn)] = (fn, object_id)  # the strong reference keeps id(fn) unique
             return object_id
 
@@ -331,6 +332,8 @@ def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]
     for name, value in capabilities.items():
         if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"capabilities map names (str) to integers; got {name!r}: {value!r}")
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
         result.append(Capability(name=name, value=value))
     return result
 

@@ -66,6 +66,7 @@ from scaler.protocol.version import PROTOCOL_VERSION
 logger = logging.getLogger(__name__)
 
 TASK_BATCH_SIZE = 1000
+RELEASE_GRACE_SECONDS = 10.0
 
 
 class Phase(enum.Enum):
@@ -170,6 +171,8 @@ class ClientState:
         self._echoes_received = 0
         self._echo_barriers: List[Tuple[int, Any]] = []
         self._shutdown_replies: List[Any] = []
+        self._function_users: Dict[bytes, int] = {}  # function object ID -> tasks in flight naming it
+        self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
 
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
@@ -250,6 +253,14 @@ class ClientState:
         self._objects[object_id] = _PENDING
         self._out_puts.append((object_id, data))
 
+    def release(self, object_ids: Sequence[bytes], now: float) -> None:
+        """The client forgot these function objects: delete each once no task names it.
+
+        The grace period covers tasks built before the release but queued after it.
+        """
+        for object_id in object_ids:
+            self._released[object_id] = now + RELEASE_GRACE_SECONDS
+
     def cancel(self, task_ids: Sequence[bytes], now: float) -> None:
         for task_id in task_ids:
             record = self._tasks.get(task_id)
@@ -276,6 +287,8 @@ class ClientState:
         self._blocked.clear()
         self._fetches.clear()
         self._cancelling.clear()
+        self._function_users.clear()
+        self._released.clear()
         self._out_tasks.clear()
         self._out_cancels.clear()
         # A heartbeat after the instruction: its echo tells that the scheduler has handled the clear.
@@ -335,6 +348,8 @@ class ClientState:
         if self._phase is Phase.READY and now >= self._next_heartbeat:
             self._send_heartbeat(now)
         self._expire_storage_requests(now)
+        if self._released:
+            self._delete_released(now)
         deadlines = [self._last_heard + self._timeout, self._next_heartbeat]
         if self._phase is Phase.CLOSING:
             deadlines.append(self._closing_deadline)
@@ -532,6 +547,7 @@ class ClientState:
                 record.missing += 1
                 self._blocked.setdefault(object_id, []).append(task.task_id)
         self._tasks[task.task_id] = record
+        self._function_users[task.function_id] = self._function_users.get(task.function_id, 0) + 1
         if record.missing == 0:
             record.sent = True
             self._out_tasks.append(task)
@@ -582,6 +598,10 @@ class ClientState:
         record = self._tasks.pop(task_id, None)
         if record is None:
             return
+        function_id = record.task.function_id
+        users = self._function_users.pop(function_id, 1) - 1
+        if users > 0:
+            self._function_users[function_id] = users
         self._cancelling.discard(task_id)
         if delete_objects:
             self._out_deletes.extend(record.temporary_objects)
@@ -600,6 +620,17 @@ class ClientState:
                         self._fail_object(object_id, _copy(error))
                 else:
                     self._fail_fetch(object_id, _copy(error))
+
+    def _delete_released(self, now: float) -> None:
+        for object_id, not_before in list(self._released.items()):
+            if now < not_before or object_id in self._function_users:
+                continue
+            state = self._objects.get(object_id)
+            if state is _PENDING:
+                continue
+            del self._released[object_id]
+            if state is None:  # stored (a failed put left nothing to delete)
+                self._out_deletes.append(object_id)
 
     def _send_heartbeat(self, now: float) -> None:
         cpu, rss = self._usage()
@@ -630,6 +661,8 @@ class ClientState:
         self._blocked.clear()
         self._fetches.clear()
         self._cancelling.clear()
+        self._function_users.clear()
+        self._released.clear()
         self._storage_requests.clear()
         self._out_tasks.clear()
         self._out_cancels.clear()
