@@ -239,6 +239,29 @@ def test_refusal_makes_the_worker_exit_non_zero(scheduler: FakeScheduler, start_
     assert "refused by scheduler" in open(start_worker.log_path).read()
 
 
+def test_refusal_after_hello_ack_makes_the_worker_exit_to_be_replaced(scheduler, storage_server, start_worker):
+    worker = start_worker(scheduler.address)
+    identity, _ = scheduler.accept(storage_server.address)
+    scheduler.send(identity, m.Refusal(PROTOCOL_VERSION, "send Hello first (got WorkerHeartbeat)"))
+    assert worker.wait(30) == 1
+    assert "scheduler no longer knows us" in open(start_worker.log_path).read()
+
+
+def test_storage_refusing_the_worker_makes_it_exit_and_say_goodbye(scheduler: FakeScheduler, start_worker):
+    storage = FakeScheduler()  # a ROUTER where the storage server would be, refusing
+    try:
+        worker = start_worker(scheduler.address)
+        identity, _ = scheduler.accept(storage.address)
+        storage_peer, _ = storage.expect(m.Hello)
+        assert storage_peer == identity
+        storage.send(storage_peer, m.Refusal(m.Version(3, 0), "protocol version 1.0 is not compatible with 3.0"))
+        assert worker.wait(30) == 78
+        _, goodbye = scheduler.expect(m.DisconnectRequest)
+        assert "refused by object storage" in goodbye.reason
+    finally:
+        storage.close()
+
+
 def test_no_hello_ack_makes_the_worker_exit_non_zero(scheduler: FakeScheduler, start_worker):
     worker = start_worker(scheduler.address, "--worker-timeout-seconds", "0.5")
     scheduler.expect(m.Hello)

@@ -123,7 +123,7 @@ class _BlockingWatcher(threading.Thread):
         self._lock = threading.Lock()  # the Pipe is written by this thread and the main thread
         self._running = threading.Event()
         self._task_id: Optional[bytes] = None
-        self._main_thread_id = threading.main_thread().ident
+        self._main_thread_id = threading.main_thread().ident or 0
 
     def task_started(self, task_id: bytes) -> None:
         with self._lock:

@@ -78,6 +78,11 @@ class WorkerAgent:
             m.DisconnectRequest: self._on_disconnect_request,
             m.DisconnectResponse: self._on_heartbeat_echo,  # the answer to our own leaving: nothing to do
         }
+        self._storage_handlers: Dict[type, Callable[[Any, List[bytes]], None]] = {
+            m.ObjectResponse: self._on_object_response,
+            m.HelloAck: self._on_storage_hello_ack,
+            m.Refusal: self._on_storage_refusal,
+        }
         self._effect_handlers: Dict[type, Callable[[Any], None]] = {
             SendToScheduler: self._send_to_scheduler,
             SendToStorage: self._send_to_storage,
@@ -112,26 +117,38 @@ class WorkerAgent:
             self._scheduler = self._connect(config.scheduler_address, self._worker_id)
             self._send_to_scheduler(SendToScheduler(self._hello()))
             self._perform(self._state.start())
-            self._background.append(asyncio.ensure_future(self._receive(self._scheduler, self._on_scheduler_frames)))
-            self._background.append(asyncio.ensure_future(self._wait_for_hello_ack()))
+            self._in_background(self._receive(self._scheduler, self._on_scheduler_frames))
+            self._in_background(self._wait_for_hello_ack())
             return await self._exit
         finally:
             await self._shutdown()
 
-    def _stop(self, code: int, why: str) -> None:
-        if self._exit is not None and not self._exit.done():
-            log = logger.info if code == EXIT_OK else logger.error
-            log(f"{self._name}: {why}, exiting")
-            self._exit.set_result(code)
+    def _in_background(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        task.add_done_callback(self._check_background)
+        self._background.append(task)
 
-    def _on_stop_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
+    def _check_background(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        logger.error(f"{self._name}: internal error", exc_info=error)
+        self._stop(EXIT_FAILURE, f"internal error: {type(error).__name__}: {error}")
+
+    def _stop(self, code: int, why: str, say_goodbye: bool = True) -> None:
+        """Make `run` return ``code``; unless the scheduler sent us away, tell it we leave (our tasks go
+        elsewhere at once instead of after the worker timeout)."""
         if self._exit is None or self._exit.done():
             return
+        log = logger.info if code == EXIT_OK else logger.error
+        log(f"{self._name}: {why}, exiting")
         self._flush()
-        if self._scheduler is not None:
-            self._send_to_scheduler(SendToScheduler(m.DisconnectRequest(f"worker received {name}")))
-        self._stop(EXIT_OK, f"received {name}")
+        if say_goodbye and self._connected:
+            self._send_to_scheduler(SendToScheduler(m.DisconnectRequest(f"worker {why}")))
+        self._exit.set_result(code)
+
+    def _on_stop_signal(self, sig: int) -> None:
+        self._stop(EXIT_OK, f"received {signal.Signals(sig).name}")
 
     async def _shutdown(self) -> None:
         for task in self._background:
@@ -193,7 +210,7 @@ class WorkerAgent:
         if sock is None:
             logger.warning(f"{self._name}: dropped a message for the {peer}: not connected to it")
             return
-        sent = sock.send_multipart(frames, copy=False)
+        sent: Any = sock.send_multipart(frames, copy=False)  # an asyncio Future with zmq.asyncio
         sent.add_done_callback(lambda future: self._check_sent(future, peer))
 
     def _check_sent(self, future: asyncio.Future, peer: str) -> None:
@@ -256,22 +273,26 @@ class WorkerAgent:
         self._storage_address = storage_address
         self._storage = self._connect(storage_address, self._worker_id)
         self._send_to_storage(SendToStorage(self._hello()))
-        self._background.append(asyncio.ensure_future(self._receive(self._storage, self._on_storage_frames)))
-        self._background.append(asyncio.ensure_future(self._heartbeat()))
+        self._in_background(self._receive(self._storage, self._on_storage_frames))
+        self._in_background(self._heartbeat())
         logger.info(
             f"{self._name}: connected to scheduler {self._config.scheduler_address} "
             f"(protocol {show_version(ack.version)}), object storage {storage_address}"
         )
 
     def _on_scheduler_refusal(self, refusal: m.Refusal) -> None:
-        self._stop(EXIT_REFUSED, f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}")
+        if self._connected:  # it accepted us before: it restarted and forgot us; a new worker will say Hello
+            self._stop(EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", say_goodbye=False)
+            return
+        reason = f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}"
+        self._stop(EXIT_REFUSED, reason, say_goodbye=False)
 
     def _on_heartbeat_echo(self, message: Any) -> None:
         pass  # hearing from the scheduler is all that matters, and _last_heard is already updated
 
     def _on_disconnect_request(self, request: m.DisconnectRequest) -> None:
-        self._flush()
-        self._stop(EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}")
+        reason = f"scheduler asked us to leave: {request.reason or 'no reason given'}"
+        self._stop(EXIT_OK, reason, say_goodbye=False)
 
     async def _heartbeat(self) -> None:
         while True:
@@ -304,20 +325,23 @@ class WorkerAgent:
         except ProtocolError as error:
             logger.warning(f"{self._name}: dropped malformed message from object storage: {error}")
             return
+        handler = self._storage_handlers.get(type(message))
+        if handler is None:
+            logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")
+            return
         try:
-            if isinstance(message, m.ObjectResponse):
-                self._perform(self._state.on_object_response(message, blobs))
-            elif isinstance(message, m.HelloAck):
-                self._storage_accepted = True
-                logger.debug(f"{self._name}: object storage {self._storage_address} accepted us")
-            elif isinstance(message, m.Refusal):
-                self._on_storage_refusal(message)
-            else:
-                logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")
+            handler(message, blobs)
         except Exception:
             logger.exception(f"{self._name}: failed to handle {type(message).__name__} from object storage, dropped it")
 
-    def _on_storage_refusal(self, refusal: m.Refusal) -> None:
+    def _on_object_response(self, response: m.ObjectResponse, blobs: List[bytes]) -> None:
+        self._perform(self._state.on_object_response(response, blobs))
+
+    def _on_storage_hello_ack(self, ack: m.HelloAck, blobs: List[bytes]) -> None:
+        self._storage_accepted = True
+        logger.debug(f"{self._name}: object storage {self._storage_address} accepted us")
+
+    def _on_storage_refusal(self, refusal: m.Refusal, blobs: List[bytes]) -> None:
         if not self._storage_accepted:  # our Hello itself was refused: an incompatible server
             self._stop(EXIT_REFUSED, f"refused by object storage {self._storage_address}: {refusal.reason}")
             return
@@ -334,7 +358,11 @@ class WorkerAgent:
             self._unwatch(old)
             old.kill()
             self._reap_later(old)
-        link = ProcessorLink.start(effect.processor_id, self._config.scheduler_address, show(self._worker_id))
+        try:
+            link = ProcessorLink.start(effect.processor_id, self._config.scheduler_address, show(self._worker_id))
+        except Exception as error:  # out of processes or memory: a fresh worker (from scaler_cluster) may fare better
+            self._stop(EXIT_FAILURE, f"cannot start a processor: {type(error).__name__}: {error}")
+            return
         self._processors[effect.processor_id] = link
         assert self._loop is not None
         self._loop.add_reader(link.connection.fileno(), self._on_processor_readable, link)
@@ -381,7 +409,9 @@ class WorkerAgent:
         loop.add_reader(sentinel, reap)
 
     def _run_task(self, effect: RunTask) -> None:
-        link = self._processors[effect.processor_id]
+        link = self._processors.get(effect.processor_id)
+        if link is None:  # it could not be started: the worker is stopping
+            return
         try:
             link.send(effect.task)
         except DisconnectedError as error:

@@ -281,7 +281,7 @@ class WorkerState:
 
     def on_processor_message(self, processor_id: int, message: ProcessorMessage) -> List[Effect]:
         """A `ProcessorResult` or a `ProcessorBlocked` notice from a processor."""
-        if type(message) is ProcessorBlocked:
+        if isinstance(message, ProcessorBlocked):
             return self.on_processor_blocked(processor_id, message.task_id, message.blocked)
         return self.on_processor_result(processor_id, message)
 
