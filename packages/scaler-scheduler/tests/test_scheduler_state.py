@@ -110,7 +110,10 @@ def test_cancel_of_queued_running_and_finished_tasks_is_always_confirmed():
     core.handle(CLIENT, m.TaskBatch([task(1), task(2)]), 1.0)  # 1 assigned, 2 queued
     effects = core.handle(CLIENT, m.TaskCancel([task(2).task_id, task(9).task_id]), 2.0)
     (confirm,) = sent(effects, to=CLIENT, kind=m.TaskCancelConfirm)
-    assert dict(zip(confirm.task_ids, confirm.cancelled)) == {task(2).task_id: True, task(9).task_id: False}
+    assert dict(zip(confirm.task_ids, confirm.cancelled, strict=True)) == {
+        task(2).task_id: True,
+        task(9).task_id: False,
+    }
     (cancel,) = sent(core.handle(CLIENT, m.TaskCancel([task(1).task_id]), 3.0), to=WORKER_A)
     assert cancel.task_ids == [task(1).task_id]
     effects = core.handle(WORKER_A, m.TaskCancelConfirm([task(1).task_id], [True]), 4.0)
@@ -191,7 +194,7 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
                 for r in msg.results:
                     answered[r.task_id] = answered.get(r.task_id, 0) + 1
             elif type(msg) is m.TaskCancelConfirm and effect.to == CLIENT:
-                for task_id, ok in zip(msg.task_ids, msg.cancelled):
+                for task_id, ok in zip(msg.task_ids, msg.cancelled, strict=True):
                     if ok:
                         answered[task_id] = answered.get(task_id, 0) + 1
 

@@ -15,7 +15,7 @@ def check_address(address: str) -> str:
     if address.startswith("ipc://") and len(address) > len("ipc://"):
         return address
     if address.startswith("tcp://"):
-        host, sep, port = address[len("tcp://"):].rpartition(":")
+        host, sep, port = address[len("tcp://") :].rpartition(":")
         if sep and host and port.isdigit() and 0 < int(port) < 65536:
             return address
     raise AddressError(f"invalid address {address!r}: expected tcp://HOST:PORT or ipc://PATH")
@@ -25,7 +25,7 @@ def _offset(address: str, offset: int, suffix: str) -> str:
     check_address(address)
     if address.startswith("ipc://"):
         return f"{address}.{suffix}"
-    host, _, port = address[len("tcp://"):].rpartition(":")
+    host, _, port = address[len("tcp://") :].rpartition(":")
     return f"tcp://{host}:{int(port) + offset}"
 
 

@@ -159,4 +159,3 @@ def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
     except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
         raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
     return message, list(frames[1:])
-

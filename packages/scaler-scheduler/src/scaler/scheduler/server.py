@@ -10,6 +10,7 @@ costs one wake-up.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import multiprocessing
 import os
@@ -270,13 +271,11 @@ class SchedulerServer:
 
 
 def start_object_storage_process(address: str) -> multiprocessing.process.BaseProcess:
-    try:
-        from scaler.storage.server import run_object_storage_server
-    except ImportError:
+    if importlib.util.find_spec("scaler.storage") is None:
         raise SchedulerStartError(
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
-        ) from None
+        )
     process = multiprocessing.get_context("spawn").Process(
         target=_run_child_storage, args=(address,), name="ObjectStorageServer", daemon=True
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import logging
-import multiprocessing
 import os
+import subprocess
+import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 import zmq
 
@@ -16,6 +17,7 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.runtime import die_with_parent
 from scaler.protocol.version import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
@@ -27,7 +29,8 @@ _missing = [
 ]
 if _missing:
     raise ImportError(
-        f"SchedulerClusterCombo needs {' and '.join(_missing)}: pip install {' '.join(_missing)} (or pip install scaler)"
+        f"SchedulerClusterCombo needs {' and '.join(_missing)}: "
+        f"pip install {' '.join(_missing)} (or pip install scaler)"
     )
 
 _START_TIMEOUT_SECONDS = 60.0
@@ -41,9 +44,11 @@ class ClusterStartError(ScalerError):
 class SchedulerClusterCombo:
     """Start an object storage server, a scheduler and ``n_workers`` workers as child processes.
 
-    ``address=None`` picks a free local port. `shutdown` stops everything and
-    is idempotent; it also runs at interpreter exit, and the children die with
-    this process if it is killed.
+    The children are the command-line programs (``python -m ...``), so the
+    caller's script is never imported again in them and needs no
+    ``if __name__ == "__main__"`` guard. ``address=None`` picks a free local
+    port. `shutdown` stops everything and is idempotent; it also runs at
+    interpreter exit, and the children die with this process if it is killed.
     """
 
     def __init__(
@@ -63,33 +68,32 @@ class SchedulerClusterCombo:
         logging_paths: Sequence[str] = ("/dev/stdout",),
     ) -> None:
         self._address = check_address(address) if address else _free_local_address()
-        self._storage_address = object_storage_address or default_storage_address(self._address)
-        self._processes: List[Tuple[str, multiprocessing.process.BaseProcess]] = []
+        self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
+        self._processes: List[subprocess.Popen] = []
         self._stopped = False
-        logs = {"logging_level": logging_level, "logging_paths": tuple(logging_paths)}
-        context = multiprocessing.get_context("spawn")
+        common = ["--event-loop", event_loop, "--logging-level", logging_level, "--logging-paths", *logging_paths]
         atexit.register(self.shutdown)
         try:
-            self._start(context, "ObjectStorageServer", _run_storage, (self._storage_address, event_loop, logs))
-            _wait_for_hello(self._storage_address, self._processes[-1][1], "object storage server")
-            scheduler_options = {
-                "object_storage_address": self._storage_address,
-                "monitor_address": monitor_address,
-                "protected": protected,
-                "heartbeat_interval_seconds": heartbeat_interval_seconds,
-                "client_timeout_seconds": client_timeout_seconds,
-                "worker_timeout_seconds": worker_timeout_seconds,
-            }
-            self._start(context, "Scheduler", _run_scheduler, (self._address, event_loop, logs, scheduler_options))
-            _wait_for_hello(self._address, self._processes[-1][1], "scheduler")
-            cluster_options = {
-                "per_worker_capabilities": per_worker_capabilities,
-                "per_worker_queue_size": per_worker_queue_size,
-                "heartbeat_interval_seconds": heartbeat_interval_seconds,
-                "worker_timeout_seconds": worker_timeout_seconds,
-                "event_loop": event_loop,
-            }
-            self._start(context, "Cluster", _run_cluster, (self._address, n_workers, logs, cluster_options))
+            self._start("scaler.storage", self._storage_address, *common)
+            _wait_for_hello(self._storage_address, self._processes[-1], "object storage server")
+            self._start(
+                "scaler.scheduler.cli", self._address, *common,
+                "--object-storage-address", self._storage_address,
+                "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
+                "--client-timeout-seconds", str(client_timeout_seconds),
+                "--worker-timeout-seconds", str(worker_timeout_seconds),
+                *(["--monitor-address", monitor_address] if monitor_address else []),
+                *(["--protected"] if protected else []),
+            )  # fmt: skip
+            _wait_for_hello(self._address, self._processes[-1], "scheduler")
+            self._start(
+                "scaler.cluster.cluster_main", self._address, *common,
+                "--num-of-workers", str(n_workers),
+                "--per-worker-queue-size", str(per_worker_queue_size),
+                "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
+                "--worker-timeout-seconds", str(worker_timeout_seconds),
+                *(["--per-worker-capabilities", per_worker_capabilities] if per_worker_capabilities else []),
+            )  # fmt: skip
         except BaseException:
             self.shutdown()
             raise
@@ -103,24 +107,26 @@ class SchedulerClusterCombo:
             return
         self._stopped = True
         atexit.unregister(self.shutdown)
-        for _, process in reversed(self._processes):
-            if process.is_alive():
+        for process in reversed(self._processes):
+            if process.poll() is None:
                 process.terminate()
-                process.join(_STOP_TIMEOUT_SECONDS)
-            if process.is_alive():
-                process.kill()
-                process.join(_STOP_TIMEOUT_SECONDS)
+                try:
+                    process.wait(_STOP_TIMEOUT_SECONDS)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(_STOP_TIMEOUT_SECONDS)
 
-    def __enter__(self) -> "SchedulerClusterCombo":
+    def __enter__(self) -> SchedulerClusterCombo:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.shutdown()
 
-    def _start(self, context: Any, name: str, target: Any, args: tuple) -> None:
-        process = context.Process(target=target, args=args, name=name)
-        process.start()
-        self._processes.append((name, process))
+    def _start(self, module: str, *arguments: str) -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+        )
+        self._processes.append(process)
 
 
 def _free_local_address() -> str:
@@ -130,44 +136,21 @@ def _free_local_address() -> str:
             return f"tcp://127.0.0.1:{port}"
 
 
-def _wait_for_hello(address: str, process: multiprocessing.process.BaseProcess, what: str) -> None:
+def _wait_for_hello(address: str, process: subprocess.Popen, what: str) -> None:
     context = zmq.Context.instance()
     deadline = time.monotonic() + _START_TIMEOUT_SECONDS
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     try:
         socket.connect(address)
-        socket.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.MONITOR, os.getpid(), "", m.WorkerInfo())))
+        hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.MONITOR, os.getpid(), "", m.WorkerInfo())
+        socket.send_multipart(codec.encode(hello))
         while time.monotonic() < deadline:
-            if not process.is_alive():
-                raise ClusterStartError(f"the {what} at {address} exited with code {process.exitcode} while starting")
+            if process.poll() is not None:
+                raise ClusterStartError(f"the {what} at {address} exited with code {process.returncode} while starting")
             if socket.poll(100):
                 socket.recv_multipart()  # HelloAck or Refusal: either way it is up
                 return
         raise ClusterStartError(f"the {what} at {address} did not answer within {_START_TIMEOUT_SECONDS}s")
     finally:
         socket.close(linger=0)
-
-
-def _run_storage(address: str, event_loop: str, logs: Dict[str, Any]) -> None:
-    from scaler.protocol.runtime import die_with_parent
-    from scaler.storage.server import run_object_storage_server
-
-    die_with_parent()
-    run_object_storage_server(address, event_loop=event_loop, **logs)
-
-
-def _run_scheduler(address: str, event_loop: str, logs: Dict[str, Any], options: Dict[str, Any]) -> None:
-    from scaler.protocol.runtime import die_with_parent
-    from scaler.scheduler.server import run_scheduler
-
-    die_with_parent()
-    run_scheduler(address, event_loop=event_loop, **logs, **options)
-
-
-def _run_cluster(address: str, n_workers: int, logs: Dict[str, Any], options: Dict[str, Any]) -> None:
-    from scaler.cluster.cluster import run_cluster
-    from scaler.protocol.runtime import die_with_parent
-
-    die_with_parent()
-    run_cluster(address, n_workers, **logs, **options)

@@ -1,0 +1,70 @@
+"""The client installed alone (scaler-protocol + scaler-client) runs tasks on a cluster from another environment.
+
+Run by the tox environment ``client-alone``, whose own environment holds only
+the client; SCALER_CLUSTER_BIN names the bin directory of an environment with
+every component (tox points it at the integration environment).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+CLUSTER_BIN = os.environ.get("SCALER_CLUSTER_BIN", "")
+
+
+def test_only_the_client_is_installed_here():
+    import scaler
+
+    assert importlib.util.find_spec("scaler.client") is not None
+    for component in ("scaler.scheduler", "scaler.worker", "scaler.storage", "psutil"):
+        assert importlib.util.find_spec(component) is None, f"{component} should not be installed here"
+    with pytest.raises(ImportError, match="pip install"):
+        scaler.SchedulerClusterCombo  # noqa: B018
+
+
+@pytest.mark.skipif(not CLUSTER_BIN, reason="SCALER_CLUSTER_BIN is not set (run through tox -e client-alone)")
+def test_a_task_runs_on_a_cluster_started_from_another_environment():
+    from scaler import Client
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    started = [
+        subprocess.Popen([os.path.join(CLUSTER_BIN, "scaler_scheduler"), address], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen([os.path.join(CLUSTER_BIN, "scaler_cluster"), "-n", "1", address], start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]  # fmt: skip
+    try:
+        with Client(address=address, timeout_seconds=60) as client:
+            assert client.submit(math.sqrt, 16).result(timeout=120) == 4.0
+            assert round(sum(client.map(math.sqrt, [(i,) for i in range(100)])), 2) == 661.46
+    finally:
+        for process in started:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 15
+        for process in started:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+
+
+def _free_port() -> int:
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port + 2 < 65536:
+            return port

@@ -1,0 +1,173 @@
+"""The user-facing behaviour, against real processes started by SchedulerClusterCombo."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import os
+import pickle
+import signal
+
+import pytest
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.protocol.errors import RemoteTaskError, WorkerDiedError
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
+    try:
+        yield combo
+    finally:
+        combo.shutdown()
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(address=cluster.get_address(), timeout_seconds=30) as client:
+        yield client
+
+
+def square(value: int) -> int:
+    return value * value
+
+
+def add(a, b, *, scale=1, offset=0):
+    return (a + b) * scale + offset
+
+
+class Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("this exception refuses to be pickled")
+
+
+def raise_value_error(text):
+    raise ValueError(text)
+
+
+def raise_unpicklable():
+    raise Unpicklable("cannot travel")
+
+
+def return_unpicklable():
+    return lambda_holder()
+
+
+class lambda_holder:
+    def __reduce__(self):
+        raise TypeError("this result refuses to be pickled")
+
+
+def die(how: str):
+    if how == "exit":
+        os._exit(3)
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    import ctypes
+
+    ctypes.string_at(0)  # segmentation fault
+
+
+def test_reference_readme_examples(client):
+    assert client.submit(math.sqrt, 16).result() == 4.0
+    assert round(sum(client.map(math.sqrt, [(i,) for i in range(100)])), 2) == 661.46
+    assert client.submit(square, 4).result() == 16
+
+
+def test_ten_thousand_tasks_through_map_and_through_submit(client):
+    assert client.map(square, [(i,) for i in range(10_000)]) == [i * i for i in range(10_000)]
+    futures = [client.submit(square, i) for i in range(10_000)]
+    assert [f.result(timeout=120) for f in futures] == [i * i for i in range(10_000)]
+
+
+def test_keyword_arguments_are_honoured_like_a_local_call(client):
+    assert client.submit(add, 1, 2, scale=10, offset=5).result() == add(1, 2, scale=10, offset=5)
+    assert client.submit(add, b=3, a=4).result() == 7
+    assert client.submit_verbose(add, (1,), {"b": 2, "offset": 1}).result() == 4
+
+
+def test_a_task_exception_returns_as_itself_with_the_remote_traceback(client):
+    future = client.submit(raise_value_error, "boom")
+    with pytest.raises(ValueError, match="boom") as info:
+        future.result()
+    assert "raise_value_error" in str(info.value.__cause__)
+
+
+def test_an_unpicklable_exception_still_reaches_the_caller_clearly(client):
+    with pytest.raises(RemoteTaskError, match="Unpicklable.*cannot travel"):
+        client.submit(raise_unpicklable).result()
+
+
+def test_an_unpicklable_result_is_a_clear_error(client):
+    with pytest.raises(Exception, match="refuses to be pickled"):
+        client.submit(return_unpicklable).result()
+
+
+@pytest.mark.parametrize("how, expected", [("exit", "code 3"), ("sigkill", "SIGKILL"), ("segfault", "SIGSEGV")])
+def test_a_dying_processor_is_reported_and_the_worker_goes_on(client, how, expected):
+    with pytest.raises(WorkerDiedError, match=expected):
+        client.submit(die, how).result(timeout=60)
+    assert client.map(square, [(i,) for i in range(20)]) == [i * i for i in range(20)]
+
+
+def test_a_failing_task_in_map_raises_and_leaves_the_client_usable(client):
+    with pytest.raises(ValueError, match="bad item"):
+        client.map(raise_value_error, [("bad item",)] + [("x",)] * 5)
+    assert client.map(square, [(3,)]) == [9]
+
+
+def test_futures_work_with_concurrent_futures_and_asyncio(client):
+    futures = [client.submit(square, i) for i in range(20)]
+    done, not_done = concurrent.futures.wait(futures, timeout=60)
+    assert not not_done
+    assert sorted(f.result() for f in concurrent.futures.as_completed(futures, timeout=60)) == [
+        i * i for i in range(20)
+    ]
+    seen = []
+    future = client.submit(square, 5)
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    future.result(timeout=60)
+    concurrent.futures.wait([future], timeout=5)
+
+    async def gather():
+        return await asyncio.gather(*(client.submit(square, i) for i in range(5)))
+
+    assert asyncio.run(gather()) == [0, 1, 4, 9, 16]
+    assert future.task_id
+
+
+def test_objects_large_arguments_and_large_results_travel_through_storage(client):
+    blob = os.urandom(1_000_000)
+    reference = client.send_object(blob, name="blob")
+    assert client.submit(len, reference).result() == len(blob)
+    assert client.submit(bytes, bytearray(blob)).result() == blob  # large argument and large result
+
+
+def test_a_client_is_picklable_and_reconnects_to_the_same_address(client):
+    copy = pickle.loads(pickle.dumps(client))
+    try:
+        assert copy.submit(square, 6).result() == 36
+    finally:
+        copy.disconnect()
+
+
+def test_cancel_of_a_queued_task(cluster):
+    import time
+
+    with Client(address=cluster.get_address()) as client:
+        blockers = [client.submit(time.sleep, 3) for _ in range(4)]
+        queued = client.submit(square, 2)
+        assert queued.cancel()
+        assert queued.cancelled()
+        assert [b.result(timeout=60) for b in blockers] == [None] * 4
+        assert not queued.cancel() or queued.cancelled()
+
+
+def test_profiling_info(cluster):
+    with Client(address=cluster.get_address(), profiling=True) as client:
+        future = client.submit(square, 3)
+        assert future.result() == 9
+        info = future.profiling_info()
+        assert info is not None
