@@ -338,3 +338,12 @@ def test_a_task_waiting_in_the_client_lets_the_next_task_run(driver: TaskDriver,
     assert driver.value(parent.task_id) == "released"
     # and the worker is back to normal
     assert driver.value(driver.submit(tasks.add, 1, 1)) == 2
+
+
+def test_uvloop_event_loop(scheduler: FakeScheduler, storage, storage_server, start_worker):
+    pytest.importorskip("uvloop")
+    start_worker(scheduler.address, "--event-loop", "uvloop")
+    worker_id, _ = scheduler.accept(storage_server.address)
+    driver = TaskDriver(scheduler, storage, worker_id)
+    assert driver.value(driver.submit(tasks.add, 40, 2)) == 42
+    assert "use event loop: uvloop" in open(start_worker.log_path).read()
