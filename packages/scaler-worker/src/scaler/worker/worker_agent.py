@@ -271,7 +271,11 @@ class WorkerAgent:
             storage_address = default_storage_address(self._config.scheduler_address)
             logger.warning(f"{self._name}: scheduler named no object storage server, using {storage_address}")
         self._storage_address = storage_address
-        self._storage = self._connect(storage_address, self._worker_id)
+        try:
+            self._storage = self._connect(storage_address, self._worker_id)
+        except zmq.ZMQError as error:
+            self._stop(EXIT_FAILURE, f"cannot connect to object storage {storage_address!r}: {error}")
+            return
         self._send_to_storage(SendToStorage(self._hello()))
         self._in_background(self._receive(self._storage, self._on_storage_frames))
         self._in_background(self._heartbeat())
@@ -452,7 +456,7 @@ class WorkerAgent:
         del self._processors[link.processor_id]
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
         effects = self._state.on_processor_died(link.processor_id, cause, last_results)
-        logger.warning(f"{self._name}: {cause}; starting a new processor")
+        logger.warning(f"{self._name}: {cause} (processor {link.processor_id}, pid {link.pid})")
         self._perform(effects)
         self._schedule_flush()
 
