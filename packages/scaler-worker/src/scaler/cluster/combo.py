@@ -137,9 +137,8 @@ def _free_local_address() -> str:
 
 
 def _wait_for_hello(address: str, process: subprocess.Popen, what: str) -> None:
-    context = zmq.Context.instance()
     deadline = time.monotonic() + _START_TIMEOUT_SECONDS
-    socket = context.socket(zmq.DEALER)
+    socket: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     try:
         socket.connect(address)
