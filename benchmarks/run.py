@@ -1,0 +1,652 @@
+#!/usr/bin/env python3
+"""Run the same workloads on this project, its peers and two no-network ceilings; print and record the results.
+
+    python3 benchmarks/run.py                 # full sizes, 3 repetitions, regenerates docs/benchmarks.md
+    python3 benchmarks/run.py --quick         # sizes / 10, for a look in a few minutes (results/quick.json)
+    python3 benchmarks/run.py --workloads map_noop round_trip --engines scaler dask
+    python3 benchmarks/run.py --report-only   # redo table, chart and docs from results/latest.json
+
+Each engine lives in its own virtualenv under benchmarks/.envs/ (created here with
+``python3 -m venv`` and pip, rebuilt when its requirements change; this project's
+is rebuilt whenever its sources change). Each (workload, engine, repetition) runs in
+a fresh subprocess of that virtualenv (``runners/run_<engine>.py``), which starts
+the engine's local cluster with 2 workers, runs the workload and writes JSON.
+Engines are interleaved (round robin per repetition, rotating the order) so that
+the machine's drift hits all alike. Every run has a time limit: then its process
+group is killed, and any process it left behind (found by a marker in its
+environment) is killed too. Only the standard library is used here; the chart
+is drawn by ``chart.py`` in a tooling virtualenv that has matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+ENVS = HERE / ".envs"
+RUNNERS = HERE / "runners"
+RESULTS = HERE / "results"
+LOGS = HERE / "logs"
+DOC = REPO / "docs" / "benchmarks.md"
+MARKER_VARIABLE = "SCALER_BENCHMARK_RUN"
+WORKERS = 2
+PIP_TIMEOUT_SECONDS = 900
+
+OUR_PACKAGES = ["scaler-protocol", "scaler-client", "scaler-scheduler", "scaler-storage", "scaler-worker"]
+
+# engine -> (virtualenv, runner script, what pip installs there)
+ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
+    "scaler": ("scaler", "run_scaler.py", ["psutil", *[str(REPO / "packages" / name) for name in OUR_PACKAGES]]),
+    "opengris-scaler": ("opengris", "run_opengris.py", ["opengris-scaler", "psutil"]),
+    "dask": ("dask", "run_dask.py", ["dask[distributed]", "psutil"]),
+    "processpool": ("baseline", "run_processpool.py", ["psutil"]),
+    "mp-pool": ("baseline", "run_mppool.py", ["psutil"]),
+}
+OURS = "scaler"
+TOOLING = ("tooling", ["matplotlib"])
+
+# workload -> (full size, quick size)
+SIZES: Dict[str, Tuple[int, int]] = {
+    "map_noop": (100_000, 10_000),
+    "submit_gather": (10_000, 1_000),
+    "round_trip": (1_000, 200),
+    "sleep": (1_000, 200),
+    "big_args": (100, 20),
+    "shared_object": (100, 20),
+    "graph": (10_000, 1_000),
+    "chain": (1_000, 200),
+    "queued_memory": (1_000_000, 100_000),
+}
+
+# (workload, metric, label, higher is better)
+METRICS: List[Tuple[str, str, str, bool]] = [
+    ("map_noop", "tasks_per_s", "no-op map, tasks/s", True),
+    ("submit_gather", "tasks_per_s", "submit + gather, tasks/s", True),
+    ("round_trip", "median_ms", "round trip median, ms", False),
+    ("round_trip", "p99_ms", "round trip p99, ms", False),
+    ("sleep", "seconds", "10 ms sleeps, s", False),
+    ("sleep", "efficiency", "10 ms sleeps, efficiency", True),
+    ("big_args", "mb_per_s", "10 MB arguments, MB/s", True),
+    ("shared_object", "effective_mb_per_s", "shared 10 MB object, effective MB/s", True),
+    ("graph", "nodes_per_s", "reduction graph, nodes/s", True),
+    ("chain", "nodes_per_s", "chain, nodes/s", True),
+    ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
+    ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
+]
+
+
+def _target(workload: str, metric: str, size: int) -> Optional[Tuple[str, float, bool]]:
+    """Issue 3's target for this project: (text, bound, higher is better); the sleep bound scales with the size."""
+    targets = {
+        ("map_noop", "tasks_per_s"): ("≥ 20,000 tasks/s", 20_000, True),
+        ("submit_gather", "tasks_per_s"): ("≥ 10,000 tasks/s", 10_000, True),
+        ("round_trip", "median_ms"): ("≤ 1 ms", 1.0, False),
+        ("round_trip", "p99_ms"): ("≤ 5 ms", 5.0, False),
+        ("big_args", "mb_per_s"): ("≥ 500 MB/s", 500, True),
+        ("queued_memory", "scheduler_bytes_per_task"): ("≤ 1 KB/task", 1024, False),
+        ("queued_memory", "client_bytes_per_task"): ("≤ 2 KB/task", 2048, False),
+    }
+    if (workload, metric) == ("sleep", "seconds"):
+        bound = 5.3 * size / 1000
+        return (f"≤ {bound:g} s", bound, False)
+    return targets.get((workload, metric))
+
+
+# --- virtualenvs ----------------------------------------------------------------------------------------------------
+
+
+def _sources_digest() -> str:
+    digest = hashlib.sha256()
+    for name in OUR_PACKAGES:
+        root = REPO / "packages" / name
+        for path in sorted(root.rglob("*")):
+            relative = path.relative_to(root)
+            if path.is_file() and relative.parts[0] in ("src", "pyproject.toml") and "__pycache__" not in path.parts:
+                digest.update(str(relative).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_env(name: str, requirements: List[str], rebuild: bool, log) -> Path:
+    """Create (or re-create) ``.envs/NAME`` with ``requirements``; return its python."""
+    env = ENVS / name
+    python = env / "bin" / "python"
+    stamp_text = json.dumps({"python": platform.python_version(), "requirements": requirements})
+    if any(requirement.startswith(str(REPO)) for requirement in requirements):
+        stamp_text += _sources_digest()
+    stamp = env / ".benchmark-stamp"
+    if not rebuild and python.exists() and stamp.exists() and stamp.read_text() == stamp_text:
+        return python
+    log(f"building virtualenv {env.relative_to(REPO)} ({', '.join(Path(r).name for r in requirements)})")
+    if env.exists():
+        subprocess.run(["rm", "-rf", str(env)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=PIP_TIMEOUT_SECONDS)
+    LOGS.mkdir(exist_ok=True)
+    with open(LOGS / f"pip-{name}.log", "w") as pip_log:
+        subprocess.run(
+            [str(python), "-m", "pip", "install", *requirements],
+            check=True,
+            timeout=PIP_TIMEOUT_SECONDS,
+            stdout=pip_log,
+            stderr=subprocess.STDOUT,
+        )
+    stamp.write_text(stamp_text)
+    return python
+
+
+# --- one run ------------------------------------------------------------------------------------------------------
+
+
+def _processes_with_marker(marker: str) -> List[int]:
+    found = []
+    needle = f"{MARKER_VARIABLE}={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as file:
+                if needle in file.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _kill_leftovers(marker: str) -> int:
+    """SIGKILL every process that carries this run's marker (children that left the process group)."""
+    killed = 0
+    for _ in range(5):  # a dying supervisor may still start one more child
+        pids = [pid for pid in _processes_with_marker(marker) if pid != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.2)
+    return killed
+
+
+def _load_average() -> Optional[float]:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return None
+
+
+def run_one(engine: str, workload: str, size: int, timeout: float) -> Dict[str, Any]:
+    env_name, runner, _ = ENGINES[engine]
+    python = ENVS / env_name / "bin" / "python"
+    marker = uuid.uuid4().hex
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = str(RUNNERS)
+    environment[MARKER_VARIABLE] = marker
+    environment.pop("PYTHONSTARTUP", None)
+    LOGS.mkdir(exist_ok=True)
+    out_file = Path(tempfile.mkstemp(prefix="benchmark-", suffix=".json")[1])
+    log_path = LOGS / f"{engine}-{workload}.log"
+    record: Dict[str, Any]
+    load_before = _load_average()
+    started = time.monotonic()
+    with open(log_path, "w") as log_file:
+        process = subprocess.Popen(
+            [str(python), str(RUNNERS / runner), workload, str(size), "--out", str(out_file), "--workers", str(WORKERS)],
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, killed as a whole on timeout
+        )
+        timed_out = False
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait()
+            leftovers = _kill_leftovers(marker)
+    wall = time.monotonic() - started
+    try:
+        record = json.loads(out_file.read_text()) if out_file.stat().st_size else {}
+    except (OSError, ValueError):
+        record = {}
+    finally:
+        out_file.unlink(missing_ok=True)
+    if timed_out:
+        record = {"status": "timeout", "detail": f"no result within {timeout:g} s (process group killed)"}
+    elif not record:
+        record = {"status": "error", "detail": f"runner exited with code {process.returncode} and no result"}
+    record.update(
+        engine=engine,
+        workload=workload,
+        size=size,
+        wall_seconds=round(wall, 3),
+        load_before=load_before,
+        load_after=_load_average(),
+    )
+    if leftovers:
+        record["leftover_processes_killed"] = leftovers
+    return record
+
+
+# --- aggregation and report ---------------------------------------------------------------------------------------
+
+
+def aggregate(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """workload -> engine -> {status, runs, metrics: {name: {median, min, max}}, cpu: {role: median µs/task}}."""
+    summary: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for run in runs:
+        entry = summary.setdefault(run["workload"], {}).setdefault(
+            run["engine"], {"statuses": [], "ok": [], "size": run["size"], "details": []}
+        )
+        entry["statuses"].append(run["status"])
+        if run["status"] == "ok":
+            entry["ok"].append(run)
+        elif run.get("detail"):
+            entry["details"].append(run["detail"])
+    for engines in summary.values():
+        for entry in engines.values():
+            ok = entry.pop("ok")
+            statuses = entry["statuses"]
+            entry["status"] = "ok" if ok else (statuses[0] if statuses else "not run")
+            entry["details"] = sorted(set(entry["details"]))[:3]
+            metrics: Dict[str, Dict[str, float]] = {}
+            for name in sorted({key for run in ok for key in run["metrics"]}):
+                values = [run["metrics"][name] for run in ok if isinstance(run["metrics"].get(name), (int, float))]
+                if values:
+                    metrics[name] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+            entry["metrics"] = metrics
+            cpu: Dict[str, Dict[str, float]] = {}
+            for role in sorted({role for run in ok for role in run.get("cpu", {})}):
+                per_task = [run["cpu"][role]["cpu_us_per_task"] for run in ok if role in run.get("cpu", {})]
+                seconds = [run["cpu"][role]["cpu_seconds"] for run in ok if role in run.get("cpu", {})]
+                cpu[role] = {
+                    "us_per_task": statistics.median(per_task) if per_task else None,
+                    "seconds": statistics.median(seconds),
+                    "processes": max(run["cpu"][role]["processes"] for run in ok if role in run.get("cpu", {})),
+                }
+            entry["cpu"] = cpu
+    return summary
+
+
+def _format(value: Optional[float]) -> str:
+    if value is None:
+        return "–"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _cell(entry: Optional[Dict[str, Any]], metric: str) -> str:
+    if entry is None:
+        return "not run"
+    if entry["status"] != "ok":
+        return entry["status"]
+    stats = entry["metrics"].get(metric)
+    if stats is None:
+        return "n/a"
+    if stats["min"] == stats["max"]:
+        return _format(stats["median"])
+    return f"{_format(stats['median'])} ({_format(stats['min'])}–{_format(stats['max'])})"
+
+
+def _median(entry: Optional[Dict[str, Any]], metric: str) -> Optional[float]:
+    if entry is None or entry["status"] != "ok" or metric not in entry["metrics"]:
+        return None
+    return entry["metrics"][metric]["median"]
+
+
+def _ratio(ours: Optional[float], peer: Optional[float], higher_better: bool) -> str:
+    """How many times better this project is (> 1: better)."""
+    if ours is None or peer is None or ours <= 0 or peer <= 0:
+        return "–"
+    ratio = ours / peer if higher_better else peer / ours
+    return f"×{ratio:.2f}" if ratio < 10 else f"×{ratio:.0f}"
+
+
+def _table(rows: List[List[str]], header: List[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def results_table(data: Dict[str, Any]) -> str:
+    summary = data["summary"]
+    engines = [engine for engine in data["engines"]]
+    peers = [engine for engine in engines if engine != OURS]
+    header = ["workload (size)", *engines, *[f"{OURS} vs {peer}" for peer in peers], f"issue 3 target ({OURS})"]
+    rows = []
+    for workload, metric, label, higher in METRICS:
+        if workload not in summary:
+            continue
+        entries = summary[workload]
+        size = next(iter(entries.values()))["size"]
+        ours = _median(entries.get(OURS), metric)
+        row = [f"{label} ({size:,})"]
+        row += [_cell(entries.get(engine), metric) for engine in engines]
+        row += [_ratio(ours, _median(entries.get(peer), metric), higher) for peer in peers]
+        target = _target(workload, metric, size)
+        if target is None:
+            row.append("")
+        elif ours is None:
+            row.append(f"{target[0]}: not measured")
+        else:
+            met = ours >= target[1] if target[2] else ours <= target[1]
+            row.append(f"{target[0]}: {'met' if met else 'not met'}")
+        rows.append(row)
+    return _table(rows, header)
+
+
+def cpu_table(data: Dict[str, Any], engine: str) -> str:
+    summary = data["summary"]
+    roles_order = ["client", "scheduler", "storage", "agent", "processor", "cluster supervisor", "worker manager",
+                   "nanny", "worker", "other"]  # fmt: skip
+    roles = []
+    for workload in summary:
+        for role in summary[workload].get(engine, {}).get("cpu", {}):
+            if role not in roles:
+                roles.append(role)
+    roles.sort(key=lambda role: roles_order.index(role) if role in roles_order else len(roles_order))
+    rows = []
+    for workload in summary:
+        entry = summary[workload].get(engine)
+        if not entry or entry["status"] != "ok":
+            continue
+        cells = []
+        total = 0.0
+        for role in roles:
+            value = entry["cpu"].get(role, {}).get("us_per_task")
+            cells.append(_format(value))
+            total += value or 0.0
+        wall = entry["metrics"].get("seconds", {}).get("median")
+        rows.append([f"{workload} ({entry['size']:,})", *cells, _format(total), _format(wall)])
+    return _table(rows, ["workload (tasks)", *[f"{role} µs/task" for role in roles], "total µs/task", "wall s"])
+
+
+def machine_description() -> Dict[str, Any]:
+    cpu_model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "packages"], capture_output=True, text=True
+    )
+    return {
+        "cpu_model": cpu_model,
+        "cores": os.cpu_count(),
+        "memory_gib": memory_gib,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit.stdout.strip() + (" (packages/ modified)" if dirty.stdout.strip() else ""),
+        "load_average_at_start": _load_average(),
+    }
+
+
+def print_report(data: Dict[str, Any]) -> None:
+    machine = data["machine"]
+    print()
+    print(
+        f"{machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB, Python {machine['python']}, "
+        f"{machine['date']}, commit {machine['commit']}, mode {data['mode']}, {data['repetitions']} repetitions"
+    )
+    print("medians (min–max); 'scaler vs X' is how many times better this project is (> 1: better)\n")
+    print(results_table(data))
+    print(f"\nCPU per task of {OURS}, by process (median of the repetitions):\n")
+    print(cpu_table(data, OURS))
+    print()
+
+
+def write_chart(data: Dict[str, Any], json_path: Path, png_path: Path, rebuild: bool, log) -> bool:
+    try:
+        python = ensure_env(TOOLING[0], TOOLING[1], rebuild, log)
+        subprocess.run([str(python), str(HERE / "chart.py"), str(json_path), str(png_path)], check=True, timeout=300)
+        return True
+    except (subprocess.SubprocessError, OSError) as error:
+        log(f"no chart: {error}")
+        return False
+
+
+def write_doc(data: Dict[str, Any], png_path: Path) -> None:
+    machine = data["machine"]
+    versions = ", ".join(f"{engine} {version}" for engine, version in data["versions"].items())
+    image = os.path.relpath(png_path, DOC.parent)
+    text = f"""# Benchmarks
+
+<!-- Generated by benchmarks/run.py from benchmarks/results/{Path(data['json']).name}: do not edit by hand. -->
+
+This page is written by `python3 benchmarks/run.py` (full sizes); the raw numbers are in
+`benchmarks/results/{Path(data['json']).name}`. Where the time goes inside this project, and what it would take to
+reach the targets of issue 3, is in [performance.md](performance.md).
+
+## Machine
+
+- {machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB of memory, {machine['os']}
+- Python {machine['python']}; {versions}
+- {machine['date']}; commit {machine['commit']}; mode `{data['mode']}`, {data['repetitions']} repetitions,
+  run time limit {data['timeout_seconds']:g} s; load average {machine['load_average_at_start']} at the start.
+- The 2 cores are shared with other people's work, so every number carries their noise; the engines are
+  interleaved (round robin, order rotated each repetition) so that noise hits all of them alike.
+
+## Results
+
+Medians over the repetitions, with min–max in parentheses. "{OURS} vs X" says how many times better this
+project is than X on that line (above ×1: better; for times, latencies and bytes it is X / {OURS}).
+`timeout` means the engine did not finish within the run time limit (its throughput is below size / limit);
+`unsupported` means the engine has no such feature or refuses it; `error` is in the JSON's `details`.
+
+{results_table(data)}
+
+![benchmark chart]({image})
+
+## CPU per task of {OURS}, by process
+
+CPU seconds (user + system, from psutil) that each process used during the workload, divided by the number
+of tasks, median of the repetitions. "client" is the benchmark's own process (user thread and client agent
+thread); "agent" and "processor" are summed over the 2 workers. The wall time is on the right: with 2 cores,
+a total above 2 × wall / tasks would mean the processes competed for the CPU.
+
+{cpu_table(data, OURS)}
+
+{_peer_cpu_sections(data)}
+## The workloads
+
+Every engine gets 2 workers (1 process, 1 thread each); each run starts a fresh local cluster, waits until
+both workers have run a task, and measures only the workload.
+
+| workload | what is measured |
+|---|---|
+| `map_noop` | the engine's batch call over N no-op tasks: `client.map(fn, [(i,) ...])` here, `client.map` + `gather` in dask, `client.map(fn, range(N))` in opengris-scaler, one `ProcessPoolExecutor.submit` per item, `multiprocessing.Pool.map` (default chunks) |
+| `submit_gather` | N individual `submit` calls, then every result |
+| `round_trip` | N sequential `submit(fn, i).result()`: median and p99 latency |
+| `sleep` | N tasks of `time.sleep(0.01)` through the batch call: efficiency = (N × 10 ms / 2) / wall time |
+| `big_args` | N tasks each given its own distinct 10 MB `bytes` (no engine can deduplicate): MB/s of arguments |
+| `shared_object` | one 10 MB object sent once (`send_object`, dask `scatter`) and passed to N tasks; "effective MB/s" counts 10 MB per task, so far above `big_args` means the object travelled once per worker, not once per task (the pools have no such feature) |
+| `graph` | `client.get` of a reduction graph of about N nodes (N/2 leaves, pairwise sums to one root) |
+| `chain` | `client.get` of a chain of N `inc` nodes |
+| `queued_memory` | both workers held by a blocking task, then N tasks submitted through the batch call; peak RSS growth of the scheduler process and of the client process divided by N. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one process; the pools keep their queue in the client |
+
+Run it yourself: `python3 benchmarks/run.py --quick` (a few minutes), `python3 benchmarks/run.py` (full,
+rewrites this page), `--workloads`, `--engines`, `--repetitions`, `--timeout`; `--report-only` redraws the
+table, chart and page from the JSON. Logs of the last run of each engine and workload are in
+`benchmarks/logs/`. No test asserts a timing.
+"""
+    DOC.write_text(text)
+
+
+def _peer_cpu_sections(data: Dict[str, Any]) -> str:
+    sections = []
+    for engine in data["engines"]:
+        if engine == OURS:
+            continue
+        table = cpu_table(data, engine)
+        if table.count("\n") > 1:
+            sections.append(f"### CPU per task of {engine}, by process\n\n{table}\n")
+    if not sections:
+        return ""
+    return "## CPU per task of the peers\n\n" + "\n".join(sections) + "\n"
+
+
+# --- main ---------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="sizes / 10 (results/quick.json, docs untouched)")
+    parser.add_argument("--workloads", nargs="+", choices=list(SIZES), default=list(SIZES))
+    parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per run (default 300, quick 120)")
+    parser.add_argument("--scale", type=float, default=None, help="multiply every size by this (after --quick)")
+    parser.add_argument("--out", default=None, help="results name (default: latest, quick: quick)")
+    parser.add_argument("--docs", action="store_true", help="regenerate docs/benchmarks.md even for a partial run")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
+    parser.add_argument("--rebuild-envs", action="store_true", help="re-create every virtualenv (newest peers)")
+    parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
+                        help="redo table, chart and docs from a results file (default results/latest.json)")  # fmt: skip
+    args = parser.parse_args()
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    RESULTS.mkdir(exist_ok=True)
+    if args.report_only is not None:
+        json_path = Path(args.report_only) if args.report_only else RESULTS / "latest.json"
+        data = json.loads(json_path.read_text())
+        data["summary"] = aggregate(data["runs"])
+        png_path = json_path.with_suffix(".png")
+        print_report(data)
+        write_chart(data, json_path, png_path, False, log)
+        if not args.no_docs:
+            write_doc(data, png_path)
+        return 0
+
+    mode = "quick" if args.quick else "full"
+    timeout = args.timeout or (120.0 if args.quick else 300.0)
+    name = args.out or ("quick" if args.quick else "latest")
+    sizes = {}
+    for workload in args.workloads:
+        size = SIZES[workload][1 if args.quick else 0]
+        if args.scale:
+            size = max(1, int(size * args.scale))
+        sizes[workload] = size
+    if args.scale:
+        mode += f" ×{args.scale:g}"
+
+    for engine in args.engines:
+        env_name, _, requirements = ENGINES[engine]
+        ensure_env(env_name, requirements, args.rebuild_envs, log)
+
+    data: Dict[str, Any] = {
+        "mode": mode,
+        "repetitions": args.repetitions,
+        "timeout_seconds": timeout,
+        "workers": WORKERS,
+        "engines": list(args.engines),
+        "sizes": sizes,
+        "machine": machine_description(),
+        "versions": {},
+        "runs": [],
+        "json": f"{name}.json",
+    }
+    json_path = RESULTS / f"{name}.json"
+    skip: Dict[Tuple[str, str], str] = {}  # (engine, workload) -> why later repetitions are skipped
+    started = time.monotonic()
+    for repetition in range(args.repetitions):
+        for workload in args.workloads:
+            shift = repetition % len(args.engines)
+            order = args.engines[shift:] + args.engines[:shift]
+            for engine in order:
+                if (engine, workload) in skip:
+                    continue
+                record = run_one(engine, workload, sizes[workload], timeout)
+                record["repetition"] = repetition
+                data["runs"].append(record)
+                if record.get("version"):
+                    data["versions"][engine] = record["version"]
+                status = record["status"]
+                shown = ""
+                if status == "ok":
+                    shown = ", ".join(f"{key}={_format(value)}" for key, value in record["metrics"].items())
+                else:
+                    shown = record.get("detail", "")
+                log(f"rep {repetition + 1} {workload:<14} {engine:<16} {status:<11} {shown[:150]}")
+                if status in ("timeout", "unsupported"):
+                    skip[(engine, workload)] = status  # deterministic or too slow: not worth another try
+                # save as we go, so an interrupted run keeps what it measured
+                json_path.write_text(json.dumps(data, indent=1))
+    data["total_seconds"] = round(time.monotonic() - started, 1)
+    data["machine"]["load_average_at_end"] = _load_average()
+    data["summary"] = aggregate(data["runs"])
+    json_path.write_text(json.dumps(data, indent=1))
+    print_report(data)
+    png_path = json_path.with_suffix(".png")
+    write_chart(data, json_path, png_path, args.rebuild_envs, log)
+    full_selection = set(args.workloads) == set(SIZES) and set(args.engines) == set(ENGINES)
+    if not args.no_docs and (args.docs or (mode == "full" and full_selection)):
+        write_doc(data, png_path)
+        log(f"wrote {DOC.relative_to(REPO)}")
+    log(f"wrote {json_path.relative_to(REPO)} in {data['total_seconds']:.0f} s")
+    return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # so the current run's process group is killed on the way out
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

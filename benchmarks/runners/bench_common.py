@@ -1,0 +1,397 @@
+"""The workloads, written once against a small engine adapter, and the runner's command line.
+
+Each ``run_<engine>.py`` defines an `Engine` subclass and calls `main(EngineClass)`.
+The runner is started by ``benchmarks/run.py`` inside the engine's own virtualenv:
+
+    python run_<engine>.py WORKLOAD SIZE --out RESULT.json [--workers 2]
+
+It starts the engine's local cluster, waits until every worker answers, runs one
+workload, measures it (wall time, per-process CPU, RSS), tears everything down
+and writes one JSON object to RESULT.json. Only the standard library and psutil
+are needed here (psutil is installed in every engine's virtualenv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+
+import psutil
+
+import bench_tasks
+
+MB = 1_000_000
+BIG_ARGUMENT_BYTES = 10 * MB
+SLEEP_SECONDS = 0.01
+READY_TIMEOUT_SECONDS = 120.0
+MEMORY_SETTLE_SECONDS = 2.0  # the scheduler's RSS must stay flat this long after the last submission
+MEMORY_SETTLE_TIMEOUT_SECONDS = 120.0
+
+
+class Unsupported(Exception):
+    """The engine has no such feature (or refuses it): recorded as "unsupported", not as a failure."""
+
+
+class Engine:
+    """What a workload needs from an engine. Subclasses implement the abstract parts."""
+
+    name = "engine"
+    # roles whose RSS is "the scheduler" in the queued-memory workload (empty: the client holds the queue)
+    scheduler_roles: tuple = ("scheduler",)
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def wait_ready(self) -> None:
+        """Return once every worker has run a task (so no workload pays for worker start-up)."""
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        seen = set()
+        while len(seen) < self.workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(seen)} of {self.workers} workers answered")
+            seen.update(self.map(bench_tasks.whoami, list(range(2 * self.workers))))
+
+    # --- tasks -------------------------------------------------------------------------------------------------
+    def map(self, fn: Callable, items: Iterable[Any]) -> List[Any]:
+        """The engine's batch API: fn(item) for each item, results in order."""
+        raise NotImplementedError
+
+    def submit(self, fn: Callable, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def result(self, handle: Any) -> Any:
+        raise NotImplementedError
+
+    def gather(self, handles: List[Any]) -> List[Any]:
+        return [self.result(handle) for handle in handles]
+
+    def send_object(self, obj: Any) -> Any:
+        raise Unsupported("no way to send an object once for many tasks")
+
+    def get(self, graph: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
+        raise Unsupported("no task graphs")
+
+    def submit_in_background(self, fn: Callable, items: Iterator[Any]) -> None:
+        """Start submitting fn(item) for every item without waiting for results (queued-memory workload)."""
+        thread = threading.Thread(target=self._map_quietly, args=(fn, items), daemon=True)
+        thread.start()
+
+    def _map_quietly(self, fn: Callable, items: Iterator[Any]) -> None:
+        try:
+            self.map(fn, items)
+        except BaseException:  # the teardown fails the pending tasks: expected
+            pass
+
+    # --- processes ---------------------------------------------------------------------------------------------
+    def classify(self, process: psutil.Process, cmdline: str) -> str:
+        """The role of one descendant process of the runner."""
+        return "other"
+
+    def processes(self) -> Dict[int, str]:
+        """pid -> role for the runner (role "client") and every descendant."""
+        me = psutil.Process()
+        roles = {me.pid: "client"}
+        for child in me.children(recursive=True):
+            try:
+                roles[child.pid] = self.classify(child, " ".join(child.cmdline()))
+            except psutil.Error:
+                continue
+        return roles
+
+
+# --- measurements ----------------------------------------------------------------------------------------------
+
+
+def cpu_snapshot(engine: Engine) -> Dict[int, tuple]:
+    snapshot = {}
+    for pid, role in engine.processes().items():
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        snapshot[pid] = (role, times.user + times.system)
+    return snapshot
+
+
+def cpu_breakdown(before: Dict[int, tuple], after: Dict[int, tuple], tasks: int) -> Dict[str, Any]:
+    """CPU seconds per role between two snapshots (processes started in between count from zero)."""
+    roles: Dict[str, Dict[str, float]] = {}
+    for pid, (role, seconds) in after.items():
+        used = seconds - before.get(pid, (role, 0.0))[1]
+        entry = roles.setdefault(role, {"cpu_seconds": 0.0, "processes": 0})
+        entry["cpu_seconds"] += max(0.0, used)
+        entry["processes"] += 1
+    for entry in roles.values():
+        entry["cpu_seconds"] = round(entry["cpu_seconds"], 4)
+        entry["cpu_us_per_task"] = round(entry["cpu_seconds"] * 1e6 / tasks, 2) if tasks else None
+    return roles
+
+
+def _rss(pids: Iterable[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+# --- workloads ------------------------------------------------------------------------------------------------
+# Each returns (metrics, number of tasks) and raises Unsupported when the engine cannot run it.
+
+
+def workload_map_noop(engine: Engine, size: int):
+    items = list(range(size))
+    start = time.perf_counter()
+    results = engine.map(bench_tasks.noop, items)
+    elapsed = time.perf_counter() - start
+    _check(results == items, "map returned wrong results")
+    return {"seconds": elapsed, "tasks_per_s": size / elapsed}, size
+
+
+def workload_submit_gather(engine: Engine, size: int):
+    start = time.perf_counter()
+    handles = [engine.submit(bench_tasks.noop, i) for i in range(size)]
+    submitted = time.perf_counter()
+    results = engine.gather(handles)
+    elapsed = time.perf_counter() - start
+    _check(results == list(range(size)), "gather returned wrong results")
+    return {"seconds": elapsed, "tasks_per_s": size / elapsed, "submit_seconds": submitted - start}, size
+
+
+def workload_round_trip(engine: Engine, size: int):
+    latencies = []
+    for i in range(size):
+        start = time.perf_counter()
+        value = engine.result(engine.submit(bench_tasks.noop, i))
+        latencies.append(time.perf_counter() - start)
+        _check(value == i, "round trip returned a wrong result")
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(round(0.99 * len(latencies))) - 1)]
+    return {
+        "seconds": sum(latencies),
+        "median_ms": statistics.median(latencies) * 1e3,
+        "p99_ms": p99 * 1e3,
+        "max_ms": latencies[-1] * 1e3,
+    }, size
+
+
+def workload_sleep(engine: Engine, size: int):
+    items = list(range(size))
+    start = time.perf_counter()
+    results = engine.map(bench_tasks.sleep_10ms, items)
+    elapsed = time.perf_counter() - start
+    _check(results == items, "sleep map returned wrong results")
+    ideal = size * SLEEP_SECONDS / engine.workers
+    return {"seconds": elapsed, "ideal_seconds": ideal, "efficiency": ideal / elapsed}, size
+
+
+def workload_big_args(engine: Engine, size: int):
+    base = os.urandom(BIG_ARGUMENT_BYTES)
+    # distinct contents, so no engine can deduplicate them
+    arguments = [i.to_bytes(4, "little") + base[4:] for i in range(size)]
+    start = time.perf_counter()
+    handles = [engine.submit(bench_tasks.size_of, argument) for argument in arguments]
+    results = engine.gather(handles)
+    elapsed = time.perf_counter() - start
+    _check(results == [BIG_ARGUMENT_BYTES] * size, "big-argument tasks returned wrong sizes")
+    return {"seconds": elapsed, "mb_per_s": size * BIG_ARGUMENT_BYTES / MB / elapsed}, size
+
+
+def workload_shared_object(engine: Engine, size: int):
+    data = os.urandom(BIG_ARGUMENT_BYTES)
+    start = time.perf_counter()
+    reference = engine.send_object(data)
+    sent = time.perf_counter()
+    handles = [engine.submit(bench_tasks.size_of, reference) for _ in range(size)]
+    results = engine.gather(handles)
+    elapsed = time.perf_counter() - start
+    _check(results == [BIG_ARGUMENT_BYTES] * size, "shared-object tasks returned wrong sizes")
+    # "effective": as if every task had received its own 10 MB; far above big_args means it travelled once per worker
+    return {
+        "seconds": elapsed,
+        "send_seconds": sent - start,
+        "effective_mb_per_s": size * BIG_ARGUMENT_BYTES / MB / elapsed,
+    }, size
+
+
+def _reduction_graph(size: int):
+    """About ``size`` nodes: one data node, size/2 leaves (inc of it), then pairwise sums down to one root.
+
+    Arguments are keys only (no literal values inside tasks): some engines take any hashable argument for a key.
+    """
+    graph: Dict[str, Any] = {"zero": 0}
+    leaves = max(1, size // 2)
+    layer = []
+    for i in range(leaves):
+        key = f"leaf-{i}"
+        graph[key] = (bench_tasks.inc, "zero")
+        layer.append(key)
+    level = 0
+    while len(layer) > 1:
+        level += 1
+        next_layer = []
+        for j in range(0, len(layer) - 1, 2):
+            key = f"sum-{level}-{j // 2}"
+            graph[key] = (bench_tasks.add, layer[j], layer[j + 1])
+            next_layer.append(key)
+        if len(layer) % 2:
+            next_layer.append(layer[-1])
+        layer = next_layer
+    return graph, layer[0], leaves
+
+
+def workload_graph(engine: Engine, size: int):
+    graph, root, expected = _reduction_graph(size)
+    start = time.perf_counter()
+    result = engine.get(graph, [root])
+    elapsed = time.perf_counter() - start
+    _check(result[root] == expected, f"graph root is {result[root]!r}, expected {expected}")
+    return {"seconds": elapsed, "nodes": len(graph), "nodes_per_s": len(graph) / elapsed}, len(graph)
+
+
+def workload_chain(engine: Engine, size: int):
+    graph: Dict[str, Any] = {"zero": 0, "chain-0": (bench_tasks.inc, "zero")}
+    for i in range(1, size):
+        graph[f"chain-{i}"] = (bench_tasks.inc, f"chain-{i - 1}")
+    last = f"chain-{size - 1}"
+    start = time.perf_counter()
+    result = engine.get(graph, [last])
+    elapsed = time.perf_counter() - start
+    _check(result[last] == size, f"chain end is {result[last]!r}, expected {size}")
+    return {"seconds": elapsed, "nodes": len(graph), "nodes_per_s": len(graph) / elapsed}, len(graph)
+
+
+def workload_queued_memory(engine: Engine, size: int):
+    """Peak RSS growth of the scheduler and the client while ``size`` tasks wait behind busy workers."""
+    roles = engine.processes()
+    client_pids = [pid for pid, role in roles.items() if role == "client"]
+    scheduler_pids = [pid for pid, role in roles.items() if role in engine.scheduler_roles]
+    client_base, scheduler_base = _rss(client_pids), _rss(scheduler_pids)
+    client_peak, scheduler_peak = client_base, scheduler_base
+    # first occupy every worker, so all the others stay queued
+    for i in range(engine.workers):
+        engine.submit(bench_tasks.blocked, i)
+    exhausted = threading.Event()
+
+    def items() -> Iterator[int]:
+        yield from range(size)
+        exhausted.set()
+
+    start = time.perf_counter()
+    engine.submit_in_background(bench_tasks.noop, items())
+    submitted_at: Optional[float] = None
+    stable_since = time.perf_counter()
+    last_scheduler = scheduler_base
+    while True:  # bounded by the harness's run timeout while the submission goes on
+        time.sleep(0.1)
+        now = time.perf_counter()
+        client_now, scheduler_now = _rss(client_pids), _rss(scheduler_pids)
+        client_peak, scheduler_peak = max(client_peak, client_now), max(scheduler_peak, scheduler_now)
+        if scheduler_now > last_scheduler + MB:
+            stable_since, last_scheduler = now, scheduler_now
+        if exhausted.is_set():
+            if submitted_at is None:
+                submitted_at = now
+                stable_since = now
+            elif now - stable_since >= MEMORY_SETTLE_SECONDS:
+                break
+        if submitted_at is not None and now > submitted_at + MEMORY_SETTLE_TIMEOUT_SECONDS:
+            break
+    metrics = {
+        "submit_seconds": (submitted_at or time.perf_counter()) - start,
+        "client_peak_mb": client_peak / MB,
+        "client_bytes_per_task": (client_peak - client_base) / size,
+    }
+    if scheduler_pids:
+        metrics["scheduler_peak_mb"] = scheduler_peak / MB
+        metrics["scheduler_bytes_per_task"] = (scheduler_peak - scheduler_base) / size
+    return metrics, size
+
+
+WORKLOADS: Dict[str, Callable] = {
+    "map_noop": workload_map_noop,
+    "submit_gather": workload_submit_gather,
+    "round_trip": workload_round_trip,
+    "sleep": workload_sleep,
+    "big_args": workload_big_args,
+    "shared_object": workload_shared_object,
+    "graph": workload_graph,
+    "chain": workload_chain,
+    "queued_memory": workload_queued_memory,
+}
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+# --- runner command line -----------------------------------------------------------------------------------------
+
+
+def main(engine_class: type) -> None:
+    parser = argparse.ArgumentParser(description=f"run one benchmark workload on {engine_class.name}")
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("size", type=int)
+    parser.add_argument("--out", required=True, help="where to write the result JSON")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    record: Dict[str, Any] = {
+        "engine": engine_class.name,
+        "workload": args.workload,
+        "size": args.size,
+        "python": platform.python_version(),
+    }
+    engine = engine_class(args.workers)
+    try:
+        record["version"] = engine.version()
+        started = time.perf_counter()
+        engine.start()
+        engine.wait_ready()
+        record["startup_seconds"] = time.perf_counter() - started
+        before = cpu_snapshot(engine)
+        metrics, tasks = WORKLOADS[args.workload](engine, args.size)
+        after = cpu_snapshot(engine)
+        record["status"] = "ok"
+        record["metrics"] = {key: round(value, 6) if isinstance(value, float) else value for key, value in metrics.items()}
+        record["cpu"] = cpu_breakdown(before, after, tasks)
+    except Unsupported as error:
+        record["status"] = "unsupported"
+        record["detail"] = str(error)
+    except BaseException as error:  # recorded, so one failing engine does not stop the run
+        record["status"] = "error"
+        record["detail"] = f"{type(error).__name__}: {error}"
+        record["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        stop_started = time.perf_counter()
+        try:
+            engine.stop()
+        except BaseException as error:
+            record.setdefault("detail", f"stop failed: {type(error).__name__}: {error}")
+        record["stop_seconds"] = time.perf_counter() - stop_started
+        with open(args.out, "w") as file:
+            json.dump(record, file)
+        sys.stdout.flush()
+    # threads blocked on a dead cluster must not keep the runner alive
+    os._exit(0)
