@@ -197,3 +197,11 @@ def _children(pid: int):
         return psutil.Process(pid).children()
     except psutil.NoSuchProcess:
         return []
+
+
+def test_scaler_worker_command_line():
+    scaler_worker = shutil.which("scaler_worker", path=os.path.dirname(sys.executable)) or "scaler_worker"
+    output = subprocess.run([scaler_worker, "-h"], capture_output=True, text=True, timeout=60)
+    assert output.returncode == 0 and "--worker-timeout-seconds" in output.stdout
+    output = subprocess.run([scaler_worker, "-wt", "0", "tcp://127.0.0.1:2345"], capture_output=True, text=True)
+    assert output.returncode == 2 and "0.0 is not a positive number" in output.stderr
