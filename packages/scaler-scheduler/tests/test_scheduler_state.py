@@ -18,8 +18,9 @@ WORKER_A = b"W|host|2|aa"
 WORKER_B = b"W|host|3|bb"
 
 
-def hello(role: m.PeerRole, capacity: int = 10, major: int = PROTOCOL_VERSION.major) -> m.Hello:
-    return m.Hello(m.Version(major, 0), role, 1, "host", m.WorkerInfo(1, capacity, []))
+def hello(role: m.PeerRole, capacity: int = 10, major: int = PROTOCOL_VERSION.major, caps=()) -> m.Hello:
+    capabilities = [m.Capability(name, -1) for name in caps]
+    return m.Hello(m.Version(major, 0), role, 1, "host", m.WorkerInfo(1, capacity, capabilities))
 
 
 def sent(effects, to=None, kind=None) -> List:
@@ -27,8 +28,8 @@ def sent(effects, to=None, kind=None) -> List:
             and (kind is None or type(e.message) is kind)]  # fmt: skip
 
 
-def task(n: int, priority: int = 0) -> m.Task:
-    return m.Task(task_id=n.to_bytes(16, "big"), function_id=b"f", priority=priority)
+def task(n: int, priority: int = 0, **fields) -> m.Task:
+    return m.Task(task_id=n.to_bytes(16, "big"), function_id=b"f", priority=priority, **fields)
 
 
 def core_with(workers=(WORKER_A,), capacity=10, **options) -> SchedulerCore:
@@ -155,6 +156,61 @@ def test_protected_scheduler_refuses_shutdown():
     assert sent(effects, to=WORKER_A, kind=m.DisconnectRequest)
 
 
+def test_capability_tasks_wait_for_a_capable_worker():
+    core = core_with(allocate_policy="capability")
+    effects = core.handle(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)]), 1.0)
+    (batch,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
+    assert [t.task_id for t in batch.tasks] == [task(2).task_id]
+    gpu_worker = b"W|host|9|gpu"
+    (batch,) = sent(core.handle(gpu_worker, hello(m.PeerRole.WORKER, caps=("gpu", "linux")), 2.0), kind=m.TaskBatch)
+    assert [t.task_id for t in batch.tasks] == [task(1).task_id]
+
+
+def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
+    core = core_with(allocate_policy="capability")
+    core.handle(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)], timeout_seconds=5.0)]), 1.0)
+    assert sent(core.tick(3.0), to=CLIENT) == []
+    (batch,) = sent(core.tick(6.5), to=CLIENT, kind=m.TaskResultBatch)
+    (rejected,) = batch.results
+    assert rejected.status == m.TaskStatus.REJECTED and "gpu" in rejected.error_text and "5s" in rejected.error_text
+    assert core.task_count == 0
+
+
+def test_queued_tasks_move_from_a_busy_worker_to_an_idle_one():
+    core = core_with(capacity=100)
+    core.handle(CLIENT, m.TaskBatch([task(i) for i in range(10)]), 1.0)
+    core.handle(WORKER_B, hello(m.PeerRole.WORKER, 100), 2.0)
+    (request,) = sent(core.tick(2.0), to=WORKER_A, kind=m.BalanceRequest)
+    assert request.count == 5
+    assert sent(core.tick(2.5), kind=m.BalanceRequest) == []  # one request at a time
+    given_back = [task(i).task_id for i in range(5, 10)]
+    (batch,) = sent(core.handle(WORKER_A, m.BalanceResponse(given_back), 3.0), to=WORKER_B, kind=m.TaskBatch)
+    assert sorted(t.task_id for t in batch.tasks) == sorted(given_back)
+    assert all(t.attempt == 2 for t in batch.tasks)
+
+
+def test_a_task_that_keeps_killing_its_processor_fails_saying_so():
+    core = core_with(max_task_deaths=3)
+    core.handle(CLIENT, m.TaskBatch([task(1)]), 1.0)
+    for attempt in (1, 2):
+        died = m.TaskResult(task(1).task_id, attempt, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", "SIGKILL")
+        (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([died]), 2.0), kind=m.TaskBatch)
+        assert batch.tasks[0].attempt == attempt + 1
+    died = m.TaskResult(task(1).task_id, 3, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", "SIGKILL")
+    (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([died]), 3.0), to=CLIENT)
+    assert "killed its worker 3 times" in batch.results[0].error_text and "SIGKILL" in batch.results[0].error_text
+
+
+def test_a_failing_task_is_retried_as_many_times_as_asked():
+    core = core_with()
+    core.handle(CLIENT, m.TaskBatch([task(1, retries=1)]), 1.0)
+    failed = m.TaskResult(task(1).task_id, 1, m.TaskStatus.FAILED, m.PayloadKind.INLINE, b"e", "")
+    assert sent(core.handle(WORKER_A, m.TaskResultBatch([failed]), 2.0), to=CLIENT) == []
+    failed.attempt = 2
+    (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([failed]), 3.0), to=CLIENT)
+    assert batch.results[0].status == m.TaskStatus.FAILED
+
+
 def test_missing_transition_is_a_typed_error_with_history():
     assert (TaskState.SUCCESS, TaskEvent.ASSIGN) not in TRANSITIONS
     with pytest.raises(TaskStateError, match="assign -> result_success"):
@@ -164,7 +220,7 @@ def test_missing_transition_is_a_typed_error_with_history():
 # ------------------------------------------------------------------- property test
 
 _ACTIONS = st.lists(
-    st.tuples(st.sampled_from(["submit", "result", "fail", "cancel", "worker_dies", "worker_joins",
+    st.tuples(st.sampled_from(["submit", "result", "fail", "died", "cancel", "worker_dies", "worker_joins",
                                "client_leaves", "confirm", "balance", "tick"]), st.integers(0, 30)),
     max_size=60,
 )  # fmt: skip
@@ -203,10 +259,12 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
         task_id = n.to_bytes(16, "big")
         if action == "submit" and not client_gone and task_id not in submitted:
             submitted.add(task_id)
-            record(core.handle(CLIENT, m.TaskBatch([task(n)]), now))
-        elif action in ("result", "fail") and task_id in assigned:
+            record(core.handle(CLIENT, m.TaskBatch([task(n, retries=n % 2)]), now))
+        elif action in ("result", "fail", "died") and task_id in assigned:
             worker, attempt = assigned[task_id]
-            status = m.TaskStatus.SUCCESS if action == "result" else m.TaskStatus.FAILED
+            status = {"result": m.TaskStatus.SUCCESS, "fail": m.TaskStatus.FAILED, "died": m.TaskStatus.WORKER_DIED}[
+                action
+            ]
             record(core.handle(worker, m.TaskResultBatch([result(task_id, attempt, status)]), now))
         elif action == "cancel" and not client_gone:
             record(core.handle(CLIENT, m.TaskCancel([task_id]), now))

@@ -21,6 +21,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--monitor-address", "-ma", default=None, help="monitor PUB address (default: port + 2)")
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
+    parser.add_argument(
+        "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
+        help="even: least loaded worker; capability: also only workers with the capabilities a task needs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-task-deaths", type=int, default=3,
+        help="a task whose processor or worker died this many times fails instead of running again",
+    )  # fmt: skip
     parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
     parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
     parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
@@ -42,6 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             object_storage_address=args.object_storage_address,
             monitor_address=args.monitor_address,
             protected=args.protected,
+            allocate_policy=args.allocate_policy,
+            max_task_deaths=args.max_task_deaths,
             heartbeat_interval_seconds=args.heartbeat_interval_seconds,
             client_timeout_seconds=args.client_timeout_seconds,
             worker_timeout_seconds=args.worker_timeout_seconds,

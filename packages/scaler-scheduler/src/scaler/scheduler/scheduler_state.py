@@ -12,9 +12,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
@@ -47,22 +48,32 @@ class SchedulerSettings:
     client_timeout_seconds: float = 60.0
     worker_timeout_seconds: float = 60.0
     protected: bool = False
+    allocate_policy: str = "even"  # or "capability": tasks go only to workers with the capabilities they need
+    max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
 
 
 class _TaskRecord:
-    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "client_awaits_cancel")
+    __slots__ = (
+        "task", "state", "worker_id", "history", "queue_seq", "client_awaits_cancel", "needs", "deaths", "failures"
+    )  # fmt: skip
 
-    def __init__(self, task: m.Task) -> None:
+    def __init__(self, task: m.Task, needs: Optional[FrozenSet[str]]) -> None:
         self.task = task
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history: List[TaskEvent] = []
         self.queue_seq = 0
         self.client_awaits_cancel = False
+        self.needs = needs  # capability names a worker must have, or None
+        self.deaths = 0  # times its processor or worker died while holding it
+        self.failures = 0  # times it raised and was retried
 
 
 class _Worker:
-    __slots__ = ("worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity")
+    __slots__ = (
+        "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
+        "balance_pending",
+    )  # fmt: skip
 
     def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
         self.worker_id = worker_id
@@ -73,6 +84,8 @@ class _Worker:
         self.last_seen = now
         self.heartbeat = m.WorkerHeartbeat()
         self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
+        self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
+        self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
 
 
 class _Client:
@@ -91,6 +104,8 @@ class SchedulerCore:
         self._workers: Dict[bytes, _Worker] = {}
         self._clients: Dict[bytes, _Client] = {}
         self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
+        self._capability_queues: Dict[FrozenSet[str], List[Tuple[int, int, bytes]]] = {}
+        self._deadlines: List[Tuple[float, bytes]] = []  # (deadline, task_id) of tasks with a timeout
         self._seq = itertools.count()
         self.state_counts: Counter = Counter()
         self.dropped_results = 0
@@ -138,7 +153,7 @@ class SchedulerCore:
         return out
 
     def tick(self, now: float) -> List[Effect]:
-        """Forget peers that have been silent for too long."""
+        """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
         out: List[Effect] = []
         for worker in list(self._workers.values()):
             if now - worker.last_seen > self.settings.worker_timeout_seconds:
@@ -148,7 +163,9 @@ class SchedulerCore:
             if now - client.last_seen > self.settings.client_timeout_seconds:
                 logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
                 self._remove_client(client, out, forget=True)
+        self._expire(now, out)
         self._dispatch(out)
+        self._balance(out)
         return out
 
     # ----------------------------------------------------------------- peers
@@ -268,11 +285,16 @@ class SchedulerCore:
                 duplicates.append(task.task_id)
                 continue
             task.client_id = source
-            record = _TaskRecord(task)
+            needs = None
+            if task.capabilities and self.settings.allocate_policy == "capability":
+                needs = frozenset(c.name for c in task.capabilities)
+            record = _TaskRecord(task, needs)
             self._tasks[task.task_id] = record
             self.state_counts[TaskState.QUEUED] += 1
             client.tasks.add(task.task_id)
             self._enqueue(record)
+            if task.timeout_seconds > 0:
+                heapq.heappush(self._deadlines, (now + task.timeout_seconds, task.task_id))
         if duplicates:
             logger.warning(f"Scheduler: client {show(source)} resubmitted {len(duplicates)} known task ID(s), ignored")
         self._dispatch(out)
@@ -298,6 +320,8 @@ class SchedulerCore:
                 event = TaskEvent.RESULT_SUCCESS
             elif result.status in (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED):
                 event = TaskEvent.RESULT_FAILED
+                if self._retry_after_failure(record, result):
+                    continue
             else:
                 logger.warning(f"Scheduler: dropped result with status {result.status.name} from {show(source)}")
                 continue
@@ -313,6 +337,25 @@ class SchedulerCore:
         for client_id, task_ids in refused.items():
             out.append(Send(client_id, m.TaskCancelConfirm(task_ids, [False] * len(task_ids))))
         self._dispatch(out)
+
+    def _retry_after_failure(self, record: _TaskRecord, result: m.TaskResult) -> bool:
+        """Queue a failed task again if it has runs left; otherwise say in the result why it stops here."""
+        if record.state is not TaskState.ASSIGNED:
+            return False
+        if result.status == m.TaskStatus.WORKER_DIED:
+            record.deaths += 1
+            if record.deaths >= self.settings.max_task_deaths:
+                result.error_text = f"the task killed its worker {record.deaths} times; last: {result.error_text}"
+                return False
+        elif result.status == m.TaskStatus.FAILED and record.failures < record.task.retries:
+            record.failures += 1
+        else:
+            return False
+        self._workers[record.worker_id].tasks.pop(record.task.task_id, None)  # type: ignore[index]
+        record.worker_id = None
+        self._transition(record, TaskEvent.RETRY)
+        self._enqueue(record)
+        return True
 
     def _on_client_cancel(self, source: bytes, message: m.TaskCancel, now: float, out: List[Effect]) -> None:
         confirmed: List[bytes] = []
@@ -367,6 +410,9 @@ class SchedulerCore:
                 self._enqueue(record)
             else:
                 self._finish(record)
+                if record.client_awaits_cancel and record.task.client_id in self._clients:
+                    out.append(Send(record.task.client_id, m.TaskCancelConfirm([task_id], [True])))
+        self._workers[source].balance_pending = False
         self._dispatch(out)
 
     def _on_object_instruction(self, source: bytes, message: m.ObjectInstruction, now: float, out: List[Effect]):
@@ -391,7 +437,10 @@ class SchedulerCore:
 
     def _enqueue(self, record: _TaskRecord) -> None:
         record.queue_seq = seq = next(self._seq)
-        heapq.heappush(self._queue, (-record.task.priority, seq, record.task.task_id))
+        queue = self._queue
+        if record.needs is not None:
+            queue = self._capability_queues.setdefault(record.needs, [])
+        heapq.heappush(queue, (-record.task.priority, seq, record.task.task_id))
 
     def _finish(self, record: _TaskRecord) -> None:
         """Forget a task that reached its terminal state."""
@@ -407,15 +456,24 @@ class SchedulerCore:
                 worker.tasks.pop(task_id, None)
 
     def _dispatch(self, out: List[Effect]) -> None:
-        """Send queued tasks to the least loaded workers that have room (even load)."""
-        if not self._queue or not self._workers:
+        """Send queued tasks to the least loaded workers that have room (and the capabilities they need)."""
+        if not self._workers:
             return
-        room = [(len(w.tasks), index, w) for index, w in enumerate(self._workers.values()) if len(w.tasks) < w.capacity]
-        if not room:
-            return
-        heapq.heapify(room)
         batches: Dict[bytes, List[m.Task]] = defaultdict(list)
-        queue = self._queue
+        for needs, queue in list(self._capability_queues.items()):
+            # tasks that need capabilities go first: fewer workers can take them
+            capable = [w for w in self._workers.values() if needs <= w.capabilities]
+            self._assign(queue, capable, batches)
+            if not queue:
+                del self._capability_queues[needs]
+        if self._queue:
+            self._assign(self._queue, self._workers.values(), batches)
+        for worker_id, batch in batches.items():
+            out.append(Send(worker_id, m.TaskBatch(batch)))
+
+    def _assign(self, queue: List[Tuple[int, int, bytes]], workers: Iterable[_Worker], batches: Dict) -> None:
+        room = [(len(w.tasks), index, w) for index, w in enumerate(workers) if len(w.tasks) < w.capacity]
+        heapq.heapify(room)
         tasks = self._tasks
         while queue and room:
             _, seq, task_id = heapq.heappop(queue)
@@ -432,8 +490,41 @@ class SchedulerCore:
                 heapq.heapreplace(room, (load + 1, index, worker))
             else:
                 heapq.heappop(room)
-        for worker_id, batch in batches.items():
-            out.append(Send(worker_id, m.TaskBatch(batch)))
+
+    def _balance(self, out: List[Effect]) -> None:
+        """Ask busy workers to give back queued tasks when another worker is idle and nothing waits here."""
+        if len(self._workers) < 2 or self._queue:
+            return
+        workers = self._workers.values()
+        if not any(len(w.tasks) == 0 for w in workers):
+            return
+        mean = sum(len(w.tasks) for w in workers) / len(self._workers)
+        for worker in workers:
+            excess = len(worker.tasks) - math.ceil(mean)
+            if excess >= 1 and len(worker.tasks) >= 2 and not worker.balance_pending:
+                worker.balance_pending = True
+                out.append(Send(worker.worker_id, m.BalanceRequest(excess)))
+
+    def _expire(self, now: float, out: List[Effect]) -> None:
+        """Reject queued tasks whose timeout passed before any worker took them."""
+        rejected: Dict[bytes, List[m.TaskResult]] = defaultdict(list)
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, task_id = heapq.heappop(self._deadlines)
+            record = self._tasks.get(task_id)
+            if record is None or record.state is not TaskState.QUEUED:
+                continue  # done, or running: its worker enforces the timeout
+            self._transition(record, TaskEvent.REJECT)
+            self._finish(record)
+            if record.needs:
+                reason = f"no worker with capabilities {','.join(sorted(record.needs))} took the task"
+            else:
+                reason = "no worker took the task"
+            reason += f" within its timeout of {record.task.timeout_seconds:g}s"
+            result = m.TaskResult(task_id, record.task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
+            rejected[record.task.client_id].append(result)
+        for client_id, results in rejected.items():
+            if client_id in self._clients:
+                out.append(Send(client_id, m.TaskResultBatch(results)))
 
     # ----------------------------------------------------------------- monitor
 

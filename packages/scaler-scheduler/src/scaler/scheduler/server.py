@@ -53,6 +53,8 @@ class SchedulerServer:
         heartbeat_interval_seconds: float = 2.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
+        allocate_policy: str = "even",
+        max_task_deaths: int = 3,
     ) -> None:
         self.address = check_address(address)
         self._storage_address_given = object_storage_address is not None
@@ -65,6 +67,8 @@ class SchedulerServer:
                 client_timeout_seconds=client_timeout_seconds,
                 worker_timeout_seconds=worker_timeout_seconds,
                 protected=protected,
+                allocate_policy=allocate_policy,
+                max_task_deaths=max_task_deaths,
             )
         )
         self._context = zmq.Context()

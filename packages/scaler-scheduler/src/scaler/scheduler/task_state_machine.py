@@ -29,6 +29,7 @@ class TaskEvent(enum.Enum):
     ASSIGN = "assign"  # a worker was chosen and the task sent to it
     RESULT_SUCCESS = "result_success"
     RESULT_FAILED = "result_failed"  # the task raised, or its processor died
+    RETRY = "retry"  # it failed (or killed its processor) and may run again
     CANCEL = "cancel"  # the client cancelled it, cleared, or went away
     CANCEL_CONFIRMED = "cancel_confirmed"  # its worker confirmed (or no longer knows it)
     WORKER_GONE = "worker_gone"  # its worker died, timed out or left
@@ -45,6 +46,7 @@ TRANSITIONS: Dict[Tuple[TaskState, TaskEvent], TaskState] = {
     (S.QUEUED, E.REJECT): S.REJECTED,
     (S.ASSIGNED, E.RESULT_SUCCESS): S.SUCCESS,
     (S.ASSIGNED, E.RESULT_FAILED): S.FAILED,
+    (S.ASSIGNED, E.RETRY): S.QUEUED,
     (S.ASSIGNED, E.CANCEL): S.CANCELING,
     (S.ASSIGNED, E.WORKER_GONE): S.QUEUED,
     (S.ASSIGNED, E.BALANCED): S.QUEUED,
@@ -52,6 +54,7 @@ TRANSITIONS: Dict[Tuple[TaskState, TaskEvent], TaskState] = {
     # a result that crossed the cancel on the wire wins: the task did finish
     (S.CANCELING, E.RESULT_SUCCESS): S.SUCCESS,
     (S.CANCELING, E.RESULT_FAILED): S.FAILED,
+    (S.CANCELING, E.RETRY): S.CANCELLED,
     (S.CANCELING, E.CANCEL): S.CANCELING,
     (S.CANCELING, E.CANCEL_CONFIRMED): S.CANCELLED,
     (S.CANCELING, E.WORKER_GONE): S.CANCELLED,
