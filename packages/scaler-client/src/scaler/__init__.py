@@ -28,6 +28,7 @@ from scaler.protocol.errors import (  # noqa: E402
     ScalerError,
     TaskCancelledError,
     TaskRejectedError,
+    TaskTimeoutError,
     WorkerDiedError,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "Serializer",
     "TaskCancelledError",
     "TaskRejectedError",
+    "TaskTimeoutError",
     "WorkerDiedError",
     "__version__",
 ]

@@ -141,9 +141,23 @@ class Client:
         args: Sequence[Any] = (),
         kwargs: Optional[Mapping[str, Any]] = None,
         capabilities: Optional[Mapping[str, int]] = None,
+        priority: int = 0,
+        timeout_seconds: float = 0.0,
+        retries: int = 0,
     ) -> ScalerFuture:
-        """`submit` with explicit arguments and the capabilities a worker needs to run the task."""
+        """`submit` with explicit arguments and scheduling options.
+
+        ``capabilities``: what a worker must offer to run the task (with the scheduler's
+        ``--allocate-policy capability``), e.g. ``{"gpu": -1}``. ``priority``: higher runs first.
+        ``timeout_seconds``: the task fails with `TaskTimeoutError` if it runs longer, or is rejected if no
+        worker takes it in that time (0: no limit). ``retries``: how many times to run it again if it raises.
+        """
+        if timeout_seconds < 0 or retries < 0:
+            raise ValueError("timeout_seconds and retries must not be negative")
         submission = self._build(fn, tuple(args), kwargs or {}, _capabilities(capabilities))
+        submission.task.priority = priority
+        submission.task.timeout_seconds = float(timeout_seconds)
+        submission.task.retries = retries
         self._agent.submit([submission])
         return submission.future
 

@@ -24,6 +24,10 @@ class TaskCancelledError(ScalerError):
     """The task was cancelled."""
 
 
+class TaskTimeoutError(ScalerError):
+    """The task ran longer than the timeout it was submitted with."""
+
+
 class TaskRejectedError(ScalerError):
     """The scheduler refused or gave up on a task; the message says why."""
 
