@@ -53,6 +53,7 @@ _TASK = m.Task(
     retries=4,
     profiling=True,
     serializer_id=b"serializer-object",
+    store_result=True,
 )
 
 GOLDEN = [

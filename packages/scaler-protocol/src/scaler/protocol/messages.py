@@ -155,6 +155,7 @@ class Task:
     retries: int = 0
     profiling: bool = False
     serializer_id: bytes = b""
+    store_result: bool = False
 
 
 @dataclass(slots=True)

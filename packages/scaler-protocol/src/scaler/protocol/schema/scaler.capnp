@@ -102,6 +102,8 @@ struct Task {
   retries @8 :UInt32;
   profiling @9 :Bool;
   serializerId @10 :Data;                 # object ID of the client's serializer; empty: cloudpickle
+  storeResult @11 :Bool;                  # put a successful result in object storage whatever its size
+                                          # (set by the scheduler on graph nodes that other nodes need)
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
