@@ -599,7 +599,7 @@ def test_blocked_notice_of_a_finished_task_is_ignored():
     assert h.started == [0] and h.state.blocked_count == 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
 def test_random_event_sequences_answer_every_task_exactly_once(rng):
     """Whatever happens, every assigned task gets exactly one answer: a result, a cancel confirmation that
@@ -613,7 +613,7 @@ def test_random_event_sequences_answer_every_task_exactly_once(rng):
     assigned = set()
     answered: Dict[bytes, int] = {}
     next_number = 1
-    for _ in range(200):
+    for _ in range(150):
         action = rng.random()
         if action < 0.3:
             tasks = []

@@ -35,6 +35,8 @@ from scaler.worker.processor_protocol import (
     ProcessorBlocked,
     ProcessorResult,
     ProcessorTask,
+    receive,
+    send,
 )
 from scaler.worker.task_failure import failure_payload
 
@@ -96,7 +98,7 @@ def run_processor(
     watcher.start()
     while True:
         try:
-            task = connection.recv()
+            task = receive(connection)
         except (EOFError, OSError):  # the agent closed the pipe or is gone
             return
         watcher.task_started(task.task_id)
@@ -134,7 +136,7 @@ class _BlockingWatcher(threading.Thread):
         with self._lock:
             self._task_id = None
             self._running.clear()
-            self._connection.send(result)
+            send(self._connection, result)
 
     def run(self) -> None:
         inside_since: Optional[float] = None
@@ -164,7 +166,7 @@ class _BlockingWatcher(threading.Thread):
                 if self._task_id != task_id:  # finished meanwhile: its result is sent, say nothing more
                     continue
                 try:
-                    self._connection.send(ProcessorBlocked(task_id, blocked))
+                    send(self._connection, ProcessorBlocked(task_id, blocked))
                 except (OSError, ValueError):
                     return
 

@@ -22,6 +22,8 @@ from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     SERIALIZER_CACHE_CAPACITY,
     ProcessorTask,
+    receive,
+    send,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,23 +66,28 @@ class ProcessorLink:
     def send(self, task: ProcessorTask) -> None:
         """Hand a task to the processor; raise DisconnectedError when it is gone (its sentinel tells why)."""
         try:
-            self.connection.send(task)
+            send(self.connection, task)
         except (OSError, ValueError) as error:  # BrokenPipeError, or the connection is already closed
             raise DisconnectedError(f"processor {self.processor_id} is gone: {error}") from None
 
-    def receive_ready(self) -> List[Any]:
-        """The results and notices that arrived; raise DisconnectedError once the Pipe is closed (it ended)."""
-        results: List[Any] = []
-        connection = self.connection
+    def receive(self) -> Any:
+        """One result or notice, when the Pipe is readable; raise DisconnectedError once it is closed (the
+        processor ended)."""
         try:
-            while connection.poll():
-                results.append(connection.recv())
+            return receive(self.connection)
         except (EOFError, OSError) as error:
-            if results:
-                return results  # report them first; the next call reports the end
             why = error or "end of file"
             raise DisconnectedError(f"processor {self.processor_id} closed its pipe: {why}") from None
-        return results
+
+    def receive_left(self) -> List[Any]:
+        """What the processor wrote before it ended (call once it has ended: never blocks then)."""
+        left: List[Any] = []
+        try:
+            while self.connection.poll():
+                left.append(receive(self.connection))
+        except (EOFError, OSError):
+            pass
+        return left
 
     def kill(self) -> None:
         """SIGKILL the processor (it runs user code, which may ignore anything milder)."""

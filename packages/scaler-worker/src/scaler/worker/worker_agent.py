@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 _DISCONNECT_LINGER_MILLISECONDS = 1000
 _PROCESSOR_STOP_SECONDS = 2.0
+# results wait at most this long, or for this many others, while more tasks are queued here
+_RESULT_BATCH_SECONDS = 0.005
+_RESULT_BATCH_SIZE = 256
 
 
 class WorkerAgent:
@@ -68,6 +71,7 @@ class WorkerAgent:
         self._processors: Dict[int, ProcessorLink] = {}
         self._usage = ResourceUsage()
         self._flush_scheduled = False
+        self._deferred_flush: Optional[asyncio.TimerHandle] = None
         self._connected = False
         self._last_heard = time.monotonic()
         self._heartbeat_interval = config.heartbeat_interval_seconds
@@ -430,28 +434,20 @@ class WorkerAgent:
         self._schedule_flush()
 
     def _on_processor_readable(self, link: ProcessorLink) -> None:
+        # one message per call: the reader is level-triggered, so the loop calls again while more are there
         try:
-            results = link.receive_ready()
+            message = link.receive()
         except DisconnectedError:
             assert self._loop is not None
             self._loop.remove_reader(link.connection.fileno())  # its sentinel reports the end
             return
-        for message in results:
-            self._perform(self._state.on_processor_message(link.processor_id, message))
+        self._perform(self._state.on_processor_message(link.processor_id, message))
         self._schedule_flush()
 
     def _on_processor_ended(self, link: ProcessorLink) -> None:
         if self._processors.get(link.processor_id) is not link:
             return
-        last_results = []
-        try:  # results it wrote before it ended count
-            while True:
-                results = link.receive_ready()
-                if not results:
-                    break
-                last_results.extend(results)
-        except DisconnectedError:
-            pass
+        last_results = link.receive_left()  # results it wrote before it ended count
         self._unwatch(link)
         del self._processors[link.processor_id]
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
@@ -468,12 +464,31 @@ class WorkerAgent:
             handlers[type(effect)](effect)
 
     def _schedule_flush(self) -> None:
-        if not self._flush_scheduled and self._loop is not None:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        """Send what the core collected at the end of this loop turn; only results, while more tasks wait
+        here, may wait a few milliseconds for company (fewer, larger batches for the scheduler and client)."""
+        if self._flush_scheduled or self._loop is None:
+            return
+        state = self._state
+        if not state.has_output:
+            return
+        if (
+            state.has_only_results
+            and state.queued_count > 0
+            and state.pending_result_count < _RESULT_BATCH_SIZE
+            and self._exit is not None
+            and not self._exit.done()
+        ):
+            if self._deferred_flush is None:
+                self._deferred_flush = self._loop.call_later(_RESULT_BATCH_SECONDS, self._flush)
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._deferred_flush is not None:
+            self._deferred_flush.cancel()
+            self._deferred_flush = None
         self._perform(self._state.flush(time.monotonic()))
 
 

@@ -390,6 +390,19 @@ class WorkerState:
         return self._waiting_count
 
     @property
+    def has_output(self) -> bool:
+        """Whether `flush` has something to send."""
+        return bool(self._results or self._to_scheduler or self._to_fetch or self._to_put)
+
+    @property
+    def has_only_results(self) -> bool:
+        return not (self._to_scheduler or self._to_fetch or self._to_put)
+
+    @property
+    def pending_result_count(self) -> int:
+        return len(self._results)
+
+    @property
     def running_count(self) -> int:
         return sum(1 for slot in self._slots.values() if slot.task_id is not None)
 
@@ -420,19 +433,24 @@ class WorkerState:
     # ------------------------------------------------------------------------- scheduling
 
     def _fill(self, out: List[Effect]) -> None:
+        """Run the next task if no task holds the slot; stop surplus idle processors; stage tasks ahead."""
         slots = self._slots
-        while sum(1 for s in slots.values() if s.task_id is not None and not s.blocked) < 1:
-            slot = next((s for s in slots.values() if s.task_id is None), None)
-            if slot is None:
-                if len(slots) >= self._max_processors or (not self._staged and self._peek_queue() is None):
-                    break
-                slot = self._new_slot(out)
-            if not self._run_next(slot, out):
-                break
-        idle = [s for s in slots.values() if s.task_id is None]
-        for slot in idle[1:]:  # one idle processor is kept warm
-            del slots[slot.processor_id]
-            out.append(StopProcessor(slot.processor_id, kill=False))
+        idle: Optional[_Slot] = None
+        for slot in slots.values():
+            if slot.task_id is None:
+                idle = idle or slot
+            elif not slot.blocked:
+                break  # a running task holds the slot
+        else:
+            if idle is None and len(slots) < self._max_processors and (self._staged or self._peek_queue()):
+                idle = self._new_slot(out)
+            if idle is not None:
+                self._run_next(idle, out)
+        if len(slots) > 1:
+            surplus = [slot for slot in slots.values() if slot.task_id is None][1:]  # one idle one is kept warm
+            for slot in surplus:
+                del slots[slot.processor_id]
+                out.append(StopProcessor(slot.processor_id, kill=False))
         while len(self._staged) < self._prefetch:
             entry = self._peek_queue()
             if entry is None:
