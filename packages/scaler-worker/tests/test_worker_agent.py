@@ -50,6 +50,14 @@ def test_object_arguments_and_a_large_result_go_through_storage(driver: TaskDriv
     assert driver.value(task_id) == b"r" * 200_000
 
 
+def test_store_result_keeps_a_small_result_in_storage(driver: TaskDriver):
+    task = driver.task(tasks.add, 1, 2)
+    task.store_result = True
+    driver.send(task)
+    assert driver.result(task.task_id).payload_kind == m.PayloadKind.OBJECT
+    assert driver.value(task.task_id) == 3
+
+
 def test_missing_function_fails_with_object_not_found(driver: TaskDriver):
     task = driver.task(tasks.add, 1)
     task.function_id = b"\x00" * 16

@@ -311,6 +311,29 @@ def test_large_result_goes_through_storage_owned_by_the_client():
     assert h.storage[result.payload] == b"x" * 11
 
 
+def test_store_result_puts_even_a_small_result_in_storage():
+    h = Harness()
+    task = make_task(1)
+    task.store_result = True
+    h.assign(task)
+    h.answer_gets()
+    h.finish(payload=b"tiny")
+    h.answer_puts()
+    [result] = h.results()
+    assert result.payload_kind == m.PayloadKind.OBJECT and h.storage[result.payload] == b"tiny"
+
+
+def test_store_result_does_not_store_failures():
+    h = Harness()
+    task = make_task(1)
+    task.store_result = True
+    h.assign(task)
+    h.answer_gets()
+    h.finish(status=m.TaskStatus.FAILED, payload=b"pickled exception")
+    [result] = h.results()
+    assert result.payload_kind == m.PayloadKind.INLINE and h.puts == []
+
+
 def test_result_at_the_threshold_stays_inline():
     h = Harness(inline_threshold_bytes=10)
     h.assign(make_task(1))

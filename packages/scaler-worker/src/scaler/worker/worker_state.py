@@ -602,7 +602,8 @@ class WorkerState:
         slot.blocked = False
         profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
         status = m.TaskStatus(result.status)
-        if status == m.TaskStatus.SUCCESS and len(result.payload) > self._inline_threshold:
+        stored = entry.task.store_result or len(result.payload) > self._inline_threshold
+        if status == m.TaskStatus.SUCCESS and stored:
             entry.phase = _Phase.STORING
             self._to_put.append((entry, self._object_ids.next_id(), result.payload, profiling))
         else:
