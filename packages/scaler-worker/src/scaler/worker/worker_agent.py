@@ -441,7 +441,13 @@ class WorkerAgent:
             assert self._loop is not None
             self._loop.remove_reader(link.connection.fileno())  # its sentinel reports the end
             return
-        self._perform(self._state.on_processor_message(link.processor_id, message))
+        except Exception:  # a message that does not unpickle: a bug, not a reason to stop serving
+            logger.exception(f"{self._name}: dropped unreadable message from processor {link.processor_id}")
+            return
+        try:
+            self._perform(self._state.on_processor_message(link.processor_id, message))
+        except Exception:
+            logger.exception(f"{self._name}: failed to handle {type(message).__name__} from processor, dropped it")
         self._schedule_flush()
 
     def _on_processor_ended(self, link: ProcessorLink) -> None:
