@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-task-deaths", type=int, default=3,
         help="a task whose processor or worker died this many times fails instead of running again",
     )  # fmt: skip
+    parser.add_argument(
+        "--graph-sorter", "-gs", choices=("auto", "graphblas", "python"), default="auto",
+        help="graph task bookkeeping: GraphBLAS (the graphblas extra), pure Python, or auto: GraphBLAS if installed",
+    )  # fmt: skip
     parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
     parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
     parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
@@ -52,6 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             protected=args.protected,
             allocate_policy=args.allocate_policy,
             max_task_deaths=args.max_task_deaths,
+            graph_sorter=args.graph_sorter,
             heartbeat_interval_seconds=args.heartbeat_interval_seconds,
             client_timeout_seconds=args.client_timeout_seconds,
             worker_timeout_seconds=args.worker_timeout_seconds,

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, O
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.scheduler.graph_tasks import GraphActions, GraphTasks
 from scaler.scheduler.task_state_machine import TERMINAL_STATES, TaskEvent, TaskState, next_state
 
 STORAGE = b""
@@ -50,6 +51,7 @@ class SchedulerSettings:
     protected: bool = False
     allocate_policy: str = "even"  # or "capability": tasks go only to workers with the capabilities they need
     max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
+    graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
 
 
 class _TaskRecord:
@@ -112,7 +114,7 @@ class SchedulerCore:
         self._handlers: Dict[type, Callable[[bytes, Any, float, List[Effect]], None]] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
             m.TaskBatch: self._on_task_batch,
-            m.TaskCancel: self._on_client_cancel,
+            m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
             m.ObjectInstruction: self._on_object_instruction,
             m.ClientShutdownRequest: self._on_shutdown_request,
@@ -129,6 +131,8 @@ class SchedulerCore:
         self._worker_messages = {
             m.WorkerHeartbeat, m.TaskResultBatch, m.TaskCancelConfirm, m.BalanceResponse, m.DisconnectRequest
         }  # fmt: skip
+        self._graphs = GraphTasks({"auto": None, "graphblas": True, "python": False}[settings.graph_sorter])
+        self._graph_sends: List[Effect] = []  # what the graph layer sends clients, after the interception
 
     # ----------------------------------------------------------------- entry points
 
@@ -137,6 +141,7 @@ class SchedulerCore:
         kind = type(message)
         if kind is m.Hello:
             self._on_hello(source, message, now, out)
+            self._graph_effects(out, now)
             return out
         client = self._clients.get(source)
         worker = self._workers.get(source) if client is None else None
@@ -150,6 +155,7 @@ class SchedulerCore:
             return out
         (client or worker).last_seen = now  # type: ignore[union-attr]
         self._handlers[kind](source, message, now, out)
+        self._graph_effects(out, now)
         return out
 
     def tick(self, now: float) -> List[Effect]:
@@ -166,6 +172,7 @@ class SchedulerCore:
         self._expire(now, out)
         self._dispatch(out)
         self._balance(out)
+        self._graph_effects(out, now)
         return out
 
     # ----------------------------------------------------------------- peers
@@ -259,6 +266,7 @@ class SchedulerCore:
     def _remove_client(self, client: _Client, out: List[Effect], forget: bool) -> None:
         if forget:
             del self._clients[client.client_id]
+        self._graphs.forget_client(client.client_id)
         cancels: Dict[bytes, List[bytes]] = defaultdict(list)
         for task_id in list(client.tasks):
             record = self._tasks[task_id]
@@ -298,14 +306,6 @@ class SchedulerCore:
         if duplicates:
             logger.warning(f"Scheduler: client {show(source)} resubmitted {len(duplicates)} known task ID(s), ignored")
         self._dispatch(out)
-
-    def _on_graph_task(self, source: bytes, message: m.GraphTask, now: float, out: List[Effect]) -> None:
-        reason = "graph tasks are not supported by this scheduler version"
-        results = [
-            m.TaskResult(task.task_id, 0, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
-            for task in message.tasks
-        ]
-        out.append(Send(source, m.TaskResultBatch(results)))
 
     def _on_results(self, source: bytes, message: m.TaskResultBatch, now: float, out: List[Effect]) -> None:
         per_client: Dict[bytes, List[m.TaskResult]] = defaultdict(list)
@@ -526,6 +526,63 @@ class SchedulerCore:
             if client_id in self._clients:
                 out.append(Send(client_id, m.TaskResultBatch(results)))
 
+    # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
+
+    def _on_graph_task(self, source: bytes, message: m.GraphTask, now: float, out: List[Effect]) -> None:
+        self._apply_graph(source, self._graphs.submit(source, message, self._tasks.__contains__), now, out)
+
+    def _on_cancel_request(self, source: bytes, message: m.TaskCancel, now: float, out: List[Effect]) -> None:
+        """A client's TaskCancel: the graph layer answers for graph nodes, the rest is cancelled as usual."""
+        if self._graphs.active:
+            others, actions = self._graphs.cancel(source, message.task_ids)
+            self._apply_graph(source, actions, now, out)
+            if not others:
+                return
+            message = m.TaskCancel(others)
+        self._on_client_cancel(source, message, now, out)
+
+    def _apply_graph(self, client_id: bytes, actions: GraphActions, now: float, out: List[Effect]) -> None:
+        if actions.deletes:
+            out.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.DELETE, client_id, actions.deletes)))
+        if actions.cancel:  # its confirms come back through _graph_effects, which swallows them
+            self._on_client_cancel(client_id, m.TaskCancel(actions.cancel), now, out)
+        if actions.release:  # released nodes are queued exactly as if the client had sent them
+            self._on_task_batch(client_id, m.TaskBatch(actions.release), now, out)
+        if actions.results:
+            self._graph_sends.append(Send(client_id, m.TaskResultBatch(actions.results)))
+        if actions.confirm_ids:
+            self._graph_sends.append(Send(client_id, m.TaskCancelConfirm(actions.confirm_ids, actions.confirm_flags)))
+
+    def _graph_effects(self, out: List[Effect], now: float) -> None:
+        """Hand the results and cancel confirms of graph nodes to the graph layer before they reach a client.
+
+        What the graph layer then decides may produce more such effects (released
+        nodes are dispatched, cancels confirmed at once): they are appended to
+        ``out`` and examined in turn. What the graph layer sends goes last.
+        """
+        if not self._graphs.active and not self._graph_sends:
+            return
+        graphs = self._graphs
+        emptied = False
+        position = 0
+        while position < len(out):
+            effect = out[position]
+            position += 1
+            if type(effect) is not Send or effect.to not in self._clients:
+                continue
+            message = effect.message
+            if type(message) is m.TaskResultBatch:
+                message.results, actions = graphs.on_results(effect.to, message.results)
+                emptied = emptied or not message.results
+                self._apply_graph(effect.to, actions, now, out)
+            elif type(message) is m.TaskCancelConfirm:
+                message.task_ids, message.cancelled = graphs.on_confirms(effect.to, message.task_ids, message.cancelled)
+                emptied = emptied or not message.task_ids
+        if emptied:
+            out[:] = [effect for effect in out if not _emptied(effect)]
+        out.extend(self._graph_sends)
+        self._graph_sends = []
+
     # ----------------------------------------------------------------- monitor
 
     def snapshot(self, now: float) -> m.StateSnapshot:
@@ -548,9 +605,25 @@ class SchedulerCore:
         return len(self._tasks)
 
     @property
+    def graphs(self) -> GraphTasks:
+        return self._graphs
+
+    @property
     def worker_ids(self) -> List[bytes]:
         return list(self._workers)
 
     @property
     def client_ids(self) -> List[bytes]:
         return list(self._clients)
+
+
+def _emptied(effect: Effect) -> bool:
+    """A result batch or cancel confirm whose every entry the graph layer took."""
+    if type(effect) is not Send:
+        return False
+    message = effect.message
+    if type(message) is m.TaskResultBatch:
+        return not message.results
+    if type(message) is m.TaskCancelConfirm:
+        return not message.task_ids
+    return False

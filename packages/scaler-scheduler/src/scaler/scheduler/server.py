@@ -55,6 +55,7 @@ class SchedulerServer:
         worker_timeout_seconds: float = 60.0,
         allocate_policy: str = "even",
         max_task_deaths: int = 3,
+        graph_sorter: str = "auto",
     ) -> None:
         self.address = check_address(address)
         self._storage_address_given = object_storage_address is not None
@@ -69,6 +70,7 @@ class SchedulerServer:
                 protected=protected,
                 allocate_policy=allocate_policy,
                 max_task_deaths=max_task_deaths,
+                graph_sorter=graph_sorter,
             )
         )
         self._context = zmq.Context()

@@ -1,0 +1,385 @@
+"""Graph tasks in the scheduler, without I/O.
+
+A client sends a whole graph as one `GraphTask`: tasks that name each other's
+results through ``Argument{kind task}``, and the targets it wants. `GraphTasks`
+stands between that client and the scheduler's ordinary task machinery:
+
+- a node is *released* (handed to the scheduler as if the client had submitted
+  it) once every node it needs has succeeded; its task arguments are rewritten
+  to the results of those nodes: ``kind object`` naming the result object (or
+  ``kind inline`` with the bytes, if a worker sent the result inline);
+- a node that other nodes need runs with ``Task.storeResult``, so the worker
+  leaves its result in object storage (owned by the client);
+- the scheduler hands every result of a released node back here instead of to
+  the client (`on_results`); only targets reach the client. A result object is
+  deleted from storage as soon as no unfinished node needs it (``deletes``);
+  a target that other nodes still need is delivered once they are done with
+  it (the client then owns the object and deletes it after reading it);
+- a failed node fails exactly the nodes downstream of it: each of them that is
+  a target gets the failing node's status, payload and error text; what no
+  wanted node needs any more is cancelled;
+- the client cancels a graph by cancelling its targets (`cancel`): each target
+  is confirmed at once; nodes that no wanted target needs any more are
+  cancelled (released ones through the scheduler, whose confirms are swallowed
+  here). When no target of a graph is wanted any more, every node still
+  pending is cancelled;
+- a graph in which nothing runs while nodes still wait has a dependency cycle:
+  those nodes are rejected;
+- a client that leaves takes its graphs with it (`forget_client`); its
+  objects are cleared by the scheduler as usual.
+
+Entry points return `GraphActions` for the scheduler to carry out. The
+topological bookkeeping is a `graph_index.GraphIndex` (GraphBLAS when
+installed, pure Python otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.errors import ScalerError
+from scaler.protocol.ids import show
+from scaler.scheduler.graph_index import GraphIndex, graphblas_available, make_graph_index
+
+logger = logging.getLogger(__name__)
+
+_PENDING, _RELEASED, _SUCCESS, _FAILED, _CANCELLED = range(5)
+_FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
+CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
+
+
+@dataclass
+class GraphActions:
+    """What the scheduler must do for one client after a graph decision."""
+
+    release: List[m.Task] = field(default_factory=list)  # queue as if the client had submitted them
+    cancel: List[bytes] = field(default_factory=list)  # released nodes to cancel (confirms come back here)
+    results: List[m.TaskResult] = field(default_factory=list)  # to the client
+    confirm_ids: List[bytes] = field(default_factory=list)  # TaskCancelConfirm to the client
+    confirm_flags: List[bool] = field(default_factory=list)
+    deletes: List[bytes] = field(default_factory=list)  # result objects to delete (owner: the client)
+
+    def __bool__(self) -> bool:
+        return bool(self.release or self.cancel or self.results or self.confirm_ids or self.deletes)
+
+
+class _Graph:
+    __slots__ = (
+        "graph_id", "client_id", "task_ids", "positions", "tasks", "state", "target", "wanted", "wanted_count",
+        "results", "index", "in_flight", "finished",
+    )  # fmt: skip
+
+    def __init__(self, graph_id: bytes, client_id: bytes, tasks: List[m.Task], index: GraphIndex) -> None:
+        self.graph_id = graph_id
+        self.client_id = client_id
+        self.task_ids = [task.task_id for task in tasks]
+        self.positions: Dict[bytes, int] = {task_id: i for i, task_id in enumerate(self.task_ids)}
+        self.tasks: List[Optional[m.Task]] = list(tasks)  # None once released
+        size = len(tasks)
+        self.state = bytearray(size)
+        self.target = bytearray(size)
+        self.wanted = bytearray(size)  # a target whose result the client still waits for
+        self.wanted_count = 0
+        self.results: Dict[int, m.TaskResult] = {}  # successful results still held (needed, or to deliver)
+        self.index = index
+        self.in_flight = 0  # released and not finished
+        self.finished = 0
+
+    @property
+    def done(self) -> bool:
+        return self.finished == len(self.task_ids) and not self.results
+
+
+class GraphTasks:
+    def __init__(self, use_graphblas: Optional[bool] = None) -> None:
+        if use_graphblas and not graphblas_available():
+            raise ScalerError(
+                "the GraphBLAS graph sorter needs python-graphblas: pip install 'scaler-scheduler[graphblas]'"
+            )
+        self.use_graphblas = graphblas_available() if use_graphblas is None else use_graphblas
+        self._graphs: Dict[bytes, _Graph] = {}  # graph ID -> graph
+        self._nodes: Dict[bytes, _Graph] = {}  # task ID of every node of a live graph -> its graph
+        self._cancelled: Dict[bytes, Set[bytes]] = {}  # client -> released nodes cancelled here, confirm pending
+
+    # ----------------------------------------------------------------- observation
+
+    @property
+    def active(self) -> bool:
+        return bool(self._graphs) or bool(self._cancelled)
+
+    @property
+    def graph_count(self) -> int:
+        return len(self._graphs)
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    def owns(self, task_id: bytes) -> bool:
+        return task_id in self._nodes
+
+    # ----------------------------------------------------------------- entry points
+
+    def submit(self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool]) -> GraphActions:
+        """A new graph; ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
+        actions = GraphActions()
+        problem = self._problem(message, known)
+        if problem is not None:
+            logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
+            for target in dict.fromkeys(message.targets):
+                actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+            return actions
+        tasks = message.tasks
+        if not message.targets:
+            return actions  # nothing is wanted: nothing runs
+        positions = {task.task_id: i for i, task in enumerate(tasks)}
+        edges = set()
+        for i, task in enumerate(tasks):
+            for argument in task.arguments:
+                if argument.kind == m.ArgumentKind.TASK:
+                    edges.add((positions[argument.data], i))
+        ordered = sorted(edges)
+        index = make_graph_index(len(tasks), [a for a, _ in ordered], [b for _, b in ordered], self.use_graphblas)
+        graph = _Graph(message.graph_id, client_id, list(tasks), index)
+        for i, count in enumerate(index.dependant_counts()):
+            tasks[i].client_id = client_id
+            tasks[i].store_result = count > 0  # its dependants read it from object storage
+        for target in message.targets:
+            i = positions[target]
+            if not graph.wanted[i]:
+                graph.target[i] = graph.wanted[i] = 1
+                graph.wanted_count += 1
+        self._graphs[graph.graph_id] = graph
+        for task_id in graph.task_ids:
+            self._nodes[task_id] = graph
+        for i in index.roots():
+            self._release(graph, i, actions)
+        self._settle(graph, actions)
+        return actions
+
+    def on_results(self, client_id: bytes, results: Sequence[m.TaskResult]) -> Tuple[List[m.TaskResult], GraphActions]:
+        """Results the scheduler was about to send to ``client_id``: those of graph nodes are taken here.
+
+        Returns the results to send on unchanged, and what to do.
+        """
+        passed: List[m.TaskResult] = []
+        actions = GraphActions()
+        touched: Dict[bytes, _Graph] = {}
+        cancelled = self._cancelled.get(client_id)
+        for result in results:
+            graph = self._nodes.get(result.task_id)
+            if graph is None or graph.client_id != client_id:
+                if cancelled is not None and result.task_id in cancelled:
+                    _drop(result, actions)  # a node cancelled here whose result crossed the cancel
+                else:
+                    passed.append(result)
+                continue
+            touched[graph.graph_id] = graph
+            self._node_result(graph, graph.positions[result.task_id], result, actions)
+        for graph in touched.values():
+            self._settle(graph, actions)
+        return passed, actions
+
+    def on_confirms(self, client_id: bytes, task_ids: Sequence[bytes], flags: Sequence[bool]):
+        """Cancel confirms the scheduler was about to send: those of nodes cancelled here are swallowed."""
+        cancelled = self._cancelled.get(client_id)
+        if not cancelled:
+            return list(task_ids), list(flags)
+        kept_ids: List[bytes] = []
+        kept_flags: List[bool] = []
+        for task_id, flag in zip(task_ids, flags, strict=False):
+            if task_id in cancelled:
+                cancelled.discard(task_id)
+            else:
+                kept_ids.append(task_id)
+                kept_flags.append(flag)
+        if not cancelled:
+            del self._cancelled[client_id]
+        return kept_ids, kept_flags
+
+    def cancel(self, client_id: bytes, task_ids: Sequence[bytes]) -> Tuple[List[bytes], GraphActions]:
+        """The client cancels tasks; returns the IDs that are not graph nodes (for the scheduler) and actions.
+
+        A wanted target is confirmed cancelled at once (no result will come for
+        it); any other graph node, or a target already delivered, is refused.
+        """
+        others: List[bytes] = []
+        actions = GraphActions()
+        touched: Dict[bytes, _Graph] = {}
+        for task_id in task_ids:
+            graph = self._nodes.get(task_id)
+            if graph is None or graph.client_id != client_id:
+                others.append(task_id)
+                continue
+            i = graph.positions[task_id]
+            actions.confirm_ids.append(task_id)
+            if not graph.wanted[i]:
+                actions.confirm_flags.append(False)
+                continue
+            actions.confirm_flags.append(True)
+            touched[graph.graph_id] = graph
+            self._unwant(graph, i)
+            state = graph.state[i]
+            if state in (_PENDING, _RELEASED) and graph.index.unfinished_dependants(i) == 0:
+                self._finish(graph, [self._cancel_node(graph, i, actions)], actions)
+        for graph in touched.values():
+            self._settle(graph, actions)
+        return others, actions
+
+    def forget_client(self, client_id: bytes) -> None:
+        """The client left or cleared: drop its graphs (the scheduler cancels its tasks and clears its objects)."""
+        for graph in [g for g in self._graphs.values() if g.client_id == client_id]:
+            self._forget(graph)
+        self._cancelled.pop(client_id, None)
+
+    # ----------------------------------------------------------------- decisions
+
+    def _problem(self, message: m.GraphTask, known: Callable[[bytes], bool]) -> Optional[str]:
+        positions: Set[bytes] = set()
+        for task in message.tasks:
+            task_id = task.task_id
+            if task_id in positions:
+                return f"task {show(task_id)} appears twice"
+            if known(task_id) or task_id in self._nodes:
+                return f"task {show(task_id)} is already known to the scheduler"
+            positions.add(task_id)
+        for task in message.tasks:
+            for argument in task.arguments:
+                if argument.kind != m.ArgumentKind.TASK:
+                    continue
+                if argument.data == task.task_id:
+                    return f"task {show(task.task_id)} needs its own result"
+                if argument.data not in positions:
+                    return f"task {show(task.task_id)} needs task {show(argument.data)}, which is not in the graph"
+        for target in message.targets:
+            if target not in positions:
+                return f"target {show(target)} is not a task of the graph"
+        if message.graph_id in self._graphs:
+            return "a graph with that ID is running"
+        return None
+
+    def _release(self, graph: _Graph, i: int, actions: GraphActions) -> None:
+        task = graph.tasks[i]
+        assert task is not None
+        graph.tasks[i] = None
+        for argument in task.arguments:
+            if argument.kind == m.ArgumentKind.TASK:
+                result = graph.results[graph.positions[argument.data]]
+                if result.payload_kind == m.PayloadKind.OBJECT:
+                    argument.kind = m.ArgumentKind.OBJECT
+                else:  # an inline result (from a worker that does not know storeResult)
+                    argument.kind = m.ArgumentKind.INLINE
+                argument.data = result.payload
+        graph.state[i] = _RELEASED
+        graph.in_flight += 1
+        actions.release.append(task)
+
+    def _node_result(self, graph: _Graph, i: int, result: m.TaskResult, actions: GraphActions) -> None:
+        if graph.state[i] != _RELEASED:  # cancelled here meanwhile
+            _drop(result, actions)
+            return
+        graph.in_flight -= 1
+        if result.status == m.TaskStatus.SUCCESS:
+            graph.state[i] = _SUCCESS
+            if graph.index.unfinished_dependants(i) > 0:
+                graph.results[i] = result  # read by its dependants; delivered or deleted once they are done
+            elif graph.wanted[i]:
+                self._deliver(graph, i, result, actions)
+            else:
+                _drop(result, actions)
+            self._finish(graph, [i], actions)
+            return
+        if result.status not in _FAILURES:
+            logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
+        below = [j for j in graph.index.descendants([i]) if graph.state[j] == _PENDING]
+        failed = [i, *below]
+        for j in failed:
+            graph.state[j] = _FAILED
+            if graph.wanted[j]:
+                copy = m.TaskResult(
+                    graph.task_ids[j], result.attempt, result.status, result.payload_kind, result.payload,
+                    result.error_text, result.profiling if j == i else m.Profiling(),
+                )  # fmt: skip
+                self._deliver(graph, j, copy, actions)
+        for j in below:
+            graph.tasks[j] = None
+        self._finish(graph, failed, actions)
+
+    def _deliver(self, graph: _Graph, i: int, result: m.TaskResult, actions: GraphActions) -> None:
+        self._unwant(graph, i)
+        actions.results.append(result)
+
+    def _unwant(self, graph: _Graph, i: int) -> None:
+        if graph.wanted[i]:
+            graph.wanted[i] = 0
+            graph.wanted_count -= 1
+
+    def _cancel_node(self, graph: _Graph, i: int, actions: GraphActions) -> int:
+        if graph.state[i] == _RELEASED:
+            graph.in_flight -= 1
+            task_id = graph.task_ids[i]
+            actions.cancel.append(task_id)
+            self._cancelled.setdefault(graph.client_id, set()).add(task_id)
+        graph.state[i] = _CANCELLED
+        graph.tasks[i] = None
+        return i
+
+    def _finish(self, graph: _Graph, nodes: List[int], actions: GraphActions) -> None:
+        """Nodes reached their end: release what became ready, free or cancel what nobody needs any more."""
+        state = graph.state
+        while nodes:
+            graph.finished += len(nodes)
+            ready, freed = graph.index.finish(nodes)
+            nodes = []
+            for j in ready:
+                if state[j] == _PENDING:
+                    self._release(graph, j, actions)
+            for j in freed:
+                if state[j] == _SUCCESS:
+                    result = graph.results.pop(j)
+                    if graph.wanted[j]:
+                        self._deliver(graph, j, result, actions)
+                    else:
+                        _drop(result, actions)
+                elif state[j] in (_PENDING, _RELEASED) and not graph.wanted[j]:
+                    nodes.append(self._cancel_node(graph, j, actions))
+
+    def _settle(self, graph: _Graph, actions: GraphActions) -> None:
+        """After a round of decisions: cancel a graph nobody waits for, reject a stuck one, forget a done one."""
+        state = graph.state
+        if graph.wanted_count == 0 and graph.finished < len(state):
+            unfinished = [i for i in range(len(state)) if state[i] in (_PENDING, _RELEASED)]
+            self._finish(graph, [self._cancel_node(graph, i, actions) for i in unfinished], actions)
+        if graph.in_flight == 0 and graph.finished < len(state):
+            stuck = [i for i in range(len(state)) if state[i] == _PENDING]
+            logger.warning(
+                f"Scheduler: graph {show(graph.graph_id)} of client {show(graph.client_id)} has a dependency cycle: "
+                f"rejected {len(stuck)} task(s)"
+            )
+            for i in stuck:
+                state[i] = _FAILED
+                graph.tasks[i] = None
+                if graph.wanted[i]:
+                    self._deliver(graph, i, _rejected(graph.task_ids[i], CYCLE_REASON), actions)
+            self._finish(graph, stuck, actions)
+        if graph.done:
+            self._forget(graph)
+
+    def _forget(self, graph: _Graph) -> None:
+        del self._graphs[graph.graph_id]
+        nodes = self._nodes
+        for task_id in graph.task_ids:
+            nodes.pop(task_id, None)
+
+
+def _rejected(task_id: bytes, reason: str) -> m.TaskResult:
+    return m.TaskResult(task_id, 0, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
+
+
+def _drop(result: m.TaskResult, actions: GraphActions) -> None:
+    """A result nobody will read: delete its object, if it has one."""
+    if result.status == m.TaskStatus.SUCCESS and result.payload_kind == m.PayloadKind.OBJECT and result.payload:
+        actions.deletes.append(result.payload)

@@ -1,0 +1,382 @@
+"""Graph tasks in the scheduler core, with both topological sorters: no sockets, no processes."""
+
+from __future__ import annotations
+
+import random
+from typing import Dict, List, Sequence, Tuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.protocol import messages as m
+from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, graphblas_available
+from scaler.scheduler.graph_tasks import CYCLE_REASON
+from scaler.scheduler.scheduler_state import STORAGE, SchedulerCore, SchedulerSettings, Send
+
+CLIENT = b"C|host|1|aa"
+OTHER_CLIENT = b"C|host|1|bb"
+WORKER = b"W|host|2|aa"
+
+SORTERS = [
+    "python",
+    pytest.param(
+        "graphblas", marks=pytest.mark.skipif(not graphblas_available(), reason="python-graphblas is not installed")
+    ),
+]
+INDEXES = [
+    PythonGraphIndex,
+    pytest.param(
+        GraphBLASGraphIndex,
+        marks=pytest.mark.skipif(not graphblas_available(), reason="python-graphblas is not installed"),
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- the two indexes agree
+
+
+def _random_dag(size: int, edge_count: int, seed: int) -> Tuple[List[int], List[int]]:
+    rng = random.Random(seed)
+    edges = set()
+    while len(edges) < min(edge_count, size * (size - 1) // 2):
+        a, b = rng.randrange(size), rng.randrange(size)
+        if a < b:
+            edges.add((a, b))
+    ordered = sorted(edges)
+    return [a for a, _ in ordered], [b for _, b in ordered]
+
+
+@pytest.mark.skipif(not graphblas_available(), reason="python-graphblas is not installed")
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(1, 150),
+    density=st.floats(0.0, 4.0),
+    seed=st.integers(0, 10**6),
+    batch_sizes=st.lists(st.sampled_from([1, 2, 5, 64, 100]), min_size=1, max_size=8),
+)
+def test_graphblas_and_python_indexes_give_identical_answers(size, density, seed, batch_sizes):
+    sources, targets = _random_dag(size, int(size * density), seed)
+    python, graphblas = PythonGraphIndex(size, sources, targets), GraphBLASGraphIndex(size, sources, targets)
+    assert python.roots() == graphblas.roots()
+    assert python.dependant_counts() == graphblas.dependant_counts()
+    starts = random.Random(seed).sample(range(size), min(3, size))
+    assert python.descendants(starts) == graphblas.descendants(starts)
+    order = list(range(size))
+    random.Random(seed + 1).shuffle(order)
+    position = 0
+    for batch in batch_sizes * size:
+        if position >= size:
+            break
+        nodes = order[position : position + batch]
+        position += batch
+        assert python.finish(nodes) == graphblas.finish(nodes)
+    assert [python.unfinished_dependants(i) for i in range(size)] == [
+        graphblas.unfinished_dependants(i) for i in range(size)
+    ]
+
+
+@pytest.mark.parametrize("index_type", INDEXES)
+def test_index_of_a_diamond(index_type):
+    index = index_type(4, [0, 0, 1, 2], [1, 2, 3, 3])  # 0 -> 1, 2 -> 3
+    assert index.roots() == [0]
+    assert index.dependant_counts() == [2, 1, 1, 0]
+    assert index.descendants([0]) == [1, 2, 3]
+    assert index.descendants([1]) == [3]
+    assert index.finish([0]) == ([1, 2], [])
+    assert index.finish([1]) == ([], [])
+    assert index.unfinished_dependants(0) == 1
+    assert index.finish([2]) == ([3], [0])
+    assert index.finish([3]) == ([], [1, 2])
+
+
+@pytest.mark.parametrize("index_type", INDEXES)
+def test_index_settles_large_batches_like_small_ones(index_type):
+    size = 500  # a wide fan-in: batches over GraphBLASGraphIndex.BATCH go through GraphBLAS
+    index = index_type(size + 1, list(range(size)), [size] * size)
+    assert index.finish(list(range(size - 1))) == ([], [])
+    assert index.finish([size - 1]) == ([size], [])
+    assert index.finish([size]) == ([], list(range(size)))
+
+
+# ----------------------------------------------------------------------------- the core with graphs
+
+
+def node(n: int, *deps: int, store: bool = False) -> m.Task:
+    arguments = [m.Argument("", m.ArgumentKind.TASK, tid(d)) for d in deps]
+    arguments.append(m.Argument("", m.ArgumentKind.INLINE, b"literal"))
+    return m.Task(task_id=tid(n), function_id=b"f", arguments=arguments)
+
+
+def tid(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+def oid(n: int) -> bytes:
+    return b"result-" + n.to_bytes(9, "big")
+
+
+def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g1") -> m.GraphTask:
+    return m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets])
+
+
+def core_with(sorter: str, capacity: int = 1000) -> SchedulerCore:
+    core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", graph_sorter=sorter))
+    core.handle(CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host"), 0.0)
+    core.handle(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, capacity)), 0.0)
+    return core
+
+
+def messages(effects, to=None, kind=None) -> List:
+    return [e.message for e in effects if type(e) is Send and (to is None or e.to == to)
+            and (kind is None or type(e.message) is kind)]  # fmt: skip
+
+
+def assigned(effects) -> Dict[int, m.Task]:
+    return {int.from_bytes(t.task_id, "big"): t for b in messages(effects, WORKER, m.TaskBatch) for t in b.tasks}
+
+
+def to_client(effects, client=CLIENT) -> Dict[int, m.TaskResult]:
+    batches = messages(effects, client, m.TaskResultBatch)
+    return {int.from_bytes(r.task_id, "big"): r for b in batches for r in b.results}
+
+
+def deleted(effects) -> List[bytes]:
+    return [i for r in messages(effects, STORAGE, m.ObjectRequest) if r.kind == m.ObjectRequestKind.DELETE
+            for i in r.object_ids]  # fmt: skip
+
+
+def success(n: int, attempt: int = 1, stored: bool = True) -> m.TaskResult:
+    if stored:
+        return m.TaskResult(tid(n), attempt, m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT, oid(n))
+    return m.TaskResult(tid(n), attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE, b"value-%d" % n)
+
+
+def failure(n: int, payload: bytes = b"pickled (exception, traceback)") -> m.TaskResult:
+    return m.TaskResult(tid(n), 1, m.TaskStatus.FAILED, m.PayloadKind.INLINE, payload, "")
+
+
+def report(core: SchedulerCore, *results: m.TaskResult):
+    return core.handle(WORKER, m.TaskResultBatch(list(results)), 1.0)
+
+
+@pytest.fixture(params=SORTERS)
+def sorter(request) -> str:
+    return request.param
+
+
+def test_diamond_runs_in_order_and_frees_intermediate_results(sorter):
+    core = core_with(sorter)
+    effects = core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4, 2, 3)], targets=[4]), 0.5)
+    assert list(assigned(effects)) == [1]
+    assert assigned(effects)[1].store_result and to_client(effects) == {}
+
+    effects = report(core, success(1))
+    released = assigned(effects)
+    assert sorted(released) == [2, 3] and all(t.store_result for t in released.values())
+    assert released[2].arguments[0] == m.Argument("", m.ArgumentKind.OBJECT, oid(1))
+    assert released[2].arguments[1] == m.Argument("", m.ArgumentKind.INLINE, b"literal")
+    assert deleted(effects) == [] and to_client(effects) == {}
+
+    effects = report(core, success(2))
+    assert assigned(effects) == {} and deleted(effects) == []
+    effects = report(core, success(3))
+    assert deleted(effects) == [oid(1)]  # nobody needs 1 any more
+    (last,) = assigned(effects).values()
+    assert not last.store_result
+    assert [a.data for a in last.arguments[:2]] == [oid(2), oid(3)]
+
+    effects = report(core, success(4, stored=False))
+    assert list(to_client(effects)) == [4] and to_client(effects)[4].payload == b"value-4"
+    assert sorted(deleted(effects)) == [oid(2), oid(3)]
+    assert core.graphs.graph_count == 0 and core.graphs.node_count == 0 and core.task_count == 0
+
+
+def test_duplicate_dependency_is_one_edge_and_both_arguments_are_rewritten(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2, 1, 1)], targets=[2]), 0.5)
+    effects = report(core, success(1))
+    (second,) = assigned(effects).values()
+    assert [a.data for a in second.arguments[:2]] == [oid(1), oid(1)]
+    effects = report(core, success(2))
+    assert deleted(effects) == [oid(1)] and list(to_client(effects)) == [2]
+
+
+def test_inline_result_of_an_old_worker_is_passed_inline(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2, 1)], targets=[2]), 0.5)
+    (second,) = assigned(report(core, success(1, stored=False))).values()
+    assert second.arguments[0] == m.Argument("", m.ArgumentKind.INLINE, b"value-1")
+
+
+def test_target_needed_by_other_nodes_is_delivered_once_they_are_done(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1)], targets=[1, 3]), 0.5)
+    effects = report(core, success(1))
+    assert to_client(effects) == {} and sorted(assigned(effects)) == [2, 3]
+    effects = report(core, success(3, stored=False), success(2))
+    assert sorted(to_client(effects)) == [1, 3]
+    assert to_client(effects)[1].payload == oid(1)  # the client now owns that object
+    assert deleted(effects) == [oid(2)]  # 2 is not a target: its result is dropped
+
+
+def test_failure_fails_exactly_the_dependants_with_the_original_payload(sorter):
+    core = core_with(sorter)
+    tasks = [node(1), node(2, 1), node(3, 2), node(4), node(5, 4), node(6, 3, 5)]
+    core.handle(CLIENT, graph(tasks, targets=[2, 3, 5, 6]), 0.5)
+    effects = report(core, failure(1, b"the exception"))
+    results = to_client(effects)
+    assert sorted(results) == [2, 3, 6]  # 6 needs 3, which needs 2, which needs 1
+    assert all(r.status == m.TaskStatus.FAILED and r.payload == b"the exception" for r in results.values())
+    effects = report(core, success(4))
+    assert list(assigned(effects)) == [5]
+    effects = report(core, success(5, stored=False))
+    # 5's only dependant (6) failed already: 5 is delivered at once, and 4's result is deleted
+    assert list(to_client(effects)) == [5] and deleted(effects) == [oid(4)]
+    assert core.graphs.graph_count == 0
+
+
+def test_failure_of_one_input_cancels_inputs_nothing_else_needs(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3]), 0.5)
+    effects = report(core, failure(1))
+    assert list(to_client(effects)) == [3]
+    assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(2)])]
+    # the worker confirms; the confirm is the graph layer's, not the client's
+    effects = core.handle(WORKER, m.TaskCancelConfirm([tid(2)], [True]), 1.5)
+    assert messages(effects, CLIENT) == []
+    assert not core.graphs.active and core.task_count == 0
+
+
+def test_cancelling_the_targets_cancels_every_pending_node(sorter):
+    core = core_with(sorter)
+    tasks = [node(1), node(2), node(3, 1), node(4, 2), node(5, 3, 4)]
+    core.handle(CLIENT, graph(tasks, targets=[5]), 0.5)
+    effects = core.handle(CLIENT, m.TaskCancel([tid(5)]), 1.0)
+    assert messages(effects, CLIENT) == [m.TaskCancelConfirm([tid(5)], [True])]
+    (cancel,) = messages(effects, WORKER, m.TaskCancel)
+    assert sorted(cancel.task_ids) == [tid(1), tid(2)]
+    assert core.graphs.graph_count == 0
+    # the result of 1 crossed the cancel: its object is deleted, nothing reaches the client
+    effects = report(core, success(1))
+    assert to_client(effects) == {} and deleted(effects) == [oid(1)]
+    effects = core.handle(WORKER, m.TaskCancelConfirm([tid(1), tid(2)], [False, True]), 1.5)
+    assert messages(effects, CLIENT) == []
+    assert not core.graphs.active and core.task_count == 0
+
+
+def test_cancelling_one_target_keeps_what_another_target_needs(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4)], targets=[2, 3, 4]), 0.5)
+    effects = core.handle(CLIENT, m.TaskCancel([tid(2), tid(4), tid(99)]), 1.0)
+    confirms = messages(effects, CLIENT, m.TaskCancelConfirm)
+    flags = {i: f for c in confirms for i, f in zip(c.task_ids, c.cancelled, strict=True)}
+    assert flags == {tid(2): True, tid(4): True, tid(99): False}
+    (cancel,) = messages(effects, WORKER, m.TaskCancel)
+    assert cancel.task_ids == [tid(4)]  # 1 still runs for 3
+    effects = report(core, success(1))
+    assert list(assigned(effects)) == [3]  # 2 was never released
+    effects = report(core, success(3, stored=False))
+    assert list(to_client(effects)) == [3] and deleted(effects) == [oid(1)]
+    # cancelling a delivered target is refused
+    effects = core.handle(CLIENT, m.TaskCancel([tid(3)]), 2.0)
+    assert messages(effects, CLIENT) == [m.TaskCancelConfirm([tid(3)], [False])]
+
+
+def test_cycle_rejects_the_stuck_nodes_and_runs_the_rest(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1, 2), node(2, 1), node(3, 2), node(4)], targets=[3, 4]), 0.5)
+    effects = report(core, success(4, stored=False))
+    results = to_client(effects)
+    assert results[4].status == m.TaskStatus.SUCCESS
+    assert results[3].status == m.TaskStatus.REJECTED and results[3].error_text == CYCLE_REASON
+    assert core.graphs.graph_count == 0
+
+
+@pytest.mark.parametrize(
+    "tasks, targets, problem",
+    [
+        ([node(1), node(2, 7)], [2], "not in the graph"),
+        ([node(1), node(1)], [1], "appears twice"),
+        ([node(1, 1)], [1], "its own result"),
+        ([node(1)], [5], "not a task of the graph"),
+    ],
+)
+def test_malformed_graph_is_rejected_whole(sorter, tasks, targets, problem):
+    core = core_with(sorter)
+    effects = core.handle(CLIENT, graph(tasks, targets), 0.5)
+    assert assigned(effects) == {}
+    results = to_client(effects)
+    assert sorted(results) == sorted(set(targets))
+    assert all(r.status == m.TaskStatus.REJECTED and problem in r.error_text for r in results.values())
+    assert core.graphs.graph_count == 0
+
+
+def test_graph_reusing_a_known_task_id_is_rejected(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, m.TaskBatch([node(1)]), 0.5)
+    effects = core.handle(CLIENT, graph([node(1)], targets=[1]), 0.6)
+    assert "already known" in to_client(effects)[1].error_text
+
+
+def test_client_disconnect_drops_its_graphs_and_cancels_their_tasks(sorter):
+    core = core_with(sorter)
+    core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3]), 0.5)
+    effects = core.handle(CLIENT, m.DisconnectRequest("bye"), 1.0)
+    (cancel,) = messages(effects, WORKER, m.TaskCancel)
+    assert sorted(cancel.task_ids) == [tid(1), tid(2)]
+    assert messages(effects, STORAGE, m.ObjectRequest)[0].kind == m.ObjectRequestKind.CLEAR_OWNER
+    assert not core.graphs.active
+    assert to_client(report(core, success(1))) == {}
+
+
+def test_results_of_another_clients_tasks_are_not_taken(sorter):
+    core = core_with(sorter)
+    core.handle(OTHER_CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host"), 0.0)
+    core.handle(CLIENT, graph([node(1), node(2, 1)], targets=[2]), 0.5)
+    core.handle(OTHER_CLIENT, m.TaskBatch([node(50)]), 0.6)
+    effects = report(core, success(50, stored=False), success(1))
+    assert list(to_client(effects, OTHER_CLIENT)) == [50] and to_client(effects) == {}
+
+
+def _run(core: SchedulerCore, effects, limit: int = 10**7) -> Tuple[Dict[int, m.TaskResult], int]:
+    """Play the worker until nothing is left: answer each assigned task, a batch at a time."""
+    delivered: Dict[int, m.TaskResult] = {}
+    deletes = 0
+    pending: List[m.Task] = []
+    for _ in range(limit):
+        delivered.update(to_client(effects))
+        deletes += len(deleted(effects))
+        pending.extend(t for b in messages(effects, WORKER, m.TaskBatch) for t in b.tasks)
+        if not pending:
+            break
+        batch, pending = pending[:50], pending[50:]
+        results = [m.TaskResult(t.task_id, t.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT, b"o" + t.task_id)
+                   if t.store_result else m.TaskResult(t.task_id, t.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE,
+                                                       b"v") for t in batch]  # fmt: skip
+        effects = report(core, *results)
+    return delivered, deletes
+
+
+def test_100000_node_graph(sorter):
+    """A reduction tree over 50,000 leaves: 99,999 nodes in one GraphTask; nothing is left behind."""
+    leaves = 50_000
+    tasks = [node(i) for i in range(leaves)]
+    level = list(range(leaves))
+    next_id = leaves
+    while len(level) > 1:
+        upper = []
+        for k in range(0, len(level) - 1, 2):
+            tasks.append(node(next_id, level[k], level[k + 1]))
+            upper.append(next_id)
+            next_id += 1
+        if len(level) % 2:
+            upper.append(level[-1])
+        level = upper
+    assert len(tasks) >= 99_999
+    core = core_with(sorter, capacity=10**6)
+    effects = core.handle(CLIENT, graph(tasks, targets=[level[0]]), 0.5)
+    delivered, deletes = _run(core, effects)
+    assert list(delivered) == [level[0]]
+    assert deletes == len(tasks) - 1  # every intermediate result freed
+    assert core.task_count == 0 and not core.graphs.active
