@@ -32,6 +32,7 @@ from scaler.worker.processor_protocol import (
     BLOCKED_AFTER_SECONDS,
     BLOCKED_CHECK_INTERVAL_SECONDS,
     CLIENT_MODULE_PREFIX,
+    GRAPH_NODE_MODULE,
     ProcessorBlocked,
     ProcessorResult,
     ProcessorTask,
@@ -175,7 +176,8 @@ def _inside_client(frame: Optional[FrameType]) -> bool:
     while frame is not None:
         name = frame.f_globals.get("__name__")
         if isinstance(name, str) and (name == CLIENT_MODULE_PREFIX or name.startswith(CLIENT_MODULE_PREFIX + ".")):
-            return True
+            if name != GRAPH_NODE_MODULE:
+                return True
         frame = frame.f_back
     return False
 

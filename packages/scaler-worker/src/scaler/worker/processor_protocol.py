@@ -23,6 +23,8 @@ SERIALIZER_CACHE_CAPACITY = 16
 BLOCKED_AFTER_SECONDS = 0.1
 BLOCKED_CHECK_INTERVAL_SECONDS = 0.05
 CLIENT_MODULE_PREFIX = "scaler.client"
+# ...except this one, which runs a graph node's own code (a graph node is not waiting because it runs there)
+GRAPH_NODE_MODULE = "scaler.client.graph_evaluation"
 
 
 class ProcessorTask(NamedTuple):
