@@ -59,6 +59,8 @@ class SchedulerClusterCombo:
         object_storage_address: Optional[str] = None,
         monitor_address: Optional[str] = None,
         protected: bool = False,
+        allocate_policy: str = "even",
+        max_task_deaths: int = 3,
         per_worker_capabilities: str = "",
         per_worker_queue_size: int = 1000,
         heartbeat_interval_seconds: float = 2.0,
@@ -82,6 +84,8 @@ class SchedulerClusterCombo:
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
                 "--client-timeout-seconds", str(client_timeout_seconds),
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
+                "--allocate-policy", allocate_policy,
+                "--max-task-deaths", str(max_task_deaths),
                 *(["--monitor-address", monitor_address] if monitor_address else []),
                 *(["--protected"] if protected else []),
             )  # fmt: skip
