@@ -25,21 +25,7 @@ BIN = os.path.dirname(sys.executable)
 
 def free_address() -> str:
     """A scheduler address whose port + 1 and port + 2 are free too."""
-    while True:
-        port = free_tcp_port()
-        if port + 2 < 65536 and all(_port_free(p) for p in (port + 1, port + 2)):
-            return f"tcp://127.0.0.1:{port}"
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return f"tcp://127.0.0.1:{free_tcp_port(count=3)}"
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
@@ -88,7 +74,7 @@ class Processes:
 
     def storage(self, address: str, *options: str, **kw) -> subprocess.Popen:
         process = self.start("scaler_object_storage_server", address, *options, **kw)
-        wait_until(lambda: hello_answered(address), 30, f"object storage server at {address}")
+        wait_until(lambda: _alive_or_raise(process) and hello_answered(address), 30, f"storage at {address}")
         return process
 
     def scheduler(self, address: str, *options: str, **kw) -> subprocess.Popen:
@@ -129,6 +115,12 @@ def _alive_or_raise(process: subprocess.Popen) -> bool:
 
 def worker_count(monitor_address: str, timeout: float = 5.0) -> int:
     """Number of workers in the next monitor snapshot."""
+    snapshot = next_snapshot(monitor_address, timeout)
+    return -1 if snapshot is None else len(snapshot.workers)
+
+
+def next_snapshot(monitor_address: str, timeout: float = 5.0) -> Optional[m.StateSnapshot]:
+    """The scheduler's next monitor snapshot, or None if none came within ``timeout``."""
     context = zmq.Context.instance()
     socket = context.socket(zmq.SUB)
     socket.setsockopt(zmq.LINGER, 0)
@@ -136,8 +128,8 @@ def worker_count(monitor_address: str, timeout: float = 5.0) -> int:
     try:
         socket.connect(monitor_address)
         if not socket.poll(int(timeout * 1000)):
-            return -1
+            return None
         snapshot, _ = codec.decode(socket.recv_multipart())
-        return len(snapshot.workers)
+        return snapshot
     finally:
         socket.close(linger=0)

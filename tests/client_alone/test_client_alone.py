@@ -11,11 +11,12 @@ import importlib.util
 import math
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import pytest
+
+from scaler.protocol.addresses import free_tcp_port
 
 CLUSTER_BIN = os.environ.get("SCALER_CLUSTER_BIN", "")
 
@@ -34,7 +35,7 @@ def test_only_the_client_is_installed_here():
 def test_a_task_runs_on_a_cluster_started_from_another_environment():
     from scaler import Client
 
-    port = _free_port()
+    port = free_tcp_port(count=3)
     address = f"tcp://127.0.0.1:{port}"
     started = [
         subprocess.Popen([os.path.join(CLUSTER_BIN, "scaler_scheduler"), address], start_new_session=True,
@@ -59,12 +60,3 @@ def test_a_task_runs_on_a_cluster_started_from_another_environment():
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(5)
-
-
-def _free_port() -> int:
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port + 2 < 65536:
-            return port

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import socket
+from typing import Tuple
 
 from scaler.protocol.errors import ScalerError
 
@@ -39,7 +41,34 @@ def default_monitor_address(scheduler_address: str) -> str:
     return _offset(scheduler_address, 2, "monitor")
 
 
-def free_tcp_port(host: str = "127.0.0.1") -> int:
+def free_tcp_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """A port such that ``port .. port + count - 1`` are free now on ``host``.
+
+    Ports are drawn below the kernel's ephemeral range, so that outgoing
+    connections made meanwhile cannot take them before they are bound.
+    """
+    low, high = _ephemeral_range()
+    candidates = (10000, low - count) if low - count > 10000 else (high + 1, 65536 - count)
+    for _ in range(1000):
+        port = random.randrange(*candidates)
+        if all(_bindable(host, port + offset) for offset in range(count)):
+            return port
+    raise AddressError(f"no {count} consecutive free TCP port(s) found on {host}")
+
+
+def _ephemeral_range() -> Tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            low, high = (int(part) for part in file.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 49152, 65535  # the IANA range, which Windows and macOS use
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

@@ -134,10 +134,7 @@ class SchedulerClusterCombo:
 
 
 def _free_local_address() -> str:
-    while True:
-        port = free_tcp_port()
-        if port + 2 < 65536:
-            return f"tcp://127.0.0.1:{port}"
+    return f"tcp://127.0.0.1:{free_tcp_port(count=3)}"  # the scheduler, storage and monitor ports
 
 
 def _wait_for_hello(address: str, process: subprocess.Popen, what: str) -> None:
