@@ -120,8 +120,12 @@ def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g
     return m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets])
 
 
-def core_with(sorter: str, capacity: int = 1000) -> SchedulerCore:
-    core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", graph_sorter=sorter))
+def core_with(sorter: str, capacity: int = 1000, inline_bytes: int = 0) -> SchedulerCore:
+    """A core with one client and one worker; by default every result other nodes need goes to storage."""
+    settings = SchedulerSettings(
+        object_storage_address="tcp://127.0.0.1:1", graph_sorter=sorter, graph_inline_bytes=inline_bytes
+    )
+    core = SchedulerCore(settings)
     core.handle(CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host"), 0.0)
     core.handle(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, capacity)), 0.0)
     return core
@@ -190,6 +194,27 @@ def test_diamond_runs_in_order_and_frees_intermediate_results(sorter):
     assert list(to_client(effects)) == [4] and to_client(effects)[4].payload == b"value-4"
     assert sorted(deleted(effects)) == [oid(2), oid(3)]
     assert core.graphs.graph_count == 0 and core.graphs.node_count == 0 and core.task_count == 0
+
+
+def test_small_results_travel_inline_while_the_budget_lasts(sorter):
+    core = core_with(sorter, inline_bytes=10)
+    effects = core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2), node(4, 3)], targets=[4]), 0.5)
+    assert [t.store_result for t in assigned(effects).values()] == [False, False]
+    effects = report(core, success(1, stored=False))  # 7 bytes held: under the budget
+    assert core.graphs.inline_bytes == 7 and assigned(effects) == {}
+    effects = report(core, success(2, stored=False))  # 14 bytes: the budget is spent
+    (third,) = assigned(effects).values()
+    assert third.store_result  # its result goes to storage
+    assert third.arguments[:2] == [
+        m.Argument("", m.ArgumentKind.INLINE, b"value-1"),
+        m.Argument("", m.ArgumentKind.INLINE, b"value-2"),
+    ]
+    assert core.graphs.inline_bytes == 14  # until 3 is done with them
+    (fourth,) = assigned(report(core, success(3))).values()
+    assert core.graphs.inline_bytes == 0
+    assert not fourth.store_result and fourth.arguments[0].kind == m.ArgumentKind.OBJECT
+    effects = report(core, success(4, stored=False))
+    assert list(to_client(effects)) == [4] and deleted(effects) == [oid(3)]
 
 
 def test_duplicate_dependency_is_one_edge_and_both_arguments_are_rewritten(sorter):

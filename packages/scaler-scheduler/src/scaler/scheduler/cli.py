@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.runtime import add_common_arguments, parse_arguments
+from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--graph-sorter", "-gs", choices=("auto", "graphblas", "python"), default="auto",
         help="graph task bookkeeping: GraphBLAS (the graphblas extra), pure Python, or auto: GraphBLAS if installed",
     )  # fmt: skip
+    parser.add_argument(
+        "--graph-inline-bytes", type=int, default=DEFAULT_INLINE_BUDGET,
+        help="small graph results the scheduler holds for their dependants, in bytes; beyond that (and always "
+        "with 0) results other graph nodes need go through object storage",
+    )  # fmt: skip
     parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
     parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
     parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
@@ -57,6 +63,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             allocate_policy=args.allocate_policy,
             max_task_deaths=args.max_task_deaths,
             graph_sorter=args.graph_sorter,
+            graph_inline_bytes=args.graph_inline_bytes,
             heartbeat_interval_seconds=args.heartbeat_interval_seconds,
             client_timeout_seconds=args.client_timeout_seconds,
             worker_timeout_seconds=args.worker_timeout_seconds,

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, O
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
-from scaler.scheduler.graph_tasks import GraphActions, GraphTasks
+from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
 from scaler.scheduler.task_state_machine import TERMINAL_STATES, TaskEvent, TaskState, next_state
 
 STORAGE = b""
@@ -52,6 +52,7 @@ class SchedulerSettings:
     allocate_policy: str = "even"  # or "capability": tasks go only to workers with the capabilities they need
     max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
     graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
+    graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
 
 
 class _TaskRecord:
@@ -131,7 +132,8 @@ class SchedulerCore:
         self._worker_messages = {
             m.WorkerHeartbeat, m.TaskResultBatch, m.TaskCancelConfirm, m.BalanceResponse, m.DisconnectRequest
         }  # fmt: skip
-        self._graphs = GraphTasks({"auto": None, "graphblas": True, "python": False}[settings.graph_sorter])
+        sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
+        self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._graph_sends: List[Effect] = []  # what the graph layer sends clients, after the interception
 
     # ----------------------------------------------------------------- entry points

@@ -28,6 +28,7 @@ from scaler.protocol.addresses import check_address, default_monitor_address, de
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scheduler_state import STORAGE, SchedulerCore, SchedulerSettings, Send, Shutdown
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class SchedulerServer:
         allocate_policy: str = "even",
         max_task_deaths: int = 3,
         graph_sorter: str = "auto",
+        graph_inline_bytes: int = DEFAULT_INLINE_BUDGET,
     ) -> None:
         self.address = check_address(address)
         self._storage_address_given = object_storage_address is not None
@@ -71,6 +73,7 @@ class SchedulerServer:
                 allocate_policy=allocate_policy,
                 max_task_deaths=max_task_deaths,
                 graph_sorter=graph_sorter,
+                graph_inline_bytes=graph_inline_bytes,
             )
         )
         self._context = zmq.Context()
