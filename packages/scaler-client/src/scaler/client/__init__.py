@@ -2,16 +2,21 @@
 
 from scaler.client._version import __version__
 from scaler.client.client import Client
-from scaler.client.future import RemoteTraceback, ScalerFuture
+from scaler.client.future import RemoteTraceback, ScalerFuture, set_wait_hook
+from scaler.client.graph_builder import GraphCycleError, GraphError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, Serializer
 
 __all__ = [
     "Client",
     "DefaultSerializer",
+    "GraphCycleError",
+    "GraphError",
+    "GraphKeyError",
     "ObjectReference",
     "RemoteTraceback",
     "ScalerFuture",
     "Serializer",
     "__version__",
+    "set_wait_hook",
 ]

@@ -19,7 +19,7 @@ from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 import zmq
 
-from scaler.client.client_state import ClientState, Effects, Outcome, Submission
+from scaler.client.client_state import ClientState, Effects, GraphSubmission, Outcome, Submission
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 
@@ -72,6 +72,9 @@ class ClientAgent:
 
     def submit(self, submissions: Sequence[Submission]) -> None:
         self._send(ClientState.submit, submissions)
+
+    def submit_graph(self, submission: GraphSubmission) -> None:
+        self._send(ClientState.submit_graph, submission)
 
     def put_object(self, object_id: bytes, data: bytes, wait: bool = True) -> Optional[concurrent.futures.Future]:
         """Put an object; with ``wait`` the returned future resolves once storage acknowledged it."""

@@ -7,13 +7,14 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import cloudpickle
 
 from scaler.client.agent import ClientAgent
-from scaler.client.client_state import Submission
-from scaler.client.future import ScalerFuture
+from scaler.client.client_state import GraphSubmission, Submission
+from scaler.client.future import ScalerFuture, wait_with_hook
+from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, check_serializer
 from scaler.protocol.addresses import check_address
@@ -188,6 +189,7 @@ class Client:
                 self._agent.submit(chunk)
                 chunk = []
             # Wake on the first failure, wherever it is in the map, not on the first in order.
+            wait_with_hook(lambda: _all_done_or_one_failed(futures), None)
             _, not_done = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
             if not_done:
                 for future in futures:
@@ -207,6 +209,81 @@ class Client:
     def starmap(self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]]) -> List[Any]:
         """Same as `map` (the name itertools uses for this contract)."""
         return self.map(fn, iterable)
+
+    # --- graphs ----------------------------------------------------------------------------------------------
+
+    def get(self, graph: Mapping[Any, Any], keys: Any, block: bool = True) -> Dict[Any, Any]:
+        """Run a Dask-style graph; return ``{key: result}`` for each requested key.
+
+        ``client.get({"a": 2, "c": (inc, "a")}, keys=["c"])`` returns ``{"c": 3}``. Values are literals
+        or tasks ``(function, *arguments)`` whose arguments may be keys, nested tasks, lists, tuples or
+        dicts of them, or `ObjectReference`; docs/graphs.md has the rules. Only what the keys need
+        runs, sent to the scheduler as one message. A missing key or a cycle raises `GraphKeyError` or
+        `GraphCycleError` here, before anything runs.
+
+        ``block=False`` returns ``{key: future}`` at once. With ``block=True`` the first failure is
+        raised as the failing node's own exception (every key downstream of it fails with it) and the
+        graph's other keys are cancelled.
+        """
+        futures = self._submit_graph(graph, _requested_keys(graph, keys))
+        if not block:
+            return futures
+        distinct = list({id(future): future for future in futures.values()}.values())
+        try:
+            _, not_done = concurrent.futures.wait(distinct, return_when=concurrent.futures.FIRST_EXCEPTION)
+            if not_done:
+                for future in distinct:
+                    if future.done() and (future.cancelled() or future.exception() is not None):
+                        future.result()  # raises its exception (or CancelledError)
+            return {key: future.result() for key, future in futures.items()}
+        except BaseException:
+            pending = [future.task_id for future in distinct if future.task_id and not future.done()]
+            if pending and not self._agent.closed:
+                try:
+                    self._agent.cancel(pending)
+                except DisconnectedError:
+                    pass
+            raise
+
+    def dask_get(self, dsk: Mapping[Any, Any], keys: Any, **kwargs: Any) -> Any:
+        """A Dask scheduler: ``dask.compute(collection, scheduler=client.dask_get)``.
+
+        Dask's ``get(dsk, keys, **kwargs)`` contract: ``keys`` is a key or nested lists of keys, and the
+        results come back in that shape (a list of keys gives a tuple, as Dask's own schedulers do).
+        Classic tuple tasks and task-spec nodes are both accepted; Dask's other options are ignored.
+        """
+        flat = flatten_keys(keys)
+        values = self.get(to_task_spec(dsk), flat)
+        return pack_results(keys, values)
+
+    def _submit_graph(self, graph: Mapping[Any, Any], keys: List[Any]) -> Dict[Any, ScalerFuture]:
+        serializer_id = self._custom_serializer_id()
+        encoder = GraphEncoder(
+            self._ids.next_id, self._function_id, self._serializer.serialize, serializer_id, self._client_id,
+            INLINE_ARGUMENT_LIMIT,
+        )  # fmt: skip
+        built = build_graph(graph, keys, encoder)
+        message = built.message
+        targets = {
+            target: ScalerFuture(target, self, self._serializer, self._profiling, self._bounded_wait)
+            for target in message.targets
+        }
+        futures: Dict[Any, ScalerFuture] = {}
+        for key in keys:
+            if key in built.key_targets:
+                futures[key] = targets[built.key_targets[key]]
+            else:  # the key is a literal: no task
+                futures[key] = ScalerFuture(b"", None, self._serializer, False)
+                futures[key]._set_value(built.key_values[key])
+        if targets:
+            for task in message.tasks:
+                task.profiling = self._profiling
+            temporary = [object_id for object_id, _ in built.puts]
+            requires = [*built.function_ids, *temporary, *([serializer_id] if serializer_id else [])]
+            self._agent.submit_graph(
+                GraphSubmission(message, targets, built.puts, requires, temporary, built.function_ids)
+            )
+        return futures
 
     # --- objects ---------------------------------------------------------------------------------------------
 
@@ -339,6 +416,17 @@ class Client:
                 self._serializer_id = b""
 
 
+def _all_done_or_one_failed(futures: List[ScalerFuture]) -> bool:
+    """When `map` stops waiting (``concurrent.futures.FIRST_EXCEPTION``)."""
+    all_done = True
+    for future in futures:
+        if not future.done():
+            all_done = False
+        elif future.cancelled() or concurrent.futures.Future.exception(future, 0) is not None:
+            return True
+    return all_done
+
+
 def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:
     if not capabilities:
         return []
@@ -350,6 +438,17 @@ def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]
             raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
         result.append(Capability(name=name, value=value))
     return result
+
+
+def _requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
+    """``keys`` as a list without repeats: a list (or other iterable) of keys, or one key of the graph."""
+    single = isinstance(keys, (str, bytes, tuple)) or not isinstance(keys, Iterable)
+    if isinstance(keys, tuple):
+        try:
+            single = keys in graph
+        except TypeError:
+            single = False
+    return list(dict.fromkeys([keys] if single else keys))
 
 
 def _forget_through(method: weakref.WeakMethod) -> Callable[[List[bytes]], None]:

@@ -43,6 +43,7 @@ from scaler.protocol.messages import (
     ClientShutdownResponse,
     DisconnectRequest,
     DisconnectResponse,
+    GraphTask,
     Hello,
     HelloAck,
     ObjectInstruction,
@@ -99,6 +100,18 @@ class Submission:
 
 
 @dataclass(slots=True)
+class GraphSubmission:
+    """One graph from the user thread (see graph_builder.py): sent whole once its objects are stored."""
+
+    graph: GraphTask
+    futures: Dict[bytes, Any]  # target task ID -> its future
+    puts: Sequence[Tuple[bytes, bytes]] = ()  # (object ID, bytes): large literals and templates
+    requires: Sequence[bytes] = ()  # object IDs that must be acknowledged before the graph is sent
+    temporary_objects: Sequence[bytes] = ()  # deleted from storage once every target has ended
+    function_ids: Sequence[bytes] = ()  # functions the graph's tasks name (kept while the graph runs)
+
+
+@dataclass(slots=True)
 class Effects:
     connect_storage: Optional[str] = None
     to_scheduler: List[Any] = field(default_factory=list)
@@ -116,6 +129,14 @@ class _TaskRecord:
     missing: int = 0  # objects still awaiting their put acknowledgement
     sent: bool = False
     fetching: Optional[TaskResult] = None  # result whose payload is being fetched from storage
+
+
+@dataclass(slots=True)
+class _GraphRecord:
+    submission: GraphSubmission
+    targets_left: int
+    missing: int = 0
+    sent: bool = False
 
 
 @dataclass(slots=True)
@@ -173,6 +194,8 @@ class ClientState:
         self._shutdown_replies: List[Any] = []
         self._function_users: Dict[bytes, int] = {}  # function object ID -> tasks in flight naming it
         self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
+        self._graphs: Dict[bytes, _GraphRecord] = {}  # graph ID -> graph whose targets are not all done
+        self._target_graphs: Dict[bytes, bytes] = {}  # target task ID -> graph ID
 
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
@@ -240,6 +263,42 @@ class ClientState:
         for submission in submissions:
             self._submit_one(submission)
 
+    def submit_graph(self, submission: GraphSubmission, now: float) -> None:
+        """A graph: its targets are tracked like tasks; the GraphTask leaves once its objects are stored."""
+        futures = submission.futures
+        error: Optional[Exception] = None
+        if self._phase is not Phase.READY:
+            error = self._closed_error()
+        elif submission.puts and self._storage_error is not None:
+            error = self._storage_error
+        for object_id, data in submission.puts if error is None else ():
+            self._objects[object_id] = _PENDING
+            self._out_puts.append((object_id, data))
+        for object_id in submission.requires if error is None else ():
+            state = self._objects.get(object_id)
+            if state is not None and state is not _PENDING:  # the put of a needed object failed
+                error = state
+                self._out_deletes.extend(submission.temporary_objects)
+                break
+        if error is not None:
+            for future in futures.values():
+                self._resolve(future, Outcome.TASK_ERROR, _copy(error))
+            return
+        graph_id = submission.graph.graph_id
+        record = _GraphRecord(submission, targets_left=len(futures))
+        for target_id, future in futures.items():
+            self._tasks[target_id] = _TaskRecord(task=Task(task_id=target_id), future=future, temporary_objects=())
+            self._target_graphs[target_id] = graph_id
+        for function_id in submission.function_ids:
+            self._function_users[function_id] = self._function_users.get(function_id, 0) + 1
+        for object_id in submission.requires:
+            if self._objects.get(object_id) is _PENDING:
+                record.missing += 1
+                self._blocked.setdefault(object_id, []).append(graph_id)
+        self._graphs[graph_id] = record
+        if record.missing == 0:
+            self._send_graph(record)
+
     def put_object(self, object_id: bytes, data: bytes, reply: Any, now: float) -> None:
         """Put one object (a function, a serializer, a sent object); tasks that require it wait for its ack."""
         if self._refuse_reply(reply):
@@ -289,6 +348,8 @@ class ClientState:
         self._cancelling.clear()
         self._function_users.clear()
         self._released.clear()
+        self._graphs.clear()
+        self._target_graphs.clear()
         self._out_tasks.clear()
         self._out_cancels.clear()
         # A heartbeat after the instruction: its echo tells that the scheduler has handled the clear.
@@ -558,6 +619,12 @@ class ClientState:
         if reply is not None:
             self._resolve(reply, Outcome.REPLY_VALUE, object_id)
         for task_id in self._blocked.pop(object_id, ()):
+            graph = self._graphs.get(task_id)
+            if graph is not None:  # a graph ID
+                graph.missing -= 1
+                if graph.missing == 0:
+                    self._send_graph(graph)
+                continue
             record = self._tasks.get(task_id)
             if record is None or record.sent:
                 continue
@@ -573,6 +640,9 @@ class ClientState:
         if reply is not None:
             self._resolve(reply, Outcome.REPLY_ERROR, error)
         for task_id in self._blocked.pop(object_id, ()):
+            graph = self._graphs.get(task_id)
+            for target_id in graph.submission.futures if graph is not None and not graph.sent else ():
+                self._end_task(target_id, Outcome.TASK_ERROR, _copy(error))
             if task_id in self._tasks:
                 self._end_task(task_id, Outcome.TASK_ERROR, _copy(error))
 
@@ -606,6 +676,36 @@ class ClientState:
         if delete_objects:
             self._out_deletes.extend(record.temporary_objects)
         self._resolve(record.future, outcome, value)
+        graph_id = self._target_graphs.pop(task_id, None)
+        if graph_id is not None:
+            self._target_ended(graph_id, delete_objects)
+
+    def _send_graph(self, graph: _GraphRecord) -> None:
+        """Send the GraphTask, without the targets cancelled while its objects were being stored."""
+        graph.sent = True
+        message = graph.submission.graph
+        message.targets = [target for target in message.targets if target in self._tasks]
+        if not message.targets:
+            return
+        for target in message.targets:
+            self._tasks[target].sent = True
+        self._to_scheduler(message)
+
+    def _target_ended(self, graph_id: bytes, delete_objects: bool) -> None:
+        graph = self._graphs.get(graph_id)
+        if graph is None:
+            return
+        graph.targets_left -= 1
+        if graph.targets_left > 0:
+            return
+        del self._graphs[graph_id]
+        submission = graph.submission
+        if delete_objects:
+            self._out_deletes.extend(submission.temporary_objects)
+        for function_id in submission.function_ids:
+            users = self._function_users.pop(function_id, 1) - 1
+            if users > 0:
+                self._function_users[function_id] = users
 
     def _expire_storage_requests(self, now: float) -> None:
         expired = [rid for rid, request in self._storage_requests.items() if request.deadline <= now]
@@ -663,6 +763,8 @@ class ClientState:
         self._cancelling.clear()
         self._function_users.clear()
         self._released.clear()
+        self._graphs.clear()
+        self._target_graphs.clear()
         self._storage_requests.clear()
         self._out_tasks.clear()
         self._out_cancels.clear()
