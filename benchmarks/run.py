@@ -2,7 +2,7 @@
 """Run the same workloads on this project, its peers and two no-network ceilings; print and record the results.
 
     python3 benchmarks/run.py                 # full sizes, 3 repetitions, regenerates docs/benchmarks.md
-    python3 benchmarks/run.py --quick         # sizes / 10, for a look in a few minutes (results/quick.json)
+    python3 benchmarks/run.py --quick         # sizes / 10, 1 repetition: a look in minutes (results/quick.json)
     python3 benchmarks/run.py --workloads map_noop round_trip --engines scaler dask
     python3 benchmarks/run.py --report-only   # redo table, chart and docs from results/latest.json
 
@@ -58,7 +58,7 @@ ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
     "mp-pool": ("baseline", "run_mppool.py", ["psutil"]),
 }
 OURS = "scaler"
-TOOLING = ("tooling", ["matplotlib"])
+TOOLING = ("tooling", ["matplotlib", "py-spy"])  # chart.py; profile.py
 
 # workload -> (full size, quick size)
 SIZES: Dict[str, Tuple[int, int]] = {
@@ -110,7 +110,7 @@ def _target(workload: str, metric: str, size: int) -> Optional[Tuple[str, float,
 # --- virtualenvs ----------------------------------------------------------------------------------------------------
 
 
-def _sources_digest() -> str:
+def _working_tree_digest() -> str:
     digest = hashlib.sha256()
     for name in OUR_PACKAGES:
         root = REPO / "packages" / name
@@ -118,20 +118,61 @@ def _sources_digest() -> str:
             relative = path.relative_to(root)
             if path.is_file() and relative.parts[0] in ("src", "pyproject.toml") and "__pycache__" not in path.parts:
                 digest.update(str(relative).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return f"working tree over {head.stdout.strip()} (sources {digest.hexdigest()[:12]})"
 
 
-def ensure_env(name: str, requirements: List[str], rebuild: bool, log) -> Path:
-    """Create (or re-create) ``.envs/NAME`` with ``requirements``; return its python."""
+def our_source(working_tree: bool, revision: str = "HEAD") -> str:
+    """What this project's virtualenv is built from: packages/ of a commit (the last one), or the working tree.
+
+    The last commit is the default: other people edit the working tree while a benchmark runs, and a half-edited
+    tree may not even import.
+    """
+    if working_tree:
+        return _working_tree_digest()
+    tree = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", f"{revision}:packages"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "log", "-1", "--format=%h", revision, "--", "packages"], capture_output=True, text=True
+    ).stdout.strip()
+    return f"commit {commit} (packages tree {tree[:12]})"
+
+
+def _export_committed_packages(commit: str) -> Path:
+    """Copy packages/ of a commit (only the distributions we install) out of git."""
+    target = ENVS / "src-scaler"
+    if target.exists():
+        subprocess.run(["rm", "-rf", str(target)], check=True)
+    target.mkdir(parents=True)
+    archive = subprocess.Popen(
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, *[f"packages/{name}" for name in OUR_PACKAGES]],
+        stdout=subprocess.PIPE,
+    )
+    subprocess.run(["tar", "-x", "-C", str(target)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise RuntimeError("git archive failed")
+    return target / "packages"
+
+
+def ensure_env(name: str, requirements: List[str], rebuild: bool, log, source: str = "") -> Path:
+    """Create (or re-create) ``.envs/NAME`` with ``requirements``; return its python.
+
+    ``source`` (this project's virtualenv only) says which sources to install; see `our_source`.
+    """
     env = ENVS / name
     python = env / "bin" / "python"
-    stamp_text = json.dumps({"python": platform.python_version(), "requirements": requirements})
-    if any(requirement.startswith(str(REPO)) for requirement in requirements):
-        stamp_text += _sources_digest()
+    stamp_text = json.dumps({"python": platform.python_version(), "requirements": requirements, "source": source})
     stamp = env / ".benchmark-stamp"
     if not rebuild and python.exists() and stamp.exists() and stamp.read_text() == stamp_text:
         return python
-    log(f"building virtualenv {env.relative_to(REPO)} ({', '.join(Path(r).name for r in requirements)})")
+    if source.startswith("commit"):
+        exported = _export_committed_packages(source.split()[1])
+        requirements = [
+            str(exported / Path(requirement).name) if requirement.startswith(str(REPO / "packages")) else requirement
+            for requirement in requirements
+        ]
+    log(f"building virtualenv {env.relative_to(REPO)} ({', '.join(Path(r).name for r in requirements)}) {source}")
     if env.exists():
         subprocess.run(["rm", "-rf", str(env)], check=True)
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=PIP_TIMEOUT_SECONDS)
@@ -144,6 +185,17 @@ def ensure_env(name: str, requirements: List[str], rebuild: bool, log) -> Path:
             stdout=pip_log,
             stderr=subprocess.STDOUT,
         )
+    if source:  # a tree caught between two commits may not even import: say so now, not in every run
+        check = subprocess.run(
+            [str(python), "-c", "import scaler.client.client, scaler.scheduler.server, scaler.worker.worker_agent, "
+             "scaler.cluster.combo"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if check.returncode != 0:
+            raise SystemExit(
+                f"{OURS} built from {source} does not import:\n{check.stderr.strip()[-1500:]}\n"
+                "try --commit REV (an earlier commit) or --working-tree"
+            )
     stamp.write_text(stamp_text)
     return python
 
@@ -315,9 +367,19 @@ def _format(value: Optional[float]) -> str:
     return f"{value:.3f}"
 
 
-def _cell(entry: Optional[Dict[str, Any]], metric: str) -> str:
+def _timeout_bound(entry: Optional[Dict[str, Any]], metric: str, timeout: float) -> Optional[float]:
+    """For an engine that timed out: the throughput it stayed below (size / time limit)."""
+    if entry is None or entry["status"] != "timeout" or not metric.endswith("_per_s") or "mb_" in metric:
+        return None
+    return entry["size"] / timeout
+
+
+def _cell(entry: Optional[Dict[str, Any]], metric: str, timeout: float = 0) -> str:
     if entry is None:
         return "not run"
+    bound = _timeout_bound(entry, metric, timeout) if timeout else None
+    if bound is not None:
+        return f"timeout (< {_format(bound)})"
     if entry["status"] != "ok":
         return entry["status"]
     stats = entry["metrics"].get(metric)
@@ -339,6 +401,8 @@ def _ratio(ours: Optional[float], peer: Optional[float], higher_better: bool) ->
     if ours is None or peer is None or ours <= 0 or peer <= 0:
         return "–"
     ratio = ours / peer if higher_better else peer / ours
+    if ratio < 0.1:
+        return f"×{ratio:.2g}"
     return f"×{ratio:.2f}" if ratio < 10 else f"×{ratio:.0f}"
 
 
@@ -361,8 +425,14 @@ def results_table(data: Dict[str, Any]) -> str:
         size = next(iter(entries.values()))["size"]
         ours = _median(entries.get(OURS), metric)
         row = [f"{label} ({size:,})"]
-        row += [_cell(entries.get(engine), metric) for engine in engines]
-        row += [_ratio(ours, _median(entries.get(peer), metric), higher) for peer in peers]
+        timeout = data.get("timeout_seconds", 0)
+        row += [_cell(entries.get(engine), metric, timeout) for engine in engines]
+        for peer in peers:
+            bound = _timeout_bound(entries.get(peer), metric, timeout)
+            if bound is not None and ours is not None:
+                row.append("> " + _ratio(ours, bound, higher))
+            else:
+                row.append(_ratio(ours, _median(entries.get(peer), metric), higher))
         target = _target(workload, metric, size)
         if target is None:
             row.append("")
@@ -401,7 +471,7 @@ def cpu_table(data: Dict[str, Any], engine: str) -> str:
     return _table(rows, ["workload (tasks)", *[f"{role} µs/task" for role in roles], "total µs/task", "wall s"])
 
 
-def machine_description() -> Dict[str, Any]:
+def machine_description(source: str = "") -> Dict[str, Any]:
     cpu_model = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -418,9 +488,6 @@ def machine_description() -> Dict[str, Any]:
     except OSError:
         pass
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", "packages"], capture_output=True, text=True
-    )
     return {
         "cpu_model": cpu_model,
         "cores": os.cpu_count(),
@@ -428,7 +495,8 @@ def machine_description() -> Dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit.stdout.strip() + (" (packages/ modified)" if dirty.stdout.strip() else ""),
+        "commit": commit.stdout.strip(),
+        "scaler_source": source,
         "load_average_at_start": _load_average(),
     }
 
@@ -438,7 +506,8 @@ def print_report(data: Dict[str, Any]) -> None:
     print()
     print(
         f"{machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB, Python {machine['python']}, "
-        f"{machine['date']}, commit {machine['commit']}, mode {data['mode']}, {data['repetitions']} repetitions"
+        f"{machine['date']}, {OURS} from {machine.get('scaler_source', machine['commit'])}, mode {data['mode']}, "
+        f"{data['repetitions']} repetitions"
     )
     print("medians (min–max); 'scaler vs X' is how many times better this project is (> 1: better)\n")
     print(results_table(data))
@@ -473,7 +542,7 @@ reach the targets of issue 3, is in [performance.md](performance.md).
 
 - {machine['cpu_model']}, {machine['cores']} cores, {machine['memory_gib']} GiB of memory, {machine['os']}
 - Python {machine['python']}; {versions}
-- {machine['date']}; commit {machine['commit']}; mode `{data['mode']}`, {data['repetitions']} repetitions,
+- {machine['date']}; {OURS} built from {machine.get('scaler_source', machine['commit'])}; mode `{data['mode']}`, {data['repetitions']} repetitions,
   run time limit {data['timeout_seconds']:g} s; load average {machine['load_average_at_start']} at the start.
 - The 2 cores are shared with other people's work, so every number carries their noise; the engines are
   interleaved (round robin, order rotated each repetition) so that noise hits all of them alike.
@@ -545,13 +614,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="sizes / 10 (results/quick.json, docs untouched)")
     parser.add_argument("--workloads", nargs="+", choices=list(SIZES), default=list(SIZES))
     parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=None, help="default 3 (quick: 1)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run (default 300, quick 120)")
     parser.add_argument("--scale", type=float, default=None, help="multiply every size by this (after --quick)")
     parser.add_argument("--out", default=None, help="results name (default: latest, quick: quick)")
     parser.add_argument("--docs", action="store_true", help="regenerate docs/benchmarks.md even for a partial run")
     parser.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     parser.add_argument("--rebuild-envs", action="store_true", help="re-create every virtualenv (newest peers)")
+    parser.add_argument("--working-tree", action="store_true",
+                        help=f"build {OURS} from the working tree instead of the last commit")  # fmt: skip
+    parser.add_argument("--commit", default="HEAD", help=f"build {OURS} from this commit (default: HEAD)")
     parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
                         help="redo table, chart and docs from a results file (default results/latest.json)")  # fmt: skip
     args = parser.parse_args()
@@ -572,6 +644,8 @@ def main() -> int:
         return 0
 
     mode = "quick" if args.quick else "full"
+    if args.repetitions is None:
+        args.repetitions = 1 if args.quick else 3
     timeout = args.timeout or (120.0 if args.quick else 300.0)
     name = args.out or ("quick" if args.quick else "latest")
     sizes = {}
@@ -583,9 +657,10 @@ def main() -> int:
     if args.scale:
         mode += f" ×{args.scale:g}"
 
+    source = our_source(args.working_tree, args.commit)
     for engine in args.engines:
         env_name, _, requirements = ENGINES[engine]
-        ensure_env(env_name, requirements, args.rebuild_envs, log)
+        ensure_env(env_name, requirements, args.rebuild_envs, log, source if engine == OURS else "")
 
     data: Dict[str, Any] = {
         "mode": mode,
@@ -594,7 +669,7 @@ def main() -> int:
         "workers": WORKERS,
         "engines": list(args.engines),
         "sizes": sizes,
-        "machine": machine_description(),
+        "machine": machine_description(source),
         "versions": {},
         "runs": [],
         "json": f"{name}.json",

@@ -65,9 +65,12 @@ class Engine:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         seen = set()
         while len(seen) < self.workers:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {len(seen)} of {self.workers} workers answered")
-            seen.update(self.map(bench_tasks.whoami, list(range(2 * self.workers))))
+            handles = [self.submit(bench_tasks.whoami, i) for i in range(2 * self.workers)]
+            for handle in handles:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RuntimeError(f"only {len(seen)} of {self.workers} workers answered")
+                seen.add(self.result(handle, timeout=remaining))
 
     # --- tasks -------------------------------------------------------------------------------------------------
     def map(self, fn: Callable, items: Iterable[Any]) -> List[Any]:
@@ -77,7 +80,7 @@ class Engine:
     def submit(self, fn: Callable, *args: Any) -> Any:
         raise NotImplementedError
 
-    def result(self, handle: Any) -> Any:
+    def result(self, handle: Any, timeout: Optional[float] = None) -> Any:
         raise NotImplementedError
 
     def gather(self, handles: List[Any]) -> List[Any]:

@@ -37,8 +37,8 @@ class DaskEngine(Engine):
     def submit(self, fn, *args):
         return self.client.submit(fn, *args, pure=False)
 
-    def result(self, handle):
-        return handle.result()
+    def result(self, handle, timeout=None):
+        return handle.result(timeout)
 
     def gather(self, handles):
         return self.client.gather(handles)

@@ -27,8 +27,8 @@ class MultiprocessingPoolEngine(Engine):
     def submit(self, fn, *args):
         return self.pool.apply_async(fn, args)
 
-    def result(self, handle):
-        return handle.get()
+    def result(self, handle, timeout=None):
+        return handle.get(timeout)
 
     def submit_in_background(self, fn, items):
         self._pending = self.pool.map_async(fn, list(items))

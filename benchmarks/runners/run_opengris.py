@@ -32,8 +32,8 @@ class OpengrisEngine(Engine):
     def submit(self, fn, *args):
         return self.client.submit(fn, *args)
 
-    def result(self, handle):
-        return handle.result()
+    def result(self, handle, timeout=None):
+        return handle.result(timeout)
 
     def send_object(self, obj):
         return self.client.send_object(obj)

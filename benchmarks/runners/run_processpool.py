@@ -31,8 +31,8 @@ class ProcessPoolEngine(Engine):
     def submit(self, fn, *args):
         return self.pool.submit(fn, *args)
 
-    def result(self, handle):
-        return handle.result()
+    def result(self, handle, timeout=None):
+        return handle.result(timeout)
 
     def classify(self, process, cmdline):
         return "worker"
