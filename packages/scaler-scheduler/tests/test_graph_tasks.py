@@ -405,3 +405,16 @@ def test_100000_node_graph(sorter):
     assert list(delivered) == [level[0]]
     assert deletes == len(tasks) - 1  # every intermediate result freed
     assert core.task_count == 0 and not core.graphs.active
+
+
+def test_auto_takes_the_python_index_without_graphblas_and_graphblas_is_refused_clearly(monkeypatch):
+    import scaler.scheduler.graph_index as graph_index
+    import scaler.scheduler.graph_tasks as graph_tasks
+    from scaler.protocol.errors import ScalerError
+
+    monkeypatch.setattr(graph_index, "graphblas_available", lambda: False)
+    monkeypatch.setattr(graph_tasks, "graphblas_available", lambda: False)
+    assert graph_tasks.GraphTasks(None).use_graphblas is False
+    assert isinstance(graph_index.make_graph_index(2, [0], [1]), PythonGraphIndex)
+    with pytest.raises(ScalerError, match="pip install"):
+        graph_tasks.GraphTasks(True)
