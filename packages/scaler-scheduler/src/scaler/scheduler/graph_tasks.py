@@ -108,6 +108,8 @@ class GraphTasks:
                 "the GraphBLAS graph sorter needs python-graphblas: pip install 'scaler-scheduler[graphblas]'"
             )
         self.use_graphblas = graphblas_available() if use_graphblas is None else use_graphblas
+        if self.use_graphblas:
+            import graphblas  # noqa: F401  # now, at start-up: importing it takes seconds, not to stall a graph
         self._graphs: Dict[bytes, _Graph] = {}  # graph ID -> graph
         self._nodes: Dict[bytes, _Graph] = {}  # task ID of every node of a live graph -> its graph
         self._cancelled: Dict[bytes, Set[bytes]] = {}  # client -> released nodes cancelled here, confirm pending
