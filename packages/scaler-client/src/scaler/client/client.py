@@ -230,6 +230,7 @@ class Client:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
         try:
+            wait_with_hook(lambda: _all_done_or_one_failed(distinct), None)  # inside a task: the worker helps
             _, not_done = concurrent.futures.wait(distinct, return_when=concurrent.futures.FIRST_EXCEPTION)
             if not_done:
                 for future in distinct:
@@ -417,7 +418,7 @@ class Client:
 
 
 def _all_done_or_one_failed(futures: List[ScalerFuture]) -> bool:
-    """When `map` stops waiting (``concurrent.futures.FIRST_EXCEPTION``)."""
+    """When `map` and `get` stop waiting (``concurrent.futures.FIRST_EXCEPTION``)."""
     all_done = True
     for future in futures:
         if not future.done():

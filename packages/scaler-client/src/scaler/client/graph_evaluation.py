@@ -9,10 +9,6 @@ plain lists, tuples and dicts holding `Slot` (the value of argument i), `Call`
 (call a function on evaluated arguments), `Quote` (a literal container, returned
 as it is) and, at the top, `SpecNode` (a Dask task-spec node, called with the
 values of its dependencies).
-
-The worker treats a task waiting inside ``scaler.client`` as blocked (waiting on
-tasks it submitted); it makes an exception for this module, which only runs the
-node's own code.
 """
 
 from __future__ import annotations
