@@ -24,6 +24,8 @@ class TaskState(enum.Enum):
     CANCELLED = "cancelled"
     REJECTED = "rejected"
 
+    __hash__ = object.__hash__  # members are singletons: identity hashing, in C, on the per-task path
+
 
 class TaskEvent(enum.Enum):
     ASSIGN = "assign"  # a worker was chosen and the task sent to it
@@ -35,6 +37,8 @@ class TaskEvent(enum.Enum):
     WORKER_GONE = "worker_gone"  # its worker died, timed out or left
     BALANCED = "balanced"  # its worker gave it back without running it
     REJECT = "reject"  # the scheduler will never run it
+
+    __hash__ = object.__hash__
 
 
 TERMINAL_STATES = frozenset({TaskState.SUCCESS, TaskState.FAILED, TaskState.CANCELLED, TaskState.REJECTED})
