@@ -418,3 +418,90 @@ def test_auto_takes_the_python_index_without_graphblas_and_graphblas_is_refused_
     assert isinstance(graph_index.make_graph_index(2, [0], [1]), PythonGraphIndex)
     with pytest.raises(ScalerError, match="pip install"):
         graph_tasks.GraphTasks(True)
+
+
+# ----------------------------------------------------------------------------- random runs keep every promise
+
+
+@st.composite
+def _graph_runs(draw):
+    size = draw(st.integers(1, 12))
+    edges = draw(st.sets(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)), max_size=size * 2))
+    edges = {(a, b) for a, b in edges if a < b}
+    targets = draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=size, unique=True))
+    actions = draw(st.lists(st.tuples(st.sampled_from("ssssfcdw"), st.integers(0, 10**6)), max_size=60))
+    inline_bytes = draw(st.sampled_from([0, 20, 10**6]))
+    return size, edges, targets, actions, inline_bytes
+
+
+@settings(max_examples=150, deadline=None)
+@given(run=_graph_runs(), sorter=st.sampled_from(["python", "graphblas"] if graphblas_available() else ["python"]))
+def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sorter):
+    """Results (stored or inline), failures, cancels, confirms and worker loss in random order: every target
+    gets exactly one answer, every stored result is delivered or deleted, and no state is left."""
+    size, edges, targets, actions, inline_bytes = run
+    core = core_with(sorter, inline_bytes=inline_bytes)
+    tasks = [node(i, *sorted(a for a, b in edges if b == i)) for i in range(size)]
+    held: Dict[bytes, m.Task] = {}  # at the worker
+    cancels: List[bytes] = []  # TaskCancel sent to the worker, not confirmed yet
+    answers: Dict[bytes, List[str]] = {tid(t): [] for t in targets}
+    stored: set = set()
+    released: set = set()
+
+    def absorb(effects) -> None:
+        for message in messages(effects, WORKER, m.TaskBatch):
+            for task in message.tasks:
+                held[task.task_id] = task
+        for message in messages(effects, WORKER, m.TaskCancel):
+            cancels.extend(message.task_ids)
+        for result in to_client(effects).values():
+            answers[result.task_id].append("result")
+            if result.payload_kind == m.PayloadKind.OBJECT:
+                released.add(result.payload)
+        for message in messages(effects, CLIENT, m.TaskCancelConfirm):
+            for task_id, flag in zip(message.task_ids, message.cancelled, strict=True):
+                if flag:
+                    answers[task_id].append("cancelled")
+        released.update(deleted(effects))
+
+    def answer(task: m.Task, kind: str, pick: int) -> None:
+        del held[task.task_id]
+        if kind == "f":
+            absorb(report(core, m.TaskResult(task.task_id, task.attempt, m.TaskStatus.FAILED, m.PayloadKind.INLINE,
+                                             b"exception")))  # fmt: skip
+        elif task.store_result or pick % 3 == 0:  # stored: asked to, or too large to travel inline
+            stored.add(oid(int.from_bytes(task.task_id, "big")))
+            absorb(report(core, m.TaskResult(task.task_id, task.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT,
+                                             oid(int.from_bytes(task.task_id, "big")))))  # fmt: skip
+        else:
+            absorb(report(core, m.TaskResult(task.task_id, task.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE,
+                                             b"v")))  # fmt: skip
+
+    absorb(core.handle(CLIENT, graph(tasks, targets), 0.5))
+    for kind, pick in actions:
+        if kind in "sf" and held:
+            answer(list(held.values())[pick % len(held)], kind, pick)
+        elif kind == "c":
+            absorb(core.handle(CLIENT, m.TaskCancel([tid(targets[pick % len(targets)])]), 1.0))
+        elif kind == "d" and cancels:
+            task_id = cancels.pop(pick % len(cancels))
+            known = held.pop(task_id, None) is not None
+            absorb(core.handle(WORKER, m.TaskCancelConfirm([task_id], [known]), 1.0))
+        elif kind == "w" and held:  # the worker leaves and comes back: its tasks are queued again
+            held.clear()
+            cancels.clear()
+            absorb(core.handle(WORKER, m.DisconnectRequest("bye"), 1.0))
+            absorb(core.handle(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 1000)),
+                               1.0))  # fmt: skip
+    for _ in range(10 * size + 10):  # then the worker does its work until nothing is left
+        if cancels:
+            task_id = cancels.pop()
+            known = held.pop(task_id, None) is not None
+            absorb(core.handle(WORKER, m.TaskCancelConfirm([task_id], [known]), 2.0))
+        elif held:
+            answer(next(iter(held.values())), "s", len(held))
+        else:
+            break
+    assert all(len(found) == 1 for found in answers.values()), answers
+    assert stored <= released  # every stored result was delivered to the client or deleted
+    assert not core.graphs.active and core.graphs.inline_bytes == 0 and core.task_count == 0

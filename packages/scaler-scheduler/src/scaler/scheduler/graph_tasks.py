@@ -171,7 +171,7 @@ class GraphTasks:
         for i in index.roots():
             self._release(graph, i, actions)
         self._settle(graph, actions)
-        return actions
+        return self._tidy(client_id, actions)
 
     def on_results(self, client_id: bytes, results: Sequence[m.TaskResult]) -> Tuple[List[m.TaskResult], GraphActions]:
         """Results the scheduler was about to send to ``client_id``: those of graph nodes are taken here.
@@ -194,7 +194,7 @@ class GraphTasks:
             self._node_result(graph, graph.positions[result.task_id], result, actions)
         for graph in touched.values():
             self._settle(graph, actions)
-        return passed, actions
+        return passed, self._tidy(client_id, actions)
 
     def on_confirms(self, client_id: bytes, task_ids: Sequence[bytes], flags: Sequence[bool]):
         """Cancel confirms the scheduler was about to send: those of nodes cancelled here are swallowed."""
@@ -240,7 +240,7 @@ class GraphTasks:
                 self._finish(graph, [self._cancel_node(graph, i, actions)], actions)
         for graph in touched.values():
             self._settle(graph, actions)
-        return others, actions
+        return others, self._tidy(client_id, actions)
 
     def forget_client(self, client_id: bytes) -> None:
         """The client left or cleared: drop its graphs (the scheduler cancels its tasks and clears its objects)."""
@@ -273,6 +273,20 @@ class GraphTasks:
         if message.graph_id in self._graphs:
             return "a graph with that ID is running"
         return None
+
+    def _tidy(self, client_id: bytes, actions: GraphActions) -> GraphActions:
+        """A node released and cancelled in the same round is neither: the scheduler never hears of it."""
+        if actions.cancel and actions.release:
+            cancelled = set(actions.cancel)
+            both = {task.task_id for task in actions.release if task.task_id in cancelled}
+            if both:
+                actions.release = [task for task in actions.release if task.task_id not in both]
+                actions.cancel = [task_id for task_id in actions.cancel if task_id not in both]
+                pending = self._cancelled[client_id]
+                pending -= both
+                if not pending:
+                    del self._cancelled[client_id]
+        return actions
 
     def _release(self, graph: _Graph, i: int, actions: GraphActions) -> None:
         task = graph.tasks[i]
