@@ -6,7 +6,8 @@ import asyncio
 import concurrent.futures
 import io
 import pickle
-from typing import Any, Generator, Optional
+import time
+from typing import Any, Callable, Generator, Optional
 
 import cloudpickle
 
@@ -16,6 +17,36 @@ from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
 
 # Stands for a successful result whose payload is not deserialized yet.
 _UNDECODED = object()
+
+WaitHook = Callable[[Callable[[], bool], Optional[float]], None]
+_wait_hook: Optional[WaitHook] = None
+
+
+def set_wait_hook(hook: Optional[WaitHook]) -> Optional[WaitHook]:
+    """Install ``hook(done, timeout)`` for the client's blocking waits; return the previous one (None: none).
+
+    `ScalerFuture.result`, `ScalerFuture.exception`, `ScalerFuture.profiling_info` and `Client.map` call it
+    before they wait on their futures. It may do other work meanwhile (a Scaler worker runs other tasks
+    there, so that a task waiting on the tasks it submitted does not hold the worker), and returns once
+    ``done()`` is true or ``timeout`` seconds (None: no limit) have passed, or earlier to let the caller
+    wait as usual for the rest. None restores plain waiting.
+    """
+    global _wait_hook
+    previous, _wait_hook = _wait_hook, hook
+    return previous
+
+
+def wait_with_hook(done: Callable[[], bool], timeout: Optional[float]) -> Optional[float]:
+    """Let the wait hook, if any, wait for ``done()``; return what is left of ``timeout`` (None: no limit)."""
+    hook = _wait_hook
+    if hook is None or done():
+        return timeout
+    if timeout is None:
+        hook(done, None)
+        return None
+    deadline = time.monotonic() + timeout
+    hook(done, timeout)
+    return max(0.0, deadline - time.monotonic())
 
 
 class RemoteTraceback(Exception):
@@ -124,13 +155,13 @@ class ScalerFuture(concurrent.futures.Future):
     # --- user side -------------------------------------------------------------------------------
 
     def result(self, timeout: Optional[float] = None) -> Any:
-        value = super().result(timeout)
+        value = super().result(wait_with_hook(self.done, timeout))
         if value is _UNDECODED:
             return self._decode()
         return value
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        error = super().exception(timeout)
+        error = super().exception(wait_with_hook(self.done, timeout))
         if error is not None:
             return error
         try:
@@ -171,6 +202,7 @@ class ScalerFuture(concurrent.futures.Future):
         """
         if not self._profiling_enabled:
             raise ValueError("profiling is off for this task: create the Client with profiling=True")
+        timeout = wait_with_hook(self.done, timeout)
         with self._condition:
             if not self._condition.wait_for(self.done, timeout=timeout):
                 raise concurrent.futures.TimeoutError()
