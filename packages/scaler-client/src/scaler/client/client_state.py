@@ -133,7 +133,10 @@ class _TaskRecord:
 
 @dataclass(slots=True)
 class _GraphRecord:
-    submission: GraphSubmission
+    message: Optional[GraphTask]  # dropped once sent: a graph of 100,000 tasks is large
+    futures: Dict[bytes, Any]
+    temporary_objects: Sequence[bytes]
+    function_ids: Sequence[bytes]
     targets_left: int
     missing: int = 0
     sent: bool = False
@@ -285,7 +288,9 @@ class ClientState:
                 self._resolve(future, Outcome.TASK_ERROR, _copy(error))
             return
         graph_id = submission.graph.graph_id
-        record = _GraphRecord(submission, targets_left=len(futures))
+        record = _GraphRecord(
+            submission.graph, futures, submission.temporary_objects, submission.function_ids, len(futures)
+        )
         for target_id, future in futures.items():
             self._tasks[target_id] = _TaskRecord(task=Task(task_id=target_id), future=future, temporary_objects=())
             self._target_graphs[target_id] = graph_id
@@ -641,7 +646,7 @@ class ClientState:
             self._resolve(reply, Outcome.REPLY_ERROR, error)
         for task_id in self._blocked.pop(object_id, ()):
             graph = self._graphs.get(task_id)
-            for target_id in graph.submission.futures if graph is not None and not graph.sent else ():
+            for target_id in graph.futures if graph is not None and not graph.sent else ():
                 self._end_task(target_id, Outcome.TASK_ERROR, _copy(error))
             if task_id in self._tasks:
                 self._end_task(task_id, Outcome.TASK_ERROR, _copy(error))
@@ -683,7 +688,8 @@ class ClientState:
     def _send_graph(self, graph: _GraphRecord) -> None:
         """Send the GraphTask, without the targets cancelled while its objects were being stored."""
         graph.sent = True
-        message = graph.submission.graph
+        message, graph.message = graph.message, None
+        assert message is not None
         message.targets = [target for target in message.targets if target in self._tasks]
         if not message.targets:
             return
@@ -699,10 +705,9 @@ class ClientState:
         if graph.targets_left > 0:
             return
         del self._graphs[graph_id]
-        submission = graph.submission
         if delete_objects:
-            self._out_deletes.extend(submission.temporary_objects)
-        for function_id in submission.function_ids:
+            self._out_deletes.extend(graph.temporary_objects)
+        for function_id in graph.function_ids:
             users = self._function_users.pop(function_id, 1) - 1
             if users > 0:
                 self._function_users[function_id] = users
