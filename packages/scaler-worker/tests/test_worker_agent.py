@@ -11,7 +11,7 @@ import worker_tasks as tasks
 from worker_harness import FakeScheduler, TaskDriver, pid_gone, wait_until
 
 from scaler.protocol import messages as m
-from scaler.protocol.errors import ObjectNotFoundError
+from scaler.protocol.errors import ObjectNotFoundError, TaskTimeoutError
 from scaler.protocol.version import PROTOCOL_VERSION
 
 
@@ -161,7 +161,8 @@ def test_task_timeout_fails_it_and_the_next_task_runs(driver: TaskDriver, tmp_pa
     follower = driver.task(tasks.add, 5)
     driver.send(task, follower)
     error, _ = driver.failure(task.task_id)
-    assert isinstance(error, TimeoutError) and "timeout of 0.2 seconds" in str(error)
+    assert isinstance(error, TaskTimeoutError)
+    assert str(error) == f"task {task.task_id.hex()} exceeded its timeout of 0.2 seconds"
     assert driver.value(follower.task_id) == 5
 
 
@@ -336,16 +337,68 @@ def test_concurrent_cloudpickle_function_cache(driver: TaskDriver):
         assert driver.value(task.task_id) == expected
 
 
-def test_a_task_waiting_in_the_client_lets_the_next_task_run(driver: TaskDriver, tmp_path):
-    """A nested task waits for a task queued behind it on the same worker: no deadlock."""
+def test_a_task_waiting_in_the_client_runs_the_next_task_on_the_same_processor(driver: TaskDriver, tmp_path):
+    """A nested task waits for a task queued behind it on the same worker: no deadlock, no other process."""
     release = str(tmp_path / "release")
     parent = driver.task(tasks.wait_in_client, release)
     child = driver.task(tasks.create_file, release)
-    driver.send(parent, child)
+    sibling = driver.task(tasks.process_id)
+    driver.send(parent, sibling, child)  # on top of a waiting task the newest runs first: child, then sibling
     assert driver.value(child.task_id) == "created"
     assert driver.value(parent.task_id) == "released"
-    # and the worker is back to normal
+    pid = driver.value(sibling.task_id)
+    assert driver.value(driver.submit(tasks.process_id)) == pid  # one processor throughout
+
+
+def test_heartbeat_counts_a_waiting_task_as_suspended(driver: TaskDriver, tmp_path):
+    release = tmp_path / "release"
+    parent = driver.send(driver.task(tasks.wait_in_client, str(release)))[0]
+    wait_until(lambda: (h := _heartbeat(driver)).suspended_tasks == 1 and h.running_tasks == 0, "a waiting task")
+    release.touch()
+    assert driver.value(parent) == "released"
+
+
+def test_cancel_of_a_waiting_task_stops_the_processor_and_what_runs_above_it_dies(driver: TaskDriver, tmp_path):
+    pid_path = str(tmp_path / "pid")
+    parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"))
+    child = driver.task(tasks.block, pid_path, "", None, attempt=3)
+    driver.send(parent, child)
+    pid = read_pid(pid_path)  # the child runs, on top of the waiting parent
+    driver.scheduler.send(driver.worker_id, m.TaskCancel([parent.task_id]))
+    confirm = driver.expect(m.TaskCancelConfirm)
+    assert confirm.cancelled == [True]
+    result = driver.result(child.task_id)
+    assert (result.status, result.attempt) == (m.TaskStatus.WORKER_DIED, 3)
+    assert result.error_text == f"its processor was stopped to cancel task {parent.task_id.hex()}"
+    wait_until(lambda: pid_gone(pid), "the processor to end")
+    assert driver.value(driver.submit(tasks.process_id)) != pid
+    assert parent.task_id not in driver.results
+
+
+def test_timeout_of_a_waiting_task_fails_it_and_what_runs_above_it_dies(driver: TaskDriver, tmp_path):
+    parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"), timeout_seconds=1)
+    child = driver.task(tasks.block, str(tmp_path / "pid"))
+    driver.send(parent, child)
+    error, _ = driver.failure(parent.task_id)
+    assert isinstance(error, TaskTimeoutError) and "timeout of 1 seconds" in str(error)
+    result = driver.result(child.task_id)
+    assert result.status == m.TaskStatus.WORKER_DIED and str(error) in result.error_text
     assert driver.value(driver.submit(tasks.add, 1, 1)) == 2
+
+
+def test_a_killed_processor_fails_every_task_on_its_stack(driver: TaskDriver, tmp_path):
+    pid_path = str(tmp_path / "pid")
+    parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"))
+    child = driver.task(tasks.block, pid_path)
+    driver.send(parent, child)
+    os.kill(read_pid(pid_path), signal.SIGKILL)
+    child_result, parent_result = driver.result(child.task_id), driver.result(parent.task_id)
+    assert child_result.status == parent_result.status == m.TaskStatus.WORKER_DIED
+    assert child_result.error_text == "processor was killed by signal SIGKILL"
+    assert parent_result.error_text == (
+        f"processor was killed by signal SIGKILL, while task {child.task_id.hex()} ran above this one"
+    )
+    assert driver.value(driver.submit(tasks.add, 2, 2)) == 4
 
 
 def test_uvloop_event_loop(scheduler: FakeScheduler, storage, storage_server, start_worker):

@@ -1,4 +1,10 @@
-"""The worker agent's sans-I/O core, driven directly: no sockets, no processes."""
+"""The worker agent's sans-I/O core, driven directly: no sockets, no processes.
+
+The harness plays the storage server and the processor. Its processor model
+reads its pipe when the real one does (when idle, or inside a task's wait), so
+the tests see the same interleavings as a real worker, including a task sent
+just before the processor asks to resume a waiting task.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +15,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError
-from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, ProcessorBlocked, ProcessorResult
+from scaler.protocol.errors import (
+    DisconnectedError,
+    ObjectNotFoundError,
+    ObjectStorageRefusedError,
+    TaskTimeoutError,
+)
+from scaler.worker.processor_protocol import (
+    FUNCTION_CACHE_CAPACITY,
+    ProcessorResult,
+    ProcessorTask,
+    TaskWaiting,
+    WaitEnded,
+)
 from scaler.worker.worker_state import (
-    RunTask,
+    SendToProcessor,
     SendToScheduler,
     SendToStorage,
     StartProcessor,
     StartTaskTimer,
-    StopProcessor,
     WorkerState,
 )
 
@@ -50,6 +66,16 @@ def make_task(
     )
 
 
+class _Frame:
+    """A task on the model processor's stack: running, waiting (in its wait loop) or resuming (asked to
+    resume, reading its pipe until WaitEnded)."""
+
+    def __init__(self, task: ProcessorTask) -> None:
+        self.task = task
+        self.state = "running"
+        self.wait_ended = False  # resuming, and WaitEnded came (read by a wait of a task above)
+
+
 class Harness:
     """Drives a WorkerState and plays the storage server's and the processor's parts by hand."""
 
@@ -57,28 +83,29 @@ class Harness:
         self.state = WorkerState(**options)
         self.now = 0.0
         self.storage: Dict[bytes, bytes] = {FUNCTION: b"function bytes"}
-        self.running: Dict[int, RunTask] = {}
+        self.processor = -1
+        self.pipe: List[Any] = []  # sent to the model processor, not read yet
+        self.stack: List[_Frame] = []  # the model processor's stack, the top one last
+        self.hold = False  # the model processor does not read its pipe (to stage races)
         self.started: List[int] = []
-        self.stopped: List[Tuple[int, bool]] = []
         self.timers: List[StartTaskTimer] = []
         self.to_scheduler: List[Any] = []
         self.gets: List[m.ObjectRequest] = []
         self.puts: List[Tuple[m.ObjectRequest, List[bytes]]] = []
         self.perform(self.state.start())
 
+    # --- effects
+
     def perform(self, effects: List[Any]) -> None:
         for effect in effects:
             if isinstance(effect, StartProcessor):
+                assert effect.processor_id not in self.started, "processor IDs are not reused"
                 self.started.append(effect.processor_id)
-                self.running.pop(effect.processor_id, None)
-            elif isinstance(effect, StopProcessor):
-                assert effect.processor_id in self.started
-                self.stopped.append((effect.processor_id, effect.kill))
-                assert effect.kill or effect.processor_id not in self.running, "a busy processor is only killed"
-                self.running.pop(effect.processor_id, None)
-            elif isinstance(effect, RunTask):
-                assert effect.processor_id not in self.running, "two tasks at once on one processor"
-                self.running[effect.processor_id] = effect
+                self.processor = effect.processor_id
+                self.pipe, self.stack = [], []  # the old one is killed with everything on it
+            elif isinstance(effect, SendToProcessor):
+                assert effect.processor_id == self.processor
+                self.pipe.append(effect.message)
             elif isinstance(effect, StartTaskTimer):
                 self.timers.append(effect)
             elif isinstance(effect, SendToScheduler):
@@ -90,6 +117,24 @@ class Harness:
                     self.puts.append((effect.message, effect.blobs))
             else:
                 raise AssertionError(f"unknown effect {effect!r}")
+        self.pump()
+
+    def pump(self) -> None:
+        """The model processor reads its pipe while it can: idle, or inside a task's wait."""
+        while self.pipe and not self.hold and (not self.stack or self.stack[-1].state != "running"):
+            message = self.pipe.pop(0)
+            if isinstance(message, WaitEnded):
+                [frame] = [frame for frame in self.stack if frame.task.task_id == message.task_id]
+                assert frame.state == "resuming", message
+                frame.wait_ended = True
+                self._resume_top()
+            else:
+                assert isinstance(message, ProcessorTask)
+                self.stack.append(_Frame(message))
+
+    def _resume_top(self) -> None:
+        if self.stack and self.stack[-1].wait_ended:
+            self.stack[-1].state, self.stack[-1].wait_ended = "running", False
 
     def flush(self) -> None:
         self.perform(self.state.flush(self.now))
@@ -99,8 +144,20 @@ class Harness:
         self.perform(effects)
         self.flush()
 
+    # --- the scheduler and the storage server
+
     def assign(self, *tasks: m.Task) -> None:
         self.step(self.state.on_task_batch(m.TaskBatch(list(tasks))))
+
+    def cancel(self, *numbers: int) -> m.TaskCancelConfirm:
+        self.step(self.state.on_task_cancel(m.TaskCancel([task_id(n) for n in numbers])))
+        [confirm] = self.take(m.TaskCancelConfirm)
+        return confirm
+
+    def balance(self, count: int) -> List[bytes]:
+        self.step(self.state.on_balance_request(m.BalanceRequest(count)))
+        [response] = self.take(m.BalanceResponse)
+        return response.task_ids
 
     def answer_gets(self) -> None:
         """The storage server answers every get request sent so far."""
@@ -125,20 +182,58 @@ class Harness:
             )
             self.step(self.state.on_object_response(response, []))
 
-    def running_task(self, processor_id: int = 0) -> Optional[bytes]:
-        run = self.running.get(processor_id)
-        return run.task.task_id if run is not None else None
+    # --- the processor
 
-    def finish(
-        self, processor_id: int = 0, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: bytes = b"ok", text=""
-    ) -> None:
-        run = self.running.pop(processor_id)
-        result = ProcessorResult(run.task.task_id, status, payload, text, None)
-        self.step(self.state.on_processor_result(processor_id, result))
+    def top(self) -> Optional[ProcessorTask]:
+        return self.stack[-1].task if self.stack else None
 
-    def block(self, processor_id: int = 0, blocked: bool = True) -> None:
-        notice = ProcessorBlocked(self.running[processor_id].task.task_id, blocked)
-        self.step(self.state.on_processor_message(processor_id, notice))
+    def running_task(self) -> Optional[bytes]:
+        """The task that runs (on top of the stack, not waiting), if any."""
+        if self.stack and self.stack[-1].state == "running":
+            return self.stack[-1].task.task_id
+        return None
+
+    def stack_ids(self) -> List[bytes]:
+        return [frame.task.task_id for frame in self.stack]
+
+    def processor_finishes(
+        self, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: bytes = b"ok", text: str = ""
+    ) -> ProcessorResult:
+        """The top task returns: its result, not handed to the agent yet."""
+        frame = self.stack[-1]
+        assert frame.state == "running", "only a running task finishes"
+        self.stack.pop()
+        self._resume_top()
+        return ProcessorResult(frame.task.task_id, status, payload, text, None)
+
+    def tell(self, message: Any) -> None:
+        self.step(self.state.on_processor_message(self.processor, message))
+
+    def finish(self, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: bytes = b"ok", text: str = "") -> None:
+        self.tell(self.processor_finishes(status, payload, text))
+
+    def wait(self) -> None:
+        """The top task waits inside the client: it can take another task."""
+        frame = self.stack[-1]
+        assert frame.state == "running"
+        frame.state = "waiting"
+        self.tell(TaskWaiting(frame.task.task_id, True))
+
+    def resume(self) -> None:
+        """What the top task waited for is done: it asks to resume."""
+        frame = self.stack[-1]
+        assert frame.state == "waiting"
+        frame.state = "resuming"
+        self.tell(TaskWaiting(frame.task.task_id, False))
+
+    def die(self, cause: str, last: Sequence[Any] = ()) -> None:
+        self.step(self.state.on_processor_died(self.processor, cause, last))
+
+    def fire_timer(self, number: int) -> None:
+        [timer] = [t for t in self.timers if t.task_id == task_id(number)]
+        self.step(self.state.on_task_timer(timer.task_id, timer.run))
+
+    # --- what the scheduler received
 
     def results(self) -> List[m.TaskResult]:
         found = [r for message in self.to_scheduler if isinstance(message, m.TaskResultBatch) for r in message.results]
@@ -179,7 +274,7 @@ def test_starts_one_processor_and_runs_nothing_until_the_function_arrives():
     assert [g.object_ids for g in h.gets] == [[FUNCTION]]
     h.answer_gets()
     assert h.running_task() == task_id(1)
-    assert h.running[0].task.function == b"function bytes"
+    assert h.top().function == b"function bytes"
 
 
 def test_higher_priority_first_then_first_come_first_served():
@@ -207,7 +302,7 @@ def test_function_is_fetched_once_and_sent_to_the_processor_once():
     fetched = [object_id for request in h.gets for object_id in request.object_ids]
     sent_bytes = []
     for _ in range(5):
-        sent_bytes.append(h.running[0].task.function)
+        sent_bytes.append(h.top().function)
         h.finish()
         h.answer_gets()
     assert sent_bytes == [b"function bytes", None, None, None, None]
@@ -224,7 +319,7 @@ def test_fetches_of_one_batch_travel_in_one_request():
     assert len(h.gets) == 1
     assert set(h.gets[0].object_ids) == {FUNCTION, *objects}
     h.answer_gets()
-    assert h.running[0].task.arguments == [("x", b"payload of " + objects[0])]
+    assert h.top().arguments == [("x", b"payload of " + objects[0])]
 
 
 def test_object_arguments_are_released_once_used():
@@ -233,7 +328,7 @@ def test_object_arguments_are_released_once_used():
     h.storage[object_id] = b"big"
     h.assign(make_task(1, arguments=[m.Argument("", m.ArgumentKind.OBJECT, object_id)]))
     h.answer_gets()
-    assert h.running[0].task.arguments == [("", b"big")]
+    assert h.top().arguments == [("", b"big")]
     assert h.state.cached_object_count == 0
     assert h.state.pending_fetch_count == 0
 
@@ -244,11 +339,11 @@ def test_serializer_is_fetched_and_sent_once():
     h.storage[serializer_id] = b"serializer bytes"
     h.assign(make_task(1, serializer_id=serializer_id), make_task(2, serializer_id=serializer_id))
     h.answer_gets()
-    assert h.running[0].task.serializer == b"serializer bytes"
+    assert h.top().serializer == b"serializer bytes"
     h.finish()
     h.answer_gets()
-    assert h.running[0].task.serializer_id == serializer_id
-    assert h.running[0].task.serializer is None
+    assert h.top().serializer_id == serializer_id
+    assert h.top().serializer is None
 
 
 def test_processor_function_cache_mirror_sends_evicted_functions_again():
@@ -261,12 +356,12 @@ def test_processor_function_cache_mirror_sends_evicted_functions_again():
         number += 1
         h.assign(make_task(number, function_id=function_id))
         h.answer_gets()
-        assert h.running[0].task.function == b"code of " + function_id
+        assert h.top().function == b"code of " + function_id
         h.finish()
     number += 1
     h.assign(make_task(number, function_id=functions[0]))  # now it is cached again
     h.answer_gets()
-    assert h.running[0].task.function is None
+    assert h.top().function is None
 
 
 # ----------------------------------------------------------------------------- results
@@ -276,9 +371,7 @@ def test_results_echo_the_attempt_and_travel_in_one_batch_per_flush():
     h = Harness()
     h.assign(make_task(1, attempt=7))
     h.answer_gets()
-    run = h.running.pop(0)
-    effects = h.state.on_processor_result(0, ProcessorResult(run.task.task_id, m.TaskStatus.SUCCESS, b"v", "", None))
-    h.perform(effects)
+    h.perform(h.state.on_processor_message(0, h.processor_finishes(payload=b"v")))
     assert h.results() == []  # nothing leaves before the flush
     h.flush()
     [batch] = h.take(m.TaskResultBatch)
@@ -409,22 +502,21 @@ def test_processor_death_reports_worker_died_and_a_new_processor_runs_the_next_t
     h = Harness()
     h.assign(make_task(1, attempt=2), make_task(2))
     h.answer_gets()
-    h.step(h.state.on_processor_died(0, "processor exited with code 3"))
+    h.die("processor exited with code 3")
     [result] = h.results()
     assert (result.task_id, result.status, result.attempt) == (task_id(1), m.TaskStatus.WORKER_DIED, 2)
     assert result.error_text == "processor exited with code 3"
-    assert h.started == [0, 0]
+    assert h.started == [0, 1]
     assert h.running_task() == task_id(2)
-    assert h.running[0].task.function == b"function bytes"  # the new processor has an empty cache
+    assert h.top().function == b"function bytes"  # the new processor has an empty cache
 
 
 def test_results_written_before_the_processor_died_count():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
-    run = h.running.pop(0)
-    last = [ProcessorResult(run.task.task_id, m.TaskStatus.SUCCESS, b"done", "", None)]
-    h.step(h.state.on_processor_died(0, "processor was killed by signal SIGKILL", last))
+    last = [ProcessorResult(h.top().task_id, m.TaskStatus.SUCCESS, b"done", "", None)]
+    h.die("processor was killed by signal SIGKILL", last)
     [result] = h.results()
     assert (result.task_id, result.status) == (task_id(1), m.TaskStatus.SUCCESS)
     assert h.running_task() == task_id(2)  # on the new processor, not blamed for the old one's death
@@ -436,11 +528,12 @@ def test_timeout_kills_the_processor_and_fails_the_task():
     h.answer_gets()
     [timer] = h.timers
     assert timer.seconds == 0.5
-    h.step(h.state.on_task_timer(timer.processor_id, timer.run))
+    h.step(h.state.on_task_timer(timer.task_id, timer.run))
     [result] = h.results()
     error, _ = load_failure(result)
-    assert isinstance(error, TimeoutError)
-    assert h.started == [0, 0] and h.running_task() == task_id(2)
+    assert isinstance(error, TaskTimeoutError)
+    assert str(error) == f"task {task_id(1).hex()} exceeded its timeout of 0.5 seconds"
+    assert h.started == [0, 1] and h.running_task() == task_id(2)
 
 
 def test_timer_of_a_finished_task_does_nothing():
@@ -449,7 +542,7 @@ def test_timer_of_a_finished_task_does_nothing():
     h.answer_gets()
     first = h.timers[0]
     h.finish()
-    h.step(h.state.on_task_timer(first.processor_id, first.run))  # task 2 runs now: must not be touched
+    h.step(h.state.on_task_timer(first.task_id, first.run))  # task 2 runs now: must not be touched
     assert h.started == [0]
     assert h.running_task() == task_id(2)
 
@@ -469,7 +562,7 @@ def test_cancel_queued_running_unknown_and_finished_tasks():
     [confirm] = h.take(m.TaskCancelConfirm)
     assert confirm.task_ids == ids
     assert confirm.cancelled == [True, True, False, False]
-    assert h.started == [0, 0]  # the processor running task 2 was replaced
+    assert h.started == [0, 1]  # the processor running task 2 was replaced
     h.answer_gets()
     assert h.running_task() == task_id(3)
     h.finish()
@@ -515,8 +608,7 @@ def test_results_leave_before_the_cancel_confirm_of_the_same_turn():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
-    run = h.running.pop(0)
-    h.perform(h.state.on_processor_result(0, ProcessorResult(run.task.task_id, m.TaskStatus.SUCCESS, b"v", "", None)))
+    h.perform(h.state.on_processor_message(0, h.processor_finishes()))
     h.perform(h.state.on_task_cancel(m.TaskCancel([task_id(1)])))
     h.flush()
     kinds = [type(message) for message in h.to_scheduler]
@@ -536,134 +628,276 @@ def test_counts_for_heartbeats():
 # ----------------------------------------------------------------------------- nested tasks
 
 
-def test_a_blocked_task_frees_the_slot_for_the_next_one_on_a_new_processor():
+def test_a_waiting_task_frees_the_slot_and_the_next_task_runs_on_top_of_it():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
-    assert h.running_task(0) == task_id(1) and h.started == [0]
-    h.block(0)
-    assert h.started == [0, 1]
-    assert h.running_task(1) == task_id(2)
-    assert h.running[1].task.function == b"function bytes"  # a new processor: its cache is empty
-    assert (h.state.running_count, h.state.blocked_count, h.state.queued_count) == (2, 1, 0)
-    h.finish(1)
-    assert h.stopped == []  # one idle processor is kept
-    h.block(0, blocked=False)
-    h.finish(0)
-    assert h.stopped == [(1, False)]  # the second idle one is stopped
+    assert h.running_task() == task_id(1) and h.state.queued_count == 1
+    h.wait()
+    assert h.stack_ids() == [task_id(1), task_id(2)] == h.state.stack
+    assert h.top().function is None  # the same processor: it has the function already
+    assert (h.state.running_count, h.state.suspended_count, h.state.queued_count) == (1, 1, 0)
+    h.finish()
+    assert (h.state.running_count, h.state.suspended_count) == (0, 1)  # task 1 still waits
+    h.resume()
+    assert h.pipe == [] and h.running_task() == task_id(1)
+    h.finish()
     assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)]
+    assert h.started == [0]  # never another processor
 
 
-def test_nested_tasks_of_any_depth_progress_on_one_worker():
-    """A parent waits for its child, which waits for its child...: each waiting task frees the slot."""
+def test_on_top_of_a_waiting_task_the_newest_task_runs_first():
+    h = Harness(prefetch_tasks=1)
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3, priority=1), make_task(4))  # 4 is the newest at priority 0
+    h.wait()
+    h.answer_gets()
+    assert h.running_task() == task_id(3)  # priority first
+    h.finish()
+    h.answer_gets()
+    assert h.running_task() == task_id(4)  # then the newest: most likely what task 1 waits for
+    h.finish()
+    h.answer_gets()
+    assert h.running_task() == task_id(2)
+
+
+def test_recursion_of_depth_50_runs_on_one_processor():
+    """Each level submits its child and waits for it: each child runs on top of its parent."""
     h = Harness()
-    depth = 10
+    depth = 50
     h.assign(make_task(0))
     h.answer_gets()
     for level in range(1, depth):
-        processor = next(p for p, run in h.running.items() if run.task.task_id == task_id(level - 1))
-        h.block(processor)  # the task of this level submitted its child and waits for it
-        h.assign(make_task(level))
-        h.answer_gets()
-        assert task_id(level) in {run.task.task_id for run in h.running.values()}
-    assert h.state.blocked_count == depth - 1
-    for level in reversed(range(depth)):  # the deepest finishes first, then each parent in turn
-        processor = next(p for p, run in h.running.items() if run.task.task_id == task_id(level))
+        h.assign(make_task(level))  # submitted by the running level - 1...
+        h.wait()  # ...which now waits for it
+        assert h.running_task() == task_id(level)
+    assert h.state.suspended_count == depth - 1 and len(h.stack) == depth
+    for level in reversed(range(depth)):  # the deepest returns first, then each parent resumes and returns
         if level < depth - 1:
-            h.block(processor, blocked=False)
-        h.finish(processor)
-    assert len(h.results()) == depth
-    assert len(h.started) - len(h.stopped) == 1  # back to one processor
+            h.resume()
+        assert h.running_task() == task_id(level)
+        h.finish(payload=bytes([level]))
+    results = h.results()
+    assert [r.task_id for r in results] == [task_id(n) for n in reversed(range(depth))]
+    assert [r.payload for r in results] == [bytes([n]) for n in reversed(range(depth))]
+    assert h.started == [0] and h.state.stack == []
 
 
-def test_blocked_processors_are_bounded():
-    h = Harness(max_processors=2)
-    h.assign(make_task(1), make_task(2), make_task(3))
-    h.answer_gets()
-    h.block(0)
-    h.block(1)
-    assert h.started == [0, 1]
-    assert h.state.queued_count == 1  # waits for a processor
-
-
-def test_an_unblocked_task_runs_beside_the_one_that_took_its_slot():
+def test_a_task_sent_just_before_the_resume_notice_runs_first_then_the_waiting_task_resumes():
     h = Harness()
-    h.assign(make_task(1), make_task(2), make_task(3))
+    h.assign(make_task(1))
     h.answer_gets()
-    h.block(0)
-    h.block(0, blocked=False)
-    assert set(h.running) == {0, 1}
-    h.finish(1)
-    assert h.running_task(1) is None  # both were busy: task 3 waits for the slot
-    h.finish(0)
+    h.wait()
+    h.hold = True  # the processor is busy checking its future...
+    h.assign(make_task(2))  # ...when the agent sends it a task
+    assert [type(message) for message in h.pipe] == [ProcessorTask]
+    h.resume()  # then it finds its future done and asks to resume
+    assert [type(message) for message in h.pipe] == [ProcessorTask, WaitEnded]
+    h.assign(make_task(3))  # the slot is taken again: nothing more is sent
+    assert len(h.pipe) == 2
+    h.hold = False
+    h.pump()
+    assert h.running_task() == task_id(2)  # it runs above the resuming task
+    h.finish()
+    assert h.running_task() == task_id(1) and h.pipe == []  # WaitEnded read: task 1 goes on
+    h.finish()
     h.answer_gets()
-    assert task_id(3) in {run.task.task_id for run in h.running.values()}
+    assert h.running_task() == task_id(3)
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in (2, 1, 3)]
 
 
-def test_cancel_of_a_blocked_task_stops_its_processor_without_replacing_it():
+def test_a_task_sent_before_the_resume_notice_may_wait_and_nest_in_turn():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.wait()
+    h.hold = True
+    h.assign(make_task(2))
+    h.resume()
+    h.hold = False
+    h.pump()
+    h.assign(make_task(3))
+    assert h.running_task() == task_id(2)
+    h.wait()  # task 2 waits: WaitEnded of task 1 is still in the pipe, then task 3 comes
+    assert h.stack_ids() == [task_id(1), task_id(2), task_id(3)] == h.state.stack
+    h.finish()
+    h.resume()
+    h.finish()
+    assert h.running_task() == task_id(1)
+    h.finish()
+    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in (1, 2, 3)]
+
+
+def test_results_of_nested_tasks_answer_their_own_attempts():
+    h = Harness()
+    h.assign(make_task(1, attempt=3))
+    h.answer_gets()
+    h.assign(make_task(2, attempt=5))
+    h.wait()
+    h.finish(payload=b"child")
+    h.resume()
+    h.finish(payload=b"parent")
+    assert [(r.task_id, r.attempt, r.payload) for r in h.results()] == [
+        (task_id(2), 5, b"child"),
+        (task_id(1), 3, b"parent"),
+    ]
+
+
+def test_a_result_that_is_not_the_top_of_the_stack_is_dropped():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
-    h.block(0)
-    h.step(h.state.on_task_cancel(m.TaskCancel([task_id(1)])))
-    assert h.stopped == [(0, True)]
-    assert h.started == [0, 1]
-    assert h.running_task(1) == task_id(2)
+    h.wait()
+    h.tell(ProcessorResult(task_id(1), m.TaskStatus.SUCCESS, b"early", "", None))
+    assert h.results() == [] and h.state.stack == [task_id(1), task_id(2)]
 
 
-def test_blocked_notice_of_a_finished_task_is_ignored():
+def test_messages_of_a_replaced_processor_are_dropped():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
-    stale = ProcessorBlocked(task_id(1), True)
-    h.finish(0)
+    old = h.processor
+    h.cancel(1)
     h.answer_gets()
-    h.step(h.state.on_processor_message(0, stale))
-    assert h.started == [0] and h.state.blocked_count == 0
+    h.step(h.state.on_processor_message(old, ProcessorResult(task_id(2), m.TaskStatus.SUCCESS, b"", "", None)))
+    h.step(h.state.on_processor_died(old, "processor was killed by signal SIGKILL"))
+    assert h.results() == [] and h.running_task() == task_id(2) and h.started == [0, 1]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_processor_death_ends_every_task_on_its_stack_with_worker_died():
+    h = Harness()
+    h.assign(make_task(1, attempt=2))
+    h.answer_gets()
+    h.assign(make_task(3), make_task(2, attempt=4))
+    h.wait()
+    h.die("processor was killed by signal SIGSEGV")
+    results = {r.task_id: r for r in h.results()}
+    assert set(results) == {task_id(1), task_id(2)}
+    assert (results[task_id(2)].status, results[task_id(2)].attempt) == (m.TaskStatus.WORKER_DIED, 4)
+    assert results[task_id(2)].error_text == "processor was killed by signal SIGSEGV"
+    assert (results[task_id(1)].status, results[task_id(1)].attempt) == (m.TaskStatus.WORKER_DIED, 2)
+    assert results[task_id(1)].error_text == (
+        f"processor was killed by signal SIGSEGV, while task {task_id(2).hex()} ran above this one"
+    )
+    assert h.started == [0, 1] and h.running_task() == task_id(3)  # the queued task runs on the new one
+
+
+def test_cancel_of_a_waiting_task_stops_the_processor_and_the_task_above_dies():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3))
+    h.wait()
+    assert h.state.stack == [task_id(1), task_id(3)]
+    confirm = h.cancel(1)
+    assert confirm.cancelled == [True]
+    [died] = h.results()
+    assert (died.task_id, died.status) == (task_id(3), m.TaskStatus.WORKER_DIED)
+    assert died.error_text == f"its processor was stopped to cancel task {task_id(1).hex()}"
+    assert h.started == [0, 1] and h.running_task() == task_id(2)
+
+
+def test_cancel_of_several_tasks_on_one_stack_cancels_them_all_at_once():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2))
+    h.wait()
+    h.assign(make_task(3))
+    h.wait()
+    confirm = h.cancel(3, 1)
+    assert confirm.cancelled == [True, True]
+    [died] = h.results()
+    assert died.task_id == task_id(2) and died.status == m.TaskStatus.WORKER_DIED
+    assert task_id(1).hex() in died.error_text and task_id(3).hex() in died.error_text
+    assert h.started == [0, 1]
+
+
+def test_timeout_of_a_waiting_task_fails_it_and_the_tasks_above_die():
+    h = Harness()
+    h.assign(make_task(1, timeout_seconds=2))
+    h.answer_gets()
+    h.assign(make_task(2))
+    h.wait()
+    h.fire_timer(1)
+    results = {r.task_id: r for r in h.results()}
+    error, _ = load_failure(results[task_id(1)])
+    assert isinstance(error, TaskTimeoutError) and "timeout of 2 seconds" in str(error)
+    assert results[task_id(2)].status == m.TaskStatus.WORKER_DIED
+    assert results[task_id(2)].error_text == f"its processor was stopped: {error}"
+    assert h.started == [0, 1]
+
+
+def test_timer_of_a_task_nested_then_finished_does_nothing():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2, timeout_seconds=1))
+    h.wait()
+    h.finish()
+    h.fire_timer(2)
+    assert h.started == [0] and [r.task_id for r in h.results()] == [task_id(2)]
+
+
+def test_balance_gives_back_queued_tasks_never_one_on_the_stack():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3), make_task(4), make_task(5))
+    h.wait()  # task 5, the newest, now runs on top of task 1
+    assert h.state.stack == [task_id(1), task_id(5)]
+    # on top of a waiting task the newest run first, so the oldest would run last: they go back
+    assert h.balance(10) == [task_id(2), task_id(3), task_id(4)]
+    assert h.state.queued_count == 0
+    h.finish()
+    h.resume()
+    h.finish()
+    assert sorted(r.task_id for r in h.results()) == [task_id(1), task_id(5)]
+
+
+def test_a_balance_racing_with_a_result_a_cancel_and_a_death_strands_nothing():
+    h = Harness(prefetch_tasks=2)
+    h.assign(make_task(1), make_task(2), make_task(3), make_task(4), make_task(5))
+    h.answer_gets()
+    result = h.processor_finishes()  # task 1 is done; its result is still in the pipe
+    assert h.balance(2) == [task_id(5), task_id(4)]  # never task 1, which the agent still sees running
+    h.tell(result)
+    h.answer_gets()
+    assert h.cancel(5, 2) == m.TaskCancelConfirm([task_id(5), task_id(2)], [False, True])  # 5 went back
+    assert h.running_task() == task_id(3)  # on the processor that replaced the one task 2 ran on
+    h.die("processor was killed by signal SIGKILL")
+    assert h.balance(5) == []
+    statuses = {r.task_id: r.status for r in h.results()}
+    assert statuses == {task_id(1): m.TaskStatus.SUCCESS, task_id(3): m.TaskStatus.WORKER_DIED}
+    assert h.state.queued_count == 0 and h.state.stack == []
+
+
+def test_counts_for_heartbeats_with_a_stack():
+    h = Harness()
+    h.assign(make_task(1), make_task(2), make_task(3))
+    h.answer_gets()
+    h.wait()
+    assert (h.state.running_count, h.state.suspended_count, h.state.queued_count) == (1, 1, 1)
+    h.wait()
+    assert (h.state.running_count, h.state.suspended_count, h.state.queued_count) == (1, 2, 0)
+    h.wait()
+    assert (h.state.running_count, h.state.suspended_count, h.state.queued_count) == (0, 3, 0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
 def test_random_event_sequences_answer_every_task_exactly_once(rng):
-    """Whatever happens, every assigned task gets exactly one answer: a result, a cancel confirmation that
-    says cancelled, or a place in a balance response; and the worker ends with one idle processor."""
-    h = Harness(
-        inline_threshold_bytes=rng.choice([0, 4, 1 << 20]),
-        prefetch_tasks=rng.randint(1, 4),
-        max_processors=rng.randint(1, 4),
-    )
-    h.storage[b"S" * 16] = b"serializer"
+    """Whatever happens (tasks waiting and resuming, nested tasks, races with the pipe, deaths, cancels,
+    balances, timeouts), every assigned task gets exactly one answer: a result, a cancel confirmation that
+    says cancelled, or a place in a balance response; and the agent's view of the processor's stack is
+    the processor's own."""
+    h = Harness(inline_threshold_bytes=rng.choice([0, 4, 1 << 20]), prefetch_tasks=rng.randint(1, 4))
     assigned = set()
     answered: Dict[bytes, int] = {}
-    next_number = 1
-    for _ in range(150):
-        action = rng.random()
-        if action < 0.3:
-            tasks = []
-            for _ in range(rng.randint(1, 4)):
-                function_id = rng.choice([FUNCTION, FUNCTION, b"M" * 16])
-                tasks.append(make_task(next_number, rng.randint(0, 3), function_id=function_id))
-                assigned.add(task_id(next_number))
-                next_number += 1
-            h.assign(*tasks)
-        elif action < 0.5:
-            h.answer_gets()
-        elif action < 0.6:
-            h.answer_puts(rng.choice([m.ObjectStatus.OK, m.ObjectStatus.STORAGE_FULL]))
-        elif action < 0.75 and h.running:
-            processor = rng.choice(sorted(h.running))
-            status = rng.choice([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED])
-            h.finish(processor, status=status, payload=b"abcdef")
-        elif action < 0.78 and h.running:
-            h.block(rng.choice(sorted(h.running)), blocked=rng.random() < 0.7)
-        elif action < 0.8:
-            processor = rng.choice(h.state.processor_ids)
-            h.step(h.state.on_processor_died(processor, "processor was killed by signal SIGKILL"))
-        elif action < 0.9 and assigned:
-            ids = rng.sample(sorted(assigned), min(len(assigned), 2))
-            h.step(h.state.on_task_cancel(m.TaskCancel(ids)))
-        else:
-            h.step(h.state.on_balance_request(m.BalanceRequest(rng.randint(0, 3))))
+
+    def collect() -> None:
         for result in h.results():
             answered[result.task_id] = answered.get(result.task_id, 0) + 1
         for confirm in h.take(m.TaskCancelConfirm):
@@ -673,16 +907,63 @@ def test_random_event_sequences_answer_every_task_exactly_once(rng):
         for response in h.take(m.BalanceResponse):
             for tid in response.task_ids:
                 answered[tid] = answered.get(tid, 0) + 1
+
+    next_number = 1
+    for _ in range(200):
+        action = rng.random()
+        top = h.stack[-1] if h.stack else None
+        if action < 0.25:
+            tasks = []
+            for _ in range(rng.randint(1, 3)):
+                function_id = rng.choice([FUNCTION, FUNCTION, FUNCTION, b"M" * 16])
+                timeout = rng.choice([0, 0, 0, 5])
+                tasks.append(
+                    make_task(next_number, rng.randint(0, 2), function_id=function_id, timeout_seconds=timeout)
+                )
+                assigned.add(task_id(next_number))
+                next_number += 1
+            h.assign(*tasks)
+        elif action < 0.35:
+            h.answer_gets()
+        elif action < 0.4:
+            h.answer_puts(rng.choice([m.ObjectStatus.OK, m.ObjectStatus.STORAGE_FULL]))
+        elif action < 0.55 and top is not None and top.state == "running":
+            h.finish(status=rng.choice([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED]), payload=b"abcdef")
+        elif action < 0.65 and top is not None and top.state == "running":
+            h.wait()
+        elif action < 0.72 and top is not None and top.state == "waiting":
+            h.resume()
+        elif action < 0.76:
+            h.hold = not h.hold
+            h.pump()
+        elif action < 0.78:
+            h.die("processor was killed by signal SIGKILL")
+        elif action < 0.8 and h.timers:
+            timer = rng.choice(h.timers)
+            h.step(h.state.on_task_timer(timer.task_id, timer.run))
+        elif action < 0.9 and assigned:
+            ids = rng.sample(sorted(assigned), min(len(assigned), rng.randint(1, 3)))
+            h.step(h.state.on_task_cancel(m.TaskCancel(ids)))
+        else:
+            h.step(h.state.on_balance_request(m.BalanceRequest(rng.randint(0, 3))))
+        collect()
+        if not h.hold and not h.pipe:
+            assert h.state.stack == h.stack_ids()
     # drain: let everything still here finish
-    for _ in range(500):
+    h.hold = False
+    h.pump()
+    for _ in range(2000):
         h.answer_gets()
         h.answer_puts()
-        for processor in sorted(h.running):
-            h.finish(processor)
-        for result in h.results():
-            answered[result.task_id] = answered.get(result.task_id, 0) + 1
-        if h.state.queued_count == 0 and h.state.running_count == 0 and not h.puts and not h.gets:
+        if h.stack:
+            top = h.stack[-1]
+            if top.state == "running":
+                h.finish()
+            elif top.state == "waiting":
+                h.resume()
+        collect()
+        if not (h.state.queued_count or h.stack or h.state.stack or h.puts or h.gets):
             break
     assert all(count == 1 for count in answered.values()), answered
     assert set(answered) == assigned
-    assert len(h.state.processor_ids) == 1 and set(h.started) - {p for p, _ in h.stopped} == set(h.state.processor_ids)
+    assert h.state.stack == [] and h.pipe == []

@@ -7,8 +7,7 @@ import os
 import sys
 import threading
 import time
-import types
-from typing import Any
+from typing import Any, List
 
 
 def add(a: Any, b: Any = 0) -> Any:
@@ -101,24 +100,56 @@ class PrefixSerializer:
         return cloudpickle.loads(payload[len(b"PREFIX:") :])
 
 
-def _wait_for_file(path: str) -> str:
-    deadline = time.monotonic() + 120
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.01)
-    return "released"
+def wait_in_client(path: str, timeout: Any = None) -> str:
+    """Wait inside the Scaler client, as a task waiting for the tasks it submitted does, until ``path``
+    exists (a thread resolves the future; bounded for safety)."""
+    from scaler.client.future import ScalerFuture
+
+    future = ScalerFuture(b"\x00" * 16, None, None, False)
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path):
+            if time.monotonic() > deadline:
+                future._set_error(TimeoutError(f"{path} never appeared"))
+                return
+            time.sleep(0.01)
+        future._set_value("released")
+
+    threading.Thread(target=watch, daemon=True).start()
+    return future.result(timeout)
 
 
-# The same function as if it were part of the Scaler client (its module name is what the processor looks
-# at): a task waiting in it looks like a task waiting for the results of tasks it submitted.
-wait_like_a_client = types.FunctionType(
-    _wait_for_file.__code__, {"__name__": "scaler.client.future", "os": os, "time": time}, "wait_like_a_client"
-)
+def wait_in_client_from_a_thread(path: str) -> str:
+    """The same wait, in a thread of the task: the processor must not run other tasks there."""
+    result: List[Any] = []
+    thread = threading.Thread(target=lambda: result.append(wait_in_client(path)))
+    thread.start()
+    thread.join(120)
+    return result[0]
 
 
-def wait_in_client(path: str) -> str:
-    return wait_like_a_client(path)
+def nest(directory: str, level: int) -> int:
+    """Level ``level`` of a recursion: wait until level + 1 is done (it creates ``done-<level>``), then say
+    this one is done. The deepest level is the one whose file exists already."""
+    if not os.path.exists(os.path.join(directory, f"done-{level}")):
+        wait_in_client(os.path.join(directory, f"done-{level}"))
+    create_file(os.path.join(directory, f"done-{level - 1}"))
+    return os.getpid()
+
+
+def burn_then_wait_in_client(seconds: float, path: str) -> str:
+    burn(seconds)
+    return wait_in_client(path)
+
+
+def burn(seconds: float) -> int:
+    """Use the CPU for ``seconds`` of CPU time."""
+    started = time.process_time()
+    count = 0
+    while time.process_time() - started < seconds:
+        count += 1
+    return os.getpid()
 
 
 def create_file(path: str) -> str:

@@ -1,11 +1,20 @@
 """The processor: the subprocess that runs the tasks' user code.
 
 Started by the agent with the multiprocessing "spawn" context, so it inherits
-nothing of the agent's ZeroMQ state. It reads one `ProcessorTask` at a time from
-its Pipe, runs the function in its main thread and writes back one
-`ProcessorResult`. It never talks to the scheduler or the storage server: a
-cancel, a timeout or a crash costs the agent only this process, which it
-replaces.
+nothing of the agent's ZeroMQ state. It reads a `ProcessorTask` from its Pipe,
+runs the function in its main thread and writes back a `ProcessorResult`. It
+never talks to the scheduler or the storage server: a cancel, a timeout or a
+crash costs the agent only this process, which it replaces.
+
+Nested tasks: the processor installs a wait hook in the Scaler client
+(`scaler.client.set_wait_hook`). When a task waits there (on `result()` of a
+task it submitted, in `Client.map`, ...), the hook tells the agent, runs the
+tasks the agent sends meanwhile on the same stack (each may wait in turn), and
+checks between them, and every few milliseconds while it has none, whether
+what the task waits for is done; then the task goes on. A waiting task thus
+costs a few stack frames, not a process or a thread, and never holds the
+worker: its children (and anything else queued) run in its place. See
+`processor_protocol` for the conversation with the agent.
 
 Keep this module's imports light: every processor start imports it.
 """
@@ -20,22 +29,20 @@ import time
 import traceback
 import tracemalloc
 from multiprocessing.connection import Connection
-from types import FrameType
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Set, Tuple
 
 import cloudpickle
 
+from scaler.client.future import set_wait_hook
 from scaler.protocol.messages import TaskStatus
 from scaler.worker.lru_cache import LRUCache
 from scaler.worker.parent_death import die_with_parent
 from scaler.worker.processor_protocol import (
-    BLOCKED_AFTER_SECONDS,
-    BLOCKED_CHECK_INTERVAL_SECONDS,
-    CLIENT_MODULE_PREFIX,
-    GRAPH_NODE_MODULE,
-    ProcessorBlocked,
+    WAIT_CHECK_INTERVAL_SECONDS,
     ProcessorResult,
     ProcessorTask,
+    TaskWaiting,
+    WaitEnded,
     receive,
     send,
 )
@@ -43,6 +50,9 @@ from scaler.worker.task_failure import failure_payload
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
+# Nested tasks stack up in the main thread, a few frames per level: allow deeper recursion than Python's 1000
+# (a level costs well under 1 KiB of C stack on Python 3.11+; 10,000 frames of C recursion fit the usual 8 MiB)
+RECURSION_LIMIT = 10_000
 
 
 class _CloudpickleSerializer:
@@ -77,8 +87,19 @@ class _Loaded:
             self.traceback_text = traceback.format_exc()
 
 
-class _MissingFromCache(Exception):
-    pass
+class _Frame:
+    """A task on the processor's stack, with what its profiling needs."""
+
+    __slots__ = ("task_id", "started", "cpu_started", "nested_cpu", "memory_base", "memory_peak", "traces")
+
+    def __init__(self, task_id: bytes) -> None:
+        self.task_id = task_id
+        self.started = time.perf_counter()
+        self.cpu_started = time.process_time()
+        self.nested_cpu = 0.0  # CPU seconds of the tasks that ran nested in this one
+        self.memory_base = 0
+        self.memory_peak = 0
+        self.traces = False  # this task started tracemalloc (the outermost profiled task does)
 
 
 def run_processor(
@@ -94,100 +115,86 @@ def run_processor(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the agent, which then stops us
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
-    processor = _Processor(function_cache_capacity, serializer_cache_capacity)
-    watcher = _BlockingWatcher(connection)
-    watcher.start()
-    while True:
-        try:
-            task = receive(connection)
-        except (EOFError, OSError):  # the agent closed the pipe or is gone
-            return
-        watcher.task_started(task.task_id)
-        result = processor.run(task)
-        _flush_standard_streams()
-        try:
-            watcher.task_finished(result)
-        except (BrokenPipeError, OSError):
-            return
-
-
-class _BlockingWatcher(threading.Thread):
-    """Tells the agent when the running task waits inside the Scaler client, and when it runs again.
-
-    A task that submitted tasks and waits for their results holds no CPU; the
-    agent may then run a queued task (maybe one of those children) on another
-    processor. The main thread's stack is sampled every few tens of
-    milliseconds while a task runs; nothing is sampled between tasks.
-    """
-
-    def __init__(self, connection: Connection) -> None:
-        super().__init__(name="blocking-watcher", daemon=True)
-        self._connection = connection
-        self._lock = threading.Lock()  # the Pipe is written by this thread and the main thread
-        self._running = threading.Event()
-        self._task_id: Optional[bytes] = None
-        self._main_thread_id = threading.main_thread().ident or 0
-
-    def task_started(self, task_id: bytes) -> None:
-        with self._lock:
-            self._task_id = task_id
-        self._running.set()
-
-    def task_finished(self, result: ProcessorResult) -> None:
-        with self._lock:
-            self._task_id = None
-            self._running.clear()
-            send(self._connection, result)
-
-    def run(self) -> None:
-        inside_since: Optional[float] = None
-        blocked = False
-        watched: Optional[bytes] = None
-        while True:
-            self._running.wait()
-            time.sleep(BLOCKED_CHECK_INTERVAL_SECONDS)
-            task_id = self._task_id
-            if task_id != watched:  # a new task: start afresh
-                watched, inside_since, blocked = task_id, None, False
-            if task_id is None:
-                continue
-            now = time.monotonic()
-            if _inside_client(sys._current_frames().get(self._main_thread_id)):
-                if inside_since is None:
-                    inside_since = now
-                if blocked or now - inside_since < BLOCKED_AFTER_SECONDS:
-                    continue
-                blocked = True
-            else:
-                inside_since = None
-                if not blocked:
-                    continue
-                blocked = False
-            with self._lock:
-                if self._task_id != task_id:  # finished meanwhile: its result is sent, say nothing more
-                    continue
-                try:
-                    send(self._connection, ProcessorBlocked(task_id, blocked))
-                except (OSError, ValueError):
-                    return
-
-
-def _inside_client(frame: Optional[FrameType]) -> bool:
-    while frame is not None:
-        name = frame.f_globals.get("__name__")
-        if isinstance(name, str) and (name == CLIENT_MODULE_PREFIX or name.startswith(CLIENT_MODULE_PREFIX + ".")):
-            if name != GRAPH_NODE_MODULE:
-                return True
-        frame = frame.f_back
-    return False
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+    processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity)
+    set_wait_hook(processor.help_while_waiting)
+    processor.serve()
 
 
 class _Processor:
-    def __init__(self, function_cache_capacity: int, serializer_cache_capacity: int) -> None:
+    def __init__(self, connection: Connection, function_cache_capacity: int, serializer_cache_capacity: int) -> None:
+        self._connection = connection
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
+        self._stack: List[_Frame] = []  # the tasks running here, the top one last
+        self._wait_ended: Set[bytes] = set()  # tasks the agent let resume (read by a wait above theirs, maybe)
+        self._main_thread_id = threading.main_thread().ident
 
-    def run(self, task: ProcessorTask) -> ProcessorResult:
+    def serve(self) -> None:
+        """Run the tasks the agent sends until it closes the Pipe."""
+        while True:
+            try:
+                message = receive(self._connection)
+            except (EOFError, OSError):  # the agent closed the pipe or is gone
+                return
+            self._run_message(message)
+
+    def help_while_waiting(self, done: Callable[[], bool], timeout: Optional[float]) -> None:
+        """The Scaler client's wait hook: run the agent's tasks here until ``done()`` or ``timeout``."""
+        if not self._stack or threading.get_ident() != self._main_thread_id:
+            return  # not a task's own wait (a thread of the task, or outside any task): wait as usual
+        if timeout is not None and timeout <= 0:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        task_id = self._stack[-1].task_id
+        connection = self._connection
+        self._send(TaskWaiting(task_id, True))
+        try:
+            while not done():
+                interval = WAIT_CHECK_INTERVAL_SECONDS
+                if deadline is not None:
+                    interval = min(interval, deadline - time.monotonic())
+                    if interval <= 0:
+                        break
+                if connection.poll(interval):
+                    self._run_message(self._receive())
+        finally:
+            self._send(TaskWaiting(task_id, False))
+            wait_ended = self._wait_ended
+            while task_id not in wait_ended:  # what the agent sent before it read our notice runs first
+                self._run_message(self._receive())
+            wait_ended.discard(task_id)
+
+    # ------------------------------------------------------------------------- the pipe
+
+    def _receive(self) -> Any:
+        try:
+            return receive(self._connection)
+        except (EOFError, OSError):
+            _agent_gone()
+
+    def _send(self, message: Any) -> None:
+        try:
+            send(self._connection, message)
+        except (OSError, ValueError):
+            _agent_gone()
+
+    def _run_message(self, message: Any) -> None:
+        if type(message) is WaitEnded:
+            self._wait_ended.add(message.task_id)
+            return
+        frame = _Frame(message.task_id)
+        self._stack.append(frame)
+        try:
+            result = self._run(message, frame)
+        finally:
+            self._stack.pop()
+        _flush_standard_streams()
+        self._send(result)
+
+    # ------------------------------------------------------------------------- one task
+
+    def _run(self, task: ProcessorTask, frame: _Frame) -> ProcessorResult:
         # the caches are updated first and unconditionally: the agent's mirror of them assumes exactly that
         function = self._load(self._functions, task.function_id, task.function, "function")
         serializer_entry = None
@@ -196,7 +203,7 @@ class _Processor:
 
         for entry in (function, serializer_entry):
             if entry is not None and entry.error is not None:
-                return self._failed(task.task_id, entry.error, entry.traceback_text)
+                return _failed(task.task_id, entry.error, entry.traceback_text)
         serializer = serializer_entry.value if serializer_entry is not None else _DEFAULT_SERIALIZER
 
         try:
@@ -209,34 +216,18 @@ class _Processor:
                 else:
                     positional.append(value)
         except Exception as error:
-            return self._failed(task.task_id, error, traceback.format_exc())
+            return _failed(task.task_id, error, traceback.format_exc())
 
-        if task.profiling:
-            return self._run_profiled(task.task_id, function.value, positional, named, serializer)
+        self._start_profile(frame, task.profiling)
+        error: Optional[BaseException] = None
         try:
             value = function.value(*positional, **named)
-        except BaseException as error:  # SystemExit and KeyboardInterrupt of a task are its failure, not ours
-            return self._failed(task.task_id, error, _user_traceback(error))
-        return self._success(task.task_id, value, serializer, None)
-
-    def _run_profiled(self, task_id: bytes, function: Any, positional: List[Any], named: Dict[str, Any], serializer):
-        tracemalloc.start()
-        started = time.perf_counter()
-        cpu_started = time.process_time()
-        error: Optional[BaseException] = None
-        value = None
-        try:
-            value = function(*positional, **named)
-        except BaseException as raised:
-            error = raised
-        duration = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        profiling = (duration, cpu, peak)
+        except BaseException as raised:  # SystemExit and KeyboardInterrupt of a task are its failure, not ours
+            error, value = raised, None
+        profiling = self._end_profile(frame, task.profiling)
         if error is not None:
-            return self._failed(task_id, error, _user_traceback(error), profiling)
-        return self._success(task_id, value, serializer, profiling)
+            return _failed(task.task_id, error, _user_traceback(error), profiling)
+        return _success(task.task_id, value, serializer, profiling)
 
     @staticmethod
     def _load(cache: LRUCache, key: bytes, payload: Optional[bytes], what: str) -> _Loaded:
@@ -251,21 +242,54 @@ class _Processor:
         cache.put(key, entry)
         return entry
 
-    @staticmethod
-    def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> ProcessorResult:
-        try:
-            payload = serializer.serialize(value)
-            if not isinstance(payload, (bytes, bytearray, memoryview)):
-                raise TypeError(f"the serializer returned {type(payload).__name__}, not bytes")
-        except Exception as error:
-            problem = TypeError(f"the result of the task could not be serialized: {type(error).__name__}: {error}")
-            return _Processor._failed(task_id, problem, traceback.format_exc(), profiling)
-        return ProcessorResult(task_id, TaskStatus.SUCCESS, bytes(payload), "", profiling)
+    # ------------------------------------------------------------------------- profiling
 
-    @staticmethod
-    def _failed(task_id: bytes, error: BaseException, traceback_text: str, profiling=None) -> ProcessorResult:
-        payload, error_text = failure_payload(error, traceback_text)
-        return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling)
+    def _start_profile(self, frame: _Frame, profiling: bool) -> None:
+        """Memory is traced while a profiled task is on the stack; a task's peak leaves out what ran nested."""
+        if tracemalloc.is_tracing():
+            outer = self._stack[-2] if len(self._stack) > 1 else None
+            current, peak = tracemalloc.get_traced_memory()
+            if outer is not None:
+                outer.memory_peak = max(outer.memory_peak, peak)
+            tracemalloc.reset_peak()
+            frame.memory_base = current
+        elif profiling:
+            tracemalloc.start()
+            frame.traces = True
+        frame.started = time.perf_counter()
+        frame.cpu_started = time.process_time()
+
+    def _end_profile(self, frame: _Frame, profiling: bool) -> Optional[Tuple[float, float, int]]:
+        duration = time.perf_counter() - frame.started
+        cpu = time.process_time() - frame.cpu_started
+        if len(self._stack) > 1:
+            self._stack[-2].nested_cpu += cpu
+        result = None
+        if tracemalloc.is_tracing():
+            peak = max(frame.memory_peak, tracemalloc.get_traced_memory()[1])
+            if frame.traces:
+                tracemalloc.stop()
+            else:
+                tracemalloc.reset_peak()  # the task beneath measures its own peak from here
+            if profiling:
+                result = (duration, max(0.0, cpu - frame.nested_cpu), max(0, peak - frame.memory_base))
+        return result
+
+
+def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> ProcessorResult:
+    try:
+        payload = serializer.serialize(value)
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(f"the serializer returned {type(payload).__name__}, not bytes")
+    except Exception as error:
+        problem = TypeError(f"the result of the task could not be serialized: {type(error).__name__}: {error}")
+        return _failed(task_id, problem, traceback.format_exc(), profiling)
+    return ProcessorResult(task_id, TaskStatus.SUCCESS, bytes(payload), "", profiling)
+
+
+def _failed(task_id: bytes, error: BaseException, traceback_text: str, profiling=None) -> ProcessorResult:
+    payload, error_text = failure_payload(error, traceback_text)
+    return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling)
 
 
 def _user_traceback(error: BaseException) -> str:
@@ -282,6 +306,12 @@ def _flush_standard_streams() -> None:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
+
+
+def _agent_gone() -> NoReturn:
+    """The Pipe broke: the agent is gone (it would have stopped us otherwise), and so are we."""
+    _flush_standard_streams()
+    os._exit(1)
 
 
 def processor_exit_cause(exit_code: Optional[int]) -> str:

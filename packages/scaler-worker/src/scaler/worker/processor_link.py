@@ -21,7 +21,6 @@ from scaler.worker.processor import processor_exit_cause, run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     SERIALIZER_CACHE_CAPACITY,
-    ProcessorTask,
     receive,
     send,
 )
@@ -63,15 +62,16 @@ class ProcessorLink:
         processor_end.close()
         return cls(processor_id, process, agent_end)
 
-    def send(self, task: ProcessorTask) -> None:
-        """Hand a task to the processor; raise DisconnectedError when it is gone (its sentinel tells why)."""
+    def send(self, message: Any) -> None:
+        """Hand a task (or an answer) to the processor; raise DisconnectedError when it is gone (its sentinel
+        tells why)."""
         try:
-            send(self.connection, task)
+            send(self.connection, message)
         except (OSError, ValueError) as error:  # BrokenPipeError, or the connection is already closed
             raise DisconnectedError(f"processor {self.processor_id} is gone: {error}") from None
 
     def receive(self) -> Any:
-        """One result or notice, when the Pipe is readable; raise DisconnectedError once it is closed (the
+        """One result or wait notice, when the Pipe is readable; raise DisconnectedError once it is closed (the
         processor ended)."""
         try:
             return receive(self.connection)

@@ -1,13 +1,20 @@
 """What the agent and its processor say to each other over their multiprocessing Pipe.
 
-The agent sends one `ProcessorTask` at a time and waits for its `ProcessorResult`.
-A function or serializer travels as bytes only the first time a processor needs
-it; afterwards its ID alone refers to the processor's cached copy (see
-`lru_cache.LRUCache`). While a task runs, the processor may also send
-`ProcessorBlocked` notices: the task is waiting inside the Scaler client
-(typically on the results of tasks it submitted), so its processor does not
-use the worker's slot and another processor may run a queued task meanwhile
-(this is what keeps nested tasks from deadlocking the cluster).
+The agent sends a `ProcessorTask`; the processor runs it and answers with its
+`ProcessorResult`. A function or serializer travels as bytes only the first
+time the processor needs it; afterwards its ID alone refers to the processor's
+cached copy (see `lru_cache.LRUCache`).
+
+Nested tasks ("help while waiting"): when a task waits inside the Scaler
+client (on the tasks it submitted), the processor sends
+``TaskWaiting(task_id, True)``: it can take another task meanwhile. The agent
+then sends it queued tasks, one at a time; each runs nested on the waiting
+task's stack and answers with its result as usual. Once what the task waits
+for is done, the processor sends ``TaskWaiting(task_id, False)`` and runs any
+task already on its way until the agent answers `WaitEnded`: then no other
+task is in flight and the waiting task resumes. So the processor runs a stack
+of tasks, the top one running (or waiting), the others waiting beneath it, and
+the agent knows that stack exactly.
 """
 
 from __future__ import annotations
@@ -19,12 +26,8 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 FUNCTION_CACHE_CAPACITY = 128
 SERIALIZER_CACHE_CAPACITY = 16
 
-# a task that has been inside the Scaler client (module scaler.client...) for this long is waiting on it
-BLOCKED_AFTER_SECONDS = 0.1
-BLOCKED_CHECK_INTERVAL_SECONDS = 0.05
-CLIENT_MODULE_PREFIX = "scaler.client"
-# ...except this one, which runs a graph node's own code (a graph node is not waiting because it runs there)
-GRAPH_NODE_MODULE = "scaler.client.graph_evaluation"
+# a task waiting inside the Scaler client checks what it waits for this often while it has nothing to run
+WAIT_CHECK_INTERVAL_SECONDS = 0.005
 
 
 class ProcessorTask(NamedTuple):
@@ -37,9 +40,18 @@ class ProcessorTask(NamedTuple):
     profiling: bool
 
 
-class ProcessorBlocked(NamedTuple):
+class TaskWaiting(NamedTuple):
+    """From the processor: the task on top of its stack waits inside the Scaler client (``waiting``: it can
+    take another task), or what it waited for is done and it asks to resume (answered by `WaitEnded`)."""
+
     task_id: bytes
-    blocked: bool  # True: waiting inside the Scaler client; False: running again
+    waiting: bool
+
+
+class WaitEnded(NamedTuple):
+    """From the agent: no task is on its way to the processor any more; the task may resume."""
+
+    task_id: bytes
 
 
 class ProcessorResult(NamedTuple):

@@ -2,7 +2,7 @@
 
 It connects a DEALER socket (identity: the worker ID) to the scheduler and,
 once the scheduler's HelloAck names it, another to the object storage server;
-it heartbeats, starts and watches the processors, and carries out the effects
+it heartbeats, starts and watches the processor, and carries out the effects
 that `WorkerState` decides. Everything it receives is decoded and handed to
 the core through a table keyed by message type; a message that does not
 decode, or whose handling fails, is logged with its sender and dropped.
@@ -33,12 +33,11 @@ from scaler.worker.processor_link import ProcessorLink
 from scaler.worker.resource_usage import ResourceUsage
 from scaler.worker.worker_config import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, WorkerConfig
 from scaler.worker.worker_state import (
-    RunTask,
+    SendToProcessor,
     SendToScheduler,
     SendToStorage,
     StartProcessor,
     StartTaskTimer,
-    StopProcessor,
     WorkerState,
 )
 
@@ -68,7 +67,7 @@ class WorkerAgent:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._exit: Optional[asyncio.Future] = None
         self._background: List[asyncio.Task] = []
-        self._processors: Dict[int, ProcessorLink] = {}
+        self._processor: Optional[ProcessorLink] = None
         self._usage = ResourceUsage()
         self._flush_scheduled = False
         self._deferred_flush: Optional[asyncio.TimerHandle] = None
@@ -91,8 +90,7 @@ class WorkerAgent:
             SendToScheduler: self._send_to_scheduler,
             SendToStorage: self._send_to_storage,
             StartProcessor: self._start_processor,
-            StopProcessor: self._stop_processor,
-            RunTask: self._run_task,
+            SendToProcessor: self._send_to_processor,
             StartTaskTimer: self._start_task_timer,
         }
 
@@ -163,7 +161,7 @@ class WorkerAgent:
             except BaseException:
                 pass
         self._background.clear()
-        await self._stop_processors()
+        await self._stop_processor()
         if self._storage is not None:
             self._storage.close(linger=0)
         if self._scheduler is not None:
@@ -174,19 +172,18 @@ class WorkerAgent:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.remove_signal_handler(sig)
 
-    async def _stop_processors(self) -> None:
-        links = list(self._processors.values())
-        self._processors.clear()
-        for link in links:
-            self._unwatch(link)
-            link.terminate()
+    async def _stop_processor(self) -> None:
+        link, self._processor = self._processor, None
+        if link is None:
+            return
+        self._unwatch(link)
+        link.terminate()
         deadline = time.monotonic() + _PROCESSOR_STOP_SECONDS
-        for link in links:
-            while link.reap() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            if link.reap() is None:
-                link.kill()
-                link.reap(_PROCESSOR_STOP_SECONDS)
+        while link.reap() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if link.reap() is None:
+            link.kill()
+            link.reap(_PROCESSOR_STOP_SECONDS)
 
     # ------------------------------------------------------------------------- sockets
 
@@ -317,8 +314,8 @@ class WorkerAgent:
                 processor_cpu=processor_cpu,
                 processor_rss_bytes=processor_rss,
                 queued_tasks=self._state.queued_count,
-                running_tasks=self._state.running_count - self._state.blocked_count,
-                suspended_tasks=self._state.blocked_count,
+                running_tasks=self._state.running_count,
+                suspended_tasks=self._state.suspended_count,
             )
             self._send_to_scheduler(SendToScheduler(heartbeat))
             self._perform(self._state.on_tick(now))
@@ -361,35 +358,24 @@ class WorkerAgent:
     # ------------------------------------------------------------------------- processors
 
     def _start_processor(self, effect: StartProcessor) -> None:
-        old = self._processors.pop(effect.processor_id, None)
-        if old is not None:
+        old, self._processor = self._processor, None
+        if old is not None:  # it runs tasks that are over (cancelled, timed out): SIGKILL, user code may ignore less
             self._unwatch(old)
             old.kill()
             self._reap_later(old)
+            logger.debug(f"{self._name}: stopped processor {old.processor_id} (pid {old.pid})")
         try:
             link = ProcessorLink.start(effect.processor_id, self._config.scheduler_address, show(self._worker_id))
         except Exception as error:  # out of processes or memory: a fresh worker (from scaler_cluster) may fare better
             self._stop(EXIT_FAILURE, f"cannot start a processor: {type(error).__name__}: {error}")
             return
-        self._processors[effect.processor_id] = link
+        self._processor = link
         assert self._loop is not None
         self._loop.add_reader(link.connection.fileno(), self._on_processor_readable, link)
         self._loop.add_reader(link.sentinel, self._on_processor_ended, link)
         if link.pid is not None:
             self._usage.watch_processor(link.pid)
         logger.debug(f"{self._name}: started processor {effect.processor_id} (pid {link.pid})")
-
-    def _stop_processor(self, effect: StopProcessor) -> None:
-        link = self._processors.pop(effect.processor_id, None)
-        if link is None:
-            return
-        self._unwatch(link)
-        if effect.kill:
-            link.kill()
-        else:
-            link.terminate()  # an idle processor: nothing to lose
-        self._reap_later(link)
-        logger.debug(f"{self._name}: stopped processor {effect.processor_id} (pid {link.pid})")
 
     def _unwatch(self, link: ProcessorLink) -> None:
         assert self._loop is not None
@@ -416,21 +402,21 @@ class WorkerAgent:
 
         loop.add_reader(sentinel, reap)
 
-    def _run_task(self, effect: RunTask) -> None:
-        link = self._processors.get(effect.processor_id)
-        if link is None:  # it could not be started: the worker is stopping
+    def _send_to_processor(self, effect: SendToProcessor) -> None:
+        link = self._processor
+        if link is None or link.processor_id != effect.processor_id:  # it could not be started: we are stopping
             return
         try:
-            link.send(effect.task)
+            link.send(effect.message)
         except DisconnectedError as error:
             logger.warning(f"{self._name}: {error}; waiting for its end to be reported")
 
     def _start_task_timer(self, effect: StartTaskTimer) -> None:
         assert self._loop is not None
-        self._loop.call_later(effect.seconds, self._on_task_timer, effect.processor_id, effect.run)
+        self._loop.call_later(effect.seconds, self._on_task_timer, effect.task_id, effect.run)
 
-    def _on_task_timer(self, processor_id: int, run: int) -> None:
-        self._perform(self._state.on_task_timer(processor_id, run))
+    def _on_task_timer(self, task_id: bytes, run: int) -> None:
+        self._perform(self._state.on_task_timer(task_id, run))
         self._schedule_flush()
 
     def _on_processor_readable(self, link: ProcessorLink) -> None:
@@ -451,13 +437,13 @@ class WorkerAgent:
         self._schedule_flush()
 
     def _on_processor_ended(self, link: ProcessorLink) -> None:
-        if self._processors.get(link.processor_id) is not link:
+        if self._processor is not link:
             return
-        last_results = link.receive_left()  # results it wrote before it ended count
+        last_messages = link.receive_left()  # results it wrote before it ended count
         self._unwatch(link)
-        del self._processors[link.processor_id]
+        self._processor = None
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
-        effects = self._state.on_processor_died(link.processor_id, cause, last_results)
+        effects = self._state.on_processor_died(link.processor_id, cause, last_messages)
         logger.warning(f"{self._name}: {cause} (processor {link.processor_id}, pid {link.pid})")
         self._perform(effects)
         self._schedule_flush()

@@ -1,49 +1,64 @@
 """The worker agent's decisions, without I/O.
 
-`WorkerState` owns the task queue, the task running on each processor, the
+`WorkerState` owns the task queue, the stack of tasks on the processor, the
 function and serializer caches and the storage requests in flight. Its
 ``on_*`` methods take what happened (a message from the scheduler or the
-storage server, a processor's result or death, a timer) and return effects
-(`StartProcessor`, `RunTask`, `StartTaskTimer`); what goes to the scheduler and
-the storage server is collected and handed out by `flush` once per event-loop
-turn (`SendToScheduler`, `SendToStorage`), so that many results travel in one
-`TaskResultBatch` and many fetches in one `ObjectRequest`. The asyncio shell in
-`worker_agent.py` only carries the effects out; this module is tested without
-sockets or processes.
+storage server, a processor's message or death, a timer) and return effects
+(`StartProcessor`, `SendToProcessor`, `StartTaskTimer`); what goes to the
+scheduler and the storage server is collected and handed out by `flush` once
+per event-loop turn (`SendToScheduler`, `SendToStorage`), so that many results
+travel in one `TaskResultBatch` and many fetches in one `ObjectRequest`. The
+asyncio shell in `worker_agent.py` only carries the effects out; this module is
+tested without sockets or processes.
 
 A task goes QUEUED -> STAGED (what it needs is being fetched) -> RUNNING ->
-(STORING, while a large result is put in storage) -> done. The queue runs the
-highest priority first, then first come first served. A few tasks ahead are
-staged so that their data is fetched while the processor is busy.
+(STORING, while a large result is put in storage) -> done. A few tasks ahead
+are staged so that their data is fetched while the processor is busy.
 
-The worker has one slot: one task runs at a time. A task that waits inside the
-Scaler client (on tasks it submitted: a nested task) is "blocked" and does not
-hold the slot: another processor is started for the next queued task, up to
-`MAX_PROCESSORS`. Since a waiting parent never holds the slot its children
-need, nested tasks cannot deadlock the cluster, whatever their depth. Idle
-processors beyond the one kept warm are stopped.
+The worker has one slot and one processor. A task that waits inside the Scaler
+client (on tasks it submitted: a nested task) gives the slot up without leaving
+the processor: the processor runs the next task on top of it, on the same stack
+(see `processor_protocol`), and the waiting task goes on once that task is done
+and what it waits for has arrived. The processor thus holds a stack of tasks:
+the top one running (or waiting), the ones beneath waiting. Since a waiting
+task never holds the slot its children need, nested tasks cannot deadlock the
+cluster, whatever their depth, and cost no process or thread each.
+
+Queue order: the highest priority first; within a priority, first come first
+served, except on top of a waiting task, where the newest task runs first (most
+likely a child of the waiting task: depth first, so the stack stays shallow and
+the waiting task resumes soon). A balance request gives back the tasks that
+would run last. Stopping the processor (cancel, timeout, crash) ends every task
+on its stack: the others fail with WORKER_DIED, naming what happened, and the
+scheduler runs them again.
 """
 
 from __future__ import annotations
 
 import enum
-import heapq
 import itertools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
+from scaler.protocol.errors import (
+    DisconnectedError,
+    ObjectNotFoundError,
+    ObjectStorageRefusedError,
+    ProtocolError,
+    TaskTimeoutError,
+)
 from scaler.protocol.ids import IDGenerator
 from scaler.worker.lru_cache import LRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     SERIALIZER_CACHE_CAPACITY,
-    ProcessorBlocked,
     ProcessorResult,
     ProcessorTask,
+    TaskWaiting,
+    WaitEnded,
 )
 from scaler.worker.task_failure import failure_payload
 
@@ -53,8 +68,6 @@ DEFAULT_STORAGE_TIMEOUT_SECONDS = 60.0
 DEFAULT_PREFETCH_TASKS = 4
 # the agent keeps more functions than a processor, so a restarted processor rarely costs a storage round trip
 AGENT_FUNCTION_CACHE_CAPACITY = 4 * FUNCTION_CACHE_CAPACITY
-# processors of one worker at most: 1 running + blocked ones (nested tasks waiting for their children)
-MAX_PROCESSORS = 64
 
 logger = logging.getLogger(__name__)
 
@@ -75,36 +88,29 @@ class SendToStorage:
 
 @dataclass(slots=True)
 class StartProcessor:
-    """Start a processor under this ID, killing the one that is there, if any."""
+    """Start a processor under this ID in place of the current one, which is killed if it still runs."""
 
     processor_id: int
 
 
 @dataclass(slots=True)
-class StopProcessor:
-    """End the processor with this ID and forget it: SIGKILL when ``kill`` (it runs a task), else a polite stop."""
+class SendToProcessor:
+    """A `ProcessorTask` to run, or a `WaitEnded` answer."""
 
     processor_id: int
-    kill: bool
-
-
-@dataclass(slots=True)
-class RunTask:
-    processor_id: int
-    task: ProcessorTask
+    message: Any
 
 
 @dataclass(slots=True)
 class StartTaskTimer:
-    """Call `WorkerState.on_task_timer(processor_id, run)` after ``seconds``."""
+    """Call `WorkerState.on_task_timer(task_id, run)` after ``seconds``."""
 
-    processor_id: int
+    task_id: bytes
     run: int
     seconds: float
 
 
 Effect = Any  # one of the classes above
-ProcessorMessage = Union[ProcessorResult, ProcessorBlocked]
 
 
 # ----------------------------------------------------------------------------- state
@@ -123,36 +129,18 @@ _OBJECT = 4
 
 
 class _Entry:
-    __slots__ = ("task", "order", "phase", "processor_id")
+    __slots__ = ("task", "phase", "waiting", "run")
 
-    def __init__(self, task: m.Task, order: int) -> None:
+    def __init__(self, task: m.Task) -> None:
         self.task = task
-        self.order = order
         self.phase = _Phase.QUEUED
-        self.processor_id = -1
-
-    @property
-    def run_order(self) -> Tuple[int, int]:
-        return -self.task.priority, self.order
+        self.waiting = False  # RUNNING: it waits inside the Scaler client, the processor may run another task
+        self.run = 0  # which dispatch this is, so that a stale timer is recognised
 
     def object_ids(self) -> Iterator[bytes]:
         for argument in self.task.arguments:
             if argument.kind == m.ArgumentKind.OBJECT:
                 yield argument.data
-
-
-class _Slot:
-    """A processor as the agent sees it: what runs there, and a mirror of its caches."""
-
-    __slots__ = ("processor_id", "task_id", "blocked", "run", "functions", "serializers")
-
-    def __init__(self, processor_id: int) -> None:
-        self.processor_id = processor_id
-        self.task_id: Optional[bytes] = None
-        self.blocked = False  # its task waits inside the Scaler client
-        self.run = 0  # counts dispatches and restarts, so a stale timer is recognised
-        self.functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
-        self.serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
 
 
 class WorkerState:
@@ -162,20 +150,23 @@ class WorkerState:
         inline_threshold_bytes: int = DEFAULT_INLINE_THRESHOLD_BYTES,
         storage_timeout_seconds: float = DEFAULT_STORAGE_TIMEOUT_SECONDS,
         prefetch_tasks: int = DEFAULT_PREFETCH_TASKS,
-        max_processors: int = MAX_PROCESSORS,
     ) -> None:
         self._inline_threshold = inline_threshold_bytes
         self._storage_timeout = storage_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
-        self._max_processors = max(1, max_processors)
+
         self._processor_ids = itertools.count()
-        self._slots: Dict[int, _Slot] = {}
+        self._processor_id = -1
+        self._stack: List[_Entry] = []  # the tasks handed to the processor, the top one last
+        # mirrors of the processor's caches (same capacity, same get/put sequence)
+        self._processor_functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
+        self._processor_serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
+        self._runs = itertools.count(1)
 
         self._tasks: Dict[bytes, _Entry] = {}
-        self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, order, task_id), lazily pruned
-        self._order = itertools.count()
+        self._queue: Dict[int, Dict[bytes, _Entry]] = {}  # priority -> QUEUED and STAGED tasks, oldest first
+        self._queued_count = 0
         self._staged: Dict[bytes, _Entry] = {}
-        self._waiting_count = 0  # QUEUED + STAGED
 
         self._functions: LRUCache[bytes, bytes] = LRUCache(AGENT_FUNCTION_CACHE_CAPACITY)
         self._serializers: LRUCache[bytes, bytes] = LRUCache(SERIALIZER_CACHE_CAPACITY)
@@ -198,12 +189,16 @@ class WorkerState:
             m.TaskCancel: self.on_task_cancel,
             m.BalanceRequest: self.on_balance_request,
         }
+        self._processor_handlers: Dict[type, Callable[[Any, List[Effect]], None]] = {
+            ProcessorResult: self._on_result,
+            TaskWaiting: self._on_waiting,
+        }
 
     # ------------------------------------------------------------------------- entry points
 
     def start(self) -> List[Effect]:
         out: List[Effect] = []
-        self._new_slot(out)
+        self._new_processor(out)
         return out
 
     def handles(self, message_type: type) -> bool:
@@ -223,35 +218,43 @@ class WorkerState:
                 )
                 known.task.attempt = task.attempt
                 continue
-            entry = _Entry(task, next(self._order))
+            entry = _Entry(task)
             self._tasks[task.task_id] = entry
-            heapq.heappush(self._queue, (-task.priority, entry.order, task.task_id))
-            self._waiting_count += 1
+            self._queue.setdefault(task.priority, {})[task.task_id] = entry
+            self._queued_count += 1
         out: List[Effect] = []
         self._fill(out)
         return out
 
     def on_task_cancel(self, cancel: m.TaskCancel) -> List[Effect]:
+        """Cancel queued tasks at once; a running one (anywhere on the processor's stack) by stopping the
+        processor. Every ID is confirmed, cancelled or not (unknown, or finished: its result is on the way)."""
         out: List[Effect] = []
         cancelled: List[bool] = []
+        on_stack: Set[bytes] = set()
         for task_id in cancel.task_ids:
             entry = self._tasks.get(task_id)
-            if entry is None or entry.phase is _Phase.STORING:  # unknown, or finished: its result is on the way
+            if entry is None or entry.phase is _Phase.STORING:
                 cancelled.append(False)
-                continue
-            if entry.phase is _Phase.RUNNING:
-                self._end_processor(self._slots[entry.processor_id], out)
-            self._remove(entry)
-            cancelled.append(True)
+            elif entry.phase is _Phase.RUNNING:
+                on_stack.add(task_id)
+                cancelled.append(True)
+            else:
+                self._remove(entry)
+                cancelled.append(True)
+        if on_stack:
+            named = ", ".join(sorted(task_id.hex() for task_id in on_stack))
+            self._stop_processor(out, on_stack, None, f"its processor was stopped to cancel task {named}")
         self._to_scheduler.append(m.TaskCancelConfirm(list(cancel.task_ids), cancelled))
         self._fill(out)
         return out
 
     def on_balance_request(self, request: m.BalanceRequest) -> List[Effect]:
-        """Give back up to ``count`` waiting tasks: the lowest priority, then the newest, first."""
-        waiting = [entry for entry in self._tasks.values() if entry.phase in (_Phase.QUEUED, _Phase.STAGED)]
-        waiting.sort(key=lambda entry: (entry.task.priority, -entry.order))
-        given = waiting[: request.count]
+        """Give back up to ``count`` queued tasks (never one on the processor): those that would run last."""
+        given: List[_Entry] = []
+        if request.count > 0:
+            order = list(self._in_run_order(self._nesting()))
+            given = order[len(order) - min(request.count, len(order)) :][::-1]
         for entry in given:
             self._remove(entry)
         self._to_scheduler.append(m.BalanceResponse([entry.task.task_id for entry in given]))
@@ -279,57 +282,38 @@ class WorkerState:
         self._fill(out)
         return out
 
-    def on_processor_message(self, processor_id: int, message: ProcessorMessage) -> List[Effect]:
-        """A `ProcessorResult` or a `ProcessorBlocked` notice from a processor."""
-        if isinstance(message, ProcessorBlocked):
-            return self.on_processor_blocked(processor_id, message.task_id, message.blocked)
-        return self.on_processor_result(processor_id, message)
-
-    def on_processor_result(self, processor_id: int, result: ProcessorResult) -> List[Effect]:
+    def on_processor_message(self, processor_id: int, message: Any) -> List[Effect]:
+        """A `ProcessorResult` or a `TaskWaiting` notice from the processor."""
         out: List[Effect] = []
-        self._take_result(processor_id, result)
-        self._fill(out)
-        return out
-
-    def on_processor_died(
-        self, processor_id: int, cause: str, last_results: Iterable[ProcessorMessage] = ()
-    ) -> List[Effect]:
-        """The processor ended on its own (crash, signal, exit) after writing ``last_results``: the task it was
-        running, if any, died with it."""
-        out: List[Effect] = []
-        for result in last_results:
-            if type(result) is ProcessorResult:
-                self._take_result(processor_id, result)
-        slot = self._slots.get(processor_id)
-        if slot is None:
+        if processor_id != self._processor_id:
+            logger.debug(f"Worker: dropped {type(message).__name__} from stopped processor {processor_id}")
             return out
-        task_id = slot.task_id
-        self._end_processor(slot, out)
-        if task_id is not None:
-            entry = self._tasks[task_id]
-            self._finish(entry, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", cause, m.Profiling())
+        self._processor_handlers[type(message)](message, out)
         self._fill(out)
         return out
 
-    def on_processor_blocked(self, processor_id: int, task_id: bytes, blocked: bool) -> List[Effect]:
-        """The task on this processor waits inside the Scaler client (``blocked``), or runs again."""
+    def on_processor_died(self, processor_id: int, cause: str, last_messages: Iterable[Any] = ()) -> List[Effect]:
+        """The processor ended on its own (crash, signal, exit) after writing ``last_messages``: the results
+        among them count; every task still on its stack died with it."""
         out: List[Effect] = []
-        slot = self._slots.get(processor_id)
-        if slot is None or slot.task_id != task_id:
-            return out  # it finished meanwhile
-        slot.blocked = blocked
+        if processor_id != self._processor_id:
+            return out
+        for message in last_messages:
+            if type(message) is ProcessorResult:
+                self._on_result(message, out)
+        top = self._stack[-1].task.task_id.hex() if self._stack else ""
+        self._stop_processor(out, set(), None, f"{cause}, while task {top} ran above this one", top_reason=cause)
         self._fill(out)
         return out
 
-    def on_task_timer(self, processor_id: int, run: int) -> List[Effect]:
+    def on_task_timer(self, task_id: bytes, run: int) -> List[Effect]:
         out: List[Effect] = []
-        slot = self._slots.get(processor_id)
-        if slot is None or slot.run != run or slot.task_id is None:
+        entry = self._tasks.get(task_id)
+        if entry is None or entry.run != run or entry.phase is not _Phase.RUNNING:
             return out  # the task finished, or was cancelled, in time
-        entry = self._tasks[slot.task_id]
-        self._end_processor(slot, out)
         timeout = entry.task.timeout_seconds
-        self._fail(entry, TimeoutError(f"task {entry.task.task_id.hex()} exceeded its timeout of {timeout:g} seconds"))
+        error = TaskTimeoutError(f"task {task_id.hex()} exceeded its timeout of {timeout:g} seconds")
+        self._stop_processor(out, set(), (entry, error), f"its processor was stopped: {error}")
         self._fill(out)
         return out
 
@@ -387,7 +371,7 @@ class WorkerState:
 
     @property
     def queued_count(self) -> int:
-        return self._waiting_count
+        return self._queued_count
 
     @property
     def has_output(self) -> bool:
@@ -404,19 +388,22 @@ class WorkerState:
 
     @property
     def running_count(self) -> int:
-        return sum(1 for slot in self._slots.values() if slot.task_id is not None)
+        """1 when the task on top of the processor's stack runs (does not wait), else 0."""
+        return 1 if self._stack and not self._stack[-1].waiting else 0
 
     @property
-    def blocked_count(self) -> int:
-        return sum(1 for slot in self._slots.values() if slot.blocked)
+    def suspended_count(self) -> int:
+        """Tasks on the processor's stack that wait (for what they submitted, or for the tasks above them)."""
+        return len(self._stack) - self.running_count
 
     @property
-    def processor_ids(self) -> List[int]:
-        return list(self._slots)
+    def processor_id(self) -> int:
+        return self._processor_id
 
-    def running_task(self, processor_id: int) -> Optional[bytes]:
-        slot = self._slots.get(processor_id)
-        return slot.task_id if slot is not None else None
+    @property
+    def stack(self) -> List[bytes]:
+        """The IDs of the tasks on the processor, the top one last."""
+        return [entry.task.task_id for entry in self._stack]
 
     def phase_of(self, task_id: bytes) -> Optional[str]:
         entry = self._tasks.get(task_id)
@@ -430,72 +417,109 @@ class WorkerState:
     def pending_fetch_count(self) -> int:
         return len(self._pending)
 
+    # ------------------------------------------------------------------------- the processor
+
+    def _on_result(self, result: ProcessorResult, out: List[Effect]) -> None:
+        stack = self._stack
+        if not stack or stack[-1].task.task_id != result.task_id:
+            logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not on top of the processor")
+            return
+        entry = stack.pop()  # the task beneath, if any, is back in its wait: the slot is free again
+        profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
+        status = m.TaskStatus(result.status)
+        stored = entry.task.store_result or len(result.payload) > self._inline_threshold
+        if status == m.TaskStatus.SUCCESS and stored:
+            entry.phase = _Phase.STORING
+            self._to_put.append((entry, self._object_ids.next_id(), result.payload, profiling))
+        else:
+            kind = m.PayloadKind.INLINE if result.payload else m.PayloadKind.NONE
+            self._finish(entry, status, kind, result.payload, result.error_text, profiling)
+
+    def _on_waiting(self, notice: TaskWaiting, out: List[Effect]) -> None:
+        entry = self._tasks.get(notice.task_id)
+        on_stack = entry is not None and entry.phase is _Phase.RUNNING and entry in self._stack
+        if notice.waiting:
+            if on_stack and self._stack[-1] is entry:
+                entry.waiting = True  # type: ignore[union-attr]
+            else:
+                logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not on top of the stack")
+            return
+        # it wants to resume: a task already sent runs above it first; nothing more is sent until it waits again
+        if on_stack:
+            entry.waiting = False  # type: ignore[union-attr]
+        out.append(SendToProcessor(self._processor_id, WaitEnded(notice.task_id)))
+
+    def _new_processor(self, out: List[Effect]) -> None:
+        self._processor_id = next(self._processor_ids)
+        self._processor_functions.clear()
+        self._processor_serializers.clear()
+        out.append(StartProcessor(self._processor_id))
+
+    def _stop_processor(
+        self,
+        out: List[Effect],
+        cancelled: Set[bytes],
+        failed: Optional[Tuple[_Entry, BaseException]],
+        reason: str,
+        top_reason: str = "",
+    ) -> None:
+        """Replace the processor; every task on its stack ends: those in ``cancelled`` without a result, the
+        ``failed`` one with its error, the top one with WORKER_DIED ``top_reason`` if given, the others with
+        WORKER_DIED ``reason``."""
+        stack, self._stack = self._stack, []
+        for position, entry in enumerate(stack):
+            if entry.task.task_id in cancelled:
+                self._remove(entry)
+            elif failed is not None and entry is failed[0]:
+                self._fail(entry, failed[1])
+            else:
+                why = top_reason if top_reason and position == len(stack) - 1 else reason
+                self._finish(entry, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", why, m.Profiling())
+        self._new_processor(out)
+
     # ------------------------------------------------------------------------- scheduling
 
+    def _nesting(self) -> bool:
+        """Whether the next task will run on top of a waiting one."""
+        stack = self._stack
+        return bool(stack) and (stack[-1].waiting or len(stack) > 1)
+
+    def _in_run_order(self, newest_first: bool) -> Iterator[_Entry]:
+        for priority in sorted(self._queue, reverse=True):
+            entries = self._queue[priority].values()
+            yield from (reversed(entries) if newest_first else entries)
+
     def _fill(self, out: List[Effect]) -> None:
-        """Run the next task if no task holds the slot; stop surplus idle processors; stage tasks ahead."""
-        slots = self._slots
-        idle: Optional[_Slot] = None
-        for slot in slots.values():
-            if slot.task_id is None:
-                idle = idle or slot
-            elif not slot.blocked:
-                break  # a running task holds the slot
-        else:
-            if idle is None and len(slots) < self._max_processors and (self._staged or self._peek_queue()):
-                idle = self._new_slot(out)
-            if idle is not None:
-                self._run_next(idle, out)
-        if len(slots) > 1:
-            surplus = [slot for slot in slots.values() if slot.task_id is None][1:]  # one idle one is kept warm
-            for slot in surplus:
-                del slots[slot.processor_id]
-                out.append(StopProcessor(slot.processor_id, kill=False))
-        while len(self._staged) < self._prefetch:
-            entry = self._peek_queue()
-            if entry is None:
-                break
-            heapq.heappop(self._queue)
-            self._stage(entry)
+        """Run the next task if the slot is free (no task, or the top one waits); stage tasks ahead."""
+        stack = self._stack
+        if not stack or stack[-1].waiting:
+            self._run_next(out)
+        missing = self._prefetch - len(self._staged)
+        if missing > 0 and self._queued_count > len(self._staged):
+            ahead = []
+            for entry in self._in_run_order(self._nesting()):
+                if entry.phase is _Phase.QUEUED:
+                    ahead.append(entry)
+                    if len(ahead) == missing:
+                        break
+            for entry in ahead:
+                self._stage(entry)
 
-    def _run_next(self, slot: _Slot, out: List[Effect]) -> bool:
-        """Dispatch the best waiting task to ``slot`` if it has all it needs; whether it did."""
+    def _run_next(self, out: List[Effect]) -> None:
+        """Dispatch the first task in run order if it has all it needs (else fetch it and wait)."""
+        newest_first = bool(self._stack)
         while True:
-            entry = self._best_candidate()
+            entry = next(self._in_run_order(newest_first), None)
             if entry is None:
-                return False
-            if entry.phase is not _Phase.STAGED:  # failed while staging
-                continue
-            if self._request_missing(entry, slot):
-                return False  # strict priority order: wait for what the best task needs
-            self._dispatch(entry, slot, out)
-            return True
-
-    def _new_slot(self, out: List[Effect]) -> _Slot:
-        slot = _Slot(next(self._processor_ids))
-        self._slots[slot.processor_id] = slot
-        out.append(StartProcessor(slot.processor_id))
-        return slot
-
-    def _best_candidate(self) -> Optional[_Entry]:
-        best = min(self._staged.values(), key=_run_order, default=None)
-        top = self._peek_queue()
-        if top is not None and (best is None or top.run_order < best.run_order):
-            heapq.heappop(self._queue)
-            self._stage(top)
-            return top
-        return best
-
-    def _peek_queue(self) -> Optional[_Entry]:
-        queue = self._queue
-        tasks = self._tasks
-        while queue:
-            _, order, task_id = queue[0]
-            entry = tasks.get(task_id)
-            if entry is not None and entry.order == order and entry.phase is _Phase.QUEUED:
-                return entry
-            heapq.heappop(queue)
-        return None
+                return
+            if entry.phase is _Phase.QUEUED:
+                self._stage(entry)
+                if entry.phase is not _Phase.STAGED:  # failed while staging
+                    continue
+            if self._request_missing(entry):
+                return  # strict priority order: wait for what the best task needs
+            self._dispatch(entry, out)
+            return
 
     def _stage(self, entry: _Entry) -> None:
         for argument in entry.task.arguments:
@@ -513,19 +537,18 @@ class WorkerState:
         references = self._object_references
         for object_id in entry.object_ids():
             references[object_id] += 1
-        self._request_missing(entry, None)
+        self._request_missing(entry)
 
-    def _missing(self, entry: _Entry, slot: Optional[_Slot]) -> List[Tuple[bytes, int]]:
-        """What ``entry`` lacks to run on ``slot`` (on any processor when None)."""
+    def _missing(self, entry: _Entry) -> List[Tuple[bytes, int]]:
+        """What ``entry`` lacks to run on the processor."""
         missing: List[Tuple[bytes, int]] = []
         task = entry.task
-        slots = (slot,) if slot is not None else tuple(self._slots.values())
         function_id = task.function_id
-        if function_id not in self._functions and not any(function_id in s.functions for s in slots):
+        if function_id not in self._functions and function_id not in self._processor_functions:
             missing.append((function_id, _FUNCTION))
         serializer_id = task.serializer_id
         if serializer_id and serializer_id not in self._serializers:
-            if not any(serializer_id in s.serializers for s in slots):
+            if serializer_id not in self._processor_serializers:
                 missing.append((serializer_id, _SERIALIZER))
         objects = self._objects
         for object_id in entry.object_ids():
@@ -533,8 +556,8 @@ class WorkerState:
                 missing.append((object_id, _OBJECT))
         return missing
 
-    def _request_missing(self, entry: _Entry, slot: Optional[_Slot]) -> bool:
-        missing = self._missing(entry, slot)
+    def _request_missing(self, entry: _Entry) -> bool:
+        missing = self._missing(entry)
         pending = self._pending
         for object_id, kind in missing:
             kinds = pending.get(object_id)
@@ -545,70 +568,33 @@ class WorkerState:
                 pending[object_id] = kinds | kind
         return bool(missing)
 
-    def _dispatch(self, entry: _Entry, slot: _Slot, out: List[Effect]) -> None:
+    def _dispatch(self, entry: _Entry, out: List[Effect]) -> None:
         task = entry.task
         # the same get/put sequence as the processor applies to its own caches (processor.py)
         function: Optional[bytes] = None
-        if not slot.functions.get(task.function_id):
+        if not self._processor_functions.get(task.function_id):
             function = self._functions.get(task.function_id)
-            slot.functions.put(task.function_id, True)
+            self._processor_functions.put(task.function_id, True)
         serializer: Optional[bytes] = None
-        if task.serializer_id and not slot.serializers.get(task.serializer_id):
+        if task.serializer_id and not self._processor_serializers.get(task.serializer_id):
             serializer = self._serializers.get(task.serializer_id)
-            slot.serializers.put(task.serializer_id, True)
+            self._processor_serializers.put(task.serializer_id, True)
         objects = self._objects
         arguments = [
             (argument.name, argument.data if argument.kind == m.ArgumentKind.INLINE else objects[argument.data])
             for argument in task.arguments
         ]
-        self._unstage(entry)
-        self._waiting_count -= 1
+        self._dequeue(entry)
         entry.phase = _Phase.RUNNING
-        entry.processor_id = slot.processor_id
-        slot.task_id = task.task_id
-        slot.blocked = False
-        slot.run += 1
-        out.append(
-            RunTask(
-                slot.processor_id,
-                ProcessorTask(
-                    task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
-                ),
-            )
+        entry.waiting = False
+        entry.run = next(self._runs)
+        self._stack.append(entry)
+        processor_task = ProcessorTask(
+            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
         )
+        out.append(SendToProcessor(self._processor_id, processor_task))
         if task.timeout_seconds > 0:
-            out.append(StartTaskTimer(slot.processor_id, slot.run, task.timeout_seconds))
-
-    def _end_processor(self, slot: _Slot, out: List[Effect]) -> None:
-        """The processor in ``slot`` is killed (or already dead): replace it if it was the last one."""
-        slot.task_id = None
-        slot.blocked = False
-        slot.run += 1
-        if len(self._slots) > 1:
-            del self._slots[slot.processor_id]
-            out.append(StopProcessor(slot.processor_id, kill=True))
-            return
-        slot.functions.clear()
-        slot.serializers.clear()
-        out.append(StartProcessor(slot.processor_id))
-
-    def _take_result(self, processor_id: int, result: ProcessorResult) -> None:
-        slot = self._slots.get(processor_id)
-        if slot is None or slot.task_id != result.task_id:
-            logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not running on that processor")
-            return
-        entry = self._tasks[result.task_id]
-        slot.task_id = None
-        slot.blocked = False
-        profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
-        status = m.TaskStatus(result.status)
-        stored = entry.task.store_result or len(result.payload) > self._inline_threshold
-        if status == m.TaskStatus.SUCCESS and stored:
-            entry.phase = _Phase.STORING
-            self._to_put.append((entry, self._object_ids.next_id(), result.payload, profiling))
-        else:
-            kind = m.PayloadKind.INLINE if result.payload else m.PayloadKind.NONE
-            self._finish(entry, status, kind, result.payload, result.error_text, profiling)
+            out.append(StartTaskTimer(task.task_id, entry.run, task.timeout_seconds))
 
     # ------------------------------------------------------------------------- storage answers
 
@@ -652,7 +638,7 @@ class WorkerState:
 
     def _fail_staged_needing(self, failed: Dict[bytes, Exception]) -> None:
         for entry in list(self._staged.values()):
-            for object_id, _ in self._missing(entry, None):
+            for object_id, _ in self._missing(entry):
                 error = failed.get(object_id)
                 if error is not None:
                     self._fail(entry, error)
@@ -660,30 +646,30 @@ class WorkerState:
 
     # ------------------------------------------------------------------------- endings
 
-    def _unstage(self, entry: _Entry) -> None:
-        del self._staged[entry.task.task_id]
-        references = self._object_references
-        for object_id in entry.object_ids():
-            count = references[object_id] - 1
-            if count > 0:
-                references[object_id] = count
-            else:
-                del references[object_id]
-                self._objects.pop(object_id, None)
+    def _dequeue(self, entry: _Entry) -> None:
+        """Take a QUEUED or STAGED task out of the queue."""
+        task = entry.task
+        if entry.phase is _Phase.STAGED:
+            del self._staged[task.task_id]
+            references = self._object_references
+            for object_id in entry.object_ids():
+                count = references[object_id] - 1
+                if count > 0:
+                    references[object_id] = count
+                else:
+                    del references[object_id]
+                    self._objects.pop(object_id, None)
+        same_priority = self._queue[task.priority]
+        del same_priority[task.task_id]
+        if not same_priority:
+            del self._queue[task.priority]
+        self._queued_count -= 1
 
     def _remove(self, entry: _Entry) -> None:
-        """Forget ``entry``, wherever it is (its processor, if any, is the caller's business)."""
+        """Forget ``entry``, wherever it is (a task on the stack is the caller's business)."""
         del self._tasks[entry.task.task_id]
-        phase = entry.phase
-        if phase is _Phase.STAGED:
-            self._unstage(entry)
-        if phase is _Phase.QUEUED or phase is _Phase.STAGED:
-            self._waiting_count -= 1
-        elif phase is _Phase.RUNNING:
-            slot = self._slots.get(entry.processor_id)
-            if slot is not None and slot.task_id == entry.task.task_id:
-                slot.task_id = None
-                slot.blocked = False
+        if entry.phase is _Phase.QUEUED or entry.phase is _Phase.STAGED:
+            self._dequeue(entry)
 
     def _finish(
         self,
@@ -704,7 +690,3 @@ class WorkerState:
         payload, error_text = failure_payload(error)
         kind = m.PayloadKind.INLINE if payload else m.PayloadKind.NONE
         self._finish(entry, m.TaskStatus.FAILED, kind, payload, error_text, profiling or m.Profiling())
-
-
-def _run_order(entry: _Entry) -> Tuple[int, int]:
-    return entry.run_order

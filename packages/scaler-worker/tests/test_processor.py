@@ -1,0 +1,175 @@
+"""A real processor subprocess, driven through its Pipe by the test playing the agent: nested tasks run on
+the stack of a task that waits inside the Scaler client."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Iterator, List
+
+import cloudpickle
+import pytest
+import worker_tasks as tasks
+from worker_harness import DEADLINE_SECONDS
+
+from scaler.protocol import messages as m
+from scaler.worker.processor_link import ProcessorLink
+from scaler.worker.processor_protocol import ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
+
+
+class Agent:
+    """The agent's side of one processor's Pipe."""
+
+    def __init__(self) -> None:
+        self.link = ProcessorLink.start(0, "tcp://127.0.0.1:1", "W|test|0|000000000000")
+        self._numbers = itertools.count(1)
+        self._sent_functions: set = set()
+
+    def close(self) -> None:
+        self.link.kill()
+        self.link.reap(DEADLINE_SECONDS)
+
+    def send(self, function: Any, *args: Any, profiling: bool = False) -> bytes:
+        task_id = next(self._numbers).to_bytes(16, "big")
+        function_id = function.__name__.encode().ljust(16, b"_")[:16]
+        payload = None
+        if function_id not in self._sent_functions:  # as the agent does: once per processor
+            payload = cloudpickle.dumps(function)
+            self._sent_functions.add(function_id)
+        arguments = [("", cloudpickle.dumps(argument)) for argument in args]
+        self.link.send(ProcessorTask(task_id, function_id, payload, b"", None, arguments, profiling))
+        return task_id
+
+    def receive(self, timeout: float = DEADLINE_SECONDS) -> Any:
+        if not self.link.connection.poll(timeout):
+            raise TimeoutError(f"the processor said nothing within {timeout}s")
+        return self.link.receive()
+
+    def expect_waiting(self, task_id: bytes, waiting: bool) -> None:
+        assert self.receive() == TaskWaiting(task_id, waiting)
+
+    def expect_result(self, task_id: bytes) -> Any:
+        result = self.receive()
+        assert isinstance(result, ProcessorResult) and result.task_id == task_id, result
+        if result.status != m.TaskStatus.SUCCESS:
+            error, text = cloudpickle.loads(result.payload)
+            raise AssertionError(f"task failed: {error!r}\n{text}")
+        return cloudpickle.loads(result.payload)
+
+
+@pytest.fixture
+def agent() -> Iterator[Agent]:
+    processor = Agent()
+    try:
+        yield processor
+    finally:
+        processor.close()
+
+
+def test_a_task_runs_and_answers(agent: Agent):
+    task = agent.send(tasks.add, 40, 2)
+    assert agent.expect_result(task) == 42
+
+
+def test_a_task_waiting_in_the_client_runs_another_task_on_its_stack(agent: Agent, tmp_path):
+    release = str(tmp_path / "release")
+    parent = agent.send(tasks.wait_in_client, release)
+    agent.expect_waiting(parent, True)
+    pid = agent.expect_result(agent.send(tasks.process_id))  # runs while the parent waits
+    child = agent.send(tasks.create_file, release)  # what the parent waits for
+    assert agent.expect_result(child) == "created"
+    agent.expect_waiting(parent, False)  # it asks to resume...
+    agent.link.send(WaitEnded(parent))  # ...and does once told that nothing else is on its way
+    assert agent.expect_result(parent) == "released"
+    assert agent.expect_result(agent.send(tasks.process_id)) == pid  # one process throughout
+
+
+def test_a_task_sent_before_the_answer_to_a_resume_runs_first(agent: Agent, tmp_path):
+    release = tmp_path / "release"
+    parent = agent.send(tasks.wait_in_client, str(release))
+    agent.expect_waiting(parent, True)
+    release.touch()
+    agent.expect_waiting(parent, False)
+    late = agent.send(tasks.add, 1, 2)  # sent before the agent read the resume notice
+    assert agent.expect_result(late) == 3
+    agent.link.send(WaitEnded(parent))
+    assert agent.expect_result(parent) == "released"
+
+
+def test_a_late_task_may_itself_wait_and_nest(agent: Agent, tmp_path):
+    first, second = tmp_path / "first", str(tmp_path / "second")
+    parent = agent.send(tasks.wait_in_client, str(first))
+    agent.expect_waiting(parent, True)
+    first.touch()
+    agent.expect_waiting(parent, False)
+    late = agent.send(tasks.wait_in_client, second)
+    agent.link.send(WaitEnded(parent))  # read by the late task's wait, kept for the parent
+    agent.expect_waiting(late, True)
+    assert agent.expect_result(agent.send(tasks.create_file, second)) == "created"
+    agent.expect_waiting(late, False)
+    agent.link.send(WaitEnded(late))
+    assert agent.expect_result(late) == "released"
+    assert agent.expect_result(parent) == "released"
+
+
+def test_a_wait_with_a_timeout_returns_when_it_expires(agent: Agent, tmp_path):
+    task = agent.send(tasks.wait_in_client, str(tmp_path / "never"), 0.2)
+    agent.expect_waiting(task, True)
+    agent.expect_waiting(task, False)
+    agent.link.send(WaitEnded(task))
+    result = agent.receive()
+    assert result.status == m.TaskStatus.FAILED
+    error, _ = cloudpickle.loads(result.payload)
+    assert type(error).__name__ == "TimeoutError"
+
+
+def test_a_wait_in_a_thread_of_the_task_is_a_plain_wait(agent: Agent, tmp_path):
+    release = tmp_path / "release"
+    task = agent.send(tasks.wait_in_client_from_a_thread, str(release))
+    with pytest.raises(TimeoutError):
+        agent.receive(0.5)  # no wait notice: the processor's main thread is not the one waiting
+    release.touch()
+    assert agent.expect_result(task) == "released"
+
+
+def test_recursion_of_depth_300_on_one_processor(agent: Agent, tmp_path):
+    depth = 300
+    (tmp_path / f"done-{depth}").touch()
+    levels: List[bytes] = [agent.send(tasks.nest, str(tmp_path), 1)]
+    for level in range(2, depth + 1):
+        agent.expect_waiting(levels[-1], True)
+        levels.append(agent.send(tasks.nest, str(tmp_path), level))
+    pids = {agent.expect_result(levels[-1])}
+    for task in reversed(levels[:-1]):
+        agent.expect_waiting(task, False)
+        agent.link.send(WaitEnded(task))
+        pids.add(agent.expect_result(task))
+    assert pids == {agent.link.pid}
+
+
+def test_profiling_of_a_waiting_task_leaves_out_the_tasks_nested_in_it(agent: Agent, tmp_path):
+    release = str(tmp_path / "release")
+    parent = agent.send(tasks.burn_then_wait_in_client, 0.05, release, profiling=True)
+    agent.expect_waiting(parent, True)
+    child = agent.send(tasks.burn, 0.5, profiling=True)
+    child_result = agent.receive()
+    agent.expect_result(agent.send(tasks.create_file, release))
+    agent.expect_waiting(parent, False)
+    agent.link.send(WaitEnded(parent))
+    parent_result = agent.receive()
+    assert child_result.task_id == child and parent_result.task_id == parent
+    child_duration, child_cpu, _ = child_result.profiling
+    parent_duration, parent_cpu, _ = parent_result.profiling
+    assert child_cpu >= 0.5
+    assert parent_cpu < child_cpu  # the child's CPU time is its own
+    assert parent_duration > child_duration  # the parent waited that long
+
+
+def test_the_processor_exits_when_the_agent_goes_away_during_a_wait(agent: Agent, tmp_path):
+    task = agent.send(tasks.wait_in_client, str(tmp_path / "never"))
+    agent.expect_waiting(task, True)
+    agent.link.connection.close()
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while agent.link.process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert agent.link.process.exitcode == 1
