@@ -219,14 +219,14 @@ class _Processor:
             return _failed(task.task_id, error, traceback.format_exc())
 
         self._start_profile(frame, task.profiling)
-        error: Optional[BaseException] = None
+        failure: Optional[BaseException] = None
         try:
             value = function.value(*positional, **named)
         except BaseException as raised:  # SystemExit and KeyboardInterrupt of a task are its failure, not ours
-            error, value = raised, None
+            failure, value = raised, None
         profiling = self._end_profile(frame, task.profiling)
-        if error is not None:
-            return _failed(task.task_id, error, _user_traceback(error), profiling)
+        if failure is not None:
+            return _failed(task.task_id, failure, _user_traceback(failure), profiling)
         return _success(task.task_id, value, serializer, profiling)
 
     @staticmethod
