@@ -101,7 +101,8 @@ def test_a_task_travels_from_client_to_worker_and_its_result_back(scheduler):
     (assigned,) = body["tasks"]
     assert assigned["taskId"] == task_id and assigned["attempt"] == 1
     assert assigned["clientId"] == b"C|conformance|1|d"
-    assert assigned["arguments"] == [{"name": "", "kind": "inline", "data": b"arg"}]
+    (argument,) = assigned["arguments"]
+    assert (argument.get("name", ""), argument["kind"], argument["data"]) == ("", "inline", b"arg")
 
     result = {"taskId": task_id, "attempt": 1, "status": "success", "payloadKind": "inline", "payload": b"42"}
     worker.send(encode(taskResultBatch={"results": [result]}))
