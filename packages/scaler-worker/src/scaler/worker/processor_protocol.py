@@ -27,6 +27,7 @@ FUNCTION_CACHE_CAPACITY = 128
 SERIALIZER_CACHE_CAPACITY = 16
 
 # a task waiting inside the Scaler client checks what it waits for this often while it has nothing to run
+# (less often when a check itself takes long: it then costs at most a tenth of the wait)
 WAIT_CHECK_INTERVAL_SECONDS = 0.005
 
 
