@@ -38,7 +38,7 @@ def main(json_path: str, png_path: str) -> None:
                 medians.append(0)
                 lows.append(0)
                 highs.append(0)
-                notes.append(entry["status"] if entry else "not run")
+                notes.append(("n/a" if entry["status"] == "ok" else entry["status"]) if entry else "not run")
             else:
                 medians.append(stats["median"])
                 lows.append(stats["median"] - stats["min"])

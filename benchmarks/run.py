@@ -516,14 +516,17 @@ def print_report(data: Dict[str, Any]) -> None:
     print()
 
 
-def write_chart(data: Dict[str, Any], json_path: Path, png_path: Path, rebuild: bool, log) -> bool:
-    try:
-        python = ensure_env(TOOLING[0], TOOLING[1], rebuild, log)
-        subprocess.run([str(python), str(HERE / "chart.py"), str(json_path), str(png_path)], check=True, timeout=300)
-        return True
-    except (subprocess.SubprocessError, OSError) as error:
-        log(f"no chart: {error}")
-        return False
+def write_chart(data: Dict[str, Any], png_path: Path, rebuild: bool, log) -> bool:
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:  # the data with its summary
+        json.dump(data, file)
+        file.flush()
+        try:
+            python = ensure_env(TOOLING[0], TOOLING[1], rebuild, log)
+            subprocess.run([str(python), str(HERE / "chart.py"), file.name, str(png_path)], check=True, timeout=300)
+            return True
+        except (subprocess.SubprocessError, OSError) as error:
+            log(f"no chart: {error}")
+            return False
 
 
 def write_doc(data: Dict[str, Any], png_path: Path) -> None:
@@ -638,7 +641,7 @@ def main() -> int:
         data["summary"] = aggregate(data["runs"])
         png_path = json_path.with_suffix(".png")
         print_report(data)
-        write_chart(data, json_path, png_path, False, log)
+        write_chart(data, png_path, False, log)
         if not args.no_docs:
             write_doc(data, png_path)
         return 0
@@ -706,7 +709,7 @@ def main() -> int:
     json_path.write_text(json.dumps(data, indent=1))
     print_report(data)
     png_path = json_path.with_suffix(".png")
-    write_chart(data, json_path, png_path, args.rebuild_envs, log)
+    write_chart(data, png_path, args.rebuild_envs, log)
     full_selection = set(args.workloads) == set(SIZES) and set(args.engines) == set(ENGINES)
     if not args.no_docs and (args.docs or (mode == "full" and full_selection)):
         write_doc(data, png_path)
