@@ -49,15 +49,20 @@ PIP_TIMEOUT_SECONDS = 900
 
 OUR_PACKAGES = ["scaler-protocol", "scaler-client", "scaler-scheduler", "scaler-storage", "scaler-worker"]
 
+# uvloop: the project's own extra, for --event-loop uvloop (the scaler-uvloop variant)
+OUR_REQUIREMENTS = ["psutil", "uvloop", *[str(REPO / "packages" / name) for name in OUR_PACKAGES]]
+
 # engine -> (virtualenv, runner script, what pip installs there)
 ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
-    "scaler": ("scaler", "run_scaler.py", ["psutil", *[str(REPO / "packages" / name) for name in OUR_PACKAGES]]),
+    "scaler": ("scaler", "run_scaler.py", OUR_REQUIREMENTS),
+    "scaler-uvloop": ("scaler", "run_scaler_uvloop.py", OUR_REQUIREMENTS),  # not run unless named in --engines
     "opengris-scaler": ("opengris", "run_opengris.py", ["opengris-scaler", "psutil"]),
     "dask": ("dask", "run_dask.py", ["dask[distributed]", "psutil"]),
     "processpool": ("baseline", "run_processpool.py", ["psutil"]),
     "mp-pool": ("baseline", "run_mppool.py", ["psutil"]),
 }
 OURS = "scaler"
+DEFAULT_ENGINES = ["scaler", "opengris-scaler", "dask", "processpool", "mp-pool"]
 TOOLING = ("tooling", ["matplotlib", "py-spy"])  # chart.py; profile.py
 
 # workload -> (full size, quick size)
@@ -616,7 +621,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="sizes / 10 (results/quick.json, docs untouched)")
     parser.add_argument("--workloads", nargs="+", choices=list(SIZES), default=list(SIZES))
-    parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=list(ENGINES))
+    parser.add_argument("--engines", nargs="+", choices=list(ENGINES), default=DEFAULT_ENGINES)
     parser.add_argument("--repetitions", type=int, default=None, help="default 3 (quick: 1)")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per run (default 300, quick 120)")
     parser.add_argument("--scale", type=float, default=None, help="multiply every size by this (after --quick)")
@@ -663,7 +668,7 @@ def main() -> int:
     source = our_source(args.working_tree, args.commit)
     for engine in args.engines:
         env_name, _, requirements = ENGINES[engine]
-        ensure_env(env_name, requirements, args.rebuild_envs, log, source if engine == OURS else "")
+        ensure_env(env_name, requirements, args.rebuild_envs, log, source if env_name == ENGINES[OURS][0] else "")
 
     data: Dict[str, Any] = {
         "mode": mode,
@@ -710,7 +715,7 @@ def main() -> int:
     print_report(data)
     png_path = json_path.with_suffix(".png")
     write_chart(data, png_path, args.rebuild_envs, log)
-    full_selection = set(args.workloads) == set(SIZES) and set(args.engines) == set(ENGINES)
+    full_selection = set(args.workloads) == set(SIZES) and set(args.engines) == set(DEFAULT_ENGINES)
     if not args.no_docs and (args.docs or (mode == "full" and full_selection)):
         write_doc(data, png_path)
         log(f"wrote {DOC.relative_to(REPO)}")

@@ -10,6 +10,7 @@ from scaler import Client, SchedulerClusterCombo
 
 class ScalerEngine(Engine):
     name = "scaler"
+    event_loop = "builtin"
 
     def version(self):
         from scaler.client import __version__
@@ -18,7 +19,9 @@ class ScalerEngine(Engine):
 
     def start(self):
         logging.disable(logging.WARNING)  # no client-side log lines in the measurements
-        self.cluster = SchedulerClusterCombo(n_workers=self.workers, logging_level="WARNING")
+        self.cluster = SchedulerClusterCombo(
+            n_workers=self.workers, logging_level="WARNING", event_loop=self.event_loop
+        )
         self.client = Client(address=self.cluster.get_address())
 
     def stop(self):
