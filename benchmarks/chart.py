@@ -50,7 +50,7 @@ def main(json_path: str, png_path: str) -> None:
         positive = [value for value in medians if value > 0]
         if positive and max(positive) / min(positive) > 20:
             axis.set_yscale("log")
-        for bar, note, value in zip(bars, notes, medians):
+        for bar, note, value in zip(bars, notes, medians, strict=False):
             text = note if note else (f"{value:,.0f}" if value >= 100 else f"{value:.3g}")
             y = bar.get_height() if value > 0 else (min(positive) if positive and axis.get_yscale() == "log" else 0)
             axis.annotate(text, (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom", fontsize=7,

@@ -24,9 +24,8 @@ import time
 import traceback
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
-import psutil
-
 import bench_tasks
+import psutil
 
 MB = 1_000_000
 BIG_ARGUMENT_BYTES = 10 * MB
@@ -377,7 +376,9 @@ def main(engine_class: type) -> None:
         metrics, tasks = WORKLOADS[args.workload](engine, args.size)
         after = cpu_snapshot(engine)
         record["status"] = "ok"
-        record["metrics"] = {key: round(value, 6) if isinstance(value, float) else value for key, value in metrics.items()}
+        record["metrics"] = {
+            key: round(value, 6) if isinstance(value, float) else value for key, value in metrics.items()
+        }
         record["cpu"] = cpu_breakdown(before, after, tasks)
     except Unsupported as error:
         record["status"] = "unsupported"

@@ -3,9 +3,8 @@
 import logging
 
 import bench_common
-from bench_common import Engine
-
 import distributed
+from bench_common import Engine
 from distributed import Client, LocalCluster
 
 
@@ -49,7 +48,7 @@ class DaskEngine(Engine):
 
     def get(self, graph, keys):
         values = self.client.get(graph, keys)
-        return dict(zip(keys, values))
+        return dict(zip(keys, values, strict=False))
 
     def submit_in_background(self, fn, items):
         self._pending = self.client.map(fn, list(items), pure=False)  # returns once submitted

@@ -2,9 +2,8 @@
 
 import importlib.metadata
 
-import psutil
-
 import bench_common
+import psutil
 from bench_common import Engine
 
 from scaler import Client, SchedulerClusterCombo
@@ -46,9 +45,9 @@ class OpengrisEngine(Engine):
         me = psutil.Process()
         roles = {me.pid: "client"}
         known = {
-            getattr(self.cluster, "_scheduler").pid: "scheduler",
-            getattr(self.cluster, "_object_storage").pid: "storage",
-            getattr(self.cluster, "_worker_manager_process").pid: "worker manager",
+            self.cluster._scheduler.pid: "scheduler",
+            self.cluster._object_storage.pid: "storage",
+            self.cluster._worker_manager_process.pid: "worker manager",
         }
         for child in me.children(recursive=True):
             try:

@@ -1,6 +1,7 @@
 """Count the scheduler's messages per task for one workload (this project only; run in .envs/scaler).
 
-    PYTHONPATH=benchmarks/runners benchmarks/.envs/scaler/bin/python benchmarks/runners/scaler_messages.py map_noop 20000
+    PYTHONPATH=benchmarks/runners benchmarks/.envs/scaler/bin/python \\
+        benchmarks/runners/scaler_messages.py map_noop 20000
 
 Reads the scheduler's monitor snapshots (its cumulative sent/received counters, by message type) before and
 after the workload, so docs/performance.md can say how many messages, and so how many decodes and encodes, the
@@ -11,10 +12,10 @@ import json
 import sys
 import time
 
-import zmq
-
 import bench_common
+import zmq
 from run_scaler import ScalerEngine
+
 from scaler.protocol import codec
 from scaler.protocol.messages import StateSnapshot
 
