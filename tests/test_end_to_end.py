@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import math
 import os
 import pickle
@@ -177,3 +178,14 @@ def test_profiling_info(cluster):
         assert future.result() == 9
         info = future.profiling_info()
         assert info is not None
+
+
+@pytest.mark.parametrize("event_loop", ["builtin", "auto"])
+def test_every_event_loop_choice_runs_a_cluster(tmp_path, event_loop):
+    log = tmp_path / "cluster.log"
+    with SchedulerClusterCombo(n_workers=1, event_loop=event_loop, logging_paths=(str(log),)) as combo:
+        with Client(address=combo.get_address(), timeout_seconds=30) as client:
+            assert client.map(square, [(i,) for i in range(100)]) == [i * i for i in range(100)]
+    expected = "builtin" if event_loop == "builtin" or importlib.util.find_spec("uvloop") is None else "uvloop"
+    chosen = {line.rsplit(": ", 1)[1] for line in log.read_text().splitlines() if "use event loop:" in line}
+    assert chosen == {expected}

@@ -36,7 +36,7 @@ def test_common_arguments_defaults():
     assert args.address == "tcp://127.0.0.1:2345"
     assert (args.config, args.event_loop, args.logging_level, args.logging_paths) == (
         None,
-        "builtin",
+        "auto",
         "INFO",
         ["/dev/stdout"],
     )
@@ -113,6 +113,20 @@ def test_run_event_loop_builtin():
         return 42
 
     assert run_event_loop(main, "builtin") == 42
+
+
+def test_run_event_loop_auto_uses_uvloop_when_installed(caplog):
+    async def main():
+        return type(asyncio.get_running_loop()).__module__
+
+    with caplog.at_level(logging.INFO):
+        module = run_event_loop(main, "auto")
+    if importlib.util.find_spec("uvloop") is None:
+        assert module.startswith("asyncio")
+        assert "use event loop: builtin" in caplog.text
+    else:
+        assert module.startswith("uvloop")
+        assert "use event loop: uvloop" in caplog.text
 
 
 def test_run_event_loop_unknown():

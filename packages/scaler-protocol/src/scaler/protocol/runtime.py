@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import sys
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
@@ -15,7 +16,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from scaler.protocol.errors import ScalerError
 
-EVENT_LOOPS = ("builtin", "uvloop")
+EVENT_LOOPS = ("auto", "builtin", "uvloop")  # auto: uvloop when it is installed, else builtin
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
 
@@ -27,7 +28,13 @@ class ConfigError(ScalerError):
 def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = True) -> None:
     parser.add_argument("--config", "-c", metavar="FILE.toml", help="read options from this TOML file's section")
     if event_loop:
-        parser.add_argument("--event-loop", "-el", choices=EVENT_LOOPS, default="builtin", help="asyncio event loop")
+        parser.add_argument(
+            "--event-loop",
+            "-el",
+            choices=EVENT_LOOPS,
+            default="auto",
+            help="asyncio event loop (auto: uvloop when it is installed, else builtin)",
+        )
     parser.add_argument(
         "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     )
@@ -86,8 +93,10 @@ def setup_logging(level: str = "INFO", paths: Sequence[str] = ("/dev/stdout",)) 
     logging.info(f"logging to {tuple(paths)}")
 
 
-def run_event_loop(main: Callable[[], Awaitable[Any]], event_loop: str = "builtin") -> Any:
+def run_event_loop(main: Callable[[], Awaitable[Any]], event_loop: str = "auto") -> Any:
     """Run ``main()`` to completion on the chosen event loop."""
+    if event_loop == "auto":
+        event_loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "builtin"
     if event_loop == "uvloop":
         try:
             import uvloop

@@ -311,7 +311,7 @@ def stop_process(process: multiprocessing.process.BaseProcess, timeout: float = 
 
 def run_scheduler(
     address: str,
-    event_loop: str = "builtin",
+    event_loop: str = "auto",
     logging_level: str = "INFO",
     logging_paths: tuple = ("/dev/stdout",),
     **options: Any,

@@ -190,7 +190,7 @@ def run_object_storage_server(
     address: str,
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
-    event_loop: str = "builtin",
+    event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
 ) -> None:

@@ -55,7 +55,7 @@ class SchedulerClusterCombo:
         self,
         address: Optional[str] = None,
         n_workers: int = max(1, (os.cpu_count() or 2) - 1),
-        event_loop: str = "builtin",
+        event_loop: str = "auto",
         object_storage_address: Optional[str] = None,
         monitor_address: Optional[str] = None,
         protected: bool = False,

@@ -75,7 +75,7 @@ class WorkerConfig:
     heartbeat_interval_seconds: float = DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     worker_timeout_seconds: float = DEFAULT_WORKER_TIMEOUT_SECONDS
     task_inline_threshold: int = DEFAULT_INLINE_THRESHOLD_BYTES
-    event_loop: str = "builtin"
+    event_loop: str = "auto"
     logging_level: str = "INFO"
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
 
