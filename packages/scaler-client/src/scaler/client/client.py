@@ -13,7 +13,7 @@ import cloudpickle
 
 from scaler.client.agent import ClientAgent
 from scaler.client.client_state import GraphSubmission, Submission
-from scaler.client.future import ScalerFuture, wait_with_hook
+from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, check_serializer
@@ -172,6 +172,7 @@ class Client:
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
         futures: List[ScalerFuture] = []
         chunk: List[Submission] = []
+        batch = FutureBatch()  # the map waits on this one condition, not on each future
         try:
             for arguments in iterable:
                 if not isinstance(arguments, (tuple, list)):
@@ -179,7 +180,7 @@ class Client:
                         f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
                         f"got an element of type {type(arguments).__name__}"
                     )
-                submission = self._build(fn, tuple(arguments), {}, [])
+                submission = self._build(fn, tuple(arguments), {}, [], batch)
                 chunk.append(submission)
                 futures.append(submission.future)
                 if len(chunk) >= MAP_CHUNK:
@@ -189,12 +190,10 @@ class Client:
                 self._agent.submit(chunk)
                 chunk = []
             # Wake on the first failure, wherever it is in the map, not on the first in order.
-            wait_with_hook(lambda: _all_done_or_one_failed(futures), None)
-            _, not_done = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-            if not_done:
-                for future in futures:
-                    if future.done() and (future.cancelled() or future.exception() is not None):
-                        future.result()  # raises its exception (or CancelledError)
+            batch.close(len(futures))
+            wait_with_hook(batch.finished, None)
+            batch.wait()
+            _raise_first_failure(futures, batch)
             return [future.result() for future in futures]
         except BaseException:
             sent = futures[: len(futures) - len(chunk)]
@@ -225,17 +224,15 @@ class Client:
         raised as the failing node's own exception (every key downstream of it fails with it) and the
         graph's other keys are cancelled.
         """
-        futures = self._submit_graph(graph, _requested_keys(graph, keys))
-        if not block:
+        batch = FutureBatch() if block else None
+        futures = self._submit_graph(graph, _requested_keys(graph, keys), batch)
+        if batch is None:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
         try:
-            wait_with_hook(lambda: _all_done_or_one_failed(distinct), None)  # inside a task: the worker helps
-            _, not_done = concurrent.futures.wait(distinct, return_when=concurrent.futures.FIRST_EXCEPTION)
-            if not_done:
-                for future in distinct:
-                    if future.done() and (future.cancelled() or future.exception() is not None):
-                        future.result()  # raises its exception (or CancelledError)
+            wait_with_hook(batch.finished, None)  # inside a task: the worker helps
+            batch.wait()
+            _raise_first_failure(distinct, batch)
             return {key: future.result() for key, future in futures.items()}
         except BaseException:
             pending = [future.task_id for future in distinct if future.task_id and not future.done()]
@@ -257,7 +254,9 @@ class Client:
         values = self.get(to_task_spec(dsk), flat)
         return pack_results(keys, values)
 
-    def _submit_graph(self, graph: Mapping[Any, Any], keys: List[Any]) -> Dict[Any, ScalerFuture]:
+    def _submit_graph(
+        self, graph: Mapping[Any, Any], keys: List[Any], batch: Optional[FutureBatch] = None
+    ) -> Dict[Any, ScalerFuture]:
         serializer_id = self._custom_serializer_id()
         encoder = GraphEncoder(
             self._ids.next_id, self._function_id, self._serializer.serialize, serializer_id, self._client_id,
@@ -266,9 +265,11 @@ class Client:
         built = build_graph(graph, keys, encoder)
         message = built.message
         targets = {
-            target: ScalerFuture(target, self, self._serializer, self._profiling, self._bounded_wait)
+            target: ScalerFuture(target, self, self._serializer, self._profiling, self._bounded_wait, batch)
             for target in message.targets
         }
+        if batch is not None:
+            batch.close(len(targets))
         futures: Dict[Any, ScalerFuture] = {}
         for key in keys:
             if key in built.key_targets:
@@ -341,7 +342,12 @@ class Client:
             raise DisconnectedError(f"{peer} did not answer within {self._timeout:g}s") from None
 
     def _build(
-        self, fn: Callable[..., Any], args: Tuple[Any, ...], kwargs: Mapping[str, Any], capabilities: List[Capability]
+        self,
+        fn: Callable[..., Any],
+        args: Tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        capabilities: List[Capability],
+        batch: Optional[FutureBatch] = None,
     ) -> Submission:
         if not callable(fn):
             raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
@@ -365,7 +371,7 @@ class Client:
         requires = [function_id, *temporary]
         if serializer_id:
             requires.append(serializer_id)
-        future = ScalerFuture(task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        future = ScalerFuture(task_id, self, self._serializer, self._profiling, self._bounded_wait, batch)
         return Submission(task=task, future=future, puts=puts, requires=requires, temporary_objects=temporary)
 
     def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, bytes]], temporary: List[bytes]) -> Argument:
@@ -417,15 +423,13 @@ class Client:
                 self._serializer_id = b""
 
 
-def _all_done_or_one_failed(futures: List[ScalerFuture]) -> bool:
-    """When `map` and `get` stop waiting (``concurrent.futures.FIRST_EXCEPTION``)."""
-    all_done = True
+def _raise_first_failure(futures: List[ScalerFuture], batch: FutureBatch) -> None:
+    """After a batch wait: raise the exception (or CancelledError) of the first failed future, in order."""
+    if not batch.failed:
+        return
     for future in futures:
-        if not future.done():
-            all_done = False
-        elif future.cancelled() or concurrent.futures.Future.exception(future, 0) is not None:
-            return True
-    return all_done
+        if future.cancelled() or (future.done() and future._exception is not None):
+            future.result()  # raises
 
 
 def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:

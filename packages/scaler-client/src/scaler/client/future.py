@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import io
+import os
 import pickle
+import threading
 import time
-from typing import Any, Callable, Generator, Optional
+from concurrent.futures import _base as _futures_base
+from typing import Any, Callable, Generator, List, Optional
 
 import cloudpickle
 
@@ -124,6 +127,82 @@ def _unloadable_exception(payload: bytes, error: Exception, error_text: str) -> 
     return problem
 
 
+# The states of concurrent.futures (the same strings on Python 3.10 to 3.13), so that `wait` and
+# `as_completed`, which read ``_state`` directly, see a ScalerFuture exactly as they see any Future.
+_PENDING = _futures_base.PENDING
+_RUNNING = _futures_base.RUNNING
+_CANCELLED = _futures_base.CANCELLED
+_CANCELLED_AND_NOTIFIED = _futures_base.CANCELLED_AND_NOTIFIED
+_FINISHED = _futures_base.FINISHED
+_DONE_STATES = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED))
+_CANCELLED_STATES = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED))
+
+# One lock guards the state of every ScalerFuture of the process (its state, outcome, waiters and
+# callbacks). A pending future therefore owns no lock and no Condition: it is a small slotted object,
+# cheap to create in the user thread. The lock is re-entrant because `concurrent.futures.wait` and
+# `as_completed` acquire ``f._condition`` of every future they are given, one after the other.
+# Every critical section under it is a few attribute writes: no user code, no deserialization.
+_LOCK = threading.RLock()
+# What ``future._condition`` is for the concurrent.futures module functions: they only acquire and
+# release it around reading ``_state`` and editing ``_waiters``. Waiting on one future uses a
+# Condition of its own, created on the first wait (``ScalerFuture._wait_condition``).
+_SHARED_CONDITION = threading.Condition(_LOCK)
+
+
+def _reset_lock_after_fork() -> None:
+    """A child forked while another thread held the lock would never see it released."""
+    global _LOCK, _SHARED_CONDITION
+    _LOCK = threading.RLock()
+    _SHARED_CONDITION = threading.Condition(_LOCK)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_lock_after_fork)
+
+
+class FutureBatch:
+    """Counts the ends of a group of futures (the tasks of one `map`, the keys of one `get`).
+
+    The caller waits on this one condition instead of on each future: it wakes when every future of
+    the group has ended (once `close` told how many there are) or when one of them failed or was
+    cancelled. Each future names its batch from birth, so no end can be missed.
+    """
+
+    __slots__ = ("_condition", "_ended", "_expected", "_failed")
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(_LOCK)
+        self._ended = 0
+        self._expected = -1  # unknown until close()
+        self._failed = False
+
+    def close(self, expected: int) -> None:
+        """No more futures join the batch: ``expected`` futures were created with it."""
+        with _LOCK:
+            self._expected = expected
+            if self._ended >= expected:
+                self._condition.notify_all()
+
+    def finished(self) -> bool:
+        """True once every future ended, or one failed (or was cancelled)."""
+        return self._failed or 0 <= self._expected <= self._ended
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        with _LOCK:
+            return self._condition.wait_for(self.finished, timeout)
+
+    def _future_ended(self, failed: bool) -> None:  # called with _LOCK held
+        self._ended += 1
+        if failed:
+            self._failed = True
+        if failed or self._ended == self._expected:
+            self._condition.notify_all()
+
+
 class ScalerFuture(concurrent.futures.Future):
     """The future of one task.
 
@@ -131,10 +210,47 @@ class ScalerFuture(concurrent.futures.Future):
     (callbacks run in the client's agent thread: keep them short and never block
     in them) and ``await future``. A successful result is deserialized on the
     first call to `result` or `exception`, in the calling thread.
+
+    It overrides every method of `concurrent.futures.Future` and never calls its
+    ``__init__``: a pending future holds no lock or Condition (the module's one
+    lock guards all futures) until a thread waits on it.
     """
 
-    def __init__(self, task_id: bytes, client: Any, serializer: Any, profiling: bool, cancel_wait_seconds: float = 5.0):
-        super().__init__()
+    __slots__ = (
+        "_state",
+        "_result",
+        "_exception",
+        "_own_condition",  # created by the first thread that waits on this very future
+        "_waiter_list",  # waiters of concurrent.futures.wait / as_completed, created when they install one
+        "_callback_list",
+        "_batch",
+        "_task_id",
+        "_client",
+        "_serializer",
+        "_profiling_enabled",
+        "_cancel_wait_seconds",
+        "_payload",
+        "_decode_error",
+        "_profiling",
+        "_cancel_refused",
+    )
+
+    def __init__(
+        self,
+        task_id: bytes,
+        client: Any,
+        serializer: Any,
+        profiling: bool,
+        cancel_wait_seconds: float = 5.0,
+        batch: Optional[FutureBatch] = None,
+    ):
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: Optional[BaseException] = None
+        self._own_condition: Optional[threading.Condition] = None
+        self._waiter_list: Optional[List[Any]] = None
+        self._callback_list: Optional[List[Callable[[Any], Any]]] = None
+        self._batch = batch
         self._task_id = task_id
         self._client = client  # keeps the client alive while the task runs; used by cancel()
         self._serializer = serializer
@@ -152,16 +268,63 @@ class ScalerFuture(concurrent.futures.Future):
     def __repr__(self) -> str:
         return f"<ScalerFuture task={show(self._task_id)} {super().__repr__()[1:-1]}>"
 
+    # --- what concurrent.futures reads directly ----------------------------------------------------
+
+    @property
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
+        """The lock `concurrent.futures.wait` and `as_completed` hold while they read ``_state`` and
+        edit ``_waiters`` (shared by all futures; re-entrant). Nothing waits on it."""
+        return _SHARED_CONDITION
+
+    @property
+    def _waiters(self) -> List[Any]:  # type: ignore[override]
+        if self._waiter_list is None:  # only ever touched with _LOCK held (through _condition)
+            self._waiter_list = []
+        return self._waiter_list
+
+    @property
+    def _done_callbacks(self) -> List[Callable[[Any], Any]]:  # type: ignore[override]
+        with _LOCK:
+            if self._callback_list is None:
+                self._callback_list = []
+            return self._callback_list
+
+    # --- state ------------------------------------------------------------------------------------------
+
+    def done(self) -> bool:
+        return self._state in _DONE_STATES
+
+    def cancelled(self) -> bool:
+        return self._state in _CANCELLED_STATES
+
+    def running(self) -> bool:
+        return self._state == _RUNNING
+
     # --- user side -------------------------------------------------------------------------------
 
     def result(self, timeout: Optional[float] = None) -> Any:
-        value = super().result(wait_with_hook(self.done, timeout))
+        if self._state not in _DONE_STATES:
+            self._wait(wait_with_hook(self.done, timeout))
+        with _LOCK:
+            state, value, error = self._state, self._result, self._exception
+        if state in _CANCELLED_STATES:
+            raise concurrent.futures.CancelledError()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no reference cycle through the traceback
         if value is _UNDECODED:
             return self._decode()
         return value
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        error = super().exception(wait_with_hook(self.done, timeout))
+        if self._state not in _DONE_STATES:
+            self._wait(wait_with_hook(self.done, timeout))
+        with _LOCK:
+            state, error = self._state, self._exception
+        if state in _CANCELLED_STATES:
+            raise concurrent.futures.CancelledError()
         if error is not None:
             return error
         try:
@@ -170,19 +333,31 @@ class ScalerFuture(concurrent.futures.Future):
             return decode_error
         return None
 
+    def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
+        with _LOCK:
+            if self._state not in _DONE_STATES:
+                if self._callback_list is None:
+                    self._callback_list = [fn]
+                else:
+                    self._callback_list.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:
+            _futures_base.LOGGER.exception("exception calling callback for %r", self)
+
     def cancel(self) -> bool:
         """Ask the scheduler to cancel the task and wait (a few seconds at most) for its answer.
 
         True when the task was cancelled; False when it had finished (or its
         result arrived first, or no answer came in time).
         """
-        with self._condition:
-            if self.done():
-                return self.cancelled()
+        if self._state in _DONE_STATES:
+            return self.cancelled()
         client = self._client
         if client is None:
             return self._set_cancelled()
-        with self._condition:
+        with _LOCK:
             self._cancel_refused = False
         try:
             client._cancel_tasks([self._task_id])
@@ -190,8 +365,10 @@ class ScalerFuture(concurrent.futures.Future):
             return self.cancelled()
         if client._in_agent_thread():  # e.g. from a done callback: the answer cannot arrive while we wait
             return self.cancelled()
-        with self._condition:
-            self._condition.wait_for(lambda: self.done() or self._cancel_refused, timeout=self._cancel_wait_seconds)
+        with _LOCK:
+            self._wait_condition().wait_for(
+                lambda: self._state in _DONE_STATES or self._cancel_refused, timeout=self._cancel_wait_seconds
+            )
         return self.cancelled()
 
     def profiling_info(self, timeout: Optional[float] = None) -> Profiling:
@@ -202,62 +379,163 @@ class ScalerFuture(concurrent.futures.Future):
         """
         if not self._profiling_enabled:
             raise ValueError("profiling is off for this task: create the Client with profiling=True")
-        timeout = wait_with_hook(self.done, timeout)
-        with self._condition:
-            if not self._condition.wait_for(self.done, timeout=timeout):
-                raise concurrent.futures.TimeoutError()
-        if self._profiling is None:
+        if self._state not in _DONE_STATES:
+            self._wait(wait_with_hook(self.done, timeout))
+        with _LOCK:
+            profiling = self._profiling
+        if profiling is None:
             raise ValueError(f"task {show(self._task_id)} has no profiling: it ended without a result from a worker")
-        return self._profiling
+        return profiling
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self).__await__()
 
+    def _wait(self, timeout: Optional[float]) -> None:
+        """Block until done; concurrent.futures.TimeoutError after ``timeout`` seconds (None: no limit)."""
+        with _LOCK:
+            if self._state in _DONE_STATES:
+                return
+            if timeout is not None and timeout <= 0:
+                raise concurrent.futures.TimeoutError()
+            if not self._wait_condition().wait_for(self.done, timeout):
+                raise concurrent.futures.TimeoutError()
+
+    def _wait_condition(self) -> threading.Condition:  # called with _LOCK held
+        condition = self._own_condition
+        if condition is None:
+            condition = self._own_condition = threading.Condition(_LOCK)
+        return condition
+
     def _decode(self) -> Any:
-        with self._condition:
-            if self._result is not _UNDECODED:
-                return self._result
-            if self._decode_error is not None:
-                raise self._decode_error
-            try:
-                value = self._serializer.deserialize(self._payload)
-            except Exception as error:
-                self._decode_error = error
-                raise
-            self._result = value
-            self._payload = None
+        """Deserialize a successful result once, outside the lock (it may run user code); first one wins."""
+        with _LOCK:
+            value, payload, error = self._result, self._payload, self._decode_error
+        if value is not _UNDECODED:
             return value
-
-    # --- agent side (the client's agent thread resolves futures) ---------------------------------
-
-    def _set_task_result(self, result: TaskResult) -> None:
-        if self._profiling_enabled:
-            self._profiling = result.profiling
-        status = result.status
-        if status == TaskStatus.SUCCESS:
-            self._payload = result.payload
-            self._set_value(_UNDECODED)
-        elif status == TaskStatus.CANCELLED:
-            self._set_cancelled()
-        else:
-            self._set_error(exception_from_result(result))
-
-    def _set_value(self, value: Any) -> None:
+        if error is not None:
+            raise error
         try:
-            self.set_result(value)
-        except concurrent.futures.InvalidStateError:
-            pass
+            value = self._serializer.deserialize(payload)
+        except Exception as decode_error:
+            with _LOCK:
+                if self._result is _UNDECODED and self._decode_error is None:
+                    self._decode_error = decode_error
+            raise
+        with _LOCK:
+            if self._result is _UNDECODED:
+                self._result = value
+                self._payload = None
+            return self._result
 
-    def _set_error(self, error: BaseException) -> None:
-        try:
-            self.set_exception(error)
-        except concurrent.futures.InvalidStateError:
-            pass
+    # --- the executor's side: the client's agent thread resolves futures ---------------------------------
 
-    def _set_cancel_refused(self) -> None:
-        with self._condition:
-            self._cancel_refused = True
-            self._condition.notify_all()
+    def set_running_or_notify_cancel(self) -> bool:
+        with _LOCK:
+            if self._state == _CANCELLED:
+                self._state = _CANCELLED_AND_NOTIFIED
+                for waiter in self._waiter_list or ():
+                    waiter.add_cancelled(self)
+                return False
+            if self._state == _PENDING:
+                self._state = _RUNNING
+                return True
+            raise RuntimeError(f"Future in unexpected state: {self._state}")
+
+    def set_result(self, result: Any) -> None:
+        if not self._finish(result, None):
+            raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+
+    def set_exception(self, exception: Optional[BaseException]) -> None:
+        if not self._finish(None, exception):
+            raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+
+    def _finish(
+        self, value: Any, error: Optional[BaseException], payload: Optional[bytes] = None, profiling: Any = None
+    ) -> bool:
+        """Move to FINISHED and wake whoever waits; False when the future had already ended."""
+        with _LOCK:
+            if self._state in _DONE_STATES:
+                return False
+            if payload is not None:
+                self._payload = payload
+            if profiling is not None:
+                self._profiling = profiling
+            self._result = value
+            self._exception = error
+            self._state = _FINISHED
+            condition = self._own_condition
+            if condition is not None:
+                condition.notify_all()
+            waiters = self._waiter_list
+            if waiters:
+                for waiter in waiters:
+                    if error is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+            batch = self._batch
+            if batch is not None:
+                batch._future_ended(error is not None)
+            callbacks = self._callback_list
+        if callbacks:
+            self._invoke_callbacks()
+        return True
 
     def _set_cancelled(self) -> bool:
-        return super().cancel()
+        """The task is cancelled (the scheduler confirmed, or it never left): end the future so.
+
+        Unlike `concurrent.futures.Future.cancel`, which leaves the waiters to the executor's
+        ``set_running_or_notify_cancel``, this is the executor's side too: waiters hear of it at once.
+        """
+        with _LOCK:
+            state = self._state
+            if state == _FINISHED or state == _RUNNING:
+                return False
+            if state in _CANCELLED_STATES:
+                return True
+            self._state = _CANCELLED_AND_NOTIFIED
+            condition = self._own_condition
+            if condition is not None:
+                condition.notify_all()
+            for waiter in self._waiter_list or ():
+                waiter.add_cancelled(self)
+            batch = self._batch
+            if batch is not None:
+                batch._future_ended(True)
+            callbacks = self._callback_list
+        if callbacks:
+            self._invoke_callbacks()
+        return True
+
+    def _invoke_callbacks(self) -> None:
+        for callback in self._callback_list or ():
+            try:
+                callback(self)
+            except Exception:
+                _futures_base.LOGGER.exception("exception calling callback for %r", self)
+
+    def _set_task_result(self, result: TaskResult) -> None:
+        status = result.status
+        profiling = result.profiling if self._profiling_enabled else None
+        if status == TaskStatus.SUCCESS:
+            self._finish(_UNDECODED, None, result.payload, profiling)
+        elif status == TaskStatus.CANCELLED:
+            if profiling is not None:
+                with _LOCK:
+                    self._profiling = profiling
+            self._set_cancelled()
+        else:
+            self._finish(None, exception_from_result(result), None, profiling)
+
+    def _set_value(self, value: Any) -> None:
+        self._finish(value, None)
+
+    def _set_error(self, error: BaseException) -> None:
+        self._finish(None, error)
+
+    def _set_cancel_refused(self) -> None:
+        with _LOCK:
+            self._cancel_refused = True
+            condition = self._own_condition
+            if condition is not None:
+                condition.notify_all()
