@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any, Dict, List, Tuple
 
 import pytest
@@ -16,6 +17,8 @@ from scaler.protocol.errors import (
     ProtocolError,
 )
 from scaler.protocol.messages import (
+    Argument,
+    ArgumentKind,
     ClientHeartbeat,
     ClientHeartbeatEcho,
     ClientShutdownRequest,
@@ -190,6 +193,53 @@ def test_acknowledged_function_lets_tasks_go_at_once_in_one_batch_per_drain():
     effects = state.take_effects(0.0)
     batches = [m for m in effects.to_scheduler if isinstance(m, TaskBatch)]
     assert [len(batch.tasks) for batch in batches] == [1000, 1000, 500]
+
+
+def test_a_sent_task_keeps_only_what_its_end_needs_not_the_task_message():
+    state = connected()
+    state.put_object(FUNCTION, b"function", None, 0.0)
+    state.submit([submission(1)], 0.0)
+    ((request, _),) = storage_requests(state.take_effects(0.0), ObjectRequestKind.PUT)
+    assert state._tasks[tid(1)].task is not None  # waiting for its function: the message is kept to send later
+    state.on_storage_message(put_ack(request), [], 0.1)
+    state.submit([submission(2)], 0.1)
+    assert sent_tasks(state.take_effects(0.1)) == [tid(1), tid(2)]
+    assert state._tasks[tid(1)].task is None and state._tasks[tid(2)].task is None
+    assert state._tasks[tid(2)].function_id == FUNCTION
+    state.on_scheduler_message(TaskResultBatch(results=[TaskResult(task_id=tid(1), payload=b"r")]), [], 0.2)
+    assert outcomes(state.take_effects(0.2))["task1"][0] == Outcome.TASK_RESULT
+    assert state.pending_tasks == 1
+
+
+def test_memory_the_core_keeps_per_sent_task_is_bounded():
+    state = connected()
+    acknowledge_function(state)
+    future = Token("shared")  # the futures are the caller's; only what the core itself keeps is measured
+    count = 20_000
+    tracemalloc.start()
+    try:
+        submissions = [
+            Submission(
+                Task(
+                    task_id=tid(n),
+                    client_id=CLIENT_ID,
+                    function_id=FUNCTION,
+                    arguments=[Argument(name="", kind=ArgumentKind.INLINE, data=b"argument %d" % n)],
+                ),
+                future,
+                requires=(FUNCTION,),
+            )
+            for n in range(count)
+        ]
+        state.submit(submissions, 0.0)
+        effects = state.take_effects(0.0)
+        assert len(sent_tasks(effects)) == count
+        del submissions, effects  # encoded and forgotten by the shell
+        kept = tracemalloc.get_traced_memory()[0] / count
+    finally:
+        tracemalloc.stop()
+    # its record, the task ID and the dict entry; not the Task message with its Argument objects
+    assert kept <= 250, f"{kept:.0f} bytes per sent task"
 
 
 def test_large_arguments_are_put_with_the_task_and_deleted_after_its_result():

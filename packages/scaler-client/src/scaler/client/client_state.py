@@ -123,9 +123,18 @@ class Effects:
 
 @dataclass(slots=True)
 class _TaskRecord:
-    task: Task
+    """What the client keeps of a task in flight (one per pending future: keep it small).
+
+    The `Task` message (with its `Argument` objects) is kept only while the task waits for its objects'
+    put acknowledgements; once sent, only what its end needs is left: the future to resolve, the
+    function whose use count drops, the temporary objects to delete. Nothing resends a task: the
+    scheduler owns retries and re-dispatch.
+    """
+
     future: Any
+    function_id: bytes
     temporary_objects: Sequence[bytes]
+    task: Optional[Task] = None  # the message, until it is sent
     missing: int = 0  # objects still awaiting their put acknowledgement
     sent: bool = False
     fetching: Optional[TaskResult] = None  # result whose payload is being fetched from storage
@@ -292,7 +301,7 @@ class ClientState:
             submission.graph, futures, submission.temporary_objects, submission.function_ids, len(futures)
         )
         for target_id, future in futures.items():
-            self._tasks[target_id] = _TaskRecord(task=Task(task_id=target_id), future=future, temporary_objects=())
+            self._tasks[target_id] = _TaskRecord(future, b"", ())
             self._target_graphs[target_id] = graph_id
         for function_id in submission.function_ids:
             self._function_users[function_id] = self._function_users.get(function_id, 0) + 1
@@ -607,16 +616,19 @@ class ClientState:
                 self._resolve(future, Outcome.TASK_ERROR, _copy(state))
                 self._out_deletes.extend(submission.temporary_objects)
                 return
-        record = _TaskRecord(task=task, future=future, temporary_objects=submission.temporary_objects)
+        task_id = task.task_id
+        record = _TaskRecord(future, task.function_id, submission.temporary_objects or ())
         for object_id in submission.requires:
             if self._objects.get(object_id) is _PENDING:
                 record.missing += 1
-                self._blocked.setdefault(object_id, []).append(task.task_id)
-        self._tasks[task.task_id] = record
-        self._function_users[task.function_id] = self._function_users.get(task.function_id, 0) + 1
+                self._blocked.setdefault(object_id, []).append(task_id)
+        self._tasks[task_id] = record
+        self._function_users[record.function_id] = self._function_users.get(record.function_id, 0) + 1
         if record.missing == 0:
             record.sent = True
             self._out_tasks.append(task)
+        else:
+            record.task = task
 
     def _object_ready(self, object_id: bytes) -> None:
         self._objects.pop(object_id, None)
@@ -634,9 +646,10 @@ class ClientState:
             if record is None or record.sent:
                 continue
             record.missing -= 1
-            if record.missing == 0:
+            if record.missing == 0 and record.task is not None:
                 record.sent = True
                 self._out_tasks.append(record.task)
+                record.task = None
 
     def _fail_object(self, object_id: bytes, error: Exception) -> None:
         self._objects[object_id] = error
@@ -673,10 +686,11 @@ class ClientState:
         record = self._tasks.pop(task_id, None)
         if record is None:
             return
-        function_id = record.task.function_id
-        users = self._function_users.pop(function_id, 1) - 1
-        if users > 0:
-            self._function_users[function_id] = users
+        function_id = record.function_id
+        if function_id:  # graph targets count their functions per graph
+            users = self._function_users.pop(function_id, 1) - 1
+            if users > 0:
+                self._function_users[function_id] = users
         self._cancelling.discard(task_id)
         if delete_objects:
             self._out_deletes.extend(record.temporary_objects)
