@@ -34,11 +34,16 @@ from scaler import (
     TaskRejectedError,
     WorkerDiedError,
 )
+from scaler.client import client as client_module
 from scaler.client.client import INLINE_ARGUMENT_LIMIT
 from scaler.client.future import RemoteTraceback
+from scaler.client.serializer import DefaultSerializer
 from scaler.protocol.addresses import free_tcp_port
+from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import (
+    Argument,
     ArgumentKind,
+    Capability,
     ClientHeartbeat,
     DisconnectRequest,
     Hello,
@@ -584,3 +589,45 @@ def test_functions_forgotten_by_the_cache_are_deleted_from_storage(
     first_function_id = tasks_sent(executing_scheduler)[0].function_id
     wait_until(lambda: first_function_id not in storage.objects, what="the forgotten function deleted")
     assert running_client.submit(functions[0]).result(timeout=10) == 0  # put again when needed again
+
+
+def _offline_client() -> Client:
+    """A Client with what `_build` reads and no agent (its function is cached, so nothing is put)."""
+    client = Client.__new__(Client)
+    client._functions = {id(math.sqrt): (math.sqrt, b"f" * 16)}
+    client._ids = IDGenerator()
+    client._client_id = b"C|offline|1|0"
+    client._serializer = DefaultSerializer()
+    client._custom_serializer = None
+    client._serializer_id = b""
+    client._profiling = True
+    client._bounded_wait = 1.0
+    client._objects_lock = threading.Lock()
+    return client
+
+
+@pytest.mark.parametrize("positional", [True, False])
+def test_build_fills_every_task_field_on_both_construction_paths(monkeypatch, positional):
+    assert client_module._POSITIONAL_MESSAGES  # the fast path is the one taken with today's messages
+    monkeypatch.setattr(client_module, "_POSITIONAL_MESSAGES", positional)
+    client = _offline_client()
+    capabilities = [Capability(name="gpu", value=1)]
+    submission = client._build(math.sqrt, (4, b"x" * (INLINE_ARGUMENT_LIMIT + 1)), {"k": 2}, capabilities)
+    task = submission.task
+    stored_id = task.arguments[1].data
+    assert task == Task(
+        task_id=submission.future.task_id,
+        client_id=b"C|offline|1|0",
+        function_id=b"f" * 16,
+        arguments=[
+            Argument(name="", kind=ArgumentKind.INLINE, data=pickle.dumps(4, protocol=pickle.HIGHEST_PROTOCOL)),
+            Argument(name="", kind=ArgumentKind.OBJECT, data=stored_id),
+            Argument(name="k", kind=ArgumentKind.INLINE, data=pickle.dumps(2, protocol=pickle.HIGHEST_PROTOCOL)),
+        ],
+        capabilities=capabilities,
+        profiling=True,
+    )
+    assert [object_id for object_id, _ in submission.puts] == [stored_id]
+    assert list(submission.requires) == [b"f" * 16, stored_id] and list(submission.temporary_objects) == [stored_id]
+    plain = client._build(math.sqrt, (4,), {}, [])
+    assert plain.puts == [] and tuple(plain.requires) == (b"f" * 16,) and plain.temporary_objects == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import threading
@@ -351,39 +352,51 @@ class Client:
     ) -> Submission:
         if not callable(fn):
             raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
-        puts: List[Tuple[bytes, bytes]] = []
-        temporary: List[bytes] = []
+        # The hot path of every submit and map item (docs/performance.md, hot spot 5): messages are built
+        # with positional arguments (half the cost of keywords; `_POSITIONAL_MESSAGES` checks the order),
+        # and few objects are allocated per task (each one also costs the garbage collector).
+        puts: List[Tuple[bytes, bytes]] = []  # (object ID, bytes) of the arguments too large to go inline
         function_id = self._function_id(fn)
         serializer_id = self._custom_serializer_id()
-        arguments = [self._argument("", value, puts, temporary) for value in args]
+        arguments = []
+        for value in args:
+            arguments.append(self._argument("", value, puts))
         for name, value in kwargs.items():
-            arguments.append(self._argument(name, value, puts, temporary))
+            arguments.append(self._argument(name, value, puts))
         task_id = self._ids.next_id()
-        task = Task(
-            task_id=task_id,
-            client_id=self._client_id,
-            function_id=function_id,
-            arguments=arguments,
-            capabilities=capabilities,
-            profiling=self._profiling,
-            serializer_id=serializer_id,
-        )
-        requires = [function_id, *temporary]
-        if serializer_id:
-            requires.append(serializer_id)
-        future = ScalerFuture(task_id, self, self._serializer, self._profiling, self._bounded_wait, batch)
-        return Submission(task=task, future=future, puts=puts, requires=requires, temporary_objects=temporary)
+        profiling = self._profiling
+        if _POSITIONAL_MESSAGES:
+            task = Task(
+                task_id, self._client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, profiling, serializer_id
+            )
+        else:
+            task = Task(
+                task_id=task_id,
+                client_id=self._client_id,
+                function_id=function_id,
+                arguments=arguments,
+                capabilities=capabilities,
+                profiling=profiling,
+                serializer_id=serializer_id,
+            )
+        temporary: Sequence[bytes] = ()
+        if puts or serializer_id:
+            temporary = [object_id for object_id, _ in puts]
+            requires: Sequence[bytes] = [function_id, *temporary, *([serializer_id] if serializer_id else [])]
+        else:
+            requires = (function_id,)
+        future = ScalerFuture(task_id, self, self._serializer, profiling, self._bounded_wait, batch)
+        return Submission(task, future, puts, requires, temporary)
 
-    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, bytes]], temporary: List[bytes]) -> Argument:
+    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, bytes]]) -> Argument:
         if isinstance(value, ObjectReference):
-            return Argument(name=name, kind=ArgumentKind.OBJECT, data=value.object_id)
+            return _make_argument(name, ArgumentKind.OBJECT, value.object_id)
         data = self._serializer.serialize(value)
         if len(data) <= INLINE_ARGUMENT_LIMIT:
-            return Argument(name=name, kind=ArgumentKind.INLINE, data=data)
+            return _make_argument(name, ArgumentKind.INLINE, data)
         object_id = self._ids.next_id()
         puts.append((object_id, data))
-        temporary.append(object_id)
-        return Argument(name=name, kind=ArgumentKind.OBJECT, data=object_id)
+        return _make_argument(name, ArgumentKind.OBJECT, object_id)
 
     def _function_id(self, fn: Callable[..., Any]) -> bytes:
         entry = self._functions.get(id(fn))
@@ -430,6 +443,29 @@ def _raise_first_failure(futures: List[ScalerFuture], batch: FutureBatch) -> Non
     for future in futures:
         if future.cancelled() or (future.done() and future._exception is not None):
             future.result()  # raises
+
+
+# `Client._build` builds Task and Argument positionally when their fields are in the order it expects
+# (twice as fast as keywords, measured); if scaler-protocol ever reorders them, it falls back to keywords.
+_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:11] == [
+    "task_id",
+    "client_id",
+    "function_id",
+    "arguments",
+    "priority",
+    "capabilities",
+    "attempt",
+    "timeout_seconds",
+    "retries",
+    "profiling",
+    "serializer_id",
+] and [field.name for field in dataclasses.fields(Argument)][:3] == ["name", "kind", "data"]
+
+
+def _make_argument(name: str, kind: ArgumentKind, data: bytes) -> Argument:
+    if _POSITIONAL_MESSAGES:
+        return Argument(name, kind, data)
+    return Argument(name=name, kind=kind, data=data)
 
 
 def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:

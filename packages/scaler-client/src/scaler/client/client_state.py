@@ -496,7 +496,8 @@ class ClientState:
                 if result.payload_kind == PayloadKind.OBJECT and result.payload:
                     self._out_deletes.append(result.payload)
                 continue
-            self._cancelling.discard(result.task_id)
+            if self._cancelling:
+                self._cancelling.discard(result.task_id)
             if result.payload_kind == PayloadKind.OBJECT:
                 if self._storage_error is not None:
                     self._end_task(result.task_id, Outcome.TASK_ERROR, _copy(self._storage_error))
@@ -691,13 +692,15 @@ class ClientState:
             users = self._function_users.pop(function_id, 1) - 1
             if users > 0:
                 self._function_users[function_id] = users
-        self._cancelling.discard(task_id)
-        if delete_objects:
+        if self._cancelling:
+            self._cancelling.discard(task_id)
+        if delete_objects and record.temporary_objects:
             self._out_deletes.extend(record.temporary_objects)
-        self._resolve(record.future, outcome, value)
-        graph_id = self._target_graphs.pop(task_id, None)
-        if graph_id is not None:
-            self._target_ended(graph_id, delete_objects)
+        self._effects.resolutions.append((record.future, outcome, value))
+        if self._target_graphs:
+            graph_id = self._target_graphs.pop(task_id, None)
+            if graph_id is not None:
+                self._target_ended(graph_id, delete_objects)
 
     def _send_graph(self, graph: _GraphRecord) -> None:
         """Send the GraphTask, without the targets cancelled while its objects were being stored."""
