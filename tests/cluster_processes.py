@@ -1,7 +1,9 @@
 """Start and always stop real Scaler processes (storage, scheduler, cluster) for tests.
 
 Every process runs in its own session so that stopping it also stops what it
-started (workers, processors, an auto-started storage server).
+started (workers, processors, an auto-started storage server), and is killed by
+the kernel if the test process itself dies first (a test run stopped by a
+timeout leaves nothing behind: what the started processes start dies with them).
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ import zmq
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
+from scaler.protocol.runtime import die_with_parent
 from scaler.protocol.version import PROTOCOL_VERSION
 
 BIN = os.path.dirname(sys.executable)
+
+
+def _die_with_test() -> None:
+    """Run in the child before it executes the program: SIGKILL it when the test process dies."""
+    die_with_parent(signal.SIGKILL)
 
 
 def free_address() -> str:
@@ -67,7 +75,7 @@ class Processes:
         output = open(log_path, "wb") if log_path else subprocess.DEVNULL
         process = subprocess.Popen(
             [os.path.join(BIN, command[0]), *command[1:]], stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_test,
         )  # fmt: skip
         self.processes.append(process)
         return process

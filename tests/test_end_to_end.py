@@ -186,6 +186,8 @@ def test_every_event_loop_choice_runs_a_cluster(tmp_path, event_loop):
     with SchedulerClusterCombo(n_workers=1, event_loop=event_loop, logging_paths=(str(log),)) as combo:
         with Client(address=combo.get_address(), timeout_seconds=30) as client:
             assert client.map(square, [(i,) for i in range(100)]) == [i * i for i in range(100)]
+            # larger than a pipe's buffer: the agent writes it to its processor in more than one go
+            assert client.submit(len, b"x" * 1_000_000).result(timeout=60) == 1_000_000
     expected = "builtin" if event_loop == "builtin" or importlib.util.find_spec("uvloop") is None else "uvloop"
     chosen = {line.rsplit(": ", 1)[1] for line in log.read_text().splitlines() if "use event loop:" in line}
     assert chosen == {expected}
