@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from scaler.protocol import codec, messages
 from scaler.protocol.errors import ProtocolError
 
+DECODERS = [codec.decode, codec.decode_routed]
+
 # --- values drawn from the schema's own field types ---------------------------------------------
 
 _INTEGERS = {
@@ -139,43 +141,49 @@ def _valid_frame() -> bytes:
     return codec.encode(messages.TaskBatch(tasks=[task]))[0]
 
 
-def test_no_frames():
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_no_frames(decode):
     with pytest.raises(ProtocolError, match="no frames"):
-        codec.decode([])
+        decode([])
 
 
-def test_empty_frame():
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_empty_frame(decode):
     with pytest.raises(ProtocolError, match="0 bytes"):
-        codec.decode([b""])
+        decode([b""])
 
 
 @pytest.mark.parametrize("extra", range(1, 8))
-def test_wrong_word_alignment(extra):
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_wrong_word_alignment(decode, extra):
     frame = _valid_frame()
     with pytest.raises(ProtocolError, match="whole number of Cap'n Proto words"):
-        codec.decode([frame + b"\x00" * extra])
+        decode([frame + b"\x00" * extra])
     with pytest.raises(ProtocolError, match="whole number of Cap'n Proto words"):
-        codec.decode([frame[:-extra]])
+        decode([frame[:-extra]])
 
 
-def test_every_truncation_is_refused():
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_every_truncation_is_refused(decode):
     frame = _valid_frame()
     for size in range(8, len(frame), 8):
         with pytest.raises(ProtocolError):
-            codec.decode([frame[:size]])
+            decode([frame[:size]])
 
 
-def test_oversized_frame(monkeypatch):
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_oversized_frame(decode, monkeypatch):
     monkeypatch.setattr(codec, "MAX_FRAME_BYTES", 64)
     with pytest.raises(ProtocolError, match="over the limit"):
-        codec.decode([b"\x00" * 72])
+        decode([b"\x00" * 72])
 
 
-def test_segment_table_claiming_more_than_the_frame():
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_segment_table_claiming_more_than_the_frame(decode):
     frame = bytearray(_valid_frame())
     struct.pack_into("<I", frame, 4, 1 << 28)  # first segment size, in words
     with pytest.raises(ProtocolError):
-        codec.decode([bytes(frame)])
+        decode([bytes(frame)])
 
 
 def _with_union_discriminant(discriminant: int) -> bytes:
@@ -199,16 +207,19 @@ def test_union_discriminant_is_where_we_patch_it():
 
 
 @pytest.mark.parametrize("discriminant", [len(messages.MESSAGE_TYPES), 999, 0xFFFF])
-def test_unknown_union_member(discriminant):
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_unknown_union_member(decode, discriminant):
     with pytest.raises(ProtocolError):
-        codec.decode([_with_union_discriminant(discriminant)])
+        decode([_with_union_discriminant(discriminant)])
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=8, max_size=256).map(lambda data: data[: len(data) - len(data) % 8]))
-def test_random_bytes_never_raise_anything_but_protocol_error(data):
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_random_bytes_never_raise_anything_but_protocol_error(decode, data):
     try:
-        message, _ = codec.decode([data])
+        message, _ = decode([data])
+        codec.encode(message)
     except ProtocolError:
         return
     assert type(message) in messages.MESSAGE_TYPES
@@ -216,12 +227,89 @@ def test_random_bytes_never_raise_anything_but_protocol_error(data):
 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
-def test_corrupted_valid_frames_never_raise_anything_but_protocol_error(data):
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+def test_corrupted_valid_frames_never_raise_anything_but_protocol_error(decode, data):
     frame = bytearray(_valid_frame())
     for _ in range(data.draw(st.integers(1, 4))):
         frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
     try:
-        message, _ = codec.decode([bytes(frame)])
+        message, _ = decode([bytes(frame)])
+        codec.encode(message)  # a routed item is read in full only now
     except ProtocolError:
         return
     assert type(message) in messages.MESSAGE_TYPES
+
+
+# --- decode_routed: tasks and results read only as far as the scheduler routes them ---------------
+
+
+def _tasks(count: int) -> typing.List[messages.Task]:
+    return [
+        messages.Task(
+            task_id=i.to_bytes(16, "big"), client_id=b"claimed", function_id=b"f" * 32, priority=i % 3,
+            arguments=[messages.Argument("x", messages.ArgumentKind.INLINE, bytes([i % 256]) * 40)],
+            capabilities=[messages.Capability("gpu", 2)] if i % 2 else [], timeout_seconds=1.5, retries=2,
+            profiling=True, serializer_id=b"s", store_result=bool(i % 5 == 0),
+        )
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
+    tasks = _tasks(50)
+    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(tasks)))
+    assert [t.task_id for t in routed.tasks] == [t.task_id for t in tasks]
+    assert [(t.priority, list(t.capabilities), t.timeout_seconds, t.retries) for t in routed.tasks] == [
+        (t.priority, t.capabilities, t.timeout_seconds, t.retries) for t in tasks
+    ]
+    for t in routed.tasks:
+        t.client_id, t.attempt = b"the real client", 7
+    plain = messages.Task(task_id=b"built here")  # the scheduler's own tasks (graph nodes) go in the same batch
+    sent, _ = codec.decode(codec.encode(messages.TaskBatch([*routed.tasks[:20], plain])))
+    expected = [dataclasses.replace(t, client_id=b"the real client", attempt=7) for t in tasks[:20]]
+    assert sent.tasks == [*expected, plain]
+    assert routed.tasks[3].to_task() == expected[3]
+
+
+def test_a_routed_task_copied_more_often_than_the_traversal_limit_allows_is_read_again():
+    tasks = _tasks(20)
+    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(tasks)))
+    for _ in range(30):  # every copy reads the whole batch; the limit allows about four
+        sent, _ = codec.decode(codec.encode(messages.TaskBatch(routed.tasks)))
+    assert sent.tasks == tasks
+
+
+def test_routed_results_read_payload_and_error_lazily_and_may_replace_the_error():
+    results = [
+        messages.TaskResult(i.to_bytes(16, "big"), 1, messages.TaskStatus.FAILED, messages.PayloadKind.INLINE,
+                            bytes([i]) * 30, f"boom {i}", messages.Profiling(1.0, 2.0, i))
+        for i in range(10)
+    ]  # fmt: skip
+    routed, _ = codec.decode_routed(codec.encode(messages.TaskResultBatch(results)))
+    first = routed.results[0]
+    assert (first.task_id, first.attempt, first.status) == (results[0].task_id, 1, messages.TaskStatus.FAILED)
+    assert (first.payload_kind, first.payload, first.error_text, first.profiling) == (
+        results[0].payload_kind, results[0].payload, results[0].error_text, results[0].profiling
+    )  # fmt: skip
+    first.error_text = "replaced"
+    assert first.to_result() == dataclasses.replace(results[0], error_text="replaced")
+    sent, _ = codec.decode(codec.encode(messages.TaskResultBatch(routed.results)))
+    assert sent.results == [dataclasses.replace(results[0], error_text="replaced"), *results[1:]]
+
+
+def test_a_routed_result_with_an_unknown_status_is_refused():
+    attempt = 0x5A5A5A5A  # findable: the status (UInt16) follows the attempt (UInt32) in the data section
+    result = messages.TaskResult(b"t", attempt, messages.TaskStatus.REJECTED)
+    frame = bytearray(codec.encode(messages.TaskResultBatch([result]))[0])
+    at = frame.index(struct.pack("<IH", attempt, messages.TaskStatus.REJECTED)) + 4
+    frame[at : at + 2] = struct.pack("<H", 77)
+    for decode in DECODERS:
+        with pytest.raises(ProtocolError):
+            decode([bytes(frame)])
+
+
+@pytest.mark.parametrize("count", [1, 3, 600])
+def test_segment_tables_of_every_size_are_split_right(count):
+    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(_tasks(count))))
+    assert len(routed.tasks) == count
+    assert routed.tasks[-1].to_task() == _tasks(count)[-1]

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import importlib.resources
 import typing
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import capnp  # type: ignore[import-untyped]
 
@@ -121,7 +121,11 @@ def _compile_writer(cls: type) -> Callable[[Any, Any], None]:
             lines.append(f"        items = b.init('{name}', len(v))")
             if kind == "list_struct":
                 env[f"w_{attr}"] = _writer(sub)
-                lines.append(f"        for i, x in enumerate(v): w_{attr}(items[i], x)")
+                env[f"c_{attr}"] = sub
+                # an item of another type (a RoutedTask, a RoutedResult) copies itself from the message it came in
+                lines.append("        for i, x in enumerate(v):")
+                lines.append(f"            if type(x) is c_{attr}: w_{attr}(items[i], x)")
+                lines.append("            else: x.write_into(items, i)")
             elif kind == "list_enum":
                 env[f"n_{attr}"] = _enum_names(sub)
                 lines.append(f"        for i, x in enumerate(v): items[i] = n_{attr}[x]")
@@ -176,6 +180,45 @@ def encode(message: Any, blobs: Sequence[Any] = ()) -> List[Any]:
 
 def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
     """Decode frames into ``(message, blobs)``; raise `ProtocolError` on any malformed input."""
+    data, size = _frame_zero(frames)
+    try:
+        with schema.Message.from_bytes(bytes(data), traversal_limit_in_words=size // 2 + 64) as reader:
+            which = str(reader.which())
+            message = _reader(_message_type(which))(getattr(reader, which))
+    except ProtocolError:
+        raise
+    except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
+        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
+    return message, list(frames[1:])
+
+
+def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
+    """`decode`, except that a `TaskBatch` holds `RoutedTask` items and a `TaskResultBatch` `RoutedResult`
+    items: what the scheduler routes by is read, the rest stays in the received frame and is copied through
+    (in C++, not field by field in Python) when `encode` sends the item on."""
+    data, size = _frame_zero(frames)
+    try:
+        segments = _segments(data)
+        limit = size // 2 + 64
+        reader = schema.Message.from_segments(segments, traversal_limit_in_words=limit)
+        which = str(reader.which())
+        if which == "taskBatch":
+            received = _Received(segments, limit, "taskBatch", "tasks", reader.taskBatch.tasks)
+            message: Any = messages.TaskBatch([RoutedTask(received, i, item) for i, item in enumerate(received.items)])
+        elif which == "taskResultBatch":
+            received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
+            items = received.items
+            message = messages.TaskResultBatch([RoutedResult(received, i, item) for i, item in enumerate(items)])
+        else:
+            message = _reader(_message_type(which))(getattr(reader, which))
+    except ProtocolError:
+        raise
+    except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
+        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
+    return message, list(frames[1:])
+
+
+def _frame_zero(frames: Sequence[Any]) -> Tuple[Any, int]:
     if not frames:
         raise ProtocolError("empty message: no frames")
     head = frames[0]
@@ -185,15 +228,179 @@ def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
         raise ProtocolError(f"frame 0 is {size} bytes, not a whole number of Cap'n Proto words")
     if size > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame 0 is {size} bytes, over the limit of {MAX_FRAME_BYTES}")
-    try:
-        with schema.Message.from_bytes(bytes(data), traversal_limit_in_words=size // 2 + 64) as reader:
-            which = reader.which()
-            cls = _TYPE_BY_UNION_NAME.get(str(which))
-            if cls is None:
-                raise ProtocolError(f"unknown message type {which!r}")
-            message = _reader(cls)(getattr(reader, str(which)))
-    except ProtocolError:
-        raise
-    except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
-        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
-    return message, list(frames[1:])
+    return data, size
+
+
+def _message_type(which: str) -> type:
+    cls = _TYPE_BY_UNION_NAME.get(which)
+    if cls is None:
+        raise ProtocolError(f"unknown message type {which!r}")
+    return cls
+
+
+_MAX_SEGMENTS = 512
+
+
+def _segments(data: Any) -> List[memoryview]:
+    """Split a message in the standard framing (segment count - 1, segment sizes in words, padding,
+    segments) into its segments, without copying them."""
+    view = memoryview(data).cast("B")
+    count = int.from_bytes(view[0:4], "little") + 1
+    if count > _MAX_SEGMENTS:
+        raise ProtocolError(f"message claims {count} segments, over the limit of {_MAX_SEGMENTS}")
+    offset = 4 + 4 * count
+    offset += offset % 8
+    if offset > len(view):
+        raise ProtocolError(f"message of {len(view)} bytes is too short for its table of {count} segments")
+    segments = []
+    for index in range(count):
+        words = int.from_bytes(view[4 + 4 * index : 8 + 4 * index], "little")
+        end = offset + 8 * words
+        if end > len(view):
+            raise ProtocolError(f"segment {index} of {words} words runs past the end of the {len(view)}-byte message")
+        segments.append(view[offset:end])
+        offset = end
+    return segments
+
+
+class _Received:
+    """A received message that routed items still refer to: its segments, and the list of their structs.
+
+    Every read, copies included, counts against the message's traversal limit (which keeps a malicious
+    message from expanding without bound). An item copied more times than the limit allows (a task
+    retried or moved many times) reads the message again with a fresh limit."""
+
+    __slots__ = ("segments", "limit", "union", "field", "items")
+
+    def __init__(self, segments: List[memoryview], limit: int, union: str, field: str, items: Any) -> None:
+        self.segments = segments
+        self.limit = limit
+        self.union = union
+        self.field = field
+        self.items = items
+
+    def copy(self, index: int, items: Any, i: int) -> Any:
+        """Copy our struct ``index`` into ``items[i]`` (a list builder); return that builder."""
+        self.use(index, lambda item: items.__setitem__(i, item))
+        return items[i]
+
+    def use(self, index: int, action: Callable[[Any], Any]) -> Any:
+        """``action(struct index)``; past the traversal limit, read the message again (once) and retry."""
+        try:
+            return action(self.items[index])
+        except Exception:  # noqa: BLE001 - the traversal limit: read the message again, once
+            reader = schema.Message.from_segments(self.segments, traversal_limit_in_words=self.limit)
+            self.items = getattr(getattr(reader, self.union), self.field)
+            try:
+                return action(self.items[index])
+            except Exception as error:
+                raise ProtocolError(f"item {index} of a received {self.union} cannot be read: {error}") from None
+
+
+_TASK_FIELDS = schema.Task.schema.fields
+_F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, _F_RETRIES = (
+    _TASK_FIELDS[name]
+    for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
+)
+
+
+class RoutedTask:
+    """A received `Task` as the scheduler holds it: the fields it routes by, and a reference to the rest.
+
+    ``client_id`` and ``attempt`` may be changed; they are written over the copy when the task is sent."""
+
+    __slots__ = (
+        "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "_received",
+        "_index",
+    )  # fmt: skip
+
+    def __init__(self, received: _Received, index: int, reader: Any) -> None:
+        get = reader._get_by_field
+        self.task_id: bytes = get(_F_TASK_ID)
+        self.client_id: bytes = get(_F_CLIENT_ID)
+        self.priority: int = get(_F_PRIORITY)
+        capabilities = get(_F_CAPABILITIES)
+        self.capabilities: Sequence[messages.Capability] = (
+            [_reader(messages.Capability)(c) for c in capabilities] if len(capabilities) else ()
+        )
+        self.attempt: int = get(_F_ATTEMPT)
+        self.timeout_seconds: float = get(_F_TIMEOUT)
+        self.retries: int = get(_F_RETRIES)
+        self._received = received
+        self._index = index
+
+    def write_into(self, items: Any, i: int) -> None:
+        builder = self._received.copy(self._index, items, i)
+        builder.clientId = self.client_id
+        builder.attempt = self.attempt
+
+    def to_task(self) -> messages.Task:
+        """The whole `Task` (for tests: the scheduler itself never needs it)."""
+        message = schema.Message.new_message()
+        items = message.init("taskBatch").init("tasks", 1)
+        self.write_into(items, 0)
+        return _reader(messages.Task)(items[0].as_reader())
+
+
+_RESULT_FIELDS = schema.TaskResult.schema.fields
+_F_RESULT_ID, _F_RESULT_ATTEMPT, _F_STATUS, _F_PAYLOAD_KIND, _F_PAYLOAD, _F_ERROR_TEXT, _F_PROFILING = (
+    _RESULT_FIELDS[name] for name in ("taskId", "attempt", "status", "payloadKind", "payload", "errorText", "profiling")
+)
+_STATUSES = {member.value: member for member in messages.TaskStatus}
+_PAYLOAD_KINDS = {member.value: member for member in messages.PayloadKind}
+
+
+class RoutedResult:
+    """A received `TaskResult` as the scheduler holds it on its way to the client: ID, attempt and status
+    read; payload, profiling and error text read only if asked for. ``error_text`` may be replaced."""
+
+    __slots__ = ("task_id", "attempt", "status", "_error_text", "_received", "_index")
+
+    def __init__(self, received: _Received, index: int, reader: Any) -> None:
+        get = reader._get_by_field
+        self.task_id: bytes = get(_F_RESULT_ID)
+        self.attempt: int = get(_F_RESULT_ATTEMPT)
+        status = get(_F_STATUS).raw
+        self.status = _STATUSES.get(status)
+        if self.status is None:
+            raise ProtocolError(f"result of task {self.task_id.hex()} has unknown status {status}")
+        self._error_text: Optional[str] = None
+        self._received = received
+        self._index = index
+
+    @property
+    def error_text(self) -> str:
+        if self._error_text is None:
+            return self._read(_F_ERROR_TEXT)
+        return self._error_text
+
+    @error_text.setter
+    def error_text(self, text: str) -> None:
+        self._error_text = text
+
+    @property
+    def payload_kind(self) -> messages.PayloadKind:
+        return _PAYLOAD_KINDS[self._read(_F_PAYLOAD_KIND).raw]
+
+    @property
+    def payload(self) -> bytes:
+        return self._read(_F_PAYLOAD)
+
+    @property
+    def profiling(self) -> messages.Profiling:
+        return self._received.use(self._index, lambda item: _reader(messages.Profiling)(item.profiling))
+
+    def to_result(self) -> messages.TaskResult:
+        """The whole `TaskResult` (for a result the scheduler keeps, a graph node's)."""
+        result = self._received.use(self._index, _reader(messages.TaskResult))
+        if self._error_text is not None:
+            result.error_text = self._error_text
+        return result
+
+    def _read(self, field: Any) -> Any:
+        return self._received.use(self._index, lambda item: item._get_by_field(field))
+
+    def write_into(self, items: Any, i: int) -> None:
+        builder = self._received.copy(self._index, items, i)
+        if self._error_text is not None:
+            builder.errorText = self._error_text

@@ -203,7 +203,8 @@ class SchedulerServer:
     def _on_router_frames(self, frames: List[bytes]) -> None:
         source = frames[0]
         try:
-            message, _ = codec.decode(frames[1:])
+            # tasks and results are read only as far as routing needs; encode copies the rest through
+            message, _ = codec.decode_routed(frames[1:])
         except ProtocolError as error:
             logger.warning(f"Scheduler: dropped malformed message from {show(source)}: {error}")
             return
@@ -244,11 +245,42 @@ class SchedulerServer:
 
     def _send(self, to: bytes, message: Any) -> None:
         self._sent[type(message).__name__] += 1
-        frames = codec.encode(message)
+        try:
+            frames = codec.encode(message)
+        except ProtocolError as error:  # a task or result that came in malformed and cannot be copied on
+            frames = self._encode_what_can_go(to, message, error)
+            if frames is None:
+                return
         if to == STORAGE:
             self._storage.send_multipart(frames, zmq.NOBLOCK)
         else:
             self._router.send_multipart([to, *frames], zmq.NOBLOCK)
+
+    def _encode_what_can_go(self, to: bytes, message: Any, error: ProtocolError) -> Optional[List[Any]]:
+        """Encode the items of a batch that can be copied on; a task that cannot is rejected (answered as if
+        its worker had, so that the core ends it and tells its client why), a result that cannot becomes a
+        failure naming the problem."""
+        logger.warning(f"Scheduler: cannot forward all of a {type(message).__name__} to {show(to)}: {error}")
+        batch_type = type(message)
+        if batch_type not in (m.TaskBatch, m.TaskResultBatch):
+            return None
+        items = message.tasks if batch_type is m.TaskBatch else message.results
+        good: List[Any] = []
+        bad: List[m.TaskResult] = []
+        for item in items:
+            try:
+                codec.encode(batch_type([item]))
+                good.append(item)
+            except ProtocolError as item_error:
+                what = "task" if batch_type is m.TaskBatch else "result"
+                why = f"the scheduler could not forward this {what}: {item_error}"
+                status = m.TaskStatus.REJECTED if batch_type is m.TaskBatch else m.TaskStatus.FAILED
+                bad.append(m.TaskResult(item.task_id, item.attempt, status, m.PayloadKind.NONE, b"", why))
+        if batch_type is m.TaskBatch:
+            self._perform(self.core.handle(to, m.TaskResultBatch(bad), time.monotonic()))
+        else:
+            good.extend(bad)
+        return codec.encode(batch_type(good)) if good else None
 
     # ----------------------------------------------------------------- timers
 

@@ -1,0 +1,48 @@
+"""The scheduler's shell around its core, without running its event loop."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from scaler.protocol import codec
+from scaler.protocol import messages as m
+from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.scheduler.server import SchedulerServer
+
+CLIENT = b"C|host|1|aa"
+WORKER = b"W|host|2|aa"
+
+
+class _SentFrames:
+    """Stands in for the ROUTER socket: keeps what would have been sent, decoded."""
+
+    def __init__(self) -> None:
+        self.sent: List[Any] = []
+
+    def send_multipart(self, frames: List[Any], flags: int = 0) -> None:
+        self.sent.append((frames[0], codec.decode(frames[1:])[0]))
+
+
+def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_others_go():
+    server = SchedulerServer("tcp://127.0.0.1:1")  # its sockets are made by run(), which is not called
+    try:
+        router = server._router = _SentFrames()
+        for peer, role in ((CLIENT, m.PeerRole.CLIENT), (WORKER, m.PeerRole.WORKER)):
+            hello = m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))
+            server._perform(server.core.handle(peer, hello, 0.0))
+        tasks = [m.Task(task_id=bytes([i]) * 16, function_id=b"f") for i in range(3)]
+        batch, _ = codec.decode_routed(codec.encode(m.TaskBatch(tasks)))
+        batch.tasks[1]._index = 10**6  # its struct can no longer be found in the message it came in
+        router.sent.clear()
+        server._perform(server.core.handle(CLIENT, batch, 1.0))
+
+        to_worker = [message for to, message in router.sent if to == WORKER and type(message) is m.TaskBatch]
+        assert [t.task_id for batch in to_worker for t in batch.tasks] == [tasks[0].task_id, tasks[2].task_id]
+        to_client = [message for to, message in router.sent if to == CLIENT and type(message) is m.TaskResultBatch]
+        (rejected,) = [r for batch in to_client for r in batch.results]
+        assert rejected.task_id == tasks[1].task_id
+        assert rejected.status == m.TaskStatus.REJECTED
+        assert "could not forward this task" in rejected.error_text
+        assert server.core.task_count == 2
+    finally:
+        server._context.term()
