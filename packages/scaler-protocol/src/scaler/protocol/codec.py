@@ -204,11 +204,12 @@ def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
         which = str(reader.which())
         if which == "taskBatch":
             received = _Received(segments, limit, "taskBatch", "tasks", reader.taskBatch.tasks)
-            message: Any = messages.TaskBatch([RoutedTask(received, i, item) for i, item in enumerate(received.items)])
+            tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(received.items)]
+            message: Any = messages.TaskBatch(tasks)
         elif which == "taskResultBatch":
             received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
-            items = received.items
-            message = messages.TaskResultBatch([RoutedResult(received, i, item) for i, item in enumerate(items)])
+            results: List[Any] = [RoutedResult(received, i, item) for i, item in enumerate(received.items)]
+            message = messages.TaskResultBatch(results)
         else:
             message = _reader(_message_type(which))(getattr(reader, which))
     except ProtocolError:

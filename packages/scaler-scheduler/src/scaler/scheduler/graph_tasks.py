@@ -191,8 +191,9 @@ class GraphTasks:
                     passed.append(result)
                 continue
             touched[graph.graph_id] = graph
-            if type(result) is not m.TaskResult:  # a result read only in part (codec.RoutedResult): kept here
-                result = result.to_result()
+            to_result = getattr(result, "to_result", None)
+            if to_result is not None:  # a result read only in part (codec.RoutedResult): held here, so read it all
+                result = to_result()
             self._node_result(graph, graph.positions[result.task_id], result, actions)
         for graph in touched.values():
             self._settle(graph, actions)

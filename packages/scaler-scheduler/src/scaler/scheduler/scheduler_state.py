@@ -21,7 +21,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
-from scaler.scheduler.task_state_machine import TERMINAL_STATES, TaskEvent, TaskState, next_state
+from scaler.scheduler.task_state_machine import TERMINAL_STATES, TRANSITIONS, TaskEvent, TaskState, next_state
 
 STORAGE = b""
 DEFAULT_QUEUE_CAPACITY = 1000
@@ -427,7 +427,9 @@ class SchedulerCore:
 
     def _transition(self, record: _TaskRecord, event: TaskEvent) -> None:
         old = record.state
-        new = next_state(old, event, record.task.task_id, record.history)
+        new = TRANSITIONS.get((old, event))
+        if new is None:
+            new = next_state(old, event, record.task.task_id, record.history)  # raises, naming the recent events
         record.state = new
         history = record.history
         history.append(event)

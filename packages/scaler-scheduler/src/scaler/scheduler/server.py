@@ -245,6 +245,7 @@ class SchedulerServer:
 
     def _send(self, to: bytes, message: Any) -> None:
         self._sent[type(message).__name__] += 1
+        frames: Optional[List[Any]]
         try:
             frames = codec.encode(message)
         except ProtocolError as error:  # a task or result that came in malformed and cannot be copied on
