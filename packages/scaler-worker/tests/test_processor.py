@@ -4,17 +4,18 @@ the stack of a task that waits inside the Scaler client."""
 from __future__ import annotations
 
 import itertools
+import select
 import time
 from typing import Any, Iterator, List
 
 import cloudpickle
 import pytest
 import worker_tasks as tasks
-from worker_harness import DEADLINE_SECONDS
+from worker_harness import DEADLINE_SECONDS, wait_until
 
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
+from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
 
 
 class Agent:
@@ -24,6 +25,7 @@ class Agent:
         self.link = ProcessorLink.start(0, "tcp://127.0.0.1:1", "W|test|0|000000000000")
         self._numbers = itertools.count(1)
         self._sent_functions: set = set()
+        self._unanswered: set = set()
 
     def close(self) -> None:
         self.link.kill()
@@ -36,14 +38,23 @@ class Agent:
         if function_id not in self._sent_functions:  # as the agent does: once per processor
             payload = cloudpickle.dumps(function)
             self._sent_functions.add(function_id)
-        arguments = [("", cloudpickle.dumps(argument)) for argument in args]
-        self.link.send(ProcessorTask(task_id, function_id, payload, b"", None, arguments, profiling))
+        arguments = [("", cloudpickle.dumps(argument), b"") for argument in args]
+        task = ProcessorTask(task_id, function_id, payload, b"", None, arguments, profiling)
+        # while a task is on the processor (it waits: these tests send nothing ahead) a single task runs nested
+        # on it; otherwise tasks travel as a list, to the FIFO
+        if not self.link.send(task if self._unanswered else [task]):
+            deadline = time.monotonic() + DEADLINE_SECONDS
+            while not self.link.flush():  # a large task: the processor reads it bit by bit
+                assert time.monotonic() < deadline, "the processor does not read its pipe"
+                select.select([], [self.link.connection.fileno()], [], 0.1)
+        self._unanswered.add(task_id)
         return task_id
 
     def receive(self, timeout: float = DEADLINE_SECONDS) -> Any:
-        if not self.link.connection.poll(timeout):
-            raise TimeoutError(f"the processor said nothing within {timeout}s")
-        return self.link.receive()
+        message = self.link.receive(timeout)
+        if isinstance(message, ProcessorResult):
+            self._unanswered.discard(message.task_id)
+        return message
 
     def expect_waiting(self, task_id: bytes, waiting: bool) -> None:
         assert self.receive() == TaskWaiting(task_id, waiting)
@@ -69,6 +80,28 @@ def agent() -> Iterator[Agent]:
 def test_a_task_runs_and_answers(agent: Agent):
     task = agent.send(tasks.add, 40, 2)
     assert agent.expect_result(task) == 42
+
+
+def test_a_large_argument_and_a_large_result_cross_the_non_blocking_pipe(agent: Agent):
+    big = b"x" * (8 << 20)  # far more than a Pipe holds: written and read in many pieces
+    assert agent.expect_result(agent.send(tasks.add, big, b"y")) == big + b"y"
+
+
+def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tmp_path):
+    release = tmp_path / "release"
+    first = agent.send(tasks.block, str(tmp_path / "pid"), str(release))
+    wait_until(lambda: (tmp_path / "pid").exists(), "the first task runs")  # what follows waits in the pipe
+    ahead = [ProcessorTask(n.to_bytes(16, "big"), b"add".ljust(16, b"_"), cloudpickle.dumps(tasks.add), b"", None,
+                           [("", cloudpickle.dumps(n), b"")], False) for n in (101, 102, 103)]  # fmt: skip
+    agent.link.send(ahead)
+    agent.link.send(Drop(ahead[1].task_id))
+    release.touch()
+    answers = []
+    while len(answers) < 4:
+        message = agent.receive()
+        answers.extend(message if isinstance(message, list) else [message])
+    assert [type(a).__name__ for a in answers] == ["ProcessorResult", "Dropped", "ProcessorResult", "ProcessorResult"]
+    assert [a.task_id for a in answers] == [first, ahead[1].task_id, ahead[0].task_id, ahead[2].task_id]
 
 
 def test_a_task_waiting_in_the_client_runs_another_task_on_its_stack(agent: Agent, tmp_path):
@@ -168,7 +201,7 @@ def test_profiling_of_a_waiting_task_leaves_out_the_tasks_nested_in_it(agent: Ag
 def test_the_processor_exits_when_the_agent_goes_away_during_a_wait(agent: Agent, tmp_path):
     task = agent.send(tasks.wait_in_client, str(tmp_path / "never"))
     agent.expect_waiting(task, True)
-    agent.link.connection.close()
+    agent.link.close()
     deadline = time.monotonic() + DEADLINE_SECONDS
     while agent.link.process.exitcode is None and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -13,6 +13,7 @@ from worker_harness import FakeScheduler, TaskDriver, pid_gone, wait_until
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ObjectNotFoundError, TaskTimeoutError
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.processor_protocol import PROCESSOR_PIPELINE_DEPTH
 
 
 def read_pid(path) -> int:
@@ -220,15 +221,19 @@ def test_heartbeat_reports_usage_and_counts(driver: TaskDriver, tmp_path):
 def test_balance_gives_back_queued_tasks_not_the_running_one(driver: TaskDriver, tmp_path):
     release = tmp_path / "release"
     blocker = driver.task(tasks.block, str(tmp_path / "pid"), str(release), "done")
-    queued = [driver.task(tasks.add, n, priority=p) for n, p in ((1, 1), (2, 0), (3, 0))]
+    # the first (quick) task lets the worker send tasks ahead while the blocker runs: those stay
+    numbers = list(range(2, PROCESSOR_PIPELINE_DEPTH + 4))
+    queued = [driver.task(tasks.add, 1, priority=1)] + [driver.task(tasks.add, n) for n in numbers]
     driver.send(blocker, *queued)
     read_pid(str(tmp_path / "pid"))
     driver.scheduler.send(driver.worker_id, m.BalanceRequest(2))
     response = driver.expect(m.BalanceResponse)
-    assert response.task_ids == [queued[2].task_id, queued[1].task_id]
+    assert response.task_ids == [queued[-1].task_id, queued[-2].task_id]
     release.touch()
     assert driver.value(blocker.task_id) == "done"
     assert driver.value(queued[0].task_id) == 1
+    for task, number in zip(queued[1:-2], numbers, strict=False):
+        assert driver.value(task.task_id) == number  # sent ahead: run here, after the blocker
 
 
 def test_malformed_message_is_dropped_and_the_worker_goes_on(driver: TaskDriver):

@@ -1,9 +1,11 @@
 """The worker agent's sans-I/O core, driven directly: no sockets, no processes.
 
 The harness plays the storage server and the processor. Its processor model
-reads its pipe when the real one does (when idle, or inside a task's wait), so
-the tests see the same interleavings as a real worker, including a task sent
-just before the processor asks to resume a waiting task.
+reads its pipe when the real one does (when idle, between two tasks, or inside
+a task's wait), keeps the tasks sent ahead in a FIFO that it runs in order at
+the top of its stack, and answers a Drop of a task still in its FIFO, so the
+tests see the same interleavings as a real worker, including a task sent just
+before the processor asks to resume a waiting task.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from scaler.protocol.errors import (
     ObjectStorageRefusedError,
     TaskTimeoutError,
 )
+from scaler.worker.lru_cache import SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
+    Drop,
+    Dropped,
     ProcessorResult,
     ProcessorTask,
     TaskWaiting,
@@ -80,12 +85,16 @@ class Harness:
     """Drives a WorkerState and plays the storage server's and the processor's parts by hand."""
 
     def __init__(self, **options: Any) -> None:
+        options.setdefault("pipeline_depth", 0)  # one task at a time, as before the pipeline; tests of it say so
         self.state = WorkerState(**options)
         self.now = 0.0
         self.storage: Dict[bytes, bytes] = {FUNCTION: b"function bytes"}
         self.processor = -1
         self.pipe: List[Any] = []  # sent to the model processor, not read yet
         self.stack: List[_Frame] = []  # the model processor's stack, the top one last
+        self.fifo: List[ProcessorTask] = []  # the tasks sent ahead, not started
+        self.notices: List[Any] = []  # Dropped notices written by the model processor, not handed over yet
+        self.messages: List[Any] = []  # every Pipe message the model processor read
         self.hold = False  # the model processor does not read its pipe (to stage races)
         self.started: List[int] = []
         self.timers: List[StartTaskTimer] = []
@@ -102,7 +111,7 @@ class Harness:
                 assert effect.processor_id not in self.started, "processor IDs are not reused"
                 self.started.append(effect.processor_id)
                 self.processor = effect.processor_id
-                self.pipe, self.stack = [], []  # the old one is killed with everything on it
+                self.pipe, self.stack, self.fifo, self.notices = [], [], [], []  # the old one is killed
             elif isinstance(effect, SendToProcessor):
                 assert effect.processor_id == self.processor
                 self.pipe.append(effect.message)
@@ -120,17 +129,40 @@ class Harness:
         self.pump()
 
     def pump(self) -> None:
-        """The model processor reads its pipe while it can: idle, or inside a task's wait."""
-        while self.pipe and not self.hold and (not self.stack or self.stack[-1].state != "running"):
-            message = self.pipe.pop(0)
-            if isinstance(message, WaitEnded):
-                [frame] = [frame for frame in self.stack if frame.task.task_id == message.task_id]
-                assert frame.state == "resuming", message
-                frame.wait_ended = True
-                self._resume_top()
+        """The model processor reads its pipe while it can (idle, between two tasks, or inside a task's wait)
+        and starts the head of its FIFO when idle; then the notices it wrote reach the agent."""
+        while True:
+            if self.pipe and not self.hold and (not self.stack or self.stack[-1].state != "running"):
+                message = self.pipe.pop(0)
+                self.messages.append(message)
+                for each in message if isinstance(message, list) else [message]:
+                    self._read(each, ahead=isinstance(message, list))
+            elif not self.stack and self.fifo:
+                self.stack.append(_Frame(self.fifo.pop(0)))
             else:
-                assert isinstance(message, ProcessorTask)
-                self.stack.append(_Frame(message))
+                break
+        if self.notices:  # written together, read together
+            notices, self.notices = self.notices, []
+            self.tell(notices if len(notices) > 1 else notices[0])
+
+    def _read(self, message: Any, ahead: bool) -> None:
+        if isinstance(message, WaitEnded):
+            [frame] = [frame for frame in self.stack if frame.task.task_id == message.task_id]
+            assert frame.state == "resuming", message
+            frame.wait_ended = True
+            self._resume_top()
+        elif isinstance(message, Drop):
+            found = [task for task in self.fifo if task.task_id == message.task_id]
+            if found:
+                self.fifo.remove(found[0])
+                self.notices.append(Dropped(message.task_id))
+        else:
+            assert isinstance(message, ProcessorTask)
+            if ahead or not self.stack:
+                assert not self.stack or not ahead or True
+                self.fifo.append(message)
+            else:
+                self.stack.append(_Frame(message))  # a single task in a wait: it runs nested
 
     def _resume_top(self) -> None:
         if self.stack and self.stack[-1].wait_ended:
@@ -186,6 +218,9 @@ class Harness:
 
     def top(self) -> Optional[ProcessorTask]:
         return self.stack[-1].task if self.stack else None
+
+    def fifo_ids(self) -> List[bytes]:
+        return [task.task_id for task in self.fifo]
 
     def running_task(self) -> Optional[bytes]:
         """The task that runs (on top of the stack, not waiting), if any."""
@@ -319,7 +354,7 @@ def test_fetches_of_one_batch_travel_in_one_request():
     assert len(h.gets) == 1
     assert set(h.gets[0].object_ids) == {FUNCTION, *objects}
     h.answer_gets()
-    assert h.top().arguments == [("x", b"payload of " + objects[0])]
+    assert h.top().arguments == [("x", b"payload of " + objects[0], objects[0])]
 
 
 def test_object_arguments_are_released_once_used():
@@ -328,7 +363,7 @@ def test_object_arguments_are_released_once_used():
     h.storage[object_id] = b"big"
     h.assign(make_task(1, arguments=[m.Argument("", m.ArgumentKind.OBJECT, object_id)]))
     h.answer_gets()
-    assert h.top().arguments == [("", b"big")]
+    assert h.top().arguments == [("", b"big", object_id)]
     assert h.state.cached_object_count == 0
     assert h.state.pending_fetch_count == 0
 
@@ -893,7 +928,11 @@ def test_random_event_sequences_answer_every_task_exactly_once(rng):
     balances, timeouts), every assigned task gets exactly one answer: a result, a cancel confirmation that
     says cancelled, or a place in a balance response; and the agent's view of the processor's stack is
     the processor's own."""
-    h = Harness(inline_threshold_bytes=rng.choice([0, 4, 1 << 20]), prefetch_tasks=rng.randint(1, 4))
+    h = Harness(
+        inline_threshold_bytes=rng.choice([0, 4, 1 << 20]),
+        prefetch_tasks=rng.randint(1, 4),
+        pipeline_depth=rng.choice([0, 1, 2, 4]),
+    )
     assigned = set()
     answered: Dict[bytes, int] = {}
 
@@ -949,6 +988,7 @@ def test_random_event_sequences_answer_every_task_exactly_once(rng):
         collect()
         if not h.hold and not h.pipe:
             assert h.state.stack == h.stack_ids()
+            assert h.state.inbox == h.fifo_ids()
     # drain: let everything still here finish
     h.hold = False
     h.pump()
@@ -967,3 +1007,204 @@ def test_random_event_sequences_answer_every_task_exactly_once(rng):
     assert all(count == 1 for count in answered.values()), answered
     assert set(answered) == assigned
     assert h.state.stack == [] and h.pipe == []
+
+
+# ----------------------------------------------------------------------------- pipeline to the processor
+
+
+def pipelined(count: int, depth: int = 2, **options: Any) -> Harness:
+    """A worker with ``count`` tasks (numbered from 1) whose first task finished quickly: task 2 runs and
+    the next ``depth`` ones are sent ahead."""
+    h = Harness(pipeline_depth=depth, **options)
+    h.assign(*[make_task(n, timeout_seconds=options.pop("timeout", 0)) for n in range(1, count + 1)])
+    h.answer_gets()
+    h.finish()
+    h.results()
+    return h
+
+
+def test_nothing_is_sent_ahead_before_a_task_was_seen_to_be_quick():
+    h = Harness(pipeline_depth=2)
+    h.assign(*[make_task(n) for n in range(1, 5)])
+    h.answer_gets()
+    assert h.running_task() == task_id(1) and h.state.inbox == [] and h.fifo == []
+
+
+def test_while_a_task_runs_the_next_ones_are_sent_ahead_in_one_message():
+    h = pipelined(6, depth=3)
+    assert h.running_task() == task_id(2)
+    assert h.state.inbox == h.fifo_ids() == [task_id(3), task_id(4), task_id(5)]
+    assert h.messages[-1] == [h.stack[0].task, *h.fifo]  # task 2 and the three ahead: one Pipe message
+    assert h.state.queued_count == 4 and h.state.phase_of(task_id(3)) == "sent"
+    assert h.run_all() == [task_id(n) for n in range(2, 7)]
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in range(2, 7)]
+
+
+def test_with_depth_zero_one_task_at_a_time():
+    h = pipelined(4, depth=0)
+    assert h.running_task() == task_id(2) and h.state.inbox == [] and h.fifo == []
+    assert h.messages[-1] == [h.stack[0].task]
+
+
+def test_a_slow_task_stops_the_sending_ahead():
+    h = pipelined(8, depth=2)
+    h.tell(h.processor_finishes()._replace(seconds=5.0))  # task 2 took long: task 3 starts, nothing more
+    assert h.state.stack == [task_id(3)] and h.state.inbox == [task_id(4)]
+    h.tell(h.processor_finishes())  # task 3 was quick again
+    assert h.state.stack == [task_id(4)] and h.state.inbox == [task_id(5), task_id(6)]
+
+
+def test_results_in_one_message_are_read_one_by_one():
+    h = pipelined(6, depth=3)
+    first = h.processor_finishes()
+    h.pump()  # the processor starts task 3 from its FIFO without the agent
+    second = h.processor_finishes()
+    h.tell([first, second])
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3)]
+    assert h.state.stack == h.stack_ids() == [task_id(4)]
+    assert h.state.inbox == h.fifo_ids() == [task_id(5), task_id(6)]
+
+
+def test_the_timeout_of_a_task_sent_ahead_counts_from_its_start():
+    h = Harness(pipeline_depth=2)
+    h.assign(*[make_task(n, timeout_seconds=1.0) for n in range(1, 5)])
+    h.answer_gets()
+    h.finish()
+    assert [t.task_id for t in h.timers] == [task_id(1), task_id(2)]  # tasks 3 and 4 were sent, not started
+    h.finish()
+    assert [t.task_id for t in h.timers] == [task_id(1), task_id(2), task_id(3)]
+    h.fire_timer(3)
+    [result] = h.results()[-1:]
+    assert result.task_id == task_id(3) and isinstance(load_failure(result)[0], TaskTimeoutError)
+
+
+def test_cancel_of_a_task_sent_ahead_is_confirmed_once_the_processor_dropped_it():
+    h = pipelined(5, depth=2)
+    h.hold = True  # the processor is busy with task 2: it reads the Drop later
+    h.step(h.state.on_task_cancel(m.TaskCancel([task_id(4)])))
+    assert h.take(m.TaskCancelConfirm) == []  # waits for the processor's answer
+    assert h.pipe == [[Drop(task_id(4))]]
+    h.hold = False
+    h.pump()
+    assert h.take(m.TaskCancelConfirm) == []  # the processor reads its pipe between two tasks
+    h.finish()
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(4)], [True])]
+    assert h.started == [0]  # no processor was stopped
+    assert h.state.stack == h.stack_ids() == [task_id(3)] and h.state.inbox == h.fifo_ids() == [task_id(5)]
+    assert h.run_all() == [task_id(3), task_id(5)]
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3), task_id(5)]
+
+
+def test_cancel_of_the_next_task_sent_ahead_taken_for_started_but_dropped():
+    h = pipelined(5, depth=2)
+    h.step(h.state.on_task_cancel(m.TaskCancel([task_id(3)])))
+    h.finish()  # the agent takes task 3 for started, then reads that the processor dropped it
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3)], [True])]
+    assert h.state.stack == h.stack_ids() == [task_id(4)]
+    assert h.run_all() == [task_id(4), task_id(5)]
+    assert task_id(3) not in [r.task_id for r in h.results()]
+
+
+def test_cancel_of_a_task_sent_ahead_that_started_meanwhile_is_answered_by_its_result():
+    h = pipelined(5, depth=2)
+    h.hold = True
+    finished = h.processor_finishes()  # task 2 ends; the processor starts task 3 before it reads the Drop
+    h.pump()
+    assert h.running_task() == task_id(3)
+    h.step(h.state.on_task_cancel(m.TaskCancel([task_id(3), task_id(5)])))  # 5: still queued
+    assert h.take(m.TaskCancelConfirm) == []
+    h.tell(finished)
+    assert h.state.stack == [task_id(3)]  # taken for started: it was, the Drop comes too late
+    h.hold = False
+    h.finish(payload=b"three")
+    assert [(r.task_id, r.payload) for r in h.results()] == [(task_id(2), b"ok"), (task_id(3), b"three")]
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3), task_id(5)], [False, True])]
+    assert h.run_all() == [task_id(4)]
+
+
+def test_cancel_of_the_running_task_puts_the_tasks_sent_ahead_back_without_a_death():
+    h = pipelined(5, depth=2)
+    assert h.cancel(2, 4) == m.TaskCancelConfirm([task_id(2), task_id(4)], [True, True])
+    assert h.started == [0, 1]
+    assert h.results() == []  # no WORKER_DIED for the tasks that had not started
+    assert h.state.phase_of(task_id(4)) is None
+    h.answer_gets()
+    assert h.running_task() == task_id(3)  # first in line again, on the new processor
+    assert h.top().function == b"function bytes"  # whose cache is empty
+    assert h.run_all() == [task_id(3), task_id(5)]
+
+
+def test_processor_death_kills_the_running_task_and_puts_the_tasks_sent_ahead_back():
+    h = pipelined(5, depth=2)
+    done = h.processor_finishes()  # task 2's result is in the pipe when the processor dies running task 3
+    h.die("processor was killed by signal SIGKILL", [[done]])
+    statuses = [(r.task_id, r.status) for r in h.results()]
+    assert statuses == [(task_id(2), m.TaskStatus.SUCCESS), (task_id(3), m.TaskStatus.WORKER_DIED)]
+    assert h.started == [0, 1]
+    h.answer_gets()
+    assert h.run_all() == [task_id(4), task_id(5)]
+
+
+def test_a_waiting_task_takes_back_what_was_sent_ahead_and_nests_one_task_at_a_time():
+    h = pipelined(5, depth=2)
+    h.wait()  # task 2 waits, maybe on task 3 or 4: they come back and may run nested
+    assert h.state.inbox == [] and h.fifo == []
+    assert h.state.stack == h.stack_ids() == [task_id(2), task_id(5)]  # newest first on a waiting task
+    h.wait()
+    assert h.state.stack == h.stack_ids() == [task_id(2), task_id(5), task_id(4)]
+    assert isinstance(h.messages[-1], ProcessorTask)  # single tasks, never a list, while nesting
+    h.finish()
+    assert h.state.inbox == []  # nothing sent ahead above a waiting task
+    h.finish()
+    assert h.state.stack == [task_id(2), task_id(5)]
+    h.resume()
+    h.finish()
+    h.resume()
+    assert h.run_all() == [task_id(2)]
+    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in range(2, 6)]
+
+
+# ----------------------------------------------------------------------------- object cache of the processor
+
+
+def test_an_object_is_sent_to_the_processor_once_then_by_its_id():
+    object_id = b"O" * 16
+    h = Harness(pipeline_depth=0)
+    h.storage[object_id] = b"shared"
+    argument = m.Argument("", m.ArgumentKind.OBJECT, object_id)
+    h.assign(make_task(1, arguments=[argument]), make_task(2, arguments=[argument]), make_task(3))
+    h.answer_gets()
+    assert h.top().arguments == [("", b"shared", object_id)]
+    h.finish()
+    assert h.top().arguments == [("", None, object_id)]  # the processor holds it
+    assert h.gets == []  # and it was fetched once
+    h.die("processor was killed by signal SIGKILL")  # task 2 dies; a new processor has an empty cache
+    h.assign(make_task(4, arguments=[argument]))
+    h.answer_gets()
+    h.finish()
+    assert h.top().arguments == [("", b"shared", object_id)]
+
+
+def test_the_object_cache_mirror_is_bounded_by_bytes():
+    first, second = b"A" * 16, b"B" * 16
+    h = Harness(pipeline_depth=0, object_cache_bytes=10)
+    h.storage.update({first: b"123456", second: b"7890ab"})
+    tasks = [(1, first), (2, second), (3, first)]
+    h.assign(*[make_task(n, arguments=[m.Argument("", m.ArgumentKind.OBJECT, o)]) for n, o in tasks])
+    sent = []
+    for _ in tasks:
+        h.answer_gets()
+        sent.append(h.top().arguments[0][1])
+        h.finish()
+    assert sent == [b"123456", b"7890ab", b"123456"]  # the second evicted the first (6 + 6 > 10 bytes)
+
+
+def test_sized_lru_cache_evicts_least_recently_used_by_size():
+    cache: SizedLRUCache[str, int] = SizedLRUCache(10)
+    cache.put("a", 1, 4)
+    cache.put("b", 2, 4)
+    assert cache.get("a") == 1  # now the most recently used
+    cache.put("c", 3, 4)
+    assert "b" not in cache and cache.get("a") == 1 and cache.size == 8
+    cache.put("big", 4, 11)  # larger than the whole cache: not kept
+    assert "big" not in cache and len(cache) == 0 and cache.size == 0

@@ -1,10 +1,12 @@
 """The processor: the subprocess that runs the tasks' user code.
 
 Started by the agent with the multiprocessing "spawn" context, so it inherits
-nothing of the agent's ZeroMQ state. It reads a `ProcessorTask` from its Pipe,
-runs the function in its main thread and writes back a `ProcessorResult`. It
-never talks to the scheduler or the storage server: a cancel, a timeout or a
-crash costs the agent only this process, which it replaces.
+nothing of the agent's ZeroMQ state. It reads `ProcessorTask`s from its Pipe
+into a local FIFO (the agent sends a few ahead), runs them one after another in
+its main thread and writes back their `ProcessorResult`s, several in one
+message during a run of quick tasks. It never talks to the scheduler or the
+storage server: a cancel, a timeout or a crash costs the agent only this
+process, which it replaces.
 
 Nested tasks: the processor installs a wait hook in the Scaler client
 (`scaler.client.set_wait_hook`). When a task waits there (on `result()` of a
@@ -28,17 +30,22 @@ import threading
 import time
 import traceback
 import tracemalloc
+from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tuple
 
 import cloudpickle
 
 from scaler.client.future import set_wait_hook
 from scaler.protocol.messages import TaskStatus
-from scaler.worker.lru_cache import LRUCache
+from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.parent_death import die_with_parent
 from scaler.worker.processor_protocol import (
+    RESULT_HOLD_SECONDS,
+    RESULT_HOLD_TASK_SECONDS,
     WAIT_CHECK_INTERVAL_SECONDS,
+    Drop,
+    Dropped,
     ProcessorResult,
     ProcessorTask,
     TaskWaiting,
@@ -87,6 +94,19 @@ class _Loaded:
             self.traceback_text = traceback.format_exc()
 
 
+class _Accepted:
+    """A task read from the Pipe, with what it needs taken from (or put in) the caches as it was read."""
+
+    __slots__ = ("task", "function", "serializer", "arguments", "problem")
+
+    def __init__(self, task: ProcessorTask, function: _Loaded, serializer: Optional[_Loaded], arguments) -> None:
+        self.task = task
+        self.function = function
+        self.serializer = serializer
+        self.arguments: List[Tuple[str, Optional[bytes], bytes]] = arguments
+        self.problem: Optional[BaseException] = None
+
+
 class _Frame:
     """A task on the processor's stack, with what its profiling needs."""
 
@@ -109,6 +129,7 @@ def run_processor(
     worker_id: str,
     function_cache_capacity: int,
     serializer_cache_capacity: int,
+    object_cache_bytes: int,
 ) -> None:
     """The processor's main function (the target of its multiprocessing.Process)."""
     die_with_parent(agent_pid)
@@ -116,28 +137,67 @@ def run_processor(
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
-    processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity)
+    processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
     set_wait_hook(processor.help_while_waiting)
     processor.serve()
 
 
 class _Processor:
-    def __init__(self, connection: Connection, function_cache_capacity: int, serializer_cache_capacity: int) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        function_cache_capacity: int,
+        serializer_cache_capacity: int,
+        object_cache_bytes: int,
+    ) -> None:
         self._connection = connection
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
+        self._objects: SizedLRUCache[bytes, bytes] = SizedLRUCache(object_cache_bytes)
         self._stack: List[_Frame] = []  # the tasks running here, the top one last
+        self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they run at the top, in order
+        self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
+        self._held_since = 0.0
         self._wait_ended: Set[bytes] = set()  # tasks the agent let resume (read by a wait above theirs, maybe)
         self._main_thread_id = threading.main_thread().ident
+        self._handlers: Dict[type, Callable[[Any], None]] = {
+            list: self._on_list,
+            ProcessorTask: self._on_task,
+            Drop: self._on_drop,
+            WaitEnded: self._on_wait_ended,
+        }
 
     def serve(self) -> None:
         """Run the tasks the agent sends until it closes the Pipe."""
+        connection = self._connection
+        fifo = self._fifo
+        handlers = self._handlers
         while True:
+            if not fifo:
+                self._flush()
+                try:
+                    message = receive(connection)
+                except (EOFError, OSError):  # the agent closed the pipe or is gone
+                    return
+                handlers[type(message)](message)
+                continue
+            self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
+            if not fifo:
+                continue
+            accepted = fifo.popleft()
+            frame = _Frame(accepted.task.task_id)
+            self._stack.append(frame)
             try:
-                message = receive(self._connection)
-            except (EOFError, OSError):  # the agent closed the pipe or is gone
-                return
-            self._run_message(message)
+                result = self._run(accepted, frame)
+            finally:
+                self._stack.pop()
+            _flush_standard_streams()
+            now = time.perf_counter()
+            self._emit(result, now)
+            # hold the result for company only during a run of quick tasks, and never long
+            if fifo and result.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
+                continue
+            self._flush()
 
     def help_while_waiting(self, done: Callable[[], bool], timeout: Optional[float]) -> None:
         """The Scaler client's wait hook: run the agent's tasks here until ``done()`` or ``timeout``."""
@@ -161,12 +221,14 @@ class _Processor:
                     if interval <= 0:
                         break
                 if connection.poll(interval):
-                    self._run_message(self._receive())
+                    self._handle(self._receive())
+                    self._flush()  # Dropped answers: the tasks taken back may be what this task waits for
         finally:
             self._send(TaskWaiting(task_id, False))
             wait_ended = self._wait_ended
             while task_id not in wait_ended:  # what the agent sent before it read our notice runs first
-                self._run_message(self._receive())
+                self._handle(self._receive())
+                self._flush()
             wait_ended.discard(task_id)
 
     # ------------------------------------------------------------------------- the pipe
@@ -177,43 +239,123 @@ class _Processor:
         except (EOFError, OSError):
             _agent_gone()
 
-    def _send(self, message: Any) -> None:
+    def _drain(self) -> None:
+        connection = self._connection
         try:
-            send(self._connection, message)
+            while connection.poll(0):
+                self._handle(self._receive())
+        except (EOFError, OSError):
+            _agent_gone()
+
+    def _emit(self, message: Any, now: Optional[float] = None) -> None:
+        """Queue ``message`` for the agent (sent by the next `_flush`)."""
+        if not self._out:
+            self._held_since = time.perf_counter() if now is None else now
+        self._out.append(message)
+
+    def _send(self, message: Any) -> None:
+        """Send ``message`` now, after anything held."""
+        self._out.append(message)
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        try:
+            send(self._connection, out[0] if len(out) == 1 else out)
         except (OSError, ValueError):
             _agent_gone()
 
-    def _run_message(self, message: Any) -> None:
-        if type(message) is WaitEnded:
-            self._wait_ended.add(message.task_id)
+    def _handle(self, message: Any) -> None:
+        self._handlers[type(message)](message)
+
+    def _on_list(self, messages: List[Any]) -> None:
+        """Tasks sent ahead (and maybe other messages): tasks go to the FIFO, to run at the top in order."""
+        handlers = self._handlers
+        fifo = self._fifo
+        for message in messages:
+            if type(message) is ProcessorTask:
+                fifo.append(self._accept(message))
+            else:
+                handlers[type(message)](message)
+
+    def _on_task(self, task: ProcessorTask) -> None:
+        """A single task: inside a wait it runs now, nested on the waiting task; idle, it goes to the FIFO."""
+        accepted = self._accept(task)
+        if not self._stack:
+            self._fifo.append(accepted)
             return
-        frame = _Frame(message.task_id)
+        frame = _Frame(task.task_id)
         self._stack.append(frame)
         try:
-            result = self._run(message, frame)
+            result = self._run(accepted, frame)
         finally:
             self._stack.pop()
         _flush_standard_streams()
         self._send(result)
 
+    def _on_drop(self, drop: Drop) -> None:
+        fifo = self._fifo
+        for position, accepted in enumerate(fifo):
+            if accepted.task.task_id == drop.task_id:
+                del fifo[position]
+                self._emit(Dropped(drop.task_id))
+                return
+        # started already (or unknown): its result answers the agent
+
+    def _on_wait_ended(self, message: WaitEnded) -> None:
+        self._wait_ended.add(message.task_id)
+
     # ------------------------------------------------------------------------- one task
 
-    def _run(self, task: ProcessorTask, frame: _Frame) -> ProcessorResult:
-        # the caches are updated first and unconditionally: the agent's mirror of them assumes exactly that
+    def _accept(self, task: ProcessorTask) -> _Accepted:
+        """Take what ``task`` needs from the caches, or put it there, as the agent's mirror of them assumes:
+        when the task is read, whether it then runs or is dropped."""
         function = self._load(self._functions, task.function_id, task.function, "function")
-        serializer_entry = None
+        serializer = None
         if task.serializer_id:
-            serializer_entry = self._load(self._serializers, task.serializer_id, task.serializer, "serializer")
+            serializer = self._load(self._serializers, task.serializer_id, task.serializer, "serializer")
+        arguments = task.arguments
+        accepted = _Accepted(task, function, serializer, arguments)
+        for _, _, object_id in arguments:
+            if object_id:
+                accepted.arguments = self._resolve_objects(accepted)
+                break
+        return accepted
 
+    def _resolve_objects(self, accepted: _Accepted) -> List[Tuple[str, Optional[bytes], bytes]]:
+        objects = self._objects
+        resolved: List[Tuple[str, Optional[bytes], bytes]] = []
+        for name, payload, object_id in accepted.task.arguments:
+            if object_id:
+                if payload is None:
+                    payload = objects.get(object_id)
+                    if payload is None and accepted.problem is None:
+                        accepted.problem = RuntimeError(
+                            f"internal error: the processor has no cached object {object_id.hex()}"
+                        )
+                else:
+                    objects.put(object_id, payload, len(payload))
+            resolved.append((name, payload, object_id))
+        return resolved
+
+    def _run(self, accepted: _Accepted, frame: _Frame) -> ProcessorResult:
+        task = accepted.task
+        function = accepted.function
+        serializer_entry = accepted.serializer
         for entry in (function, serializer_entry):
             if entry is not None and entry.error is not None:
                 return _failed(task.task_id, entry.error, entry.traceback_text)
+        if accepted.problem is not None:
+            return _failed(task.task_id, accepted.problem, "")
         serializer = serializer_entry.value if serializer_entry is not None else _DEFAULT_SERIALIZER
 
         try:
             positional: List[Any] = []
             named: Dict[str, Any] = {}
-            for name, payload in task.arguments:
+            for name, payload, _ in accepted.arguments:
                 value = serializer.deserialize(payload)
                 if name:
                     named[name] = value
@@ -230,8 +372,10 @@ class _Processor:
             failure, value = raised, None
         profiling = self._end_profile(frame, task.profiling)
         if failure is not None:
-            return _failed(task.task_id, failure, _user_traceback(failure), profiling)
-        return _success(task.task_id, value, serializer, profiling)
+            result = _failed(task.task_id, failure, _user_traceback(failure), profiling)
+        else:
+            result = _success(task.task_id, value, serializer, profiling)
+        return result._replace(seconds=time.perf_counter() - frame.started)
 
     @staticmethod
     def _load(cache: LRUCache, key: bytes, payload: Optional[bytes], what: str) -> _Loaded:

@@ -5,6 +5,13 @@ shares nothing with the agent but the Pipe. The agent's event loop watches two
 file descriptors per processor: the Pipe (results) and the process sentinel
 (its end). Both are registered by `WorkerAgent`; this class holds the process
 and does the blocking-free parts.
+
+The agent never blocks on its end of the Pipe (a socket pair; each call says
+MSG_DONTWAIT, whatever the event loop did to the descriptor's flags): messages are
+framed as `multiprocessing.connection` frames them (the processor reads them
+with ``recv_bytes``), written as far as the Pipe takes them, the rest kept
+until it is writable again (`flush`), and read into a buffer from which every
+complete message is taken (`receive_all`).
 """
 
 from __future__ import annotations
@@ -12,26 +19,44 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
+import select
 import signal
+import socket
+import struct
+from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, List, Optional
+from typing import Any, Deque, List, Optional
 
 from scaler.protocol.errors import DisconnectedError
 from scaler.worker.processor import processor_exit_cause, run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
+    OBJECT_CACHE_BYTES,
     SERIALIZER_CACHE_CAPACITY,
-    receive,
-    send,
 )
 
 logger = logging.getLogger(__name__)
 
 _SPAWN = multiprocessing.get_context("spawn")
+_READ_BYTES = 1 << 20
+_SMALL_MESSAGE_BYTES = 1 << 16  # header and body go in one write below this size
 
 
 class ProcessorLink:
-    __slots__ = ("processor_id", "process", "connection", "pid", "sentinel", "_cause")
+    __slots__ = (
+        "processor_id",
+        "process",
+        "connection",
+        "pid",
+        "sentinel",
+        "_cause",
+        "_fd",
+        "_socket",
+        "_out",
+        "_in",
+        "_ready",
+    )
 
     def __init__(self, processor_id: int, process: multiprocessing.process.BaseProcess, connection: Connection):
         self.processor_id = processor_id
@@ -40,6 +65,11 @@ class ProcessorLink:
         self.pid: Optional[int] = process.pid
         self.sentinel: int = process.sentinel
         self._cause: Optional[str] = None
+        self._fd = connection.fileno()
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(self._fd))
+        self._out: Deque[memoryview] = deque()  # bytes not written yet
+        self._in = bytearray()  # bytes read, not yet a whole message
+        self._ready: Deque[Any] = deque()  # messages read, not handed out yet (by `receive`)
 
     @classmethod
     def start(cls, processor_id: int, scheduler_address: str, worker_id: str) -> ProcessorLink:
@@ -54,6 +84,7 @@ class ProcessorLink:
                 worker_id,
                 FUNCTION_CACHE_CAPACITY,
                 SERIALIZER_CACHE_CAPACITY,
+                OBJECT_CACHE_BYTES,
             ),
             name=f"Processor[{processor_id}]",
             daemon=False,
@@ -62,32 +93,117 @@ class ProcessorLink:
         processor_end.close()
         return cls(processor_id, process, agent_end)
 
-    def send(self, message: Any) -> None:
-        """Hand a task (or an answer) to the processor; raise DisconnectedError when it is gone (its sentinel
-        tells why)."""
-        try:
-            send(self.connection, message)
-        except (OSError, ValueError) as error:  # BrokenPipeError, or the connection is already closed
-            raise DisconnectedError(f"processor {self.processor_id} is gone: {error}") from None
+    def send(self, message: Any) -> bool:
+        """Hand a task (or an answer) to the processor: True when it is all written, False when the rest waits
+        for `flush` (call it once the Pipe is writable); raise DisconnectedError when the processor is gone
+        (its sentinel tells why)."""
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        size = len(data)
+        header = struct.pack("!i", size) if size <= 0x7FFFFFFF else struct.pack("!iQ", -1, size)
+        if size < _SMALL_MESSAGE_BYTES:
+            self._out.append(memoryview(header + data))
+        else:
+            self._out.append(memoryview(header))
+            self._out.append(memoryview(data))
+        return self.flush()
 
-    def receive(self) -> Any:
-        """One result or wait notice, when the Pipe is readable; raise DisconnectedError once it is closed (the
-        processor ended)."""
-        try:
-            return receive(self.connection)
-        except (EOFError, OSError) as error:
-            why = error or "end of file"
-            raise DisconnectedError(f"processor {self.processor_id} closed its pipe: {why}") from None
+    @property
+    def pending(self) -> bool:
+        """Whether bytes wait for the Pipe to be writable."""
+        return bool(self._out)
+
+    def flush(self) -> bool:
+        """Write what waits, as far as the Pipe takes it; True when nothing waits any more."""
+        out = self._out
+        while out:
+            chunk = out[0]
+            try:
+                written = self._socket.send(chunk, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return False
+            except (OSError, ValueError) as error:  # BrokenPipeError, or the connection is already closed
+                raise DisconnectedError(f"processor {self.processor_id} is gone: {error}") from None
+            if written == len(chunk):
+                out.popleft()
+            else:
+                out[0] = chunk[written:]
+        return True
+
+    def receive_all(self) -> List[Any]:
+        """Every whole message readable now (results, notices, or lists of them), oldest first; never blocks.
+        Raise DisconnectedError once the Pipe is closed and nothing whole is left (the processor ended)."""
+        messages = list(self._ready)
+        self._ready.clear()
+        buffer = self._in
+        ended = False
+        while True:
+            try:
+                chunk = self._socket.recv(max(_READ_BYTES, self._missing_bytes()), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError as error:
+                if messages:
+                    break
+                raise DisconnectedError(f"processor {self.processor_id} closed its pipe: {error}") from None
+            if not chunk:
+                ended = True
+                break
+            buffer += chunk
+            self._take_messages(messages)
+        self._take_messages(messages)
+        if ended and not messages:
+            raise DisconnectedError(f"processor {self.processor_id} closed its pipe: end of file")
+        return messages
+
+    def receive(self, timeout: Optional[float] = None) -> Any:
+        """The next message, waiting for it up to ``timeout`` (None: without limit); raise TimeoutError."""
+        while not self._ready:
+            if not select.select([self._fd], [], [], timeout)[0]:
+                raise TimeoutError(f"processor {self.processor_id} said nothing within {timeout} seconds")
+            self._ready.extend(self.receive_all())
+        return self._ready.popleft()
 
     def receive_left(self) -> List[Any]:
         """What the processor wrote before it ended (call once it has ended: never blocks then)."""
-        left: List[Any] = []
         try:
-            while self.connection.poll():
-                left.append(receive(self.connection))
-        except (EOFError, OSError):
-            pass
-        return left
+            return self.receive_all()
+        except DisconnectedError:
+            return []
+
+    def _missing_bytes(self) -> int:
+        buffer = self._in
+        if len(buffer) < 4:
+            return 0
+        size = struct.unpack_from("!i", buffer)[0]
+        header = 4
+        if size == -1:
+            if len(buffer) < 12:
+                return 0
+            size = struct.unpack_from("!Q", buffer, 4)[0]
+            header = 12
+        return header + size - len(buffer)
+
+    def _take_messages(self, messages: List[Any]) -> None:
+        buffer = self._in
+        while len(buffer) >= 4:
+            size = struct.unpack_from("!i", buffer)[0]
+            header = 4
+            if size == -1:
+                if len(buffer) < 12:
+                    return
+                size = struct.unpack_from("!Q", buffer, 4)[0]
+                header = 12
+            end = header + size
+            if len(buffer) < end:
+                return
+            with memoryview(buffer) as view:
+                messages.append(pickle.loads(view[header:end]))
+            del buffer[:end]
+
+    def close(self) -> None:
+        """Close the agent's end of the Pipe (the processor then exits on its own)."""
+        self._socket.close()
+        self.connection.close()
 
     def kill(self) -> None:
         """SIGKILL the processor (it runs user code, which may ignore anything milder)."""
@@ -113,6 +229,6 @@ class ProcessorLink:
         if exit_code is None:
             return None
         self._cause = processor_exit_cause(exit_code)
-        self.connection.close()
+        self.close()
         self.process.close()
         return self._cause

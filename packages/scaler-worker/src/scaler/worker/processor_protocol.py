@@ -1,20 +1,38 @@
 """What the agent and its processor say to each other over their multiprocessing Pipe.
 
-The agent sends a `ProcessorTask`; the processor runs it and answers with its
-`ProcessorResult`. A function or serializer travels as bytes only the first
-time the processor needs it; afterwards its ID alone refers to the processor's
-cached copy (see `lru_cache.LRUCache`).
+A Pipe message is one of the tuples below, or a list of them (read as if they came one by one, in order).
 
-Nested tasks ("help while waiting"): when a task waits inside the Scaler
-client (on the tasks it submitted), the processor sends
-``TaskWaiting(task_id, True)``: it can take another task meanwhile. The agent
-then sends it queued tasks, one at a time; each runs nested on the waiting
-task's stack and answers with its result as usual. Once what the task waits
-for is done, the processor sends ``TaskWaiting(task_id, False)`` and runs any
-task already on its way until the agent answers `WaitEnded`: then no other
-task is in flight and the waiting task resumes. So the processor runs a stack
-of tasks, the top one running (or waiting), the others waiting beneath it, and
-the agent knows that stack exactly.
+Tasks. The agent sends tasks to run at the top of the processor's stack as a list of `ProcessorTask`: the
+processor appends them to its local FIFO and runs them strictly in order, each once the one before it has
+finished. The agent keeps up to `PROCESSOR_PIPELINE_DEPTH` tasks "sent ahead" beyond the one running (while the
+tasks finish within `PIPELINE_TASK_SECONDS`, as `ProcessorResult.seconds` tells), so
+the processor never idles while the agent turns a result around, and several tasks travel in one message.
+Before it starts each task the processor reads whatever is readable on the Pipe without blocking, so a
+`Drop`, a `WaitEnded` or more tasks that arrived meanwhile are seen in order. ``Drop(task_id)`` asks to take
+a task out of the FIFO: the processor answers ``Dropped(task_id)``, or nothing if the task has started (its
+result then comes as usual).
+
+Results. The processor answers each task with its `ProcessorResult`, possibly several in one list. It sends
+at once when its FIFO is empty, in a wait, or when the task that just finished took longer than
+`RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results until its FIFO is empty or the
+oldest held one is `RESULT_HOLD_SECONDS` old. A held result thus waits for at most one further task, and
+only while the tasks run quickly.
+
+Caches. A function, a serializer or an object-storage argument travels as bytes only the first time the
+processor needs it; afterwards its ID alone refers to the processor's cached copy (`lru_cache`). The
+processor updates its caches when it reads a task from the Pipe (not when it runs it), so the agent, which
+applies the same get/put sequence when it sends, mirrors them exactly, whatever order the tasks then run
+in and even if some are dropped.
+
+Nested tasks ("help while waiting"): when a task waits inside the Scaler client (on the tasks it
+submitted), the processor sends ``TaskWaiting(task_id, True)``: it can take another task meanwhile. The
+agent then sends it queued tasks one at a time, each as a single `ProcessorTask` (not a list), which runs
+nested on the waiting task's stack and answers with its result as usual; tasks sent ahead stay in the FIFO
+(the agent takes them back with `Drop`, so the waiting task's children can run). Once what the task waits
+for is done, the processor sends ``TaskWaiting(task_id, False)`` and runs any single task already on its way
+until the agent answers `WaitEnded`: then no other task is in flight and the waiting task resumes. So the
+processor runs a stack of tasks, the top one running (or waiting), the others waiting beneath it, plus a
+FIFO of tasks not started; the agent knows both exactly from the order of the messages it receives.
 """
 
 from __future__ import annotations
@@ -25,6 +43,18 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 
 FUNCTION_CACHE_CAPACITY = 128
 SERIALIZER_CACHE_CAPACITY = 16
+# object-storage arguments a processor keeps (serialized), bounded by their total size
+OBJECT_CACHE_BYTES = 256 * 1024 * 1024
+
+# tasks the agent keeps in the processor's FIFO beyond the one running (0: one task at a time), while the
+# tasks run quicker than PIPELINE_TASK_SECONDS (for longer ones the gap between two tasks is negligible, and
+# tasks held back here could neither be given to an idle worker nor be cancelled without waiting)
+PROCESSOR_PIPELINE_DEPTH = 4
+PIPELINE_TASK_SECONDS = 0.1
+# the processor holds a result back (to send it with the next ones) only after a task this quick, and only
+# while the oldest held result is younger than RESULT_HOLD_SECONDS
+RESULT_HOLD_TASK_SECONDS = 0.0002
+RESULT_HOLD_SECONDS = 0.001
 
 # a task waiting inside the Scaler client checks what it waits for this often while it has nothing to run
 # (less often when a check itself takes long: it then costs at most a tenth of the wait)
@@ -37,8 +67,22 @@ class ProcessorTask(NamedTuple):
     function: Optional[bytes]  # cloudpickled function; None: the processor holds it already
     serializer_id: bytes  # b"": cloudpickle
     serializer: Optional[bytes]  # cloudpickled serializer; None: the processor holds it already (or cloudpickle)
-    arguments: List[Tuple[str, bytes]]  # (name, serialized value); name "" is positional
+    # (name, serialized value, object ID); name "" is positional; object ID b"": an inline argument; else an
+    # object-storage argument, its value None when the processor holds it already
+    arguments: List[Tuple[str, Optional[bytes], bytes]]
     profiling: bool
+
+
+class Drop(NamedTuple):
+    """From the agent: take this task out of the FIFO if it has not started (answered by `Dropped`)."""
+
+    task_id: bytes
+
+
+class Dropped(NamedTuple):
+    """From the processor: the task was taken out of the FIFO unstarted; no result will come for it."""
+
+    task_id: bytes
 
 
 class TaskWaiting(NamedTuple):
@@ -61,6 +105,7 @@ class ProcessorResult(NamedTuple):
     payload: bytes
     error_text: str
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
+    seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
 
 
 # Plain pickle over the Pipe's byte messages: cheaper than Connection.send/recv, which build a

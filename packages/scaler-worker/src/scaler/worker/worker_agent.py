@@ -383,6 +383,7 @@ class WorkerAgent:
         assert self._loop is not None
         try:
             self._loop.remove_reader(link.connection.fileno())
+            self._loop.remove_writer(link.connection.fileno())
         except (OSError, ValueError):  # already closed
             pass
         try:
@@ -409,9 +410,21 @@ class WorkerAgent:
         if link is None or link.processor_id != effect.processor_id:  # it could not be started: we are stopping
             return
         try:
-            link.send(effect.message)
+            if not link.send(effect.message) and self._loop is not None:
+                self._loop.add_writer(link.connection.fileno(), self._on_processor_writable, link)
         except DisconnectedError as error:
             logger.warning(f"{self._name}: {error}; waiting for its end to be reported")
+
+    def _on_processor_writable(self, link: ProcessorLink) -> None:
+        """The rest of a large message goes once the processor has read the start of it."""
+        assert self._loop is not None
+        try:
+            done = link.flush()
+        except DisconnectedError as error:
+            logger.warning(f"{self._name}: {error}; waiting for its end to be reported")
+            done = True
+        if done:
+            self._loop.remove_writer(link.connection.fileno())
 
     def _start_task_timer(self, effect: StartTaskTimer) -> None:
         assert self._loop is not None
@@ -422,9 +435,9 @@ class WorkerAgent:
         self._schedule_flush()
 
     def _on_processor_readable(self, link: ProcessorLink) -> None:
-        # one message per call: the reader is level-triggered, so the loop calls again while more are there
+        # every whole message readable now, handled as one (a large one may take several calls to arrive)
         try:
-            message = link.receive()
+            messages = link.receive_all()
         except DisconnectedError:
             assert self._loop is not None
             self._loop.remove_reader(link.connection.fileno())  # its sentinel reports the end
@@ -432,6 +445,11 @@ class WorkerAgent:
         except Exception:  # a message that does not unpickle: a bug, not a reason to stop serving
             logger.exception(f"{self._name}: dropped unreadable message from processor {link.processor_id}")
             return
+        if not messages:
+            return
+        message: Any = messages[0]
+        if len(messages) > 1:
+            message = [each for one in messages for each in (one if type(one) is list else (one,))]
         try:
             self._perform(self._state.on_processor_message(link.processor_id, message))
         except Exception:

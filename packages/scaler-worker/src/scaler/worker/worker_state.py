@@ -11,9 +11,26 @@ travel in one `TaskResultBatch` and many fetches in one `ObjectRequest`. The
 asyncio shell in `worker_agent.py` only carries the effects out; this module is
 tested without sockets or processes.
 
-A task goes QUEUED -> STAGED (what it needs is being fetched) -> RUNNING ->
-(STORING, while a large result is put in storage) -> done. A few tasks ahead
-are staged so that their data is fetched while the processor is busy.
+A task goes QUEUED -> STAGED (what it needs is being fetched) -> (SENT: sent
+ahead to the processor, not started) -> RUNNING -> (STORING, while a large
+result is put in storage) -> done. A few tasks ahead are staged so that their
+data is fetched while the processor is busy.
+
+Pipeline: while one task runs at the top level, and the last one there took
+less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent
+ahead (several in one Pipe message) into the processor's FIFO, so that it
+starts the next one without waiting for the agent. The agent's model of the
+processor is the stack (started tasks) plus the inbox (sent, not started, in
+FIFO order). The processor runs the inbox strictly in order at the top level,
+so when the result of the only task on the stack arrives, the head of the
+inbox has started (its timeout timer starts then). Nothing is sent ahead while
+the top of the stack waits or the stack is deeper than one; when a task starts
+to wait, the inbox is taken back (``Drop``; the processor answers ``Dropped``)
+so that the waiting task's children, maybe among them, can run nested. A
+cancelled inbox task is dropped the same way: its `TaskCancelConfirm` waits
+for the processor's answer (``Dropped``: cancelled; its result: not). When the
+processor is stopped or dies, the inbox tasks were not started: they go back
+to the queue and run on the next processor.
 
 The worker has one slot and one processor. A task that waits inside the Scaler
 client (on tasks it submitted: a nested task) gives the slot up without leaving
@@ -30,7 +47,7 @@ likely a child of the waiting task: depth first, so the stack stays shallow and
 the waiting task resumes soon). A balance request gives back the tasks that
 would run last. Stopping the processor (cancel, timeout, crash) ends every task
 on its stack: the others fail with WORKER_DIED, naming what happened, and the
-scheduler runs them again.
+scheduler runs them again; the tasks sent ahead go back to the queue.
 """
 
 from __future__ import annotations
@@ -51,10 +68,15 @@ from scaler.protocol.errors import (
     TaskTimeoutError,
 )
 from scaler.protocol.ids import IDGenerator
-from scaler.worker.lru_cache import LRUCache
+from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
+    OBJECT_CACHE_BYTES,
+    PIPELINE_TASK_SECONDS,
+    PROCESSOR_PIPELINE_DEPTH,
     SERIALIZER_CACHE_CAPACITY,
+    Drop,
+    Dropped,
     ProcessorResult,
     ProcessorTask,
     TaskWaiting,
@@ -95,7 +117,8 @@ class StartProcessor:
 
 @dataclass(slots=True)
 class SendToProcessor:
-    """A `ProcessorTask` to run, or a `WaitEnded` answer."""
+    """A list of `ProcessorTask`s for the processor's FIFO, a single one to run nested on a waiting task, a
+    `WaitEnded` answer, or a list of `Drop`s."""
 
     processor_id: int
     message: Any
@@ -119,6 +142,7 @@ Effect = Any  # one of the classes above
 class _Phase(enum.Enum):
     QUEUED = "queued"
     STAGED = "staged"
+    SENT = "sent"
     RUNNING = "running"
     STORING = "storing"
 
@@ -128,14 +152,28 @@ _SERIALIZER = 2
 _OBJECT = 4
 
 
+class _PendingConfirm:
+    """A `TaskCancelConfirm` that waits for the processor's answer to some `Drop`s."""
+
+    __slots__ = ("task_ids", "cancelled", "unresolved")
+
+    def __init__(self, task_ids: List[bytes], cancelled: List[bool], unresolved: int) -> None:
+        self.task_ids = task_ids
+        self.cancelled = cancelled
+        self.unresolved = unresolved
+
+
 class _Entry:
-    __slots__ = ("task", "phase", "waiting", "run")
+    __slots__ = ("task", "phase", "waiting", "run", "dropping", "confirms")
 
     def __init__(self, task: m.Task) -> None:
         self.task = task
         self.phase = _Phase.QUEUED
         self.waiting = False  # RUNNING: it waits inside the Scaler client, the processor may run another task
         self.run = 0  # which dispatch this is, so that a stale timer is recognised
+        self.dropping = False  # SENT: a Drop is on its way to the processor
+        # cancels waiting for the processor's answer to the Drop: (confirm, position of this task in it)
+        self.confirms: Optional[List[Tuple[_PendingConfirm, int]]] = None
 
     def object_ids(self) -> Iterator[bytes]:
         for argument in self.task.arguments:
@@ -150,17 +188,24 @@ class WorkerState:
         inline_threshold_bytes: int = DEFAULT_INLINE_THRESHOLD_BYTES,
         storage_timeout_seconds: float = DEFAULT_STORAGE_TIMEOUT_SECONDS,
         prefetch_tasks: int = DEFAULT_PREFETCH_TASKS,
+        pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH,
+        object_cache_bytes: int = OBJECT_CACHE_BYTES,
     ) -> None:
         self._inline_threshold = inline_threshold_bytes
         self._storage_timeout = storage_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
+        self._pipeline_depth = max(0, pipeline_depth)
+        self._quick = False  # the last task that ended at the top of the stack was quick: send ahead
 
         self._processor_ids = itertools.count()
         self._processor_id = -1
-        self._stack: List[_Entry] = []  # the tasks handed to the processor, the top one last
+        self._stack: List[_Entry] = []  # the tasks started on the processor, the top one last
+        self._inbox: List[_Entry] = []  # the tasks sent ahead to the processor, not started, in its FIFO order
+        self._recalled: List[_Entry] = []  # taken back from the processor by the message being handled
         # mirrors of the processor's caches (same capacity, same get/put sequence)
         self._processor_functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
         self._processor_serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
+        self._processor_objects: SizedLRUCache[bytes, bool] = SizedLRUCache(object_cache_bytes)
         self._runs = itertools.count(1)
 
         self._tasks: Dict[bytes, _Entry] = {}
@@ -192,6 +237,7 @@ class WorkerState:
         self._processor_handlers: Dict[type, Callable[[Any, List[Effect]], None]] = {
             ProcessorResult: self._on_result,
             TaskWaiting: self._on_waiting,
+            Dropped: self._on_dropped,
         }
 
     # ------------------------------------------------------------------------- entry points
@@ -228,24 +274,43 @@ class WorkerState:
 
     def on_task_cancel(self, cancel: m.TaskCancel) -> List[Effect]:
         """Cancel queued tasks at once; a running one (anywhere on the processor's stack) by stopping the
-        processor. Every ID is confirmed, cancelled or not (unknown, or finished: its result is on the way)."""
+        processor; one sent ahead by a `Drop`, confirmed once the processor answers. Every ID is confirmed,
+        cancelled or not (unknown, or finished: its result is on the way), in one confirm per cancel."""
         out: List[Effect] = []
+        task_ids = list(cancel.task_ids)
         cancelled: List[bool] = []
         on_stack: Set[bytes] = set()
-        for task_id in cancel.task_ids:
+        sent: List[Tuple[_Entry, int]] = []
+        for position, task_id in enumerate(task_ids):
             entry = self._tasks.get(task_id)
             if entry is None or entry.phase is _Phase.STORING:
                 cancelled.append(False)
             elif entry.phase is _Phase.RUNNING:
                 on_stack.add(task_id)
-                cancelled.append(True)
+                cancelled.append(not entry.confirms)  # an earlier cancel waiting for a Drop gets the True
+            elif entry.phase is _Phase.SENT:
+                sent.append((entry, position))
+                cancelled.append(False)  # until the processor answers
             else:
                 self._remove(entry)
                 cancelled.append(True)
+        if sent:
+            confirm = _PendingConfirm(task_ids, cancelled, len(sent))
+            drops = []
+            for entry, position in sent:
+                if entry.confirms is None:
+                    entry.confirms = []
+                entry.confirms.append((confirm, position))
+                if not entry.dropping:
+                    entry.dropping = True
+                    drops.append(Drop(entry.task.task_id))
+            if drops and not on_stack:
+                out.append(SendToProcessor(self._processor_id, drops))
+        else:
+            self._to_scheduler.append(m.TaskCancelConfirm(task_ids, cancelled))
         if on_stack:
             named = ", ".join(sorted(task_id.hex() for task_id in on_stack))
             self._stop_processor(out, on_stack, None, f"its processor was stopped to cancel task {named}")
-        self._to_scheduler.append(m.TaskCancelConfirm(list(cancel.task_ids), cancelled))
         self._fill(out)
         return out
 
@@ -283,12 +348,20 @@ class WorkerState:
         return out
 
     def on_processor_message(self, processor_id: int, message: Any) -> List[Effect]:
-        """A `ProcessorResult` or a `TaskWaiting` notice from the processor."""
+        """A `ProcessorResult`, a `TaskWaiting` or `Dropped` notice, or a list of them, from the processor."""
         out: List[Effect] = []
         if processor_id != self._processor_id:
             logger.debug(f"Worker: dropped {type(message).__name__} from stopped processor {processor_id}")
             return out
-        self._processor_handlers[type(message)](message, out)
+        handlers = self._processor_handlers
+        if type(message) is list:
+            for each in message:
+                handlers[type(each)](each, out)
+        else:
+            handlers[type(message)](message, out)
+        if self._recalled:  # the tasks taken back together go back together, in their order
+            self._requeue(self._recalled)
+            self._recalled = []
         self._fill(out)
         return out
 
@@ -299,8 +372,9 @@ class WorkerState:
         if processor_id != self._processor_id:
             return out
         for message in last_messages:
-            if type(message) is ProcessorResult:
-                self._on_result(message, out)
+            for each in message if type(message) is list else (message,):
+                if type(each) is ProcessorResult:
+                    self._on_result(each, out)
         top = self._stack[-1].task.task_id.hex() if self._stack else ""
         self._stop_processor(out, set(), None, f"{cause}, while task {top} ran above this one", top_reason=cause)
         self._fill(out)
@@ -371,7 +445,8 @@ class WorkerState:
 
     @property
     def queued_count(self) -> int:
-        return self._queued_count
+        """Tasks held here that have not started: queued, and sent ahead to the processor."""
+        return self._queued_count + len(self._inbox)
 
     @property
     def has_output(self) -> bool:
@@ -402,8 +477,13 @@ class WorkerState:
 
     @property
     def stack(self) -> List[bytes]:
-        """The IDs of the tasks on the processor, the top one last."""
+        """The IDs of the tasks started on the processor, the top one last."""
         return [entry.task.task_id for entry in self._stack]
+
+    @property
+    def inbox(self) -> List[bytes]:
+        """The IDs of the tasks sent ahead to the processor, not started, in the order they will run."""
+        return [entry.task.task_id for entry in self._inbox]
 
     def phase_of(self, task_id: bytes) -> Optional[str]:
         entry = self._tasks.get(task_id)
@@ -425,6 +505,12 @@ class WorkerState:
             logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not on top of the processor")
             return
         entry = stack.pop()  # the task beneath, if any, is back in its wait: the slot is free again
+        if not stack:
+            self._quick = result.seconds < PIPELINE_TASK_SECONDS
+        if entry.confirms:
+            self._resolve_cancel(entry, False)  # a cancel crossed it: its result answers
+        if not stack and self._inbox:
+            self._start(self._inbox.pop(0), out)  # the processor starts the next one in its FIFO at once
         profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
         status = m.TaskStatus(result.status)
         stored = entry.task.store_result or len(result.payload) > self._inline_threshold
@@ -441,6 +527,14 @@ class WorkerState:
         if notice.waiting:
             if on_stack and self._stack[-1] is entry:
                 entry.waiting = True  # type: ignore[union-attr]
+                # take back what was sent ahead: it would not run before this task ends, and may be its child
+                drops = []
+                for sent in self._inbox:
+                    if not sent.dropping:
+                        sent.dropping = True
+                        drops.append(Drop(sent.task.task_id))
+                if drops:
+                    out.append(SendToProcessor(self._processor_id, drops))
             else:
                 logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not on top of the stack")
             return
@@ -449,10 +543,58 @@ class WorkerState:
             entry.waiting = False  # type: ignore[union-attr]
         out.append(SendToProcessor(self._processor_id, WaitEnded(notice.task_id)))
 
+    def _on_dropped(self, notice: Dropped, out: List[Effect]) -> None:
+        """A task sent ahead was taken out of the processor's FIFO unstarted: cancelled, or back to the queue."""
+        entry = self._tasks.get(notice.task_id)
+        if entry is None or not entry.dropping:
+            logger.warning(f"Worker: dropped Dropped notice of task {notice.task_id.hex()}: no drop was asked")
+            return
+        stack = self._stack
+        if entry.phase is _Phase.SENT:
+            self._inbox.remove(entry)
+        elif len(stack) == 1 and stack[0] is entry:  # taken for started when the task before it ended
+            stack.pop()
+            if self._inbox:
+                self._start(self._inbox.pop(0), out)
+        else:
+            logger.warning(f"Worker: dropped Dropped notice of task {notice.task_id.hex()}: not sent ahead")
+            return
+        if entry.confirms:
+            self._resolve_cancel(entry, True)
+            self._remove(entry)
+        else:
+            self._recalled.append(entry)
+
+    def _resolve_cancel(self, entry: _Entry, cancelled: bool) -> None:
+        """The processor answered the Drop of a cancelled task: complete the confirms waiting for it (a task
+        is cancelled once: a repeated cancel reads as one of a task already gone)."""
+        for confirm, position in entry.confirms or ():
+            confirm.cancelled[position] = cancelled
+            cancelled = False
+            confirm.unresolved -= 1
+            if confirm.unresolved == 0:
+                self._to_scheduler.append(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
+        entry.confirms = None
+
+    def _requeue(self, entries: List[_Entry]) -> None:
+        """Put tasks taken back from the processor (not started) at the head of the queue, in their order."""
+        by_priority: Dict[int, List[_Entry]] = defaultdict(list)
+        for entry in entries:
+            entry.phase = _Phase.QUEUED
+            entry.dropping = False
+            entry.waiting = False
+            by_priority[entry.task.priority].append(entry)
+        for priority, group in by_priority.items():
+            queued = {entry.task.task_id: entry for entry in group}
+            queued.update(self._queue.get(priority, {}))
+            self._queue[priority] = queued
+        self._queued_count += len(entries)
+
     def _new_processor(self, out: List[Effect]) -> None:
         self._processor_id = next(self._processor_ids)
         self._processor_functions.clear()
         self._processor_serializers.clear()
+        self._processor_objects.clear()
         out.append(StartProcessor(self._processor_id))
 
     def _stop_processor(
@@ -463,12 +605,26 @@ class WorkerState:
         reason: str,
         top_reason: str = "",
     ) -> None:
-        """Replace the processor; every task on its stack ends: those in ``cancelled`` without a result, the
-        ``failed`` one with its error, the top one with WORKER_DIED ``top_reason`` if given, the others with
-        WORKER_DIED ``reason``."""
+        """Replace the processor; every task on its stack ends: those in ``cancelled`` (or whose cancel waits
+        for a Drop) without a result, the ``failed`` one with its error, the top one with WORKER_DIED
+        ``top_reason`` if given, the others with WORKER_DIED ``reason``. The tasks sent ahead had not started:
+        the cancelled ones end without a result, the others go back to the queue."""
         stack, self._stack = self._stack, []
+        inbox, self._inbox = self._inbox, []
+        back = []
+        for entry in inbox:
+            if entry.confirms:
+                self._resolve_cancel(entry, True)
+                self._remove(entry)
+            else:
+                back.append(entry)
+        if back:
+            self._requeue(back)
         for position, entry in enumerate(stack):
-            if entry.task.task_id in cancelled:
+            if entry.confirms:
+                self._resolve_cancel(entry, True)
+                self._remove(entry)
+            elif entry.task.task_id in cancelled:
                 self._remove(entry)
             elif failed is not None and entry is failed[0]:
                 self._fail(entry, failed[1])
@@ -490,10 +646,36 @@ class WorkerState:
             yield from (reversed(entries) if newest_first else entries)
 
     def _fill(self, out: List[Effect]) -> None:
-        """Run the next task if the slot is free (no task, or the top one waits); stage tasks ahead."""
+        """Run the next task if the slot is free (no task, or the top one waits); keep the processor's FIFO
+        filled while one task runs at the top level; stage tasks ahead."""
         stack = self._stack
-        if not stack or stack[-1].waiting:
-            self._run_next(out)
+        batch: Optional[List[ProcessorTask]] = None
+        if not stack:
+            entry = self._next_ready(False)
+            if entry is not None:
+                batch = [self._dispatch(entry)]
+                self._start(entry, out)
+        elif stack[-1].waiting:
+            entry = self._next_ready(True)
+            if entry is not None:
+                nested = self._dispatch(entry)  # a single task: it runs nested, on the waiting one
+                self._start(entry, out)
+                out.append(SendToProcessor(self._processor_id, nested))
+        if len(stack) == 1 and not stack[0].waiting and self._quick:
+            inbox = self._inbox
+            depth = self._pipeline_depth
+            if len(inbox) < depth and not any(entry.dropping and not entry.confirms for entry in inbox):
+                while len(inbox) < depth:
+                    entry = self._next_ready(False)
+                    if entry is None:
+                        break
+                    if batch is None:
+                        batch = []
+                    batch.append(self._dispatch(entry))
+                    entry.phase = _Phase.SENT
+                    inbox.append(entry)
+        if batch:
+            out.append(SendToProcessor(self._processor_id, batch))
         missing = self._prefetch - len(self._staged)
         if missing > 0 and self._queued_count > len(self._staged):
             ahead = []
@@ -505,21 +687,19 @@ class WorkerState:
             for entry in ahead:
                 self._stage(entry)
 
-    def _run_next(self, out: List[Effect]) -> None:
-        """Dispatch the first task in run order if it has all it needs (else fetch it and wait)."""
-        newest_first = bool(self._stack)
+    def _next_ready(self, newest_first: bool) -> Optional[_Entry]:
+        """The first task in run order if it has all it needs (else fetch what it lacks: None)."""
         while True:
             entry = next(self._in_run_order(newest_first), None)
             if entry is None:
-                return
+                return None
             if entry.phase is _Phase.QUEUED:
                 self._stage(entry)
                 if entry.phase is not _Phase.STAGED:  # failed while staging
                     continue
             if self._request_missing(entry):
-                return  # strict priority order: wait for what the best task needs
-            self._dispatch(entry, out)
-            return
+                return None  # strict priority order: wait for what the best task needs
+            return entry
 
     def _stage(self, entry: _Entry) -> None:
         for argument in entry.task.arguments:
@@ -551,9 +731,13 @@ class WorkerState:
             if serializer_id not in self._processor_serializers:
                 missing.append((serializer_id, _SERIALIZER))
         objects = self._objects
-        for object_id in entry.object_ids():
-            if object_id not in objects:
-                missing.append((object_id, _OBJECT))
+        in_processor = self._processor_objects
+        # the IDs alone may go only if the processor holds every object (a put could evict another one)
+        sent_as_ids = all(object_id in in_processor for object_id in entry.object_ids())
+        if not sent_as_ids:
+            for object_id in entry.object_ids():
+                if object_id not in objects:
+                    missing.append((object_id, _OBJECT))
         return missing
 
     def _request_missing(self, entry: _Entry) -> bool:
@@ -568,9 +752,10 @@ class WorkerState:
                 pending[object_id] = kinds | kind
         return bool(missing)
 
-    def _dispatch(self, entry: _Entry, out: List[Effect]) -> None:
+    def _dispatch(self, entry: _Entry) -> ProcessorTask:
+        """Take ``entry`` out of the queue and build what the processor gets for it."""
         task = entry.task
-        # the same get/put sequence as the processor applies to its own caches (processor.py)
+        # the same get/put sequence as the processor applies to its own caches when it reads the task
         function: Optional[bytes] = None
         if not self._processor_functions.get(task.function_id):
             function = self._functions.get(task.function_id)
@@ -579,22 +764,32 @@ class WorkerState:
         if task.serializer_id and not self._processor_serializers.get(task.serializer_id):
             serializer = self._serializers.get(task.serializer_id)
             self._processor_serializers.put(task.serializer_id, True)
-        objects = self._objects
-        arguments = [
-            (argument.name, argument.data if argument.kind == m.ArgumentKind.INLINE else objects[argument.data])
-            for argument in task.arguments
-        ]
+        arguments: List[Tuple[str, Optional[bytes], bytes]] = []
+        for argument in task.arguments:
+            if argument.kind == m.ArgumentKind.INLINE:
+                arguments.append((argument.name, argument.data, b""))
+                continue
+            object_id = argument.data
+            if self._processor_objects.get(object_id) is None:
+                data = self._objects[object_id]
+                self._processor_objects.put(object_id, True, len(data))
+                arguments.append((argument.name, data, object_id))
+            else:
+                arguments.append((argument.name, None, object_id))
         self._dequeue(entry)
+        return ProcessorTask(
+            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
+        )
+
+    def _start(self, entry: _Entry, out: List[Effect]) -> None:
+        """``entry`` starts on the processor, on top of its stack: its timeout counts from now."""
         entry.phase = _Phase.RUNNING
         entry.waiting = False
         entry.run = next(self._runs)
         self._stack.append(entry)
-        processor_task = ProcessorTask(
-            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
-        )
-        out.append(SendToProcessor(self._processor_id, processor_task))
-        if task.timeout_seconds > 0:
-            out.append(StartTaskTimer(task.task_id, entry.run, task.timeout_seconds))
+        timeout = entry.task.timeout_seconds
+        if timeout > 0:
+            out.append(StartTaskTimer(entry.task.task_id, entry.run, timeout))
 
     # ------------------------------------------------------------------------- storage answers
 
