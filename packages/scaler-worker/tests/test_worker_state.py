@@ -1164,6 +1164,13 @@ def test_a_waiting_task_takes_back_what_was_sent_ahead_and_nests_one_task_at_a_t
     assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in range(2, 6)]
 
 
+def test_a_higher_priority_task_takes_back_the_lower_ones_sent_ahead():
+    h = pipelined(5, depth=2)
+    h.assign(make_task(9, priority=5))
+    assert h.pipe == [[Drop(task_id(3)), Drop(task_id(4))]]  # read by the processor between two tasks
+    assert h.run_all() == [task_id(2), task_id(9), task_id(3), task_id(4), task_id(5)]
+
+
 # ----------------------------------------------------------------------------- object cache of the processor
 
 

@@ -269,6 +269,10 @@ class WorkerState:
             self._queue.setdefault(task.priority, {})[task.task_id] = entry
             self._queued_count += 1
         out: List[Effect] = []
+        if self._inbox and self._queue:
+            # tasks sent ahead must not run before a higher priority one that came later: take them back
+            best = max(self._queue)
+            self._recall([sent for sent in self._inbox if sent.task.priority < best], out)
         self._fill(out)
         return out
 
@@ -528,13 +532,7 @@ class WorkerState:
             if on_stack and self._stack[-1] is entry:
                 entry.waiting = True  # type: ignore[union-attr]
                 # take back what was sent ahead: it would not run before this task ends, and may be its child
-                drops = []
-                for sent in self._inbox:
-                    if not sent.dropping:
-                        sent.dropping = True
-                        drops.append(Drop(sent.task.task_id))
-                if drops:
-                    out.append(SendToProcessor(self._processor_id, drops))
+                self._recall(self._inbox, out)
             else:
                 logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not on top of the stack")
             return
@@ -542,6 +540,16 @@ class WorkerState:
         if on_stack:
             entry.waiting = False  # type: ignore[union-attr]
         out.append(SendToProcessor(self._processor_id, WaitEnded(notice.task_id)))
+
+    def _recall(self, entries: List[_Entry], out: List[Effect]) -> None:
+        """Ask the processor to give back these tasks sent ahead (they return to the queue on `Dropped`)."""
+        drops = []
+        for entry in entries:
+            if not entry.dropping:
+                entry.dropping = True
+                drops.append(Drop(entry.task.task_id))
+        if drops:
+            out.append(SendToProcessor(self._processor_id, drops))
 
     def _on_dropped(self, notice: Dropped, out: List[Effect]) -> None:
         """A task sent ahead was taken out of the processor's FIFO unstarted: cancelled, or back to the queue."""
