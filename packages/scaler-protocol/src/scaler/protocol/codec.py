@@ -180,33 +180,36 @@ def encode(message: Any, blobs: Sequence[Any] = ()) -> List[Any]:
 
 def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
     """Decode frames into ``(message, blobs)``; raise `ProtocolError` on any malformed input."""
-    data, size = _frame_zero(frames)
-    try:
-        with schema.Message.from_bytes(bytes(data), traversal_limit_in_words=size // 2 + 64) as reader:
-            which = str(reader.which())
-            message = _reader(_message_type(which))(getattr(reader, which))
-    except ProtocolError:
-        raise
-    except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
-        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
-    return message, list(frames[1:])
+    return _decode(frames, routed=False)
 
 
 def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
     """`decode`, except that a `TaskBatch` holds `RoutedTask` items and a `TaskResultBatch` `RoutedResult`
     items: what the scheduler routes by is read, the rest stays in the received frame and is copied through
     (in C++, not field by field in Python) when `encode` sends the item on."""
-    data, size = _frame_zero(frames)
+    return _decode(frames, routed=True)
+
+
+def _decode(frames: Sequence[Any], routed: bool) -> Tuple[Any, List[Any]]:
+    if not frames:
+        raise ProtocolError("empty message: no frames")
+    head = frames[0]
+    data = head.buffer if hasattr(head, "buffer") else head
+    size = len(data)
+    if size == 0 or size % 8 != 0:
+        raise ProtocolError(f"frame 0 is {size} bytes, not a whole number of Cap'n Proto words")
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame 0 is {size} bytes, over the limit of {MAX_FRAME_BYTES}")
     try:
         segments = _segments(data)
         limit = size // 2 + 64
         reader = schema.Message.from_segments(segments, traversal_limit_in_words=limit)
         which = str(reader.which())
-        if which == "taskBatch":
+        if routed and which == "taskBatch":
             received = _Received(segments, limit, "taskBatch", "tasks", reader.taskBatch.tasks)
             tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(received.items)]
             message: Any = messages.TaskBatch(tasks)
-        elif which == "taskResultBatch":
+        elif routed and which == "taskResultBatch":
             received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
             results: List[Any] = [RoutedResult(received, i, item) for i, item in enumerate(received.items)]
             message = messages.TaskResultBatch(results)
@@ -217,19 +220,6 @@ def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
     except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
         raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
     return message, list(frames[1:])
-
-
-def _frame_zero(frames: Sequence[Any]) -> Tuple[Any, int]:
-    if not frames:
-        raise ProtocolError("empty message: no frames")
-    head = frames[0]
-    data = head.buffer if hasattr(head, "buffer") else head
-    size = len(data)
-    if size == 0 or size % 8 != 0:
-        raise ProtocolError(f"frame 0 is {size} bytes, not a whole number of Cap'n Proto words")
-    if size > MAX_FRAME_BYTES:
-        raise ProtocolError(f"frame 0 is {size} bytes, over the limit of {MAX_FRAME_BYTES}")
-    return data, size
 
 
 def _message_type(which: str) -> type:

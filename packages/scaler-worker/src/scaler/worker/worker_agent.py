@@ -372,8 +372,6 @@ class WorkerAgent:
         self._processor = link
         assert self._loop is not None
         self._loop.add_reader(link.connection.fileno(), self._on_processor_readable, link)
-        # uvloop makes a watched descriptor non-blocking; the Pipe is read and written a whole message at a time
-        os.set_blocking(link.connection.fileno(), True)
         self._loop.add_reader(link.sentinel, self._on_processor_ended, link)
         if link.pid is not None:
             self._usage.watch_processor(link.pid)
