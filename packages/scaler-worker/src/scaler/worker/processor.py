@@ -356,6 +356,7 @@ class _Processor:
             positional: List[Any] = []
             named: Dict[str, Any] = {}
             for name, payload, _ in accepted.arguments:
+                assert payload is not None  # a missing object is accepted.problem, answered above
                 value = serializer.deserialize(payload)
                 if name:
                     named[name] = value
