@@ -4,6 +4,7 @@ the stack of a task that waits inside the Scaler client."""
 from __future__ import annotations
 
 import itertools
+import pickle
 import select
 import time
 from typing import Any, Iterator, List
@@ -43,10 +44,7 @@ class Agent:
         # while a task is on the processor (it waits: these tests send nothing ahead) a single task runs nested
         # on it; otherwise tasks travel as a list, to the FIFO
         if not self.link.send(task if self._unanswered else [task]):
-            deadline = time.monotonic() + DEADLINE_SECONDS
-            while not self.link.flush():  # a large task: the processor reads it bit by bit
-                assert time.monotonic() < deadline, "the processor does not read its pipe"
-                select.select([], [self.link.connection.fileno()], [], 0.1)
+            _flushed(self)  # a large task: the processor reads it bit by bit
         self._unanswered.add(task_id)
         return task_id
 
@@ -85,6 +83,35 @@ def test_a_task_runs_and_answers(agent: Agent):
 def test_a_large_argument_and_a_large_result_cross_the_non_blocking_pipe(agent: Agent):
     big = b"x" * (8 << 20)  # far more than a Pipe holds: written and read in many pieces
     assert agent.expect_result(agent.send(tasks.add, big, b"y")) == big + b"y"
+
+
+def test_an_out_of_band_object_argument_arrives_whole_and_stays_cached(agent: Agent):
+    # as the agent sends a large object argument: a PickleBuffer, written after the pickle, not inside it
+    value = bytes(range(256)) * (4 << 12)  # 4 MiB
+    function_id = tasks.add.__name__.encode().ljust(16, b"_")[:16]
+    object_id = b"o" * 16
+    first = ProcessorTask(
+        b"1" * 16, function_id, cloudpickle.dumps(tasks.add), b"", None,
+        [("", pickle.PickleBuffer(cloudpickle.dumps(value)), object_id), ("", cloudpickle.dumps(b"!"), b"")], False,
+    )  # fmt: skip
+    assert agent.link.send([first]) or _flushed(agent)
+    agent._unanswered.add(first.task_id)
+    assert agent.expect_result(first.task_id) == value + b"!"
+    # the processor keeps it: the next task names the object alone
+    second = ProcessorTask(
+        b"2" * 16, function_id, None, b"", None, [("", None, object_id), ("", cloudpickle.dumps(b"?"), b"")], False
+    )
+    agent.link.send([second])
+    agent._unanswered.add(second.task_id)
+    assert agent.expect_result(second.task_id) == value + b"?"
+
+
+def _flushed(agent: Agent) -> bool:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not agent.link.flush():
+        assert time.monotonic() < deadline, "the processor does not read its pipe"
+        select.select([], [agent.link.connection.fileno()], [], 0.1)
+    return True
 
 
 def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tmp_path):

@@ -46,12 +46,11 @@ from scaler.worker.processor_protocol import (
     WAIT_CHECK_INTERVAL_SECONDS,
     Drop,
     Dropped,
+    PipeEnd,
     ProcessorResult,
     ProcessorTask,
     TaskWaiting,
     WaitEnded,
-    receive,
-    send,
 )
 from scaler.worker.task_failure import failure_payload
 
@@ -150,7 +149,7 @@ class _Processor:
         serializer_cache_capacity: int,
         object_cache_bytes: int,
     ) -> None:
-        self._connection = connection
+        self._pipe = PipeEnd(connection)
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, bytes] = SizedLRUCache(object_cache_bytes)
@@ -169,14 +168,14 @@ class _Processor:
 
     def serve(self) -> None:
         """Run the tasks the agent sends until it closes the Pipe."""
-        connection = self._connection
+        pipe = self._pipe
         fifo = self._fifo
         handlers = self._handlers
         while True:
             if not fifo:
                 self._flush()
                 try:
-                    message = receive(connection)
+                    message = pipe.receive()
                 except (EOFError, OSError):  # the agent closed the pipe or is gone
                     return
                 handlers[type(message)](message)
@@ -207,7 +206,7 @@ class _Processor:
             return
         deadline = None if timeout is None else time.monotonic() + timeout
         task_id = self._stack[-1].task_id
-        connection = self._connection
+        pipe = self._pipe
         self._send(TaskWaiting(task_id, True))
         try:
             while True:
@@ -220,7 +219,7 @@ class _Processor:
                     interval = min(interval, deadline - time.monotonic())
                     if interval <= 0:
                         break
-                if connection.poll(interval):
+                if pipe.poll(interval):
                     self._handle(self._receive())
                     self._flush()  # Dropped answers: the tasks taken back may be what this task waits for
         finally:
@@ -235,14 +234,14 @@ class _Processor:
 
     def _receive(self) -> Any:
         try:
-            return receive(self._connection)
+            return self._pipe.receive()
         except (EOFError, OSError):
             _agent_gone()
 
     def _drain(self) -> None:
-        connection = self._connection
+        pipe = self._pipe
         try:
-            while connection.poll(0):
+            while pipe.poll(0):
                 self._handle(self._receive())
         except (EOFError, OSError):
             _agent_gone()
@@ -264,7 +263,7 @@ class _Processor:
             return
         self._out = []
         try:
-            send(self._connection, out[0] if len(out) == 1 else out)
+            self._pipe.send(out[0] if len(out) == 1 else out)
         except (OSError, ValueError):
             _agent_gone()
 

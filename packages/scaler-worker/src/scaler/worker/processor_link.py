@@ -8,10 +8,10 @@ and does the blocking-free parts.
 
 The agent never blocks on its end of the Pipe (a socket pair; each call says
 MSG_DONTWAIT, whatever the event loop did to the descriptor's flags): messages are
-framed as `multiprocessing.connection` frames them (the processor reads them
-with ``recv_bytes``), written as far as the Pipe takes them, the rest kept
-until it is writable again (`flush`), and read into a buffer from which every
-complete message is taken (`receive_all`).
+framed as `processor_protocol` says (large payloads out of band, written from
+where they lie), written as far as the Pipe takes them, the rest kept until it
+is writable again (`flush`), and read into a buffer from which every complete
+message is taken (`receive_all`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pickle
 import select
 import signal
 import socket
-import struct
 from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any, Deque, List, Optional
@@ -32,15 +31,17 @@ from scaler.protocol.errors import DisconnectedError
 from scaler.worker.processor import processor_exit_cause, run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
+    HEADER,
     OBJECT_CACHE_BYTES,
     SERIALIZER_CACHE_CAPACITY,
+    buffer_lengths,
+    encode,
 )
 
 logger = logging.getLogger(__name__)
 
 _SPAWN = multiprocessing.get_context("spawn")
 _READ_BYTES = 1 << 20
-_SMALL_MESSAGE_BYTES = 1 << 16  # header and body go in one write below this size
 
 
 class ProcessorLink:
@@ -96,15 +97,8 @@ class ProcessorLink:
     def send(self, message: Any) -> bool:
         """Hand a task (or an answer) to the processor: True when it is all written, False when the rest waits
         for `flush` (call it once the Pipe is writable); raise DisconnectedError when the processor is gone
-        (its sentinel tells why)."""
-        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        size = len(data)
-        header = struct.pack("!i", size) if size <= 0x7FFFFFFF else struct.pack("!iQ", -1, size)
-        if size < _SMALL_MESSAGE_BYTES:
-            self._out.append(memoryview(header + data))
-        else:
-            self._out.append(memoryview(header))
-            self._out.append(memoryview(data))
+        (its sentinel tells why). Out-of-band buffers in ``message`` are written from where they are."""
+        self._out.extend(memoryview(frame).cast("B") for frame in encode(message))
         return self.flush()
 
     @property
@@ -171,33 +165,36 @@ class ProcessorLink:
             return []
 
     def _missing_bytes(self) -> int:
+        """How many bytes the message at the head of the read buffer still lacks (0: unknown yet)."""
+        size = self._message_size()
+        return size - len(self._in) if size else 0
+
+    def _message_size(self) -> int:
+        """The whole size of the message at the head of the read buffer; 0 while its header is incomplete."""
         buffer = self._in
-        if len(buffer) < 4:
+        if len(buffer) < HEADER.size:
             return 0
-        size = struct.unpack_from("!i", buffer)[0]
-        header = 4
-        if size == -1:
-            if len(buffer) < 12:
-                return 0
-            size = struct.unpack_from("!Q", buffer, 4)[0]
-            header = 12
-        return header + size - len(buffer)
+        length, count = HEADER.unpack_from(buffer)
+        start = HEADER.size + 8 * count
+        if len(buffer) < start:
+            return 0
+        return start + length + sum(buffer_lengths(buffer, count))
 
     def _take_messages(self, messages: List[Any]) -> None:
         buffer = self._in
-        while len(buffer) >= 4:
-            size = struct.unpack_from("!i", buffer)[0]
-            header = 4
-            if size == -1:
-                if len(buffer) < 12:
-                    return
-                size = struct.unpack_from("!Q", buffer, 4)[0]
-                header = 12
-            end = header + size
-            if len(buffer) < end:
+        while True:
+            end = self._message_size()
+            if not end or len(buffer) < end:
                 return
+            length, count = HEADER.unpack_from(buffer)
+            start = HEADER.size + 8 * count
             with memoryview(buffer) as view:
-                messages.append(pickle.loads(view[header:end]))
+                buffers = []
+                position = start + length
+                for size in buffer_lengths(buffer, count):
+                    buffers.append(bytes(view[position : position + size]))
+                    position += size
+                messages.append(pickle.loads(view[start : start + length], buffers=buffers))
             del buffer[:end]
 
     def close(self) -> None:

@@ -37,7 +37,11 @@ FIFO of tasks not started; the agent knows both exactly from the order of the me
 
 from __future__ import annotations
 
+import os
 import pickle
+import select
+import socket
+import struct
 from multiprocessing.connection import Connection
 from typing import Any, List, NamedTuple, Optional, Tuple
 
@@ -68,8 +72,9 @@ class ProcessorTask(NamedTuple):
     serializer_id: bytes  # b"": cloudpickle
     serializer: Optional[bytes]  # cloudpickled serializer; None: the processor holds it already (or cloudpickle)
     # (name, serialized value, object ID); name "" is positional; object ID b"": an inline argument; else an
-    # object-storage argument, its value None when the processor holds it already
-    arguments: List[Tuple[str, Optional[bytes], bytes]]
+    # object-storage argument, its value None when the processor holds it already (a large value is sent as a
+    # PickleBuffer, out of band, and arrives as bytes)
+    arguments: List[Tuple[str, Any, bytes]]
     profiling: bool
 
 
@@ -108,13 +113,75 @@ class ProcessorResult(NamedTuple):
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
 
 
-# Plain pickle over the Pipe's byte messages: cheaper than Connection.send/recv, which build a
-# multiprocessing ForkingPickler for every message. Everything sent is bytes, str, numbers and these tuples.
+# Framing. Both ends use the Pipe as a byte stream (a socket pair). A message is pickled (protocol 5) and the
+# `pickle.PickleBuffer`s in it (large payloads: the agent wraps every object argument of `OUT_OF_BAND_BYTES` or
+# more) travel out of band, after the pickle, so that no end copies them into or out of a pickle:
+#
+#     !QI: the pickle's length, the number n of out-of-band buffers; n x !Q: their lengths; the pickle; the buffers
+#
+# The processor reads each part with one blocking ``recv(size, MSG_WAITALL)`` straight into a new bytes object,
+# which the unpickled message then holds in place of the buffer (a 10 MB argument is copied once, by the kernel).
+# The agent writes and reads without blocking (`processor_link`).
+
+OUT_OF_BAND_BYTES = 64 * 1024
+HEADER = struct.Struct("!QI")
+_SMALL_MESSAGE_BYTES = 64 * 1024  # header and pickle go in one write below this size
 
 
-def send(connection: Connection, message: Any) -> None:
-    connection.send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
+def encode(message: Any) -> List[Any]:
+    """The frames (bytes-like) to write, in order, for ``message``."""
+    buffers: List[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL, buffer_callback=buffers.append)
+    raws = [buffer.raw() for buffer in buffers]
+    header = HEADER.pack(len(data), len(raws))
+    if raws:
+        header += struct.pack(f"!{len(raws)}Q", *[raw.nbytes for raw in raws])
+    if len(data) < _SMALL_MESSAGE_BYTES:
+        return [header + data, *raws]
+    return [header, data, *raws]
 
 
-def receive(connection: Connection) -> Any:
-    return pickle.loads(connection.recv_bytes())
+def buffer_lengths(data: Any, count: int, offset: int = 0) -> Tuple[int, ...]:
+    """The ``count`` out-of-band buffer lengths that follow the fixed header at ``offset`` in ``data``."""
+    return struct.unpack_from(f"!{count}Q", data, offset + HEADER.size) if count else ()
+
+
+class PipeEnd:
+    """The processor's end of the Pipe: blocking reads and writes of whole messages."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection  # kept open: it owns the descriptor the socket below duplicates
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(connection.fileno()))
+        self._socket.setblocking(True)
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a message (or the end of the Pipe) is readable within ``timeout`` seconds."""
+        return bool(select.select([self._socket], [], [], timeout)[0])
+
+    def send(self, message: Any) -> None:
+        """Raise OSError when the agent is gone."""
+        for frame in encode(message):
+            self._socket.sendall(frame)
+
+    def receive(self) -> Any:
+        """The next message, waiting for it; raise EOFError when the agent closed the Pipe."""
+        length, count = HEADER.unpack(self._read(HEADER.size))
+        lengths = struct.unpack(f"!{count}Q", self._read(8 * count)) if count else ()
+        data = self._read(length)
+        return pickle.loads(data, buffers=[self._read(size) for size in lengths])
+
+    def _read(self, size: int) -> bytes:
+        if size == 0:
+            return b""
+        data = self._socket.recv(size, socket.MSG_WAITALL)
+        if len(data) == size:
+            return data
+        parts = []
+        missing = size
+        while data:  # a signal interrupted the wait: go on
+            parts.append(data)
+            missing -= len(data)
+            if missing == 0:
+                return b"".join(parts)
+            data = self._socket.recv(missing, socket.MSG_WAITALL)
+        raise EOFError("the agent closed the pipe")

@@ -30,6 +30,7 @@ from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import new_worker_id, show
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
 from scaler.worker.processor_link import ProcessorLink
+from scaler.worker.processor_protocol import OUT_OF_BAND_BYTES
 from scaler.worker.resource_usage import ResourceUsage
 from scaler.worker.worker_config import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, WorkerConfig
 from scaler.worker.worker_state import (
@@ -201,9 +202,9 @@ class WorkerAgent:
         info = m.WorkerInfo(slots=1, queue_capacity=self._config.queue_capacity, capabilities=self._config.capabilities)
         return m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER, os.getpid(), host.gethostname(), info)
 
-    async def _receive(self, sock: zmq.asyncio.Socket, on_frames: Callable[[List[bytes]], None]) -> None:
+    async def _receive(self, sock: zmq.asyncio.Socket, on_frames: Callable[[List[Any]], None], copy: bool = True):
         while True:
-            frames = await sock.recv_multipart()
+            frames = await sock.recv_multipart(copy=copy)
             on_frames(frames)
             self._schedule_flush()
 
@@ -278,7 +279,7 @@ class WorkerAgent:
             self._stop(EXIT_FAILURE, f"cannot connect to object storage {storage_address!r}: {error}")
             return
         self._send_to_storage(SendToStorage(self._hello()))
-        self._in_background(self._receive(self._storage, self._on_storage_frames))
+        self._in_background(self._receive(self._storage, self._on_storage_frames, copy=False))
         self._in_background(self._heartbeat())
         logger.info(
             f"{self._name}: connected to scheduler {self._config.scheduler_address} "
@@ -324,12 +325,15 @@ class WorkerAgent:
 
     # ------------------------------------------------------------------------- the storage server
 
-    def _on_storage_frames(self, frames: List[bytes]) -> None:
+    def _on_storage_frames(self, frames: List[zmq.Frame]) -> None:
         try:
             message, blobs = codec.decode(frames)
         except ProtocolError as error:
             logger.warning(f"{self._name}: dropped malformed message from object storage: {error}")
             return
+        # a large payload stays in the zmq.Frame it arrived in (no copy; it crosses the Pipe from there); a small
+        # one is copied out, since a small frame may share its memory with other messages received with it
+        blobs = [blob if len(blob) >= OUT_OF_BAND_BYTES else blob.bytes for blob in blobs]
         handler = self._storage_handlers.get(type(message))
         if handler is None:
             logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")

@@ -57,6 +57,7 @@ import itertools
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pickle import PickleBuffer
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from scaler.protocol import messages as m
@@ -72,6 +73,7 @@ from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     OBJECT_CACHE_BYTES,
+    OUT_OF_BAND_BYTES,
     PIPELINE_TASK_SECONDS,
     PROCESSOR_PIPELINE_DEPTH,
     SERIALIZER_CACHE_CAPACITY,
@@ -772,7 +774,7 @@ class WorkerState:
         if task.serializer_id and not self._processor_serializers.get(task.serializer_id):
             serializer = self._serializers.get(task.serializer_id)
             self._processor_serializers.put(task.serializer_id, True)
-        arguments: List[Tuple[str, Optional[bytes], bytes]] = []
+        arguments: List[Tuple[str, Any, bytes]] = []
         for argument in task.arguments:
             if argument.kind == m.ArgumentKind.INLINE:
                 arguments.append((argument.name, argument.data, b""))
@@ -780,8 +782,10 @@ class WorkerState:
             object_id = argument.data
             if self._processor_objects.get(object_id) is None:
                 data = self._objects[object_id]
-                self._processor_objects.put(object_id, True, len(data))
-                arguments.append((argument.name, data, object_id))
+                size = len(data)
+                self._processor_objects.put(object_id, True, size)
+                # a large one crosses the Pipe out of band, from the very buffer storage's answer arrived in
+                arguments.append((argument.name, PickleBuffer(data) if size >= OUT_OF_BAND_BYTES else data, object_id))
             else:
                 arguments.append((argument.name, None, object_id))
         self._dequeue(entry)
@@ -815,6 +819,8 @@ class WorkerState:
             if data is None:
                 failed[object_id] = ObjectNotFoundError(f"object {object_id.hex()} not found in object storage")
                 continue
+            if kinds & (_FUNCTION | _SERIALIZER) and type(data) is not bytes:
+                data = bytes(data)  # they cross the Pipe inside a pickle
             if kinds & _FUNCTION:
                 self._functions.put(object_id, data)
             if kinds & _SERIALIZER:
