@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import importlib.util
 import math
 import os
@@ -150,6 +151,38 @@ def test_objects_large_arguments_and_large_results_travel_through_storage(client
     reference = client.send_object(blob, name="blob")
     assert client.submit(len, reference).result() == len(blob)
     assert client.submit(bytes, bytearray(blob)).result() == blob  # large argument and large result
+
+
+def describe_buffer(value):
+    """What a task sees of a large argument: its type, its contents, and whether it may write to it."""
+    if type(value).__name__ == "ndarray":
+        value[0] = value[0]  # raises if the array arrived read-only
+        return "ndarray", value.dtype.str, value.shape, int(value.sum())
+    return type(value).__name__, len(value), hashlib.sha256(value).hexdigest()
+
+
+def tuple_of_bytes(size, count):
+    return tuple(bytes([index]) * size for index in range(count))
+
+
+def test_large_buffers_keep_their_type_and_contents_in_both_directions(client):
+    # they travel as frames of their own beside a small pickle (pickle protocol 5, out of band)
+    blob = os.urandom(3_000_000)
+    digest = hashlib.sha256(blob).hexdigest()
+    assert client.submit(describe_buffer, blob).result() == ("bytes", len(blob), digest)
+    assert client.submit(describe_buffer, bytearray(blob)).result() == ("bytearray", len(blob), digest)
+    reference = client.send_object(blob)
+    assert client.map(describe_buffer, [(reference,)] * 3) == [("bytes", len(blob), digest)] * 3
+    assert client.submit(tuple_of_bytes, 200_000, 3).result() == tuple_of_bytes(200_000, 3)  # a large result
+    assert client.submit(bytearray, blob).result() == bytearray(blob)
+    if importlib.util.find_spec("numpy") is None:
+        return
+    import numpy
+
+    array = numpy.arange(1_000_000, dtype=numpy.int64).reshape(1000, 1000)
+    expected = ("ndarray", array.dtype.str, (1000, 1000), int(array.sum()))
+    assert client.submit(describe_buffer, array).result() == expected  # arrives writable
+    assert numpy.array_equal(client.submit(numpy.negative, array).result(), -array)
 
 
 def test_a_client_is_picklable_and_reconnects_to_the_same_address(client):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 import cloudpickle
 import zmq
 
-from scaler.protocol import codec
+from scaler.client.serializer import DefaultSerializer, deserialize_payload
+from scaler.protocol import codec, object_frames
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.messages import (
     ArgumentKind,
@@ -149,7 +150,7 @@ class FakeStorage(_Peer):
     """Object storage: answers Hello, put, get, delete and clearOwner like the real server would."""
 
     def __init__(self) -> None:
-        self.objects: Dict[bytes, bytes] = {}
+        self.objects: Dict[bytes, Any] = {}  # object ID -> payload: bytes, or a list of frames
         self.put_status: Optional[ObjectStatus] = None  # answer every put with this status instead of ok
         self.answer = True  # False: receive but never answer
         self.put_acks: List[Tuple[int, List[bytes]]] = []  # (sequence, object IDs) of each ok put answered
@@ -165,22 +166,28 @@ class FakeStorage(_Peer):
         out_blobs: List[bytes] = []
         if message.kind == ObjectRequestKind.PUT:
             status = self.put_status or ObjectStatus.OK
-            for object_id, blob in zip(ids, blobs, strict=False):
+            payloads: List[Any] = []
+            for count in message.frame_counts or [1] * len(ids):
+                payloads.append(blobs[0] if count == 1 else blobs[:count])
+                blobs = blobs[count:]
+            for object_id, payload in zip(ids, payloads, strict=False):
                 if status == ObjectStatus.OK:
-                    self.objects[object_id] = blob
+                    self.objects[object_id] = payload
             response.statuses = [status] * len(ids)
-            response.sizes = [len(blob) for blob in blobs]
+            response.sizes = [object_frames.size(payload) for payload in payloads]
             if status != ObjectStatus.OK:
                 response.reason = "the fake storage is configured to refuse"
             with self._lock:
                 self.put_acks.append((next_sequence(), ids))
         elif message.kind == ObjectRequestKind.GET:
+            found = []
             for object_id in ids:
                 if object_id in self.objects:
                     response.statuses.append(ObjectStatus.OK)
-                    out_blobs.append(self.objects[object_id])
+                    found.append(self.objects[object_id])
                 else:
                     response.statuses.append(ObjectStatus.NOT_FOUND)
+            out_blobs, response.frame_counts = object_frames.pack(found)
         elif message.kind == ObjectRequestKind.DELETE:
             response.statuses = [
                 ObjectStatus.OK if self.objects.pop(object_id, None) is not None else ObjectStatus.NOT_FOUND
@@ -258,15 +265,14 @@ class FakeScheduler(_Peer):
         """What a worker does with a task, reading from the fake storage."""
         assert self.storage is not None
         objects = self.storage.objects
-        serializer = cloudpickle.loads(objects[task.serializer_id]) if task.serializer_id else None
-        loads = serializer.deserialize if serializer else cloudpickle.loads
-        dumps = serializer.serialize if serializer else cloudpickle.dumps
+        serializer = cloudpickle.loads(objects[task.serializer_id]) if task.serializer_id else DefaultSerializer()
+        dumps = serializer.serialize
         try:
             function = cloudpickle.loads(objects[task.function_id])
             args, kwargs = [], {}
             for argument in task.arguments:
                 data = objects[argument.data] if argument.kind == ArgumentKind.OBJECT else argument.data
-                value = loads(data)
+                value = deserialize_payload(serializer, data)
                 if argument.name:
                     kwargs[argument.name] = value
                 else:

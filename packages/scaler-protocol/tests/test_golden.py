@@ -94,7 +94,11 @@ GOLDEN = [
     m.TaskCancelConfirm(task_ids=[_TASK_ID, _OTHER_TASK_ID], cancelled=[True, False]),
     m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID]),
     m.ObjectRequest(
-        request_id=2**40 + 5, kind=m.ObjectRequestKind.CLEAR_OWNER, owner_id=_CLIENT_ID, object_ids=[b"o1", b"o2"]
+        request_id=2**40 + 5,
+        kind=m.ObjectRequestKind.PUT,
+        owner_id=_CLIENT_ID,
+        object_ids=[b"o1", b"o2"],
+        frame_counts=[1, 3],
     ),
     m.ObjectResponse(
         request_id=2**40 + 5,
@@ -103,6 +107,7 @@ GOLDEN = [
         statuses=[m.ObjectStatus.OK, m.ObjectStatus.TOO_LARGE, m.ObjectStatus.STORAGE_FULL],
         sizes=[10, 1 << 33, 0],
         reason="object o2 is larger than the limit",
+        frame_counts=[2],
     ),
     m.ObjectInstruction(kind=m.ObjectInstructionKind.DELETE, owner_id=_CLIENT_ID, object_ids=[b"o1"]),
     m.DisconnectRequest(reason="client closed"),

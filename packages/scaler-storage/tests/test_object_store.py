@@ -210,6 +210,69 @@ def test_put_count_mismatch_is_refused_and_stores_nothing():
     assert store.object_count == 0
 
 
+def put_frames(store: ObjectStore, objects: Sequence[Tuple[bytes, Sequence[Any]]], peer: bytes = PEER) -> Any:
+    message = ObjectRequest(
+        request_id=8,
+        kind=ObjectRequestKind.PUT,
+        owner_id=OWNER,
+        object_ids=[object_id for object_id, _ in objects],
+        frame_counts=[len(frames) for _, frames in objects],
+    )
+    (reply,) = store.handle(peer, message, [frame for _, frames in objects for frame in frames])
+    return reply.message
+
+
+def test_an_object_of_several_frames_is_stored_whole_and_given_back_frame_by_frame():
+    store = greeted_store()
+    single, several = ids.next_id(), ids.next_id()
+    frames = [b"pickle", bytearray(b"buffer one"), memoryview(b"two")]
+    answer = put_frames(store, [(single, [b"alone"]), (several, frames)])
+    assert answer.statuses == [OK, OK] and answer.sizes == [5, 19]
+    assert store.used_memory == 24
+
+    answer, blobs = get(store, [several, single])
+    assert answer.statuses == [OK, OK] and answer.sizes == [19, 5]
+    assert answer.frame_counts == [3, 1]
+    assert (
+        len(blobs) == 4
+        and all(blob is frame for blob, frame in zip(blobs[:3], frames, strict=True))
+        and blobs[3] == b"alone"
+    )
+    # objects of one frame only: no frame counts, as protocol 1.0 peers expect
+    answer, blobs = get(store, [single])
+    assert answer.frame_counts == [] and blobs == [b"alone"]
+
+
+def test_an_object_of_several_frames_is_not_given_to_a_protocol_1_0_peer():
+    store = greeted_store()
+    object_id = ids.next_id()
+    put_frames(store, [(object_id, [b"pickle", b"buffer"])])
+    old_peer = b"W|host|3|old"
+    store.handle(old_peer, Hello(version=Version(major=PROTOCOL_VERSION.major, minor=0)))
+    (reply,) = store.handle(old_peer, ObjectRequest(request_id=9, kind=ObjectRequestKind.GET, object_ids=[object_id]))
+    assert reply.message.statuses == [NOT_FOUND] and list(reply.blobs) == []
+    assert "several frames" in reply.message.reason and "1.0" in reply.message.reason
+    assert object_id in store
+
+
+@pytest.mark.parametrize(
+    "counts, frames, problem",
+    [
+        ([2], 1, "frame counts for 2 payload frames but 1"),
+        ([1, 1], 2, "1 object IDs but 2 frame counts"),
+        ([0], 0, "0 frames"),
+    ],
+)
+def test_put_frame_counts_that_do_not_match_are_refused_and_store_nothing(counts, frames, problem):
+    store = greeted_store()
+    message = ObjectRequest(
+        request_id=42, kind=ObjectRequestKind.PUT, owner_id=OWNER, object_ids=[ids.next_id()], frame_counts=counts
+    )
+    reason = refusal_reason(store.handle(PEER, message, [b"x"] * frames))
+    assert "42" in reason and problem in reason
+    assert store.object_count == 0
+
+
 @pytest.mark.parametrize("kind", [ObjectRequestKind.GET, ObjectRequestKind.DELETE, ObjectRequestKind.CLEAR_OWNER])
 def test_payloads_on_other_requests_are_refused(kind: ObjectRequestKind):
     store = greeted_store()

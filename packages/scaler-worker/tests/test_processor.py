@@ -14,6 +14,7 @@ import pytest
 import worker_tasks as tasks
 from worker_harness import DEADLINE_SECONDS, wait_until
 
+from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
 from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
@@ -63,7 +64,7 @@ class Agent:
         if result.status != m.TaskStatus.SUCCESS:
             error, text = cloudpickle.loads(result.payload)
             raise AssertionError(f"task failed: {error!r}\n{text}")
-        return cloudpickle.loads(result.payload)
+        return deserialize_payload(DefaultSerializer(), result.payload)  # a large one: frames
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ import cloudpickle
 import psutil
 import zmq
 
-from scaler.protocol import codec
+from scaler.client.serializer import DefaultSerializer, deserialize_payload
+from scaler.protocol import codec, object_frames
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.ids import IDGenerator, new_client_id
@@ -172,11 +173,12 @@ class StorageClient:
         response, _ = self._receive()
         assert response.statuses == [m.ObjectStatus.OK], response
 
-    def get(self, object_id: bytes) -> Optional[bytes]:
+    def get(self, object_id: bytes) -> Any:
+        """The object's payload: bytes, or a list of frames; None when not found."""
         request = m.ObjectRequest(next(self._request_ids), m.ObjectRequestKind.GET, b"", [object_id])
         self.socket.send_multipart(codec.encode(request))
         response, blobs = self._receive()
-        return blobs[0] if response.statuses == [m.ObjectStatus.OK] else None
+        return object_frames.found(response, blobs)[0]
 
 
 class FakeStorageServer:
@@ -188,7 +190,7 @@ class FakeStorageServer:
         self.socket.setsockopt(zmq.LINGER, 0)
         port = self.socket.bind_to_random_port("tcp://127.0.0.1")
         self.address = f"tcp://127.0.0.1:{port}"
-        self.objects: Dict[bytes, Tuple[bytes, bytes]] = {}
+        self.objects: Dict[bytes, Tuple[bytes, Any]] = {}  # ID -> (owner, payload: bytes or a list of frames)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="fake-storage", daemon=True)
         self._thread.start()
@@ -208,15 +210,17 @@ class FakeStorageServer:
             if isinstance(message, m.Hello):
                 reply, out = m.HelloAck(PROTOCOL_VERSION), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.PUT:
-                for object_id, blob in zip(message.object_ids, blobs, strict=True):
-                    self.objects[object_id] = (message.owner_id, blob)
+                for object_id, count in zip(message.object_ids, message.frame_counts or [1] * len(blobs), strict=True):
+                    self.objects[object_id] = (message.owner_id, blobs[0] if count == 1 else blobs[:count])
+                    blobs = blobs[count:]
                 statuses = [m.ObjectStatus.OK] * len(message.object_ids)
                 reply, out = m.ObjectResponse(message.request_id, message.kind, message.object_ids, statuses), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.GET:
                 found = [self.objects.get(object_id) for object_id in message.object_ids]
                 statuses = [m.ObjectStatus.OK if f else m.ObjectStatus.NOT_FOUND for f in found]
+                out, counts = object_frames.pack([f[1] for f in found if f])
                 reply = m.ObjectResponse(message.request_id, message.kind, message.object_ids, statuses)
-                out = [f[1] for f in found if f]
+                reply.frame_counts = counts
             else:
                 reply, out = m.Refusal(PROTOCOL_VERSION, f"fake storage does not serve {message!r}"), []
             self.socket.send_multipart([identity, *codec.encode(reply, out)])
@@ -354,7 +358,7 @@ class TaskDriver:
         if result.payload_kind == m.PayloadKind.OBJECT:
             payload = self.storage.get(result.payload)
             assert payload is not None, "result object not in storage"
-        return serializer.deserialize(payload) if serializer is not None else cloudpickle.loads(payload)
+        return deserialize_payload(serializer or DefaultSerializer(), payload)
 
     def failure(self, task_id: bytes) -> Tuple[BaseException, str]:
         result = self.result(task_id)

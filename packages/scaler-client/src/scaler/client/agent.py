@@ -76,8 +76,9 @@ class ClientAgent:
     def submit_graph(self, submission: GraphSubmission) -> None:
         self._send(ClientState.submit_graph, submission)
 
-    def put_object(self, object_id: bytes, data: bytes, wait: bool = True) -> Optional[concurrent.futures.Future]:
-        """Put an object; with ``wait`` the returned future resolves once storage acknowledged it."""
+    def put_object(self, object_id: bytes, data: Any, wait: bool = True) -> Optional[concurrent.futures.Future]:
+        """Put an object (a payload: a frame, or a list of frames); with ``wait`` the returned future resolves once
+        storage acknowledged it."""
         if wait:
             return self._ask(ClientState.put_object, object_id, data)
         self._send(ClientState.put_object, object_id, data, None)
@@ -174,7 +175,7 @@ class ClientAgent:
                 if scheduler in events:
                     self._receive(scheduler, state.on_scheduler_message, "scheduler", now)
                 if storage is not None and storage in events:
-                    self._receive(storage, state.on_storage_message, "object storage server", now)
+                    self._receive(storage, state.on_storage_message, "object storage server", now, copy=False)
                 storage = self._perform(state.take_effects(now), scheduler, storage, poller)
         except Exception as error:  # a bug here must still resolve every future
             logger.exception("Client: agent thread failed")
@@ -192,10 +193,15 @@ class ClientAgent:
                 logger.exception(f"Client: command {command.__name__} failed")
 
     def _receive(
-        self, sock: zmq.Socket, handle: Callable[[Any, List[bytes], float], None], peer: str, now: float
+        self,
+        sock: zmq.Socket,
+        handle: Callable[[Any, List[Any], float], None],
+        peer: str,
+        now: float,
+        copy: bool = True,
     ) -> None:
         for _ in range(_MAX_MESSAGES_PER_SOCKET):
-            frames = _recv_nowait(sock)
+            frames = _recv_nowait(sock, copy)
             if frames is None:
                 return
             try:
@@ -203,6 +209,8 @@ class ClientAgent:
             except ProtocolError as error:
                 logger.warning(f"Client: dropped malformed message from {peer}: {error}")
                 continue
+            if not copy:
+                blobs = codec.received_blobs(blobs)  # large results are deserialized from where they arrived
             try:
                 handle(message, blobs, now)
             except Exception:
@@ -269,9 +277,9 @@ def _apply(target: Any, outcome: Outcome, value: Any) -> None:
             target.set_exception(value)
 
 
-def _recv_nowait(sock: zmq.Socket) -> Optional[List[bytes]]:
+def _recv_nowait(sock: zmq.Socket, copy: bool = True) -> Optional[List[Any]]:
     try:
-        return sock.recv_multipart(zmq.NOBLOCK)
+        return sock.recv_multipart(zmq.NOBLOCK, copy=copy)
     except zmq.Again:
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -17,7 +18,8 @@ from scaler.client.client_state import GraphSubmission, Submission
 from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
-from scaler.client.serializer import DefaultSerializer, check_serializer
+from scaler.client.serializer import DefaultSerializer, check_serializer, serialize_payload
+from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import IDGenerator, new_client_id, show
@@ -260,8 +262,8 @@ class Client:
     ) -> Dict[Any, ScalerFuture]:
         serializer_id = self._custom_serializer_id()
         encoder = GraphEncoder(
-            self._ids.next_id, self._function_id, self._serializer.serialize, serializer_id, self._client_id,
-            INLINE_ARGUMENT_LIMIT,
+            self._ids.next_id, self._function_id, functools.partial(serialize_payload, self._serializer),
+            serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
         )  # fmt: skip
         built = build_graph(graph, keys, encoder)
         message = built.message
@@ -292,11 +294,11 @@ class Client:
 
     def send_object(self, obj: Any, name: Optional[str] = None) -> ObjectReference:
         """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object."""
-        data = self._serializer.serialize(obj)
+        data = serialize_payload(self._serializer, obj)
         object_id = self._ids.next_id()
         self._wait(self._agent.put_object(object_id, data), "the object storage server")
         return ObjectReference(
-            object_id=object_id, name=name if name is not None else type(obj).__name__, size=len(data)
+            object_id=object_id, name=name if name is not None else type(obj).__name__, size=object_frames.size(data)
         )
 
     def clear(self) -> None:
@@ -355,7 +357,7 @@ class Client:
         # The hot path of every submit and map item (docs/performance.md, hot spot 5): messages are built
         # with positional arguments (half the cost of keywords; `_POSITIONAL_MESSAGES` checks the order),
         # and few objects are allocated per task (each one also costs the garbage collector).
-        puts: List[Tuple[bytes, bytes]] = []  # (object ID, bytes) of the arguments too large to go inline
+        puts: List[Tuple[bytes, Any]] = []  # (object ID, payload) of the arguments too large to go inline
         function_id = self._function_id(fn)
         serializer_id = self._custom_serializer_id()
         arguments = []
@@ -388,11 +390,11 @@ class Client:
         future = ScalerFuture(task_id, self, self._serializer, profiling, self._bounded_wait, batch)
         return Submission(task, future, puts, requires, temporary)
 
-    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, bytes]]) -> Argument:
+    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, Any]]) -> Argument:
         if isinstance(value, ObjectReference):
             return _make_argument(name, ArgumentKind.OBJECT, value.object_id)
-        data = self._serializer.serialize(value)
-        if len(data) <= INLINE_ARGUMENT_LIMIT:
+        data = serialize_payload(self._serializer, value)
+        if type(data) is not list and len(data) <= INLINE_ARGUMENT_LIMIT:  # a list of frames: too large
             return _make_argument(name, ArgumentKind.INLINE, data)
         object_id = self._ids.next_id()
         puts.append((object_id, data))

@@ -28,6 +28,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from scaler.protocol import object_frames
 from scaler.protocol.addresses import default_storage_address
 from scaler.protocol.errors import (
     DisconnectedError,
@@ -94,7 +95,7 @@ class Submission:
 
     task: Task
     future: Any
-    puts: Sequence[Tuple[bytes, bytes]] = ()  # (object ID, bytes) to put before the task is sent
+    puts: Sequence[Tuple[bytes, Any]] = ()  # (object ID, payload) to put before the task is sent
     requires: Sequence[bytes] = ()  # object IDs that must be acknowledged before the task is sent
     temporary_objects: Sequence[bytes] = ()  # deleted from storage once the task ends
 
@@ -105,7 +106,7 @@ class GraphSubmission:
 
     graph: GraphTask
     futures: Dict[bytes, Any]  # target task ID -> its future
-    puts: Sequence[Tuple[bytes, bytes]] = ()  # (object ID, bytes): large literals and templates
+    puts: Sequence[Tuple[bytes, Any]] = ()  # (object ID, payload): large literals and templates
     requires: Sequence[bytes] = ()  # object IDs that must be acknowledged before the graph is sent
     temporary_objects: Sequence[bytes] = ()  # deleted from storage once every target has ended
     function_ids: Sequence[bytes] = ()  # functions the graph's tasks name (kept while the graph runs)
@@ -211,7 +212,7 @@ class ClientState:
 
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
-        self._out_puts: List[Tuple[bytes, bytes]] = []
+        self._out_puts: List[Tuple[bytes, Any]] = []  # (object ID, payload: a frame or a list of frames)
         self._out_gets: List[bytes] = []
         self._out_deletes: List[bytes] = []
         self._effects = Effects()
@@ -313,7 +314,7 @@ class ClientState:
         if record.missing == 0:
             self._send_graph(record)
 
-    def put_object(self, object_id: bytes, data: bytes, reply: Any, now: float) -> None:
+    def put_object(self, object_id: bytes, data: Any, reply: Any, now: float) -> None:
         """Put one object (a function, a serializer, a sent object); tasks that require it wait for its ack."""
         if self._refuse_reply(reply):
             return
@@ -571,11 +572,10 @@ class ClientState:
                 ),
             )
 
-    def _on_get_response(self, request: _StorageRequest, message: ObjectResponse, blobs: Sequence[bytes]) -> None:
-        blob_iterator = iter(blobs)
+    def _on_get_response(self, request: _StorageRequest, message: ObjectResponse, blobs: Sequence[Any]) -> None:
         answered = set()
-        for object_id, status in zip(message.object_ids, message.statuses, strict=False):
-            blob = next(blob_iterator, None) if status == ObjectStatus.OK else None
+        payloads = object_frames.found(message, blobs)
+        for object_id, status, blob in zip(message.object_ids, message.statuses, payloads, strict=False):
             answered.add(object_id)
             if blob is not None:
                 self._out_deletes.append(object_id)
@@ -589,7 +589,7 @@ class ClientState:
             if record is None or record.fetching is None:
                 continue
             result = record.fetching
-            result.payload = bytes(blob)
+            result.payload = blob  # a frame (or a list of frames), deserialized from where it was received
             result.payload_kind = PayloadKind.INLINE
             self._end_task(task_id, Outcome.TASK_RESULT, result)
         for object_id in request.object_ids:
@@ -821,8 +821,8 @@ class ClientState:
     def _flush(self, now: float) -> None:
         if self._out_puts:
             object_ids = [object_id for object_id, _ in self._out_puts]
-            blobs = [data for _, data in self._out_puts]
-            self._storage_request(ObjectRequestKind.PUT, object_ids, now, blobs)
+            blobs, frame_counts = object_frames.pack([data for _, data in self._out_puts])
+            self._storage_request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts=frame_counts)
             self._out_puts = []
         if self._out_gets:
             self._storage_request(ObjectRequestKind.GET, self._out_gets, now)
@@ -840,12 +840,18 @@ class ClientState:
             self._out_cancels = []
 
     def _storage_request(
-        self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[bytes] = (), track=True
+        self,
+        kind: ObjectRequestKind,
+        object_ids: List[bytes],
+        now: float,
+        blobs: Sequence[Any] = (),
+        track=True,
+        frame_counts: Sequence[int] = (),
     ) -> None:
         request_id = next(self._request_ids)
         if track:
             self._storage_requests[request_id] = _StorageRequest(kind, object_ids, now + self._timeout)
-        request = ObjectRequest(request_id=request_id, kind=kind, owner_id=self._client_id, object_ids=object_ids)
+        request = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
         self._to_storage(request, blobs)
 
 

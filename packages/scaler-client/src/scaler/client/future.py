@@ -14,6 +14,7 @@ from typing import Any, Callable, Generator, List, Optional
 
 import cloudpickle
 
+from scaler.client.serializer import deserialize_payload
 from scaler.protocol.errors import RemoteTaskError, TaskRejectedError, WorkerDiedError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
@@ -415,7 +416,7 @@ class ScalerFuture(concurrent.futures.Future):
         if error is not None:
             raise error
         try:
-            value = self._serializer.deserialize(payload)
+            value = deserialize_payload(self._serializer, payload)
         except Exception as decode_error:
             with _LOCK:
                 if self._result is _UNDECODED and self._decode_error is None:

@@ -118,7 +118,7 @@ class BuiltGraph:
     message: GraphTask
     key_targets: Dict[Hashable, bytes]  # requested key -> target task ID
     key_values: Dict[Hashable, Any]  # requested key -> value, for keys that resolve to a literal
-    puts: List[Tuple[bytes, bytes]] = field(default_factory=list)  # (object ID, bytes) to put first
+    puts: List[Tuple[bytes, Any]] = field(default_factory=list)  # (object ID, payload) to put first
     function_ids: List[bytes] = field(default_factory=list)
 
 
@@ -129,7 +129,7 @@ class GraphEncoder:
         self,
         next_id: Callable[[], bytes],
         function_id: Callable[[Callable[..., Any]], bytes],
-        serialize: Callable[[Any], bytes],
+        serialize: Callable[[Any], Any],  # a value -> its payload (scaler.client.serializer)
         serializer_id: bytes,
         client_id: bytes,
         inline_limit: int,
@@ -308,7 +308,7 @@ class _Encoder:
         self._resolved: Dict[Hashable, Hashable] = {}
         self._task_ids: Dict[Hashable, bytes] = {}  # resolved key -> task ID, for keys that run as tasks
         self._literal_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}
-        self._puts: List[Tuple[bytes, bytes]] = []
+        self._puts: List[Tuple[bytes, Any]] = []
         self._function_ids: Dict[bytes, None] = {}
         self._evaluator_id: Optional[bytes] = None
 
@@ -354,7 +354,7 @@ class _Encoder:
         if isinstance(value, ObjectReference):
             return Argument(name, ArgumentKind.OBJECT, value.object_id)
         data = self._encoder.serialize(value)
-        if len(data) <= self._encoder.inline_limit:
+        if type(data) is not list and len(data) <= self._encoder.inline_limit:  # a list of frames: too large
             return Argument(name, ArgumentKind.INLINE, data)
         object_id = self._encoder.next_id()
         self._puts.append((object_id, data))

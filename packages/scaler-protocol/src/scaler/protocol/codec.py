@@ -25,6 +25,7 @@ with importlib.resources.as_file(_SCHEMA_PATH) as _path:
     schema = capnp.load(str(_path))
 
 MAX_FRAME_BYTES = 1 << 31
+ZERO_COPY_BYTES = 64 * 1024  # received blobs from this size on are kept in their zmq.Frame
 
 
 def _camel(name: str) -> str:
@@ -176,6 +177,13 @@ def encode(message: Any, blobs: Sequence[Any] = ()) -> List[Any]:
     builder = schema.Message.new_message()
     _writer(type(message))(builder.init(_UNION_NAME_BY_TYPE[type(message)]), message)
     return [builder.to_bytes(), *blobs]
+
+
+def received_blobs(blobs: Sequence[Any]) -> List[Any]:
+    """The blobs of a message received with ``copy=False`` (``zmq.Frame``s), ready to keep: a large one stays in
+    its frame (zero-copy), a small one is copied into bytes, because libzmq hands small messages out of shared
+    8 KiB batch buffers and keeping such a frame alive keeps its whole batch buffer alive."""
+    return [blob if len(blob) >= ZERO_COPY_BYTES else blob.bytes for blob in blobs]
 
 
 def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:

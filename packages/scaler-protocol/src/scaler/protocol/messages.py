@@ -210,6 +210,7 @@ class ObjectRequest:
     kind: ObjectRequestKind = ObjectRequestKind.GET
     owner_id: bytes = b""
     object_ids: List[bytes] = field(default_factory=list)
+    frame_counts: List[int] = field(default_factory=list)  # put: frames per object; empty: one each
 
 
 @dataclass(slots=True)
@@ -220,6 +221,7 @@ class ObjectResponse:
     statuses: List[ObjectStatus] = field(default_factory=list)
     sizes: List[int] = field(default_factory=list)
     reason: str = ""
+    frame_counts: List[int] = field(default_factory=list)  # get: frames per found object; empty: one each
 
 
 @dataclass(slots=True)

@@ -10,7 +10,8 @@ from typing import Optional
 
 from scaler.protocol.messages import Version
 
-PROTOCOL_VERSION = Version(major=1, minor=0)
+# 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
+PROTOCOL_VERSION = Version(major=1, minor=1)
 
 
 def show_version(version: Version) -> str:

@@ -4,10 +4,14 @@
 peer and returns the replies to send, as `Reply(peer_id, message, blobs)`. The
 asyncio/ZeroMQ shell in `server.py` feeds it; tests drive it directly.
 
-Objects are held by object ID with their owner ID and size. A payload ("blob")
-is kept as the very object the shell handed in (a ``zmq.Frame``, ``bytes``, a
-``memoryview``...): it is never copied here, and a get returns the same objects,
-so the shell can send large payloads zero-copy.
+Objects are held by object ID with their owner ID and size. An object is one
+payload frame ("blob") or several (`ObjectRequest.frame_counts`: a serialized
+value followed by the buffers it holds out of band), each kept as the very
+object the shell handed in (a ``zmq.Frame``, ``bytes``, a ``memoryview``...):
+never copied here, and a get returns the same objects, so the shell can send
+large payloads zero-copy. An object of several frames is only given to peers
+whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
+with a reason that says so.
 
 Memory accounting counts payload bytes only. A put is refused object by object:
 ``tooLarge`` when the payload is over ``max_object_size``, ``storageFull`` when
@@ -18,7 +22,7 @@ any object already stored under that ID as it was.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
@@ -48,12 +52,16 @@ class Reply(NamedTuple):
     blobs: Sequence[Any] = ()
 
 
-class _StoredObject:
-    __slots__ = ("owner_id", "blob", "size")
+# the first protocol version whose peers read objects of several frames
+_FRAMES_VERSION = (1, 1)
 
-    def __init__(self, owner_id: bytes, blob: Any, size: int) -> None:
+
+class _StoredObject:
+    __slots__ = ("owner_id", "frames", "size")
+
+    def __init__(self, owner_id: bytes, frames: Sequence[Any], size: int) -> None:
         self.owner_id = owner_id
-        self.blob = blob
+        self.frames = frames
         self.size = size
 
 
@@ -88,7 +96,7 @@ class ObjectStore:
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._used_memory = 0
-        self._greeted_peers: Set[bytes] = set()
+        self._greeted_peers: Dict[bytes, bool] = {}  # peer ID -> whether it reads objects of several frames
         self._handlers: Dict[type, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
             Hello: self._on_hello,
             ObjectRequest: self._on_object_request,
@@ -138,12 +146,12 @@ class ObjectStore:
     def _on_hello(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
         reason = incompatibility(hello.version)
         if reason is not None:
-            self._greeted_peers.discard(peer_id)
+            self._greeted_peers.pop(peer_id, None)
             logger.warning(f"ObjectStorageServer: refuse Hello from {show(peer_id)}: {reason}")
             return [self._refusal(peer_id, reason)]
         if peer_id not in self._greeted_peers:
-            self._greeted_peers.add(peer_id)
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
+        self._greeted_peers[peer_id] = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
         ack = HelloAck(
             version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
         )
@@ -154,12 +162,11 @@ class ObjectStore:
     def _on_object_request(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         kind_name = _kind_name(request.kind)
         if request.kind == ObjectRequestKind.PUT:
-            if len(blobs) != len(request.object_ids):
-                return self._refuse_request(
-                    peer_id,
-                    request,
-                    f"has {len(request.object_ids)} object IDs but {len(blobs)} payload frames",
-                )
+            problem = _frame_count_problem(request, len(blobs))
+            if problem:
+                return self._refuse_request(peer_id, request, problem)
+        elif request.frame_counts:
+            return self._refuse_request(peer_id, request, "has frame counts: only put requests carry payloads")
         elif blobs:
             return self._refuse_request(
                 peer_id, request, f"carries {len(blobs)} payload frames: only put requests carry payloads"
@@ -173,9 +180,13 @@ class ObjectStore:
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         refusals: List[str] = []
-        for object_id, blob in zip(request.object_ids, blobs, strict=True):
-            size = blob_size(blob)
-            status = self._store(request.owner_id, object_id, blob, size)
+        counts = request.frame_counts or [1] * len(request.object_ids)
+        start = 0
+        for object_id, count in zip(request.object_ids, counts, strict=True):
+            frames = tuple(blobs[start : start + count])
+            start += count
+            size = sum(blob_size(frame) for frame in frames)
+            status = self._store(request.owner_id, object_id, frames, size)
             statuses.append(status)
             sizes.append(size)
             if status == ObjectStatus.TOO_LARGE:
@@ -202,7 +213,7 @@ class ObjectStore:
         )
         return [Reply(peer_id, response)]
 
-    def _store(self, owner_id: bytes, object_id: bytes, blob: Any, size: int) -> ObjectStatus:
+    def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> ObjectStatus:
         if size > self.max_object_size:
             return ObjectStatus.TOO_LARGE
         previous = self._objects.get(object_id)
@@ -211,7 +222,7 @@ class ObjectStore:
             return ObjectStatus.STORAGE_FULL
         if previous is not None:
             self._remove(object_id)
-        self._objects[object_id] = _StoredObject(owner_id, blob, size)
+        self._objects[object_id] = _StoredObject(owner_id, frames, size)
         self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
         self._used_memory += size
         return ObjectStatus.OK
@@ -220,21 +231,36 @@ class ObjectStore:
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         found: List[Any] = []
+        counts: List[int] = []
+        unreadable: List[bytes] = []
+        reads_frames = self._greeted_peers.get(peer_id, False)
         for object_id in request.object_ids:
             stored = self._objects.get(object_id)
-            if stored is None:
+            if stored is None or (len(stored.frames) > 1 and not reads_frames):
+                if stored is not None:
+                    unreadable.append(object_id)
                 statuses.append(ObjectStatus.NOT_FOUND)
                 sizes.append(0)
             else:
                 statuses.append(ObjectStatus.OK)
                 sizes.append(stored.size)
-                found.append(stored.blob)
+                found.extend(stored.frames)
+                counts.append(len(stored.frames))
+        reason = ""
+        if unreadable:
+            reason = (
+                f"{len(unreadable)} objects (first: {show(unreadable[0])}) have several frames, which peers of "
+                f"protocol 1.0 cannot read: upgrade this peer"
+            )
+            logger.warning(f"ObjectStorageServer: get from {show(peer_id)}: {reason}")
         response = ObjectResponse(
             request_id=request.request_id,
             kind=ObjectRequestKind.GET,
             object_ids=list(request.object_ids),
             statuses=statuses,
             sizes=sizes,
+            reason=reason,
+            frame_counts=counts if len(found) != len(counts) else [],
         )
         return [Reply(peer_id, response, found)]
 
@@ -308,6 +334,21 @@ class ObjectStore:
     @staticmethod
     def _refusal(peer_id: bytes, reason: str) -> Reply:
         return Reply(peer_id, Refusal(version=PROTOCOL_VERSION, reason=reason))
+
+
+def _frame_count_problem(request: ObjectRequest, frames: int) -> str:
+    """Why the payload frames of a put do not match its object IDs and frame counts ("": they do)."""
+    objects = len(request.object_ids)
+    counts = request.frame_counts
+    if not counts:
+        return "" if frames == objects else f"has {objects} object IDs but {frames} payload frames"
+    if len(counts) != objects:
+        return f"has {objects} object IDs but {len(counts)} frame counts"
+    if min(counts) < 1:
+        return "has an object of 0 frames"
+    if sum(counts) != frames:
+        return f"has frame counts for {sum(counts)} payload frames but {frames} payload frames"
+    return ""
 
 
 def _kind_name(kind: ObjectRequestKind) -> str:

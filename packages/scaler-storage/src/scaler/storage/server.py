@@ -30,13 +30,6 @@ from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, Re
 
 logger = logging.getLogger(__name__)
 
-# libzmq receives small messages into shared 8 KiB batch buffers and hands them out
-# zero-copy; keeping such a frame alive keeps its whole batch buffer alive. Payloads
-# below this size are therefore copied into bytes before being stored (cheap at
-# this size); larger ones are always allocated on their own and are kept as the
-# received zmq.Frame, which is then sent back zero-copy.
-_COPY_PAYLOADS_BELOW_BYTES = 64 * 1024
-
 _FALLBACK_MAX_MEMORY = 4 << 30
 
 
@@ -151,7 +144,7 @@ class ObjectStorageServer:
             problem = str(error).splitlines()[0] if str(error) else type(error).__name__  # capnp appends a stack dump
             logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
             return
-        blobs = [blob.bytes if len(blob) < _COPY_PAYLOADS_BELOW_BYTES else blob for blob in blobs]
+        blobs = codec.received_blobs(blobs)  # large payloads stay in their frames, sent back zero-copy
         replies = self.store.handle(peer_id, message, blobs)
         for reply in replies:
             await self._send(reply)

@@ -32,11 +32,14 @@ import traceback
 import tracemalloc
 from collections import deque
 from multiprocessing.connection import Connection
+from pickle import PickleBuffer
 from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tuple
 
 import cloudpickle
 
 from scaler.client.future import set_wait_hook
+from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
+from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.parent_death import die_with_parent
@@ -61,19 +64,7 @@ WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
 RECURSION_LIMIT = 10_000
 
 
-class _CloudpickleSerializer:
-    """The serializer of tasks whose client did not choose one."""
-
-    @staticmethod
-    def serialize(obj: Any) -> bytes:
-        return cloudpickle.dumps(obj)
-
-    @staticmethod
-    def deserialize(payload: bytes) -> Any:
-        return cloudpickle.loads(payload)
-
-
-_DEFAULT_SERIALIZER = _CloudpickleSerializer()
+_DEFAULT_SERIALIZER = DefaultSerializer()  # of tasks whose client did not choose one
 
 
 class _Loaded:
@@ -152,7 +143,7 @@ class _Processor:
         self._pipe = PipeEnd(connection)
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
-        self._objects: SizedLRUCache[bytes, bytes] = SizedLRUCache(object_cache_bytes)
+        self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
         self._stack: List[_Frame] = []  # the tasks running here, the top one last
         self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they run at the top, in order
         self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
@@ -336,7 +327,7 @@ class _Processor:
                             f"internal error: the processor has no cached object {object_id.hex()}"
                         )
                 else:
-                    objects.put(object_id, payload, len(payload))
+                    objects.put(object_id, payload, object_frames.size(payload))
             resolved.append((name, payload, object_id))
         return resolved
 
@@ -356,7 +347,7 @@ class _Processor:
             named: Dict[str, Any] = {}
             for name, payload, _ in accepted.arguments:
                 assert payload is not None  # a missing object is accepted.problem, answered above
-                value = serializer.deserialize(payload)
+                value = deserialize_payload(serializer, payload)
                 if name:
                     named[name] = value
                 else:
@@ -426,7 +417,11 @@ class _Processor:
 
 def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> ProcessorResult:
     try:
-        payload = serializer.serialize(value)
+        payload = serialize_payload(serializer, value)
+        if type(payload) is list:  # the default serializer's frames: the large ones cross the Pipe out of band
+            return ProcessorResult(
+                task_id, TaskStatus.SUCCESS, [PickleBuffer(frame) for frame in payload], "", profiling
+            )
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"the serializer returned {type(payload).__name__}, not bytes")
     except Exception as error:

@@ -107,7 +107,7 @@ class WaitEnded(NamedTuple):
 class ProcessorResult(NamedTuple):
     task_id: bytes
     status: int  # scaler.protocol.messages.TaskStatus
-    payload: bytes
+    payload: Any  # bytes; or a list of frames (scaler.client.serializer), PickleBuffers on their way
     error_text: str
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
@@ -119,8 +119,9 @@ class ProcessorResult(NamedTuple):
 #
 #     !QI: the pickle's length, the number n of out-of-band buffers; n x !Q: their lengths; the pickle; the buffers
 #
-# The processor reads each part with one blocking ``recv(size, MSG_WAITALL)`` straight into a new bytes object,
-# which the unpickled message then holds in place of the buffer (a 10 MB argument is copied once, by the kernel).
+# The processor reads the pickle with one blocking ``recv(size, MSG_WAITALL)``, and each buffer straight into a
+# bytearray of its size (writable, as a NumPy array rebuilt on it must be), which the unpickled message then holds
+# in place of the buffer: a 10 MB argument is copied once, by the kernel.
 # The agent writes and reads without blocking (`processor_link`).
 
 OUT_OF_BAND_BYTES = 64 * 1024
@@ -168,7 +169,7 @@ class PipeEnd:
         length, count = HEADER.unpack(self._read(HEADER.size))
         lengths = struct.unpack(f"!{count}Q", self._read(8 * count)) if count else ()
         data = self._read(length)
-        return pickle.loads(data, buffers=[self._read(size) for size in lengths])
+        return pickle.loads(data, buffers=[self._read_into(size) for size in lengths])
 
     def _read(self, size: int) -> bytes:
         if size == 0:
@@ -185,3 +186,14 @@ class PipeEnd:
                 return b"".join(parts)
             data = self._socket.recv(missing, socket.MSG_WAITALL)
         raise EOFError("the agent closed the pipe")
+
+    def _read_into(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        with memoryview(buffer) as view:
+            done = 0
+            while done < size:
+                read = self._socket.recv_into(view[done:], size - done, socket.MSG_WAITALL)
+                if read == 0:
+                    raise EOFError("the agent closed the pipe")
+                done += read
+        return buffer

@@ -30,7 +30,6 @@ from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import new_worker_id, show
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import OUT_OF_BAND_BYTES
 from scaler.worker.resource_usage import ResourceUsage
 from scaler.worker.worker_config import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, WorkerConfig
 from scaler.worker.worker_state import (
@@ -331,9 +330,7 @@ class WorkerAgent:
         except ProtocolError as error:
             logger.warning(f"{self._name}: dropped malformed message from object storage: {error}")
             return
-        # a large payload stays in the zmq.Frame it arrived in (no copy; it crosses the Pipe from there); a small
-        # one is copied out, since a small frame may share its memory with other messages received with it
-        blobs = [blob if len(blob) >= OUT_OF_BAND_BYTES else blob.bytes for blob in blobs]
+        blobs = codec.received_blobs(blobs)  # a large payload crosses the Pipe from the frame it arrived in
         handler = self._storage_handlers.get(type(message))
         if handler is None:
             logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")

@@ -61,6 +61,7 @@ from pickle import PickleBuffer
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from scaler.protocol import messages as m
+from scaler.protocol import object_frames
 from scaler.protocol.errors import (
     DisconnectedError,
     ObjectNotFoundError,
@@ -224,7 +225,7 @@ class WorkerState:
         self._pending: Dict[bytes, int] = {}  # object ID being fetched -> _FUNCTION | _SERIALIZER | _OBJECT
         self._to_fetch: List[bytes] = []
         self._gets: Dict[int, Tuple[List[bytes], float]] = {}
-        self._to_put: List[Tuple[_Entry, bytes, bytes, m.Profiling]] = []
+        self._to_put: List[Tuple[_Entry, bytes, Any, m.Profiling]] = []
         self._puts: Dict[int, Tuple[List[Tuple[_Entry, bytes, int, m.Profiling]], float]] = {}
         self._object_ids = IDGenerator()
 
@@ -430,15 +431,21 @@ class WorkerState:
             out.append(SendToStorage(m.ObjectRequest(request_id, m.ObjectRequestKind.GET, b"", self._to_fetch)))
             self._to_fetch = []
         if self._to_put:
-            by_owner: Dict[bytes, List[Tuple[_Entry, bytes, bytes, m.Profiling]]] = defaultdict(list)
+            by_owner: Dict[bytes, List[Tuple[_Entry, bytes, Any, m.Profiling]]] = defaultdict(list)
             for put in self._to_put:
                 by_owner[put[0].task.client_id].append(put)
             self._to_put = []
             for owner_id, puts in by_owner.items():
                 request_id = next(self._request_ids)
-                self._puts[request_id] = ([(e, oid, len(payload), p) for e, oid, payload, p in puts], now)
-                request = m.ObjectRequest(request_id, m.ObjectRequestKind.PUT, owner_id, [put[1] for put in puts])
-                out.append(SendToStorage(request, [put[2] for put in puts]))
+                self._puts[request_id] = (
+                    [(e, oid, object_frames.size(payload), p) for e, oid, payload, p in puts],
+                    now,
+                )
+                frames, counts = object_frames.pack([put[2] for put in puts])
+                request = m.ObjectRequest(
+                    request_id, m.ObjectRequestKind.PUT, owner_id, [put[1] for put in puts], counts
+                )
+                out.append(SendToStorage(request, frames))
         if self._results:
             out.append(SendToScheduler(m.TaskResultBatch(self._results)))
             self._results = []
@@ -519,7 +526,12 @@ class WorkerState:
             self._start(self._inbox.pop(0), out)  # the processor starts the next one in its FIFO at once
         profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
         status = m.TaskStatus(result.status)
-        stored = entry.task.store_result or len(result.payload) > self._inline_threshold
+        # a result of several frames (large buffers kept out of its pickle) never goes inline
+        stored = (
+            entry.task.store_result
+            or object_frames.size(result.payload) > self._inline_threshold
+            or (type(result.payload) is list)
+        )
         if status == m.TaskStatus.SUCCESS and stored:
             entry.phase = _Phase.STORING
             self._to_put.append((entry, self._object_ids.next_id(), result.payload, profiling))
@@ -782,10 +794,8 @@ class WorkerState:
             object_id = argument.data
             if self._processor_objects.get(object_id) is None:
                 data = self._objects[object_id]
-                size = len(data)
-                self._processor_objects.put(object_id, True, size)
-                # a large one crosses the Pipe out of band, from the very buffer storage's answer arrived in
-                arguments.append((argument.name, PickleBuffer(data) if size >= OUT_OF_BAND_BYTES else data, object_id))
+                self._processor_objects.put(object_id, True, object_frames.size(data))
+                arguments.append((argument.name, _out_of_band(data), object_id))
             else:
                 arguments.append((argument.name, None, object_id))
         self._dequeue(entry)
@@ -805,13 +815,13 @@ class WorkerState:
 
     # ------------------------------------------------------------------------- storage answers
 
-    def _on_get_response(self, asked: List[bytes], response: m.ObjectResponse, blobs: List[bytes]) -> None:
-        found: Dict[bytes, bytes] = {}
-        blob_index = 0
-        for object_id, status in zip(response.object_ids, response.statuses, strict=False):
-            if status == m.ObjectStatus.OK and blob_index < len(blobs):
-                found[object_id] = blobs[blob_index]
-                blob_index += 1
+    def _on_get_response(self, asked: List[bytes], response: m.ObjectResponse, blobs: List[Any]) -> None:
+        payloads = object_frames.found(response, blobs)
+        found = {
+            object_id: payload
+            for object_id, payload in zip(response.object_ids, payloads, strict=False)
+            if payload is not None
+        }
         failed: Dict[bytes, Exception] = {}
         for object_id in asked:
             kinds = self._pending.pop(object_id, 0)
@@ -820,6 +830,9 @@ class WorkerState:
                 failed[object_id] = ObjectNotFoundError(f"object {object_id.hex()} not found in object storage")
                 continue
             if kinds & (_FUNCTION | _SERIALIZER) and type(data) is not bytes:
+                if type(data) is list:
+                    failed[object_id] = ProtocolError(f"object {object_id.hex()} has several frames: not a function")
+                    continue
                 data = bytes(data)  # they cross the Pipe inside a pickle
             if kinds & _FUNCTION:
                 self._functions.put(object_id, data)
@@ -899,3 +912,11 @@ class WorkerState:
         payload, error_text = failure_payload(error)
         kind = m.PayloadKind.INLINE if payload else m.PayloadKind.NONE
         self._finish(entry, m.TaskStatus.FAILED, kind, payload, error_text, profiling or m.Profiling())
+
+
+def _out_of_band(payload: Any) -> Any:
+    """A payload as it goes to the processor: each large frame crosses the Pipe out of band, from the very buffer
+    storage's answer arrived in (`processor_protocol`); small ones inside the pickle."""
+    if type(payload) is list:
+        return [_out_of_band(frame) for frame in payload]
+    return PickleBuffer(payload) if len(payload) >= OUT_OF_BAND_BYTES else payload

@@ -162,7 +162,7 @@ struct GraphTask {
 }
 
 enum ObjectRequestKind {
-  put @0;                                 # frames 1..n hold the payloads of objectIds, in order
+  put @0;                                 # frames 1..n hold the payloads of objectIds, in order (frameCounts)
   get @1;
   delete @2;
   clearOwner @3;                          # delete every object of ownerId
@@ -173,6 +173,7 @@ struct ObjectRequest {
   kind @1 :ObjectRequestKind;
   ownerId @2 :Data;
   objectIds @3 :List(Data);
+  frameCounts @4 :List(UInt32);           # put: how many frames make each object, in order; empty: one each
 }
 
 enum ObjectStatus {
@@ -182,7 +183,8 @@ enum ObjectStatus {
   storageFull @3;
 }
 
-# frames 1..n hold the payloads of the found objects of a get, in order.
+# frames 1..n hold the payloads of the found objects of a get, in order (an object of several frames, see
+# frameCounts, is sent only to peers of protocol 1.1 or later).
 struct ObjectResponse {
   requestId @0 :UInt64;
   kind @1 :ObjectRequestKind;
@@ -190,6 +192,7 @@ struct ObjectResponse {
   statuses @3 :List(ObjectStatus);
   sizes @4 :List(UInt64);
   reason @5 :Text;
+  frameCounts @6 :List(UInt32);           # get: how many frames make each found object, in order; empty: one each
 }
 
 enum ObjectInstructionKind {
