@@ -69,8 +69,11 @@ def tid(n: int) -> bytes:
     return n.to_bytes(16, "big")
 
 
-def connected(now: float = 0.0) -> ClientState:
-    state = ClientState(CLIENT_ID, ADDRESS, TIMEOUT, INTERVAL, now, batch_size=1000, disconnect_wait_seconds=2.0)
+def connected(now: float = 0.0, argument_bytes: int = 1 << 30) -> ClientState:
+    state = ClientState(
+        CLIENT_ID, ADDRESS, TIMEOUT, INTERVAL, now, batch_size=1000, disconnect_wait_seconds=2.0,
+        argument_bytes_in_storage=argument_bytes,
+    )  # fmt: skip
     state.start(Token("ready"), now)
     state.on_scheduler_message(HelloAck(version=PROTOCOL_VERSION, object_storage_address=STORAGE), [], now)
     state.take_effects(now)
@@ -258,6 +261,41 @@ def test_large_arguments_are_put_with_the_task_and_deleted_after_its_result():
     assert outcomes(effects)["task1"] == (Outcome.TASK_RESULT, result)
     ((delete, _),) = storage_requests(effects, ObjectRequestKind.DELETE)
     assert delete.object_ids == [argument]
+
+
+def test_large_arguments_beyond_the_room_in_storage_wait_in_order_for_earlier_tasks_to_end():
+    state = connected(argument_bytes=10)
+    acknowledge_function(state)
+
+    def large(n: int, size: int) -> Submission:
+        argument = b"a%015d" % n
+        return submission(n, puts=[(argument, b"x" * size)], requires=(FUNCTION, argument), temporary=[argument])
+
+    state.submit([large(1, 6), large(2, 6), submission(3), large(4, 3), large(5, 30)], 0.0)
+    effects = state.take_effects(0.0)
+    ((put, blobs),) = storage_requests(effects, ObjectRequestKind.PUT)
+    assert put.object_ids == [b"a%015d" % 1] and blobs == [b"x" * 6]  # 2 would overflow; 4 and 5 queue behind it
+    assert sent_tasks(effects) == [tid(3)]  # a task without large arguments never waits
+    state.cancel([tid(4)], 0.0)  # a held task ends at once, with nothing to cancel or delete anywhere
+    effects = state.take_effects(0.0)
+    assert outcomes(effects) == {"task4": (Outcome.TASK_CANCELLED, None)}
+    assert effects.to_scheduler == [] and effects.to_storage == []
+
+    state.on_storage_message(put_ack(put), [], 0.0)
+    assert sent_tasks(state.take_effects(0.0)) == [tid(1)]
+    result = TaskResult(task_id=tid(1), status=TaskStatus.SUCCESS, payload_kind=PayloadKind.INLINE, payload=b"r")
+    state.on_scheduler_message(TaskResultBatch(results=[result]), [], 0.0)
+    effects = state.take_effects(0.0)
+    ((delete, _),) = storage_requests(effects, ObjectRequestKind.DELETE)
+    ((put, _),) = storage_requests(effects, ObjectRequestKind.PUT)
+    assert delete.object_ids == [b"a%015d" % 1] and put.object_ids == [b"a%015d" % 2]
+    # task 2 ends: task 5, larger than all the room, goes alone
+    state.on_storage_message(put_ack(put), [], 0.0)
+    state.take_effects(0.0)
+    result = TaskResult(task_id=tid(2), status=TaskStatus.FAILED, payload_kind=PayloadKind.NONE)
+    state.on_scheduler_message(TaskResultBatch(results=[result]), [], 0.0)
+    ((put, blobs),) = storage_requests(state.take_effects(0.0), ObjectRequestKind.PUT)
+    assert put.object_ids == [b"a%015d" % 5] and blobs == [b"x" * 30]
 
 
 def test_refused_put_fails_waiting_tasks_and_later_ones():
@@ -548,7 +586,7 @@ _EVENTS = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(_EVENTS, st.sampled_from(["silence", "disconnect", "clear_then_silence"]))
 def test_every_submitted_future_resolves_exactly_once(events, ending):
-    state = connected()
+    state = connected(argument_bytes=8)  # room in storage for two of the larger arguments
     now = 0.0
     resolved: Dict[str, int] = {}
     submitted = set()
@@ -573,7 +611,10 @@ def test_every_submitted_future_resolves_exactly_once(events, ending):
             if k % 2:
                 state.put_object(function_id, b"f", None, now)
             task = Task(task_id=tid(1000 + number), client_id=CLIENT_ID, function_id=function_id)
-            state.submit([Submission(task=task, future=Token(f"t{number}"), requires=[function_id])], now)
+            argument = b"a%015d" % number
+            large = [(argument, b"x" * k)] if k > 2 else []  # beyond the room in storage, tasks wait for it
+            each = Submission(task, Token(f"t{number}"), large, [function_id, *dict(large)], list(dict(large)))
+            state.submit([each], now)
             submitted.add(f"t{number}")
         elif event in ("ack_puts", "refuse_puts") and puts:
             status = ObjectStatus.OK if event == "ack_puts" else ObjectStatus.STORAGE_FULL

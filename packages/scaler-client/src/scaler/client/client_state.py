@@ -11,6 +11,14 @@ Ordering rules it keeps:
 
 - a task is sent only after every object it needs (function, serializer,
   large arguments) has been acknowledged by the object storage server;
+- the large arguments of this client's tasks take at most
+  ``argument_bytes_in_storage`` of the storage server's memory at a time (one
+  task's, whatever their size, when no other task holds any): the tasks beyond
+  wait here, in submission order, holding their arguments where the user's
+  data lies, until tasks end and their argument objects are deleted. So a
+  burst of large arguments does not make the storage server hold them all (the
+  memory it reuses is far cheaper than fresh memory), and no put is ever
+  refused for a burst alone;
 - tasks that become ready together leave in one TaskBatch (split every
   ``batch_size`` tasks);
 - a result whose payload is in object storage is fetched (then deleted there)
@@ -20,13 +28,14 @@ Ordering rules it keeps:
 
 from __future__ import annotations
 
+import collections
 import enum
 import itertools
 import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import default_storage_address
@@ -68,6 +77,7 @@ from scaler.protocol.version import PROTOCOL_VERSION
 logger = logging.getLogger(__name__)
 
 TASK_BATCH_SIZE = 1000
+ARGUMENT_BYTES_IN_STORAGE = 128 * 1024 * 1024  # large arguments of tasks in flight, per client
 RELEASE_GRACE_SECONDS = 10.0
 
 
@@ -139,6 +149,8 @@ class _TaskRecord:
     missing: int = 0  # objects still awaiting their put acknowledgement
     sent: bool = False
     fetching: Optional[TaskResult] = None  # result whose payload is being fetched from storage
+    held: bool = False  # waiting for room in storage for its large arguments (nothing put yet)
+    argument_bytes: int = 0  # of its large arguments in storage
 
 
 @dataclass(slots=True)
@@ -173,6 +185,7 @@ class ClientState:
         batch_size: int = TASK_BATCH_SIZE,
         disconnect_wait_seconds: float = 5.0,
         usage: Optional[Callable[[], Tuple[float, int]]] = None,
+        argument_bytes_in_storage: int = ARGUMENT_BYTES_IN_STORAGE,
     ) -> None:
         self._client_id = client_id
         self._address = scheduler_address
@@ -209,6 +222,9 @@ class ClientState:
         self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
         self._graphs: Dict[bytes, _GraphRecord] = {}  # graph ID -> graph whose targets are not all done
         self._target_graphs: Dict[bytes, bytes] = {}  # target task ID -> graph ID
+        self._argument_bytes_limit = argument_bytes_in_storage
+        self._argument_bytes = 0  # of the large arguments put for tasks in flight, not deleted yet
+        self._held: Deque[Tuple[Submission, int]] = collections.deque()  # (task, its arguments' bytes) waiting
 
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
@@ -351,8 +367,10 @@ class ClientState:
         if self._refuse_reply(reply):
             return
         self._to_scheduler(ObjectInstruction(kind=ObjectInstructionKind.CLEAR, owner_id=self._client_id))
+        self._held.clear()  # first: no held task may start while the others end
         for task_id in list(self._tasks):
             self._end_task(task_id, Outcome.TASK_CANCELLED, None, delete_objects=False)
+        self._argument_bytes = 0
         cleared = ObjectNotFoundError("the object was deleted by Client.clear() before storage acknowledged it")
         for put_reply in self._put_replies.values():
             self._resolve(put_reply, Outcome.REPLY_ERROR, cleared)
@@ -607,29 +625,56 @@ class ClientState:
         if submission.puts and self._storage_error is not None:
             self._resolve(future, Outcome.TASK_ERROR, _copy(self._storage_error))
             return
+        task = submission.task
+        record = _TaskRecord(future, task.function_id, submission.temporary_objects or (), task)
+        self._tasks[task.task_id] = record
+        self._function_users[record.function_id] = self._function_users.get(record.function_id, 0) + 1
+        size = sum(object_frames.size(data) for _, data in submission.puts) if submission.puts else 0
+        if size and (self._held or not self._room_for(size)):
+            record.held = True
+            self._held.append((submission, size))
+            return
+        self._start(submission, record, size)
+
+    def _room_for(self, size: int) -> bool:
+        return self._argument_bytes == 0 or self._argument_bytes + size <= self._argument_bytes_limit
+
+    def _start(self, submission: Submission, record: _TaskRecord, size: int) -> None:
+        """Put the task's large arguments; send it once every object it needs is acknowledged."""
+        record.argument_bytes = size
+        self._argument_bytes += size
         for object_id, data in submission.puts:
             self._objects[object_id] = _PENDING
             self._out_puts.append((object_id, data))
-        task = submission.task
+        task_id = submission.task.task_id
         for object_id in submission.requires:
             state = self._objects.get(object_id)
             if state is not None and state is not _PENDING:  # the put of a needed object failed
-                self._resolve(future, Outcome.TASK_ERROR, _copy(state))
-                self._out_deletes.extend(submission.temporary_objects)
+                self._end_task(task_id, Outcome.TASK_ERROR, _copy(state))
                 return
-        task_id = task.task_id
-        record = _TaskRecord(future, task.function_id, submission.temporary_objects or ())
         for object_id in submission.requires:
             if self._objects.get(object_id) is _PENDING:
                 record.missing += 1
                 self._blocked.setdefault(object_id, []).append(task_id)
-        self._tasks[task_id] = record
-        self._function_users[record.function_id] = self._function_users.get(record.function_id, 0) + 1
         if record.missing == 0:
             record.sent = True
-            self._out_tasks.append(task)
-        else:
-            record.task = task
+            self._out_tasks.append(submission.task)
+            record.task = None
+
+    def _start_held(self) -> None:
+        """Start the tasks held for room in storage, in order, as far as the room now goes."""
+        held = self._held
+        while held:
+            submission, size = held[0]
+            record = self._tasks.get(submission.task.task_id)
+            if record is None or not record.held:  # it ended (cancelled) while held
+                held.popleft()
+                continue
+            if not self._room_for(size):
+                return
+            held.popleft()
+            record.held = False
+            self._start(submission, record, size)
 
     def _object_ready(self, object_id: bytes) -> None:
         self._objects.pop(object_id, None)
@@ -694,8 +739,12 @@ class ClientState:
                 self._function_users[function_id] = users
         if self._cancelling:
             self._cancelling.discard(task_id)
-        if delete_objects and record.temporary_objects:
+        if delete_objects and record.temporary_objects and not record.held:  # a held task put nothing yet
             self._out_deletes.extend(record.temporary_objects)
+        if record.argument_bytes:
+            self._argument_bytes -= record.argument_bytes
+            if self._held:
+                self._start_held()
         self._effects.resolutions.append((record.future, outcome, value))
         if self._target_graphs:
             graph_id = self._target_graphs.pop(task_id, None)
@@ -768,6 +817,7 @@ class ClientState:
         self._phase = Phase.STOPPED
         if error_is_cause:
             self._error = error
+        self._held.clear()  # first: no held task may start while the others end
         for task_id in list(self._tasks):
             self._end_task(task_id, Outcome.TASK_ERROR, _copy(error), delete_objects=False)
         replies = [self._ready_reply, *self._put_replies.values(), *self._shutdown_replies]

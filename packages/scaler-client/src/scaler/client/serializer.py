@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import pickle
+import pickletools
 from typing import Any, List
 
 import cloudpickle
@@ -89,6 +90,18 @@ def serialize_payload(serializer: Any, obj: Any) -> Payload:
     if type(serializer) is DefaultSerializer:
         return serializer.serialize_frames(obj)
     return serializer.serialize(obj)
+
+
+def writable_buffers(pickled: Any) -> List[bool]:
+    """For each buffer the protocol-5 pickle ``pickled`` takes out of band, in order: whether the value rebuilt on
+    it may write to it (a NumPy array, a bytearray), or only reads it (the pickle marks it read-only: ``bytes``)."""
+    writable: List[bool] = []
+    for opcode, _, _ in pickletools.genops(pickled):
+        if opcode.name == "NEXT_BUFFER":
+            writable.append(True)
+        elif opcode.name == "READONLY_BUFFER" and writable:
+            writable[-1] = False
+    return writable
 
 
 def deserialize_payload(serializer: Any, payload: Payload) -> Any:

@@ -32,6 +32,7 @@ from scaler.worker.processor import processor_exit_cause, run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     HEADER,
+    LENGTH_MASK,
     OBJECT_CACHE_BYTES,
     SERIALIZER_CACHE_CAPACITY,
     buffer_lengths,
@@ -178,7 +179,7 @@ class ProcessorLink:
         start = HEADER.size + 8 * count
         if len(buffer) < start:
             return 0
-        return start + length + sum(buffer_lengths(buffer, count))
+        return start + length + sum(size & LENGTH_MASK for size in buffer_lengths(buffer, count))
 
     def _take_messages(self, messages: List[Any]) -> None:
         buffer = self._in
@@ -192,6 +193,7 @@ class ProcessorLink:
                 buffers = []
                 position = start + length
                 for size in buffer_lengths(buffer, count):
+                    size &= LENGTH_MASK
                     buffers.append(bytes(view[position : position + size]))
                     position += size
                 messages.append(pickle.loads(view[start : start + length], buffers=buffers))

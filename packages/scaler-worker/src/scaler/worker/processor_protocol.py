@@ -117,11 +117,13 @@ class ProcessorResult(NamedTuple):
 # `pickle.PickleBuffer`s in it (large payloads: the agent wraps every object argument of `OUT_OF_BAND_BYTES` or
 # more) travel out of band, after the pickle, so that no end copies them into or out of a pickle:
 #
-#     !QI: the pickle's length, the number n of out-of-band buffers; n x !Q: their lengths; the pickle; the buffers
+#     !QI: the pickle's length, the number n of out-of-band buffers; n x !Q: their lengths, the top bit set for a
+#     read-only one; the pickle; the buffers
 #
-# The processor reads the pickle with one blocking ``recv(size, MSG_WAITALL)``, and each buffer straight into a
-# bytearray of its size (writable, as a NumPy array rebuilt on it must be), which the unpickled message then holds
-# in place of the buffer: a 10 MB argument is copied once, by the kernel.
+# The processor reads the pickle with one blocking ``recv(size, MSG_WAITALL)``, a read-only buffer the same way
+# into bytes, and a writable one straight into a bytearray of its size (as a NumPy array rebuilt on it must be
+# writable); the unpickled message holds them in place of the buffers: a 10 MB argument is copied once, by the
+# kernel.
 # The agent writes and reads without blocking (`processor_link`).
 
 OUT_OF_BAND_BYTES = 64 * 1024
@@ -136,15 +138,20 @@ def encode(message: Any) -> List[Any]:
     raws = [buffer.raw() for buffer in buffers]
     header = HEADER.pack(len(data), len(raws))
     if raws:
-        header += struct.pack(f"!{len(raws)}Q", *[raw.nbytes for raw in raws])
+        header += struct.pack(f"!{len(raws)}Q", *[raw.nbytes | (_READ_ONLY if raw.readonly else 0) for raw in raws])
     if len(data) < _SMALL_MESSAGE_BYTES:
         return [header + data, *raws]
     return [header, data, *raws]
 
 
-def buffer_lengths(data: Any, count: int, offset: int = 0) -> Tuple[int, ...]:
-    """The ``count`` out-of-band buffer lengths that follow the fixed header at ``offset`` in ``data``."""
-    return struct.unpack_from(f"!{count}Q", data, offset + HEADER.size) if count else ()
+def buffer_lengths(data: Any, count: int, offset: int = 0) -> List[int]:
+    """The ``count`` out-of-band buffer lengths that follow the fixed header at ``offset`` in ``data`` (with the
+    read-only bit: mask it with `LENGTH_MASK`)."""
+    return list(struct.unpack_from(f"!{count}Q", data, offset + HEADER.size)) if count else []
+
+
+_READ_ONLY = 1 << 63
+LENGTH_MASK = _READ_ONLY - 1
 
 
 class PipeEnd:
@@ -167,9 +174,10 @@ class PipeEnd:
     def receive(self) -> Any:
         """The next message, waiting for it; raise EOFError when the agent closed the Pipe."""
         length, count = HEADER.unpack(self._read(HEADER.size))
-        lengths = struct.unpack(f"!{count}Q", self._read(8 * count)) if count else ()
+        lengths = buffer_lengths(HEADER.pack(0, 0) + self._read(8 * count), count)
         data = self._read(length)
-        return pickle.loads(data, buffers=[self._read_into(size) for size in lengths])
+        buffers = [self._read(size & LENGTH_MASK) if size & _READ_ONLY else self._read_into(size) for size in lengths]
+        return pickle.loads(data, buffers=buffers)
 
     def _read(self, size: int) -> bytes:
         if size == 0:

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pickle import PickleBuffer
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
+from scaler.client.serializer import writable_buffers
 from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.errors import (
@@ -916,7 +917,15 @@ class WorkerState:
 
 def _out_of_band(payload: Any) -> Any:
     """A payload as it goes to the processor: each large frame crosses the Pipe out of band, from the very buffer
-    storage's answer arrived in (`processor_protocol`); small ones inside the pickle."""
-    if type(payload) is list:
-        return [_out_of_band(frame) for frame in payload]
-    return PickleBuffer(payload) if len(payload) >= OUT_OF_BAND_BYTES else payload
+    storage's answer arrived in (`processor_protocol`), small ones inside the pickle. A frame that is only read
+    (a whole pickle, or a buffer the payload's pickle marks read-only) is marked read-only, so the processor
+    reads it into bytes, which a ``bytes`` value then is without a copy; the others into writable memory."""
+    if type(payload) is not list:
+        return PickleBuffer(memoryview(payload).toreadonly()) if len(payload) >= OUT_OF_BAND_BYTES else payload
+    frames: List[Any] = [payload[0]]
+    for frame, writable in zip(payload[1:], writable_buffers(payload[0]), strict=False):
+        if len(frame) < OUT_OF_BAND_BYTES:
+            frames.append(frame)
+        else:
+            frames.append(PickleBuffer(frame if writable else memoryview(frame).toreadonly()))
+    return frames
