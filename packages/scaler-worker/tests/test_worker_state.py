@@ -13,10 +13,13 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol import messages as m
+from scaler.protocol import object_frames
 from scaler.protocol.errors import (
     DisconnectedError,
     ObjectNotFoundError,
@@ -198,8 +201,9 @@ class Harness:
             statuses = [
                 m.ObjectStatus.OK if i in self.storage else m.ObjectStatus.NOT_FOUND for i in request.object_ids
             ]
-            blobs = [self.storage[i] for i in request.object_ids if i in self.storage]
+            blobs, counts = object_frames.pack([self.storage[i] for i in request.object_ids if i in self.storage])
             response = m.ObjectResponse(request.request_id, m.ObjectRequestKind.GET, request.object_ids, statuses)
+            response.frame_counts = counts
             self.step(self.state.on_object_response(response, blobs))
 
     def answer_puts(self, status: m.ObjectStatus = m.ObjectStatus.OK, reason: str = "") -> None:
@@ -1190,6 +1194,24 @@ def test_an_object_is_sent_to_the_processor_once_then_by_its_id():
     h.answer_gets()
     h.finish()
     assert h.top().arguments == [("", b"shared", object_id)]
+
+
+@pytest.mark.parametrize("value", [b"b" * 100_000, bytearray(100_000), "not a pickle"])
+def test_an_object_of_several_frames_crosses_to_the_processor_out_of_band_read_only_where_it_is_read(value):
+    object_id = b"O" * 16
+    if value == "not a pickle":  # a client's bug, or worse: the processor's deserialization will say so
+        frames: List[Any] = [b"\x80\x05garbage", bytearray(100_000)]
+    else:
+        frames = serialize_payload(DefaultSerializer(), value)
+    h = Harness(pipeline_depth=0)
+    h.storage[object_id] = frames
+    h.assign(make_task(1, arguments=[m.Argument("", m.ArgumentKind.OBJECT, object_id)]))
+    h.answer_gets()
+    [(_, sent, _)] = h.top().arguments
+    assert len(sent) == 2 and sent[0] == frames[0]
+    buffer = sent[1].raw()  # what the Pipe writes out of band
+    assert bytes(buffer) == bytes(memoryview(frames[1]))
+    assert buffer.readonly == isinstance(value, bytes)  # a bytes value is read into bytes, the rest writable
 
 
 def test_the_object_cache_mirror_is_bounded_by_bytes():

@@ -96,11 +96,14 @@ def writable_buffers(pickled: Any) -> List[bool]:
     """For each buffer the protocol-5 pickle ``pickled`` takes out of band, in order: whether the value rebuilt on
     it may write to it (a NumPy array, a bytearray), or only reads it (the pickle marks it read-only: ``bytes``)."""
     writable: List[bool] = []
-    for opcode, _, _ in pickletools.genops(pickled):
-        if opcode.name == "NEXT_BUFFER":
-            writable.append(True)
-        elif opcode.name == "READONLY_BUFFER" and writable:
-            writable[-1] = False
+    try:
+        for opcode, _, _ in pickletools.genops(pickled):
+            if opcode.name == "NEXT_BUFFER":
+                writable.append(True)
+            elif opcode.name == "READONLY_BUFFER" and writable:
+                writable[-1] = False
+    except Exception:  # not a pickle: whoever deserializes it says so
+        pass
     return writable
 
 

@@ -72,8 +72,9 @@ class ProcessorTask(NamedTuple):
     serializer_id: bytes  # b"": cloudpickle
     serializer: Optional[bytes]  # cloudpickled serializer; None: the processor holds it already (or cloudpickle)
     # (name, serialized value, object ID); name "" is positional; object ID b"": an inline argument; else an
-    # object-storage argument, its value None when the processor holds it already (a large value is sent as a
-    # PickleBuffer, out of band, and arrives as bytes)
+    # object-storage argument, its value None when the processor holds it already; a large value crosses the Pipe
+    # out of band (the agent sends a PickleBuffer; it arrives as bytes, or a bytearray if writable), and an object
+    # of several frames is a list of them (scaler.client.serializer)
     arguments: List[Tuple[str, Any, bytes]]
     profiling: bool
 
@@ -123,8 +124,7 @@ class ProcessorResult(NamedTuple):
 # The processor reads the pickle with one blocking ``recv(size, MSG_WAITALL)``, a read-only buffer the same way
 # into bytes, and a writable one straight into a bytearray of its size (as a NumPy array rebuilt on it must be
 # writable); the unpickled message holds them in place of the buffers: a 10 MB argument is copied once, by the
-# kernel.
-# The agent writes and reads without blocking (`processor_link`).
+# kernel. The agent writes and reads without blocking (`processor_link`).
 
 OUT_OF_BAND_BYTES = 64 * 1024
 HEADER = struct.Struct("!QI")
@@ -144,10 +144,10 @@ def encode(message: Any) -> List[Any]:
     return [header, data, *raws]
 
 
-def buffer_lengths(data: Any, count: int, offset: int = 0) -> List[int]:
-    """The ``count`` out-of-band buffer lengths that follow the fixed header at ``offset`` in ``data`` (with the
-    read-only bit: mask it with `LENGTH_MASK`)."""
-    return list(struct.unpack_from(f"!{count}Q", data, offset + HEADER.size)) if count else []
+def buffer_lengths(data: Any, count: int, offset: int = HEADER.size) -> List[int]:
+    """The ``count`` out-of-band buffer lengths at ``offset`` in ``data`` (just after the fixed header, by default),
+    each with its read-only bit: mask it with `LENGTH_MASK`."""
+    return list(struct.unpack_from(f"!{count}Q", data, offset)) if count else []
 
 
 _READ_ONLY = 1 << 63
@@ -174,7 +174,7 @@ class PipeEnd:
     def receive(self) -> Any:
         """The next message, waiting for it; raise EOFError when the agent closed the Pipe."""
         length, count = HEADER.unpack(self._read(HEADER.size))
-        lengths = buffer_lengths(HEADER.pack(0, 0) + self._read(8 * count), count)
+        lengths = buffer_lengths(self._read(8 * count), count, 0)
         data = self._read(length)
         buffers = [self._read(size & LENGTH_MASK) if size & _READ_ONLY else self._read_into(size) for size in lengths]
         return pickle.loads(data, buffers=buffers)

@@ -923,9 +923,12 @@ def _out_of_band(payload: Any) -> Any:
     if type(payload) is not list:
         return PickleBuffer(memoryview(payload).toreadonly()) if len(payload) >= OUT_OF_BAND_BYTES else payload
     frames: List[Any] = [payload[0]]
-    for frame, writable in zip(payload[1:], writable_buffers(payload[0]), strict=False):
+    writable = writable_buffers(payload[0])
+    for index, frame in enumerate(payload[1:]):
         if len(frame) < OUT_OF_BAND_BYTES:
             frames.append(frame)
+        elif index < len(writable) and not writable[index]:
+            frames.append(PickleBuffer(memoryview(frame).toreadonly()))
         else:
-            frames.append(PickleBuffer(frame if writable else memoryview(frame).toreadonly()))
+            frames.append(PickleBuffer(frame))
     return frames
