@@ -3,6 +3,7 @@ import asyncio
 import importlib.util
 import logging
 import re
+import sys
 
 import pytest
 
@@ -11,6 +12,7 @@ from scaler.protocol.runtime import (
     add_common_arguments,
     load_config_section,
     parse_arguments,
+    reuse_payload_memory,
     run_event_loop,
     setup_logging,
 )
@@ -146,3 +148,9 @@ def test_run_event_loop_uvloop():
             run_event_loop(main, "uvloop")
     else:
         assert run_event_loop(main, "uvloop").startswith("uvloop")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_payload_memory_reuse_is_set_on_linux():
+    # both mallopt calls must take (a wrong parameter number or value makes glibc refuse it)
+    assert reuse_payload_memory() is True

@@ -25,7 +25,7 @@ from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.codec import message_name
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
-from scaler.protocol.runtime import run_event_loop, setup_logging
+from scaler.protocol.runtime import reuse_payload_memory, run_event_loop, setup_logging
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, Reply, show_size
 
 logger = logging.getLogger(__name__)
@@ -197,6 +197,7 @@ def run_object_storage_server(
     """
     if logging_level is not None:
         setup_logging(logging_level, logging_paths)
+    reuse_payload_memory()
     store = ObjectStore(
         max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
     )

@@ -41,6 +41,7 @@ from scaler.client.future import set_wait_hook
 from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
+from scaler.protocol.runtime import reuse_payload_memory
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.parent_death import die_with_parent
 from scaler.worker.processor_protocol import (
@@ -123,6 +124,7 @@ def run_processor(
 ) -> None:
     """The processor's main function (the target of its multiprocessing.Process)."""
     die_with_parent(agent_pid)
+    reuse_payload_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the agent, which then stops us
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
