@@ -28,6 +28,7 @@ import bench_tasks
 import psutil
 
 MB = 1_000_000
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 BIG_ARGUMENT_BYTES = 10 * MB
 SLEEP_SECONDS = 0.01
 READY_TIMEOUT_SECONDS = 120.0
@@ -123,27 +124,40 @@ class Engine:
 
 
 def cpu_snapshot(engine: Engine) -> Dict[int, tuple]:
+    """pid -> (role, CPU seconds, minor page faults) of the runner and its descendants."""
     snapshot = {}
     for pid, role in engine.processes().items():
         try:
             times = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
-        snapshot[pid] = (role, times.user + times.system)
+        snapshot[pid] = (role, times.user + times.system, _minor_faults(pid))
     return snapshot
 
 
+def _minor_faults(pid: int) -> int:
+    """Pages the process touched for the first time (fresh memory the kernel faulted in and zeroed); Linux only."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def cpu_breakdown(before: Dict[int, tuple], after: Dict[int, tuple], tasks: int) -> Dict[str, Any]:
-    """CPU seconds per role between two snapshots (processes started in between count from zero)."""
+    """CPU seconds and fresh memory per role between two snapshots (processes started in between count from
+    zero)."""
     roles: Dict[str, Dict[str, float]] = {}
-    for pid, (role, seconds) in after.items():
-        used = seconds - before.get(pid, (role, 0.0))[1]
-        entry = roles.setdefault(role, {"cpu_seconds": 0.0, "processes": 0})
-        entry["cpu_seconds"] += max(0.0, used)
+    for pid, (role, seconds, faults) in after.items():
+        _, seconds_before, faults_before = before.get(pid, (role, 0.0, 0))
+        entry = roles.setdefault(role, {"cpu_seconds": 0.0, "processes": 0, "fresh_bytes": 0})
+        entry["cpu_seconds"] += max(0.0, seconds - seconds_before)
+        entry["fresh_bytes"] += max(0, faults - faults_before) * PAGE_BYTES
         entry["processes"] += 1
     for entry in roles.values():
         entry["cpu_seconds"] = round(entry["cpu_seconds"], 4)
         entry["cpu_us_per_task"] = round(entry["cpu_seconds"] * 1e6 / tasks, 2) if tasks else None
+        entry["fresh_kib_per_task"] = round(entry["fresh_bytes"] / 1024 / tasks, 2) if tasks else None
     return roles
 
 
