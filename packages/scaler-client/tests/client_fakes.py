@@ -166,10 +166,8 @@ class FakeStorage(_Peer):
         out_blobs: List[bytes] = []
         if message.kind == ObjectRequestKind.PUT:
             status = self.put_status or ObjectStatus.OK
-            payloads: List[Any] = []
-            for count in message.frame_counts or [1] * len(ids):
-                payloads.append(blobs[0] if count == 1 else blobs[:count])
-                blobs = blobs[count:]
+            split = object_frames.split(message.frame_counts, len(ids), blobs)
+            payloads = [frames[0] if len(frames) == 1 else frames for frames in split]
             for object_id, payload in zip(ids, payloads, strict=False):
                 if status == ObjectStatus.OK:
                     self.objects[object_id] = payload

@@ -24,6 +24,7 @@ from scaler.protocol.errors import (
     DisconnectedError,
     ObjectNotFoundError,
     ObjectStorageRefusedError,
+    ProtocolError,
     TaskTimeoutError,
 )
 from scaler.worker.lru_cache import SizedLRUCache
@@ -507,6 +508,17 @@ def test_missing_object_argument_fails_the_task():
     [result] = h.results()
     error, _ = load_failure(result)
     assert isinstance(error, ObjectNotFoundError) and missing.hex() in str(error)
+    assert h.running_task() is None
+
+
+def test_a_function_object_of_several_frames_fails_its_task_naming_the_object():
+    h = Harness()
+    h.storage[FUNCTION] = [b"pickle", b"buffer"]  # a value sent as an object, named as a function
+    h.assign(make_task(1))
+    h.answer_gets()
+    [result] = h.results()
+    error, _ = load_failure(result)
+    assert isinstance(error, ProtocolError) and FUNCTION.hex() in str(error) and "several frames" in str(error)
     assert h.running_task() is None
 
 

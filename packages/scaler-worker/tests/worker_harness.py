@@ -210,9 +210,9 @@ class FakeStorageServer:
             if isinstance(message, m.Hello):
                 reply, out = m.HelloAck(PROTOCOL_VERSION), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.PUT:
-                for object_id, count in zip(message.object_ids, message.frame_counts or [1] * len(blobs), strict=True):
-                    self.objects[object_id] = (message.owner_id, blobs[0] if count == 1 else blobs[:count])
-                    blobs = blobs[count:]
+                split = object_frames.split(message.frame_counts, len(message.object_ids), blobs)
+                for object_id, frames in zip(message.object_ids, split, strict=True):
+                    self.objects[object_id] = (message.owner_id, frames[0] if len(frames) == 1 else frames)
                 statuses = [m.ObjectStatus.OK] * len(message.object_ids)
                 reply, out = m.ObjectResponse(message.request_id, message.kind, message.object_ids, statuses), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.GET:

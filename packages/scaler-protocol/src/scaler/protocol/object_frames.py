@@ -30,6 +30,18 @@ def pack(payloads: Sequence[Any]) -> Tuple[List[Any], List[int]]:
     return frames, counts if several else []
 
 
+def split(frame_counts: Sequence[int], objects: int, frames: Sequence[Any]) -> List[List[Any]]:
+    """The frames of each of the ``objects`` objects of a put, in order (``frame_counts`` empty: one each). The
+    counts must add up to the frames (the storage server checks it first)."""
+    counts = frame_counts or [1] * objects
+    split: List[List[Any]] = []
+    start = 0
+    for count in counts:
+        split.append(list(frames[start : start + count]))
+        start += count
+    return split
+
+
 def found(response: ObjectResponse, frames: Sequence[Any]) -> List[Optional[Any]]:
     """The payload of each of ``response.object_ids`` in a get's answer: None where its status is not ok (or its
     frames are missing), the frame of an object of one frame, the list of frames of an object of several."""

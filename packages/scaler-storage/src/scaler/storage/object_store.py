@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
 from scaler.protocol.messages import (
@@ -180,11 +181,8 @@ class ObjectStore:
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         refusals: List[str] = []
-        counts = request.frame_counts or [1] * len(request.object_ids)
-        start = 0
-        for object_id, count in zip(request.object_ids, counts, strict=True):
-            frames = tuple(blobs[start : start + count])
-            start += count
+        objects = object_frames.split(request.frame_counts, len(request.object_ids), blobs)
+        for object_id, frames in zip(request.object_ids, objects, strict=True):
             size = sum(blob_size(frame) for frame in frames)
             status = self._store(request.owner_id, object_id, frames, size)
             statuses.append(status)

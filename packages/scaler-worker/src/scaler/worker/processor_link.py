@@ -25,7 +25,7 @@ import signal
 import socket
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, Deque, List, Optional
+from typing import Any, Deque, List, Optional, Tuple
 
 from scaler.protocol.errors import DisconnectedError
 from scaler.worker.processor import processor_exit_cause, run_processor
@@ -99,7 +99,7 @@ class ProcessorLink:
         """Hand a task (or an answer) to the processor: True when it is all written, False when the rest waits
         for `flush` (call it once the Pipe is writable); raise DisconnectedError when the processor is gone
         (its sentinel tells why). Out-of-band buffers in ``message`` are written from where they are."""
-        self._out.extend(memoryview(frame).cast("B") for frame in encode(message))
+        self._out.extend(memoryview(frame) for frame in encode(message))
         return self.flush()
 
     @property
@@ -167,33 +167,33 @@ class ProcessorLink:
 
     def _missing_bytes(self) -> int:
         """How many bytes the message at the head of the read buffer still lacks (0: unknown yet)."""
-        size = self._message_size()
-        return size - len(self._in) if size else 0
+        head = self._head()
+        return head[0] - len(self._in) if head else 0
 
-    def _message_size(self) -> int:
-        """The whole size of the message at the head of the read buffer; 0 while its header is incomplete."""
+    def _head(self) -> Optional[Tuple[int, int, int, List[int]]]:
+        """The message at the head of the read buffer: (its whole size, where its pickle starts, the pickle's
+        length, the lengths of its out-of-band buffers); None while its header is incomplete."""
         buffer = self._in
         if len(buffer) < HEADER.size:
-            return 0
+            return None
         length, count = HEADER.unpack_from(buffer)
         start = HEADER.size + 8 * count
         if len(buffer) < start:
-            return 0
-        return start + length + sum(size & LENGTH_MASK for size in buffer_lengths(buffer, count))
+            return None
+        sizes = [size & LENGTH_MASK for size in buffer_lengths(buffer, count)]
+        return start + length + sum(sizes), start, length, sizes
 
     def _take_messages(self, messages: List[Any]) -> None:
         buffer = self._in
         while True:
-            end = self._message_size()
-            if not end or len(buffer) < end:
+            head = self._head()
+            if head is None or len(buffer) < head[0]:
                 return
-            length, count = HEADER.unpack_from(buffer)
-            start = HEADER.size + 8 * count
+            end, start, length, sizes = head
             with memoryview(buffer) as view:
                 buffers = []
                 position = start + length
-                for size in buffer_lengths(buffer, count):
-                    size &= LENGTH_MASK
+                for size in sizes:
                     buffers.append(bytes(view[position : position + size]))
                     position += size
                 messages.append(pickle.loads(view[start : start + length], buffers=buffers))

@@ -115,8 +115,8 @@ class ProcessorResult(NamedTuple):
 
 
 # Framing. Both ends use the Pipe as a byte stream (a socket pair). A message is pickled (protocol 5) and the
-# `pickle.PickleBuffer`s in it (large payloads: the agent wraps every object argument of `OUT_OF_BAND_BYTES` or
-# more) travel out of band, after the pickle, so that no end copies them into or out of a pickle:
+# `pickle.PickleBuffer`s in it (large payloads: the agent wraps every object frame of the serializer's
+# `OUT_OF_BAND_BYTES` or more) travel out of band, after the pickle, so that no end copies them into or out of a pickle:
 #
 #     !QI: the pickle's length, the number n of out-of-band buffers; n x !Q: their lengths, the top bit set for a
 #     read-only one; the pickle; the buffers
@@ -126,7 +126,6 @@ class ProcessorResult(NamedTuple):
 # writable); the unpickled message holds them in place of the buffers: a 10 MB argument is copied once, by the
 # kernel. The agent writes and reads without blocking (`processor_link`).
 
-OUT_OF_BAND_BYTES = 64 * 1024
 HEADER = struct.Struct("!QI")
 _SMALL_MESSAGE_BYTES = 64 * 1024  # header and pickle go in one write below this size
 

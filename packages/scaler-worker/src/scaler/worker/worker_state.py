@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pickle import PickleBuffer
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
-from scaler.client.serializer import writable_buffers
+from scaler.client.serializer import OUT_OF_BAND_BYTES, writable_buffers
 from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.errors import (
@@ -75,7 +75,6 @@ from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     OBJECT_CACHE_BYTES,
-    OUT_OF_BAND_BYTES,
     PIPELINE_TASK_SECONDS,
     PROCESSOR_PIPELINE_DEPTH,
     SERIALIZER_CACHE_CAPACITY,
@@ -528,11 +527,7 @@ class WorkerState:
         profiling = m.Profiling(*result.profiling) if result.profiling else m.Profiling()
         status = m.TaskStatus(result.status)
         # a result of several frames (large buffers kept out of its pickle) never goes inline
-        stored = (
-            entry.task.store_result
-            or object_frames.size(result.payload) > self._inline_threshold
-            or (type(result.payload) is list)
-        )
+        stored = entry.task.store_result or type(result.payload) is list or len(result.payload) > self._inline_threshold
         if status == m.TaskStatus.SUCCESS and stored:
             entry.phase = _Phase.STORING
             self._to_put.append((entry, self._object_ids.next_id(), result.payload, profiling))
