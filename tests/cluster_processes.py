@@ -20,7 +20,7 @@ import zmq
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
-from scaler.protocol.runtime import die_with_parent
+from scaler.protocol.process_control import die_with_parent
 from scaler.protocol.version import PROTOCOL_VERSION
 
 BIN = os.path.dirname(sys.executable)

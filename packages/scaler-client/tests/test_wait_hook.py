@@ -1,4 +1,4 @@
-"""`scaler.client.set_wait_hook`: what the client's blocking waits hand to the hook (a Scaler worker runs
+"""`scaler.protocol.wait_hook.set_wait_hook`: what the client's blocking waits hand to the hook (a Scaler worker runs
 other tasks there while a task waits on the tasks it submitted)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pytest
 from client_fakes import FakeScheduler, wait_until
 
 from scaler import Client
-from scaler.client import ScalerFuture, set_wait_hook
+from scaler.client import ScalerFuture
 from scaler.client.future import wait_with_hook
 from scaler.protocol.messages import PayloadKind, TaskBatch, TaskResult, TaskResultBatch, TaskStatus
+from scaler.protocol.wait_hook import set_wait_hook
 
 
 class RecordingHook:

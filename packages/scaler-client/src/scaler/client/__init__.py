@@ -2,7 +2,7 @@
 
 from scaler.client._version import __version__
 from scaler.client.client import Client
-from scaler.client.future import RemoteTraceback, ScalerFuture, set_wait_hook
+from scaler.client.future import RemoteTraceback, ScalerFuture
 from scaler.client.graph_builder import GraphCycleError, GraphError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, Serializer
@@ -18,5 +18,4 @@ __all__ = [
     "ScalerFuture",
     "Serializer",
     "__version__",
-    "set_wait_hook",
 ]

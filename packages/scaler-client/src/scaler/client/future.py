@@ -8,7 +8,6 @@ import io
 import os
 import pickle
 import threading
-import time
 from concurrent.futures import _base as _futures_base
 from typing import Any, Callable, Generator, List, Optional
 
@@ -18,39 +17,10 @@ from scaler.client.serializer import deserialize_payload
 from scaler.protocol.errors import RemoteTaskError, TaskRejectedError, WorkerDiedError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
+from scaler.protocol.wait_hook import wait_with_hook
 
 # Stands for a successful result whose payload is not deserialized yet.
 _UNDECODED = object()
-
-WaitHook = Callable[[Callable[[], bool], Optional[float]], None]
-_wait_hook: Optional[WaitHook] = None
-
-
-def set_wait_hook(hook: Optional[WaitHook]) -> Optional[WaitHook]:
-    """Install ``hook(done, timeout)`` for the client's blocking waits; return the previous one (None: none).
-
-    `ScalerFuture.result`, `ScalerFuture.exception`, `ScalerFuture.profiling_info` and `Client.map` call it
-    before they wait on their futures. It may do other work meanwhile (a Scaler worker runs other tasks
-    there, so that a task waiting on the tasks it submitted does not hold the worker), and returns once
-    ``done()`` is true or ``timeout`` seconds (None: no limit) have passed, or earlier to let the caller
-    wait as usual for the rest. None restores plain waiting.
-    """
-    global _wait_hook
-    previous, _wait_hook = _wait_hook, hook
-    return previous
-
-
-def wait_with_hook(done: Callable[[], bool], timeout: Optional[float]) -> Optional[float]:
-    """Let the wait hook, if any, wait for ``done()``; return what is left of ``timeout`` (None: no limit)."""
-    hook = _wait_hook
-    if hook is None or done():
-        return timeout
-    if timeout is None:
-        hook(done, None)
-        return None
-    deadline = time.monotonic() + timeout
-    hook(done, timeout)
-    return max(0.0, deadline - time.monotonic())
 
 
 class RemoteTraceback(Exception):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import abc
 import pickle
-import pickletools
 from typing import Any, List
 
 import cloudpickle
+
+from scaler.protocol.payload import OUT_OF_BAND_BYTES, Payload
 
 # Values that plain pickle encodes exactly as cloudpickle would, ten times faster (tiny tasks
 # are mostly such arguments); anything else may need cloudpickle's by-value pickling.
@@ -67,12 +68,6 @@ class DefaultSerializer(Serializer):
         return frames[0] if len(frames) == 1 else frames
 
 
-# A serialized value ("payload"): bytes-like, or a list of frames (bytes-like): a protocol-5 pickle, then the
-# buffers it refers to out of band, in order. Only `DefaultSerializer.serialize_frames` makes lists.
-Payload = Any
-OUT_OF_BAND_BYTES = 64 * 1024  # buffers from this size on travel as frames of their own
-
-
 class _OutOfBand:
     """Pickles a ``bytes`` or ``bytearray`` as its type applied to an out-of-band buffer."""
 
@@ -90,21 +85,6 @@ def serialize_payload(serializer: Any, obj: Any) -> Payload:
     if type(serializer) is DefaultSerializer:
         return serializer.serialize_frames(obj)
     return serializer.serialize(obj)
-
-
-def writable_buffers(pickled: Any) -> List[bool]:
-    """For each buffer the protocol-5 pickle ``pickled`` takes out of band, in order: whether the value rebuilt on
-    it may write to it (a NumPy array, a bytearray), or only reads it (the pickle marks it read-only: ``bytes``)."""
-    writable: List[bool] = []
-    try:
-        for opcode, _, _ in pickletools.genops(pickled):
-            if opcode.name == "NEXT_BUFFER":
-                writable.append(True)
-            elif opcode.name == "READONLY_BUFFER" and writable:
-                writable[-1] = False
-    except Exception:  # not a pickle: whoever deserializes it says so
-        pass
-    return writable
 
 
 def deserialize_payload(serializer: Any, payload: Payload) -> Any:

@@ -8,9 +8,9 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.ids import show
 from scaler.protocol.messages import Counter, StateSnapshot, WorkerSnapshot
-from scaler.protocol.runtime import ConfigError, add_common_arguments, parse_arguments, setup_logging
 
 CONFIG_SECTION = "top"
 

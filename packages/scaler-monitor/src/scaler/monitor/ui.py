@@ -7,7 +7,7 @@ import sys
 from typing import Optional, Sequence
 
 from scaler.monitor.top import address_argument
-from scaler.protocol.runtime import ConfigError, add_common_arguments, parse_arguments
+from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
 
 CONFIG_SECTION = "ui"
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
-from scaler.protocol.runtime import add_common_arguments, parse_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 
 

@@ -326,7 +326,7 @@ def start_object_storage_process(address: str) -> multiprocessing.process.BasePr
 
 
 def _run_child_storage(address: str) -> None:
-    from scaler.protocol.runtime import die_with_parent
+    from scaler.protocol.process_control import die_with_parent
     from scaler.storage.server import run_object_storage_server
 
     die_with_parent()
@@ -350,7 +350,7 @@ def run_scheduler(
     **options: Any,
 ) -> None:
     """Run a scheduler until SIGTERM/SIGINT or an accepted client shutdown (blocking)."""
-    from scaler.protocol.runtime import run_event_loop, setup_logging
+    from scaler.protocol.command_line import run_event_loop, setup_logging
 
     setup_logging(logging_level, logging_paths)
     server = SchedulerServer(address, **options)

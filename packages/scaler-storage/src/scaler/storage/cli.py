@@ -8,8 +8,8 @@ import sys
 from typing import Optional, Sequence, Union
 
 from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
-from scaler.protocol.runtime import ConfigError, add_common_arguments, parse_arguments
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
 from scaler.storage.server import default_max_memory, run_object_storage_server
 

@@ -23,9 +23,10 @@ import zmq.asyncio
 from scaler.protocol import codec
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.codec import message_name
+from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
-from scaler.protocol.runtime import reuse_payload_memory, run_event_loop, setup_logging
+from scaler.protocol.process_control import reuse_payload_memory
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, Reply, show_size
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def run_object_storage_server(
     ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
     memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
-    `scaler.protocol.runtime.ConfigError` for an unknown or unavailable event loop.
+    `scaler.protocol.command_line.ConfigError` for an unknown or unavailable event loop.
     """
     if logging_level is not None:
         setup_logging(logging_level, logging_paths)

@@ -8,7 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.runtime import ConfigError, add_common_arguments, parse_arguments
+from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
 
 CONFIG_SECTION = "symphony_cluster"
 

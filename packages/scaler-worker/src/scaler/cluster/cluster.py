@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Optional, Sequence
 
-from scaler.protocol.runtime import setup_logging
-from scaler.worker.parent_death import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent
+from scaler.protocol.command_line import setup_logging
+from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent
 from scaler.worker.worker_config import (
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
     DEFAULT_WORKER_TIMEOUT_SECONDS,
@@ -70,7 +70,7 @@ def run_cluster(
     ``die_with_parent_process`` (the default) the process ends when its parent does.
     """
     if die_with_parent_process:
-        die_with_parent(os.getppid(), signal.SIGTERM)
+        die_with_parent(signal.SIGTERM, os.getppid())
     setup_logging(logging_level, tuple(logging_paths))
     if n_workers < 1:
         raise ValueError(f"number of workers must be at least 1, not {n_workers}")

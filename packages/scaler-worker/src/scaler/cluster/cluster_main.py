@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
-from scaler.protocol.runtime import add_common_arguments, parse_arguments
 from scaler.worker.worker_config import add_worker_arguments
 
 CONFIG_SECTION = "cluster"

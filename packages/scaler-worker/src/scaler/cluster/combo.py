@@ -17,7 +17,7 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
-from scaler.protocol.runtime import die_with_parent
+from scaler.protocol.process_control import die_with_parent
 from scaler.protocol.version import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)

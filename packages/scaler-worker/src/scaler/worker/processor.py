@@ -9,7 +9,7 @@ storage server: a cancel, a timeout or a crash costs the agent only this
 process, which it replaces.
 
 Nested tasks: the processor installs a wait hook in the Scaler client
-(`scaler.client.set_wait_hook`). When a task waits there (on `result()` of a
+(`scaler.protocol.wait_hook`). When a task waits there (on `result()` of a
 task it submitted, in `Client.map`, ...), the hook tells the agent, runs the
 tasks the agent sends meanwhile on the same stack (each may wait in turn), and
 checks between them, and every few milliseconds while it has none, whether
@@ -37,13 +37,12 @@ from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tu
 
 import cloudpickle
 
-from scaler.client.future import set_wait_hook
 from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
-from scaler.protocol.runtime import reuse_payload_memory
+from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
+from scaler.protocol.wait_hook import set_wait_hook
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
-from scaler.worker.parent_death import die_with_parent
 from scaler.worker.processor_protocol import (
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
@@ -123,7 +122,7 @@ def run_processor(
     object_cache_bytes: int,
 ) -> None:
     """The processor's main function (the target of its multiprocessing.Process)."""
-    die_with_parent(agent_pid)
+    die_with_parent(signal.SIGKILL, agent_pid)
     reuse_payload_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the agent, which then stops us
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address

@@ -74,7 +74,7 @@ class ProcessorTask(NamedTuple):
     # (name, serialized value, object ID); name "" is positional; object ID b"": an inline argument; else an
     # object-storage argument, its value None when the processor holds it already; a large value crosses the Pipe
     # out of band (the agent sends a PickleBuffer; it arrives as bytes, or a bytearray if writable), and an object
-    # of several frames is a list of them (scaler.client.serializer)
+    # of several frames is a list of them (scaler.protocol.payload)
     arguments: List[Tuple[str, Any, bytes]]
     profiling: bool
 
@@ -108,7 +108,7 @@ class WaitEnded(NamedTuple):
 class ProcessorResult(NamedTuple):
     task_id: bytes
     status: int  # scaler.protocol.messages.TaskStatus
-    payload: Any  # bytes; or a list of frames (scaler.client.serializer), PickleBuffers on their way
+    payload: Any  # bytes; or a list of frames (scaler.protocol.payload), PickleBuffers on their way
     error_text: str
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not

@@ -505,7 +505,8 @@ class WorkerAgent:
 
 def run_worker(config: WorkerConfig) -> int:
     """Run one worker agent until it is told to stop; return its exit code. Blocks."""
-    from scaler.protocol.runtime import reuse_payload_memory, run_event_loop
+    from scaler.protocol.command_line import run_event_loop
+    from scaler.protocol.process_control import reuse_payload_memory
 
     reuse_payload_memory()
     agent = WorkerAgent(config)

@@ -92,7 +92,7 @@ class WorkerConfig:
 
     @classmethod
     def from_arguments(cls, args: Any) -> WorkerConfig:
-        """From options added by `add_worker_arguments` (and runtime.add_common_arguments)."""
+        """From options added by `add_worker_arguments` (and command_line.add_common_arguments)."""
         return cls(
             scheduler_address=args.address,
             capabilities=parse_capabilities(args.per_worker_capabilities),

@@ -16,7 +16,7 @@ CONFIG_SECTION = "worker"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from scaler.protocol.runtime import add_common_arguments
+    from scaler.protocol.command_line import add_common_arguments
     from scaler.worker.worker_config import add_worker_arguments
 
     parser = argparse.ArgumentParser(
@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from scaler.protocol.command_line import parse_arguments, setup_logging
     from scaler.protocol.errors import ScalerError
-    from scaler.protocol.runtime import parse_arguments, setup_logging
-    from scaler.worker.parent_death import die_with_parent_from_environment
+    from scaler.protocol.process_control import die_with_parent_from_environment
     from scaler.worker.worker_agent import run_worker
     from scaler.worker.worker_config import WorkerConfig
 

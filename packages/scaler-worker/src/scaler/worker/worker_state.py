@@ -60,7 +60,6 @@ from dataclasses import dataclass, field
 from pickle import PickleBuffer
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
-from scaler.client.serializer import OUT_OF_BAND_BYTES, writable_buffers
 from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.errors import (
@@ -71,6 +70,7 @@ from scaler.protocol.errors import (
     TaskTimeoutError,
 )
 from scaler.protocol.ids import IDGenerator
+from scaler.protocol.payload import OUT_OF_BAND_BYTES, writable_buffers
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,

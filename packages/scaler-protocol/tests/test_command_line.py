@@ -7,15 +7,15 @@ import sys
 
 import pytest
 
-from scaler.protocol.runtime import (
+from scaler.protocol.command_line import (
     ConfigError,
     add_common_arguments,
     load_config_section,
     parse_arguments,
-    reuse_payload_memory,
     run_event_loop,
     setup_logging,
 )
+from scaler.protocol.process_control import reuse_payload_memory
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""What every command-line program shares: options, TOML config, logging, event loop."""
+"""What every command-line program shares: common options, the TOML config file, logging, the event loop."""
 
 from __future__ import annotations
 
@@ -108,50 +108,3 @@ def run_event_loop(main: Callable[[], Awaitable[Any]], event_loop: str = "auto")
         raise ConfigError(f"unknown event loop {event_loop!r}: choose one of {', '.join(EVENT_LOOPS)}")
     logging.info("use event loop: builtin")
     return asyncio.run(main())
-
-
-def die_with_parent(sig: int = 15) -> None:
-    """Ask Linux to send ``sig`` (SIGTERM) to this process when its parent dies; a no-op elsewhere.
-
-    Called first thing in every child process that Scaler starts, so that a
-    killed parent (kill -9, a crashed test runner) leaves no process behind.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, sig, 0, 0, 0)
-    except OSError:
-        pass
-
-
-# glibc's malloc gives every block over its mmap threshold (at most 32 MiB, adjusted upwards as such blocks are
-# freed, but a block of the same size again is still mapped afresh) memory of its own, and returns it to the
-# kernel when freed; heap memory beyond the trim threshold is returned too. A process that receives one 10 MB
-# payload after another thus has every one of them written into fresh pages, which the kernel must fault in and
-# zero: several milliseconds per 10 MB, more than the copy itself. Payload buffers up to this size come from the
-# heap instead, and this much freed memory is kept for the next payload.
-_HEAP_BLOCKS_UP_TO_BYTES = 32 * 1024 * 1024
-_KEEP_FREED_BYTES = 64 * 1024 * 1024
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-
-
-def reuse_payload_memory() -> bool:
-    """Make malloc reuse the memory of freed payloads (glibc on Linux; elsewhere a no-op): called at the start of
-    the processes that move large payloads (storage server, worker agent, processor). True when it took."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS_UP_TO_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, _KEEP_FREED_BYTES)
-    )
