@@ -82,8 +82,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         feed.start()
         serving = threading.Thread(target=server.serve_forever, name="scaler_ui http", daemon=True)
         serving.start()
-        host, port = server.server_address[:2]
-        logger.info(f"scaler_ui: monitor {args.address}, page at http://{host}:{port}/, metrics at /metrics")
+        port = server.server_address[1]
+        logger.info(f"scaler_ui: monitor {args.address}, page at http://{args.host}:{port}/, metrics at /metrics")
         try:
             stop.wait()
         finally:
