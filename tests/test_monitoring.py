@@ -108,6 +108,7 @@ def test_metrics_count_a_known_workload_on_scaler_ui_and_on_the_scheduler(cluste
         assert len(workers) == N_WORKERS
         assert all(metrics[("scaler_worker_agent_resident_memory_bytes", labels)] > 0 for labels in workers)
         assert sum(metrics[("scaler_worker_assigned_tasks", labels)] for labels in workers) == 0
+    assert "process_cpu_seconds_total" in {name for name, _ in _metrics(cluster["scheduler_metrics"])}
     assert "process_cpu_seconds_total" not in {name for name, _ in _metrics(cluster["ui_url"])}
 
 

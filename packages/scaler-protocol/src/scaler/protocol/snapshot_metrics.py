@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -149,9 +149,13 @@ class SnapshotCollector(Collector):
             yield from metric_families(*latest)
 
 
-def snapshot_registry(collector: SnapshotCollector) -> CollectorRegistry:
+def snapshot_registry(collector: SnapshotCollector, with_process: bool = False) -> CollectorRegistry:
+    """A registry of ``collector``; ``with_process`` adds prometheus_client's ``process_*`` metrics of this
+    process (for the scheduler's own endpoint, where this process is the scheduler)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    if with_process:
+        ProcessCollector(registry=registry)
     return registry
 
 

@@ -143,9 +143,11 @@ class SchedulerServer:
             ) from None
         host, port = self._metrics_address
         self._function_totals = snapshot_metrics.FunctionTotals()
-        collector = snapshot_metrics.SnapshotCollector(lambda: self.latest_snapshot)
+        registry = snapshot_metrics.snapshot_registry(
+            snapshot_metrics.SnapshotCollector(lambda: self.latest_snapshot), with_process=True
+        )
         try:
-            self._metrics = snapshot_metrics.MetricsServer(host, port, snapshot_metrics.snapshot_registry(collector))
+            self._metrics = snapshot_metrics.MetricsServer(host, port, registry)
         except OSError as error:
             raise SchedulerStartError(f"cannot serve metrics at {host}:{port}: {error}") from None
         logger.info(f"Scheduler: serve Prometheus metrics at http://{host}:{self._metrics.port}/metrics")
