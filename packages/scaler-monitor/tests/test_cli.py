@@ -73,20 +73,6 @@ def test_top_config_unknown_option(tmp_path):
     assert "unknown option 'refresh'" in result.stderr
 
 
-@pytest.fixture
-def publisher():
-    context = zmq.Context()
-    socket = context.socket(zmq.XPUB)
-    socket.setsockopt(zmq.LINGER, 0)
-    address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    socket.bind(address)
-    try:
-        yield address, socket
-    finally:
-        socket.close(linger=0)
-        context.term()
-
-
 def test_top_shows_published_snapshots_and_survives_bad_messages(publisher):
     address, socket = publisher
     snapshot = StateSnapshot(

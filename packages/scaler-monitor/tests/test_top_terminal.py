@@ -9,25 +9,10 @@ import pytest
 import zmq
 
 from scaler.protocol import codec
-from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.messages import StateSnapshot, WorkerHeartbeat, WorkerSnapshot
 
 SCALER_TOP = str(Path(sys.executable).parent / "scaler_top")
 _ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-@pytest.fixture
-def publisher():
-    context = zmq.Context()
-    socket = context.socket(zmq.XPUB)
-    socket.setsockopt(zmq.LINGER, 0)
-    address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    socket.bind(address)
-    try:
-        yield address, socket
-    finally:
-        socket.close(linger=0)
-        context.term()
 
 
 @pytest.fixture

@@ -23,12 +23,9 @@ SCALER_UI = str(Path(sys.executable).parent / "scaler_ui")
 class Feed:
     """The XPUB socket a scheduler would publish on."""
 
-    def __init__(self) -> None:
-        self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.XPUB)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.address = f"tcp://127.0.0.1:{free_tcp_port()}"
-        self.socket.bind(self.address)
+    def __init__(self, address: str, socket) -> None:
+        self.address = address
+        self.socket = socket
 
     def wait_for_subscriber(self) -> None:
         assert self.socket.poll(20_000, zmq.POLLIN), "scaler_ui did not subscribe"
@@ -37,18 +34,10 @@ class Feed:
     def publish(self, snapshot: StateSnapshot) -> None:
         self.socket.send_multipart(codec.encode(snapshot))
 
-    def close(self) -> None:
-        self.socket.close(linger=0)
-        self.context.term()
-
 
 @pytest.fixture
-def feed():
-    feed = Feed()
-    try:
-        yield feed
-    finally:
-        feed.close()
+def feed(publisher):
+    return Feed(*publisher)
 
 
 def _start_ui(feed: Feed, *options: str):
