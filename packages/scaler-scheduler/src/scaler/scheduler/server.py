@@ -152,11 +152,6 @@ class SchedulerServer:
             raise SchedulerStartError(f"cannot serve metrics at {host}:{port}: {error}") from None
         logger.info(f"Scheduler: serve Prometheus metrics at http://{host}:{self._metrics.port}/metrics")
 
-    @property
-    def metrics_port(self) -> Optional[int]:
-        """The port ``--metrics-port`` serves on (the one chosen when it was 0), or None."""
-        return self._metrics.port if self._metrics is not None else None
-
     @staticmethod
     def _bind_socket(socket: Any, address: str) -> None:
         try:
