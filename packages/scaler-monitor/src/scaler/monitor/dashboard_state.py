@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import json
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
 from scaler.protocol.ids import show
 from scaler.protocol.messages import FunctionStats, StateSnapshot
@@ -140,7 +140,3 @@ def _function(stats: FunctionStats) -> Dict[str, Any]:
         "failed": stats.failed,
         "mean_seconds": stats.seconds / runs if runs else 0.0,
     }
-
-
-def history_json(history: List[Dict[str, float]]) -> str:
-    return json.dumps(history)
