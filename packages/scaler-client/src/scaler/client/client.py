@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optio
 import cloudpickle
 
 from scaler.client.agent import ClientAgent
-from scaler.client.executor import ScalerExecutor
 from scaler.client.client_state import GraphSubmission, Submission
+from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference

@@ -40,7 +40,7 @@ class ScalerExecutor(concurrent.futures.Executor):
 
     def __init__(
         self,
-        client: Union["Client", str],
+        client: Union[Client, str],
         *,
         capabilities: Optional[dict] = None,
         priority: int = 0,
@@ -67,7 +67,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         self._prune_at = _PRUNE_AT
 
     @property
-    def client(self) -> "Client":
+    def client(self) -> Client:
         return self._client
 
     def __repr__(self) -> str:
@@ -88,7 +88,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         chunksize: int = 1,
         buffersize: Optional[int] = None,
     ) -> Iterator[Any]:
-        """``fn(*args)`` for each ``args`` of ``zip(*iterables)``: an iterator of the results, in order.
+        """``fn(*args)`` for each ``args`` of ``zip(*iterables, strict=False)``: an iterator of the results, in order.
 
         ``timeout`` (seconds from this call): `TimeoutError` from the iterator if a result is not there by
         then. ``chunksize``: calls per task. ``buffersize`` (as in Python 3.14): at most this many tasks
@@ -105,7 +105,7 @@ class ScalerExecutor(concurrent.futures.Executor):
             if buffersize < 1:
                 raise ValueError("buffersize must be None or > 0")
         end_time = None if timeout is None else timeout + time.monotonic()
-        inputs: Iterator[Tuple[Any, ...]] = zip(*iterables)
+        inputs: Iterator[Tuple[Any, ...]] = zip(*iterables, strict=False)
         submit: Callable[[Any], ScalerFuture]
         if chunksize == 1:
             task_inputs: Iterator[Any] = inputs
@@ -180,7 +180,7 @@ class _Refill:
 
     __slots__ = ("executor", "submit", "inputs")
 
-    def __init__(self, executor: "weakref.ref[ScalerExecutor]", submit: Callable[[Any], ScalerFuture], inputs):
+    def __init__(self, executor: weakref.ref[ScalerExecutor], submit: Callable[[Any], ScalerFuture], inputs):
         self.executor = executor  # weak: the iterator must not keep the executor alive
         self.submit = submit
         self.inputs = inputs

@@ -42,7 +42,7 @@ def progress(
     return futures
 
 
-def start_progress(option: ProgressOption, description: str) -> Optional["ProgressBar"]:
+def start_progress(option: ProgressOption, description: str) -> Optional[ProgressBar]:
     """The bar a ``progress=`` option asks for: None for False (the default)."""
     if option is None or option is False:
         return None
@@ -89,7 +89,7 @@ class ProgressBar:
             ended, total = self._ended, self._total
         self._view.finish(ended, total)
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
