@@ -107,6 +107,8 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         future.add_done_callback(lambda done: callbacks.submit(self._batch_ended, done, callback))
         return future
 
+    apply_async = submit  # the name joblib before 1.5 calls
+
     def retrieve_result_callback(self, future: ScalerFuture) -> Any:
         return future.result()
 
