@@ -6,7 +6,7 @@ from scaler.client.executor import ScalerExecutor
 from scaler.client.future import RemoteTraceback, ScalerFuture
 from scaler.client.graph_builder import GraphCycleError, GraphError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
-from scaler.client.progress import progress
+from scaler.client.progress_bar import progress
 from scaler.client.serializer import DefaultSerializer, Serializer
 
 __all__ = [

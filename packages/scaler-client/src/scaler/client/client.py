@@ -19,7 +19,7 @@ from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
-from scaler.client.progress import ProgressOption, start_progress
+from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import DefaultSerializer, check_serializer, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
