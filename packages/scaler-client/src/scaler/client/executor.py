@@ -14,7 +14,7 @@ import threading
 import time
 import traceback
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 from scaler.client.future import RemoteTraceback, ScalerFuture
 
@@ -59,7 +59,9 @@ class ScalerExecutor(concurrent.futures.Executor):
             raise TypeError(f"ScalerExecutor needs a Client or a scheduler address, got {type(client).__name__}")
         if timeout_seconds < 0 or retries < 0:
             raise ValueError("timeout_seconds and retries must not be negative")
-        options = dict(capabilities=capabilities, priority=priority, timeout_seconds=timeout_seconds, retries=retries)
+        options: Dict[str, Any] = dict(
+            capabilities=capabilities, priority=priority, timeout_seconds=timeout_seconds, retries=retries
+        )
         self._options = options if (capabilities or priority or timeout_seconds or retries) else None
         self._lock = threading.Lock()  # guards _shutdown and _pending
         self._shutdown = False

@@ -17,8 +17,13 @@ import os
 import threading
 from typing import Any, Callable, Optional, Set
 
-from joblib import register_parallel_backend
-from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase, SequentialBackend
+try:
+    from joblib import register_parallel_backend
+    from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase, SequentialBackend
+except ImportError as error:
+    raise ImportError(
+        "scaler.compat.joblib needs joblib: pip install joblib (or scaler-client[joblib])", name="joblib"
+    ) from error
 
 from scaler.client.client import SCHEDULER_ADDRESS_VARIABLE, Client
 from scaler.client.executor import cancel_without_waiting

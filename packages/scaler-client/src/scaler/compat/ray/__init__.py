@@ -222,7 +222,7 @@ def get(object_refs: Union[ObjectRef, Sequence[ObjectRef]], *, timeout: Optional
     ``timeout`` (seconds, for all of them): `exceptions.GetTimeoutError` when they are not ready by then.
     """
     single = isinstance(object_refs, ObjectRef)
-    refs = [object_refs] if single else _ref_list(object_refs, "get")
+    refs = [object_refs] if isinstance(object_refs, ObjectRef) else _ref_list(object_refs, "get")
     deadline = None if timeout is None else time.monotonic() + timeout
     values = []
     for ref in refs:
