@@ -138,6 +138,15 @@ def test_map_timeout_raises_timeout_error_and_ends_the_iterator(executor):
         next(results)
 
 
+def test_leaving_the_iterator_early_cancels_the_calls_not_consumed(client):
+    with client.executor() as executor:
+        results = executor.map(sleep_then, [0.0, 60.0, 60.0, 60.0], range(4))
+        assert next(results) == 0
+        results.close()
+        # both workers would be busy for a minute had the long calls not been cancelled
+        assert executor.submit(abs, -1).result(timeout=20) == 1
+
+
 def test_bad_map_arguments_are_refused_like_the_standard_library(executor):
     with pytest.raises(ValueError, match="chunksize"):
         executor.map(abs, [1], chunksize=0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import time
 
 import joblib
 import numpy as np
@@ -84,6 +86,14 @@ def test_return_as_generator(client):
     with joblib.parallel_config(backend="scaler", client=client, n_jobs=2):
         generator = joblib.Parallel(return_as="generator")(joblib.delayed(square)(i) for i in range(50))
         assert list(generator) == [i * i for i in range(50)]
+
+
+def test_a_parallel_timeout_raises_timeout_error(client):
+    with joblib.parallel_config(backend="scaler", client=client, n_jobs=2):
+        with pytest.raises(multiprocessing.TimeoutError):  # what joblib raises on a timeout, whatever the backend
+            joblib.Parallel(timeout=0.5)(joblib.delayed(time.sleep)(10) for _ in range(2))
+        # the cancelled batches free the workers at once: a new call runs
+        assert joblib.Parallel(timeout=30)(joblib.delayed(square)(i) for i in range(3)) == [0, 1, 4]
 
 
 def test_cross_val_score_runs_on_the_workers(client):

@@ -7,6 +7,8 @@ import re
 import time
 
 import dask
+import nbclient
+import nbformat
 import pytest
 
 import scaler
@@ -109,3 +111,29 @@ def test_bad_progress_options_are_refused(client):
         client.map(slow_square, [(1,)], progress="fancy")
     with pytest.raises(ValueError, match="progress must be"):
         client.map(slow_square, [(1,)], progress=2)
+
+
+def test_a_notebook_shows_a_widget_bar(cluster):
+    """A real Jupyter kernel runs the cells: the bars are ipywidgets progress bars that end full."""
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(f"import scaler\nclient = scaler.Client(address={cluster.get_address()!r})"),
+            nbformat.v4.new_code_cell(
+                "futures = [client.submit(abs, -i) for i in range(20)]\n_ = scaler.progress(futures)"
+            ),
+            nbformat.v4.new_code_cell("sum(client.map(abs, [(i,) for i in range(100)], progress=True))"),
+            nbformat.v4.new_code_cell("client.disconnect()"),
+        ]
+    )
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    for cell in notebook.cells[1:3]:
+        kinds = [output.get("data", {}).keys() for output in cell.outputs if output["output_type"] == "display_data"]
+        assert any("application/vnd.jupyter.widget-view+json" in kind for kind in kinds), cell.outputs
+    assert notebook.cells[2].outputs[-1]["data"]["text/plain"] == "4950"
+    state = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    bars = sorted(
+        (model["state"]["value"], model["state"]["max"], model["state"]["bar_style"])
+        for model in state.values()
+        if model["model_name"] == "FloatProgressModel"
+    )
+    assert bars == [(20.0, 20.0, "success"), (100.0, 100.0, "success")]
