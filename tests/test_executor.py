@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from scaler import Client, ScalerExecutor, SchedulerClusterCombo
+from scaler import ScalerExecutor
 
 
 def fail_on(value, bad):
@@ -31,21 +31,6 @@ def add(a, b, *, scale=1):
 def word_lengths(executor: concurrent.futures.Executor, words):
     """Code written against the Executor interface only."""
     return list(executor.map(len, words, chunksize=2))
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
-    try:
-        yield combo
-    finally:
-        combo.shutdown()
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
-        yield client
 
 
 def _process_pool() -> concurrent.futures.ProcessPoolExecutor:

@@ -15,7 +15,6 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.svm import SVC
 
 import scaler.compat.joblib  # noqa: F401  (registers the backend)
-from scaler import Client, SchedulerClusterCombo
 from scaler.compat.joblib import ScalerBackend
 
 
@@ -32,21 +31,6 @@ def fail_on_five(x):
 def process_id(estimator, X, y):
     """A scikit-learn scorer that says which process scored."""
     return float(os.getpid())
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
-    try:
-        yield combo
-    finally:
-        combo.shutdown()
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
-        yield client
 
 
 def test_registration_makes_the_backend_a_joblib_name(client):

@@ -12,7 +12,6 @@ import nbformat
 import pytest
 
 import scaler
-from scaler import Client, SchedulerClusterCombo
 
 
 def slow_square(x):
@@ -24,21 +23,6 @@ def fail_on(x, bad):
     if x == bad:
         raise ValueError(f"bad {x}")
     return x
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
-    try:
-        yield combo
-    finally:
-        combo.shutdown()
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
-        yield client
 
 
 def _last_text_line(stderr: str) -> str:
@@ -109,6 +93,8 @@ def test_scaler_progress_timeout_leaves_the_tasks_running(client, capfd):
 def test_bad_progress_options_are_refused(client):
     with pytest.raises(ValueError, match="progress must be"):
         client.map(slow_square, [(1,)], progress="fancy")
+    with pytest.raises(ValueError, match="progress must be"):
+        client.get({"a": (slow_square, 2)}, ["a"], progress="fancy")
     with pytest.raises(ValueError, match="progress must be"):
         client.map(slow_square, [(1,)], progress=2)
 

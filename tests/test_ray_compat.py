@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import scaler.compat.ray as ray
-from scaler import SchedulerClusterCombo
 from scaler.compat.ray import exceptions
 
 
@@ -74,15 +73,6 @@ def fail_until(path, failures):
     if attempt <= failures:
         raise ConnectionError(f"attempt {attempt} fails")
     return attempt
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
-    try:
-        yield combo
-    finally:
-        combo.shutdown()
 
 
 @pytest.fixture

@@ -65,3 +65,8 @@ def test_bad_options():
     for option in ("fancy", 2, 0.5):
         with pytest.raises(ValueError, match="progress must be"):
             ProgressBar(option, "x")  # type: ignore[arg-type]
+
+
+def test_a_bar_that_watched_nothing_draws_nothing(capsys):
+    ProgressBar("text", "empty").close()
+    assert capsys.readouterr().err == ""

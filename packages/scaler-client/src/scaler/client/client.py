@@ -256,12 +256,12 @@ class Client:
         """
         if progress and not block:
             raise ValueError("progress needs block=True; for the futures of block=False use scaler.progress(futures)")
+        bar = start_progress(progress, "graph")  # a bad option is refused before anything is sent
         batch = FutureBatch() if block else None
         futures = self._submit_graph(graph, _requested_keys(graph, keys), batch)
         if batch is None:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
-        bar = start_progress(progress, "graph")
         try:
             if bar is not None:
                 bar.watch(distinct)

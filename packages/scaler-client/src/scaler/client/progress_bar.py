@@ -70,20 +70,24 @@ class ProgressBar:
         else:
             self._view = _TextView(description)
         self._refresh = _REFRESH_SECONDS[str(style)]
-        self._thread = threading.Thread(target=self._display, name="ScalerProgress", daemon=True)
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = None  # started by the first watch: no futures, no bar
 
     def watch(self, futures: Iterable[concurrent.futures.Future]) -> None:
         """Count these futures in the total, and each one's end once it ends."""
         futures = list(futures)
         with self._lock:
             self._total += len(futures)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._display, name="ScalerProgress", daemon=True)
+            self._thread.start()
         for future in futures:
             future.add_done_callback(self._future_ended)
 
     def close(self) -> None:
-        """Stop the display thread and draw the final counts."""
+        """Stop the display thread and draw the final counts (nothing, if it never watched a future)."""
         self._closed.set()
+        if self._thread is None:
+            return
         self._thread.join(5.0)
         with self._lock:
             ended, total = self._ended, self._total
