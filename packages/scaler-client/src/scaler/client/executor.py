@@ -13,7 +13,6 @@ import itertools
 import threading
 import time
 import traceback
-import weakref
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 from scaler.client.future import RemoteTraceback, ScalerFuture
@@ -90,7 +89,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         chunksize: int = 1,
         buffersize: Optional[int] = None,
     ) -> Iterator[Any]:
-        """``fn(*args)`` for each ``args`` of ``zip(*iterables, strict=False)``: an iterator of the results, in order.
+        """``fn(*args)`` for each ``args`` of ``zip(*iterables)``: an iterator of the results, in order.
 
         ``timeout`` (seconds from this call): `TimeoutError` from the iterator if a result is not there by
         then. ``chunksize``: calls per task. ``buffersize`` (as in Python 3.14): at most this many tasks
@@ -123,7 +122,7 @@ class ScalerExecutor(concurrent.futures.Executor):
         except BaseException:
             self._cancel(futures)
             raise
-        refill = _Refill(weakref.ref(self), submit, task_inputs) if buffersize else None
+        refill = functools.partial(_submit_next, submit, task_inputs) if buffersize else None
         return _results(futures, end_time, chunksize > 1, refill, self._client)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -177,31 +176,24 @@ def cancel_without_waiting(client: Any, futures: Iterable[ScalerFuture]) -> None
             pass
 
 
-class _Refill:
-    """With ``buffersize``: submits the next input each time the consumer takes a result."""
-
-    __slots__ = ("executor", "submit", "inputs")
-
-    def __init__(self, executor: weakref.ref[ScalerExecutor], submit: Callable[[Any], ScalerFuture], inputs):
-        self.executor = executor  # weak: the iterator must not keep the executor alive
-        self.submit = submit
-        self.inputs = inputs
-
-    def next_future(self) -> Optional[ScalerFuture]:
-        if self.executor() is None:
-            return None
-        for task_input in self.inputs:
-            return self.submit(task_input)
-        return None
+def _submit_next(submit: Callable[[Any], ScalerFuture], inputs: Iterator[Any]) -> Optional[ScalerFuture]:
+    """With ``buffersize``: the next input's task, each time the consumer takes a result (None at the end)."""
+    for task_input in inputs:
+        return submit(task_input)
+    return None
 
 
 def _results(
-    futures: Deque[ScalerFuture], end_time: Optional[float], chunked: bool, refill: Optional[_Refill], client: Any
+    futures: Deque[ScalerFuture],
+    end_time: Optional[float],
+    chunked: bool,
+    refill: Optional[Callable[[], Optional[ScalerFuture]]],
+    client: Any,
 ) -> Iterator[Any]:
     try:
         while futures:
             if refill is not None:
-                extra = refill.next_future()
+                extra = refill()
                 if extra is not None:
                     futures.append(extra)
             future = futures.popleft()

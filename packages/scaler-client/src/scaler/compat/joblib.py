@@ -109,7 +109,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         callbacks = self._callbacks
         # joblib's callback takes its Parallel's lock, reads the result and dispatches the next batch: it must
         # not run in the client's agent thread, which the future's own callbacks run in.
-        future.add_done_callback(lambda done: callbacks.submit(self._batch_ended, done, callback))
+        future.add_done_callback(lambda done: _hand_over(callbacks, self._batch_ended, done, callback))
         return future
 
     apply_async = submit  # the name joblib before 1.5 calls
@@ -150,6 +150,13 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
             self._running.discard(future)
         if callback is not None:
             callback(future)
+
+
+def _hand_over(callbacks: concurrent.futures.ThreadPoolExecutor, ended: Callable[..., None], *args: Any) -> None:
+    try:
+        callbacks.submit(ended, *args)
+    except RuntimeError:  # the Parallel call ended (terminate) before this batch: nothing waits for it
+        pass
 
 
 def register(make_default: bool = False) -> None:

@@ -404,7 +404,7 @@ class _Deferred(concurrent.futures.Future):
     def __init__(self, client: Client, function: Callable[..., Any], args, kwargs, retries: int, waiting) -> None:
         super().__init__()
         self._inner: Optional[concurrent.futures.Future] = None
-        self._launch = (client, function, args, kwargs, retries)
+        self._call = (client, function, args, kwargs, retries)
         self._left = len(waiting)
         self._count_lock = threading.Lock()
         for future in waiting:
@@ -421,17 +421,17 @@ class _Deferred(concurrent.futures.Future):
             self._left -= 1
             if self._left:
                 return
-        _dispatcher().submit(self._send)
+        _dispatcher().submit(self._launch)
 
-    def _send(self) -> None:
+    def _launch(self) -> None:
         if not self.set_running_or_notify_cancel():  # cancelled while it waited
             return
         try:
-            inner = _send(*self._launch)
+            inner = _send(*self._call)
         except BaseException as error:
             self.set_exception(error)
             return
-        self._launch = None  # type: ignore[assignment]
+        self._call = None  # type: ignore[assignment]
         self._inner = inner
         inner.add_done_callback(lambda done: _dispatcher().submit(self._follow, done))
 
