@@ -407,7 +407,6 @@ def test_a_killed_processor_fails_every_task_on_its_stack(driver: TaskDriver, tm
 
 
 def test_uvloop_event_loop(scheduler: FakeScheduler, storage, storage_server, start_worker):
-    pytest.importorskip("uvloop")
     start_worker(scheduler.address, "--event-loop", "uvloop")
     worker_id, _ = scheduler.accept(storage_server.address)
     driver = TaskDriver(scheduler, storage, worker_id)
