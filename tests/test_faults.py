@@ -114,10 +114,8 @@ def test_a_scheduler_that_dies_fails_pending_futures(processes, address):
 
 
 def test_connecting_where_no_scheduler_answers_is_a_clear_error():
-    start = time.monotonic()
     with pytest.raises(DisconnectedError, match="no scheduler"):
         Client(address=free_address(), timeout_seconds=1)
-    assert time.monotonic() - start < 30
 
 
 def test_a_disconnecting_client_has_its_tasks_cancelled_and_objects_deleted(processes, address):

@@ -14,7 +14,6 @@ import math
 import pickle
 import sys
 import threading
-import time
 import types
 from typing import Any, List
 
@@ -120,10 +119,8 @@ def test_refusal_raises_protocol_error_naming_both_versions(storage):
 def test_silent_scheduler_raises_disconnected_error_within_the_bound(storage):
     silent = FakeScheduler(storage, hello="silent")
     try:
-        started = time.monotonic()
         with pytest.raises(DisconnectedError) as raised:
             Client(silent.address, timeout_seconds=0.5)
-        assert time.monotonic() - started < 30  # bounded: not a performance assertion
         assert str(raised.value) == f"no scheduler answered at {silent.address} within 0.5s"
         silent.wait_for(Hello)
     finally:
@@ -485,9 +482,7 @@ def test_disconnect_fails_pending_futures_and_later_calls(scheduler, storage):
 def test_disconnect_is_bounded_when_the_scheduler_does_not_answer(scheduler, storage):
     scheduler.answer_disconnect = False
     leaving = Client(scheduler.address, timeout_seconds=0.5)
-    started = time.monotonic()
-    leaving.disconnect()
-    assert time.monotonic() - started < 30
+    leaving.disconnect()  # returns: a hang fails the test at its time limit
     assert not leaving.connected
 
 

@@ -87,8 +87,6 @@ def test_profiling(driver: TaskDriver):
     task_id = driver.send(driver.task(tasks.allocate, 200_000, profiling=True))[0]
     result = driver.result(task_id)
     assert result.status == m.TaskStatus.SUCCESS
-    assert result.profiling.duration_seconds > 0
-    assert result.profiling.cpu_seconds >= 0
     assert result.profiling.peak_memory_bytes > 200_000 * 8  # the list of 200,000 references at least
 
 
