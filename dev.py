@@ -131,10 +131,25 @@ def _requirement_name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
 
 
+def _projects() -> dict[str, dict]:
+    return {name: _load_toml(ROOT / "packages" / name / "pyproject.toml")["project"] for name in DISTRIBUTIONS}
+
+
+def _with_extras(directory: str, project: dict) -> str:
+    """A pip argument: the distribution at ``directory`` with every extra it declares."""
+    extras = ",".join(sorted(project.get("optional-dependencies", {})))
+    return f"{directory}[{extras}]" if extras else directory
+
+
+def every_distribution(packages: str) -> list[str]:
+    """pip arguments for every distribution, with all its extras, in ``packages`` (a copy of packages/)."""
+    return [_with_extras(f"{packages}/{name}", project) for name, project in _projects().items()]
+
+
 def _install_lists() -> dict[str, list[str]]:
     """What a tox environment installs from packages/ for each distribution: its local dependencies first
     (without extras, as it declares them), then itself with every extra it declares."""
-    projects = {name: _load_toml(ROOT / "packages" / name / "pyproject.toml")["project"] for name in DISTRIBUTIONS}
+    projects = _projects()
     unlisted = sorted(
         path.parent.name
         for path in (ROOT / "packages").glob("*/pyproject.toml")
@@ -158,8 +173,7 @@ def _install_lists() -> dict[str, list[str]]:
         late = [dep for dep in closure if DISTRIBUTIONS.index(dep) > DISTRIBUTIONS.index(name)]
         if late:
             sys.exit(f"dev.py sync: {name} depends on {', '.join(late)}: list it after them in DISTRIBUTIONS")
-        extras = ",".join(sorted(projects[name].get("optional-dependencies", {})))
-        own = f"{{tox_root}}/packages/{name}" + (f"[{extras}]" if extras else "")
+        own = _with_extras(f"{{tox_root}}/packages/{name}", projects[name])
         lists[name] = [f"{{tox_root}}/packages/{dep}" for dep in DISTRIBUTIONS if dep in closure] + [own]
     return lists
 
@@ -168,7 +182,7 @@ def _generated_regions() -> dict[Path, dict[str, list[str]]]:
     """For each generated file, each region's lines (between `# dev.py sync: begin NAME` and `... end NAME`)."""
     shorts = [_short(name) for name in DISTRIBUTIONS]
     installs = _install_lists()
-    every = [install[-1] for install in installs.values()] + ["{tox_root}"]
+    every = every_distribution("{tox_root}/packages") + ["{tox_root}"]
     versions = ",".join(version.replace(".", "") for version in PYTHONS)
     return {
         ROOT / "tox.ini": {
