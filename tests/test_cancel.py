@@ -90,7 +90,7 @@ class Held:
             raise AssertionError(f"{error}; the scheduler's last view: {views[-1] if views else None}") from None
         return views[-1]
 
-    def fill(self) -> List[ScalerFuture]:
+    def fill(self) -> Dict[str, ScalerFuture]:
         """One task running, one queued at the worker, one queued at the scheduler, as the scheduler sees it."""
         running = self.submit("running")
         wait_until(lambda: self.started() == {"running"}, 60, "the first task to run")
@@ -98,7 +98,7 @@ class Held:
         self.wait_for(lambda view: view.assigned == 2, "the second task in the worker's queue")
         at_scheduler = self.submit("at-scheduler")
         self.wait_for(lambda view: view.states.get("queued") == 1, "the third task queued at the scheduler")
-        return [running, at_worker, at_scheduler]
+        return {"running": running, "at-worker": at_worker, "at-scheduler": at_scheduler}
 
 
 @pytest.fixture
@@ -121,66 +121,34 @@ def held(cluster, tmp_path):
             held.release()
 
 
-def test_cancel_of_a_task_queued_at_the_scheduler(held):
-    running, at_worker, at_scheduler = held.fill()
+@pytest.mark.parametrize("place", ["at-scheduler", "at-worker", "running"])
+def test_cancel_of_a_task_the_scheduler_holds(held, place):
+    futures = held.fill()
     before = held.view()
-    assert at_scheduler.cancel(), "the scheduler did not confirm the cancel"
-    assert at_scheduler.cancelled()
+    assert futures[place].cancel(), "the scheduler did not confirm the cancel"
+    assert futures[place].cancelled()
+    if place == "running":  # its processor was stopped: the worker runs its next task, never released
+        wait_until(lambda: "at-worker" in held.started(), 60, "the worker to run its next task")
+    # the task that waited at the scheduler takes the room the cancelled one left (on the worker or running)
     held.wait_for(
         lambda view: (
             view.states["cancelled"] == before.states["cancelled"] + 1
             and view.states["queued"] == 0
             and view.assigned == 2
         ),
-        "the scheduler to drop the cancelled task",
+        "the scheduler to count the task cancelled and the worker to take the next one",
     )
     held.release()
-    assert [running.result(timeout=60), at_worker.result(timeout=60)] == ["running", "at-worker"]
-    assert held.started() == {"running", "at-worker"}
-
-
-def test_cancel_of_a_task_queued_at_a_busy_worker(held):
-    running, at_worker, at_scheduler = held.fill()
-    before = held.view()
-    assert at_worker.cancel(), "the scheduler did not confirm the cancel"
-    assert at_worker.cancelled()
-    # the worker's freed room takes the task that waited at the scheduler
-    held.wait_for(
-        lambda view: (
-            view.states["cancelled"] == before.states["cancelled"] + 1
-            and view.states["queued"] == 0
-            and view.assigned == 2
-        ),
-        "the worker to drop the cancelled task and take the next one",
-    )
-    held.release()
-    assert [running.result(timeout=60), at_scheduler.result(timeout=60)] == ["running", "at-scheduler"]
-    assert held.started() == {"running", "at-scheduler"}
-
-
-def test_cancel_of_a_running_task_stops_it_and_frees_the_worker(held):
-    running, at_worker, at_scheduler = held.fill()
-    before = held.view()
-    assert running.cancel(), "the scheduler did not confirm the cancel"
-    assert running.cancelled()
-    wait_until(lambda: "at-worker" in held.started(), 60, "the worker to run its next task")  # never released
-    held.wait_for(
-        lambda view: (
-            view.states["cancelled"] == before.states["cancelled"] + 1
-            and view.states["queued"] == 0
-            and view.assigned == 2
-        ),
-        "the scheduler to count the running task cancelled",
-    )
-    held.release()
-    assert [at_worker.result(timeout=60), at_scheduler.result(timeout=60)] == ["at-worker", "at-scheduler"]
+    others = [tag for tag in futures if tag != place]
+    assert [futures[tag].result(timeout=60) for tag in others] == others
+    assert held.started() == {*others, "running"}  # the cancelled task never ran, unless it was running
 
 
 def test_clear_cancels_every_task_the_scheduler_holds_and_frees_the_worker(held):
     futures = held.fill()
     before = held.view()
     held.client.clear()
-    assert all(future.cancelled() for future in futures)
+    assert all(future.cancelled() for future in futures.values())
     held.wait_for(
         lambda view: view.states["cancelled"] == before.states["cancelled"] + 3 and view.held == 0,
         "the scheduler to cancel the three tasks",
