@@ -19,7 +19,7 @@ from typing import Any, List
 
 import cloudpickle
 import pytest
-from client_fakes import FakeScheduler, FakeStorage, wait_until
+from client_fakes import FakeScheduler, wait_until
 
 from scaler import (
     Client,
@@ -554,9 +554,9 @@ def test_concurrent_submits_from_many_threads(running_client):
 
 
 def test_storage_used_is_the_one_the_scheduler_named(scheduler, storage, client):
-    assert client.submit(add, 1) is not None
-    wait_until(lambda: storage.messages(ObjectRequest), what="a put")
-    assert isinstance(FakeStorage, type)
+    client.submit(add, 1)
+    wait_until(lambda: storage.messages(ObjectRequest), what="a put")  # at the storage HelloAck named
+    assert storage.identities() == [client.client_id]
 
 
 def test_map_raises_a_late_task_failure_without_waiting_for_earlier_tasks(scheduler, client):
