@@ -20,7 +20,6 @@ import pytest
 from cluster_processes import next_snapshot, wait_until
 
 from scaler import Client, SchedulerClusterCombo
-from scaler.client.future import ScalerFuture
 from scaler.protocol.addresses import default_monitor_address
 
 QUEUE_SIZE = 2  # the worker's room: one task running, one waiting beside it
@@ -62,7 +61,7 @@ class Held:
         self.directory = directory
         (directory / "started").mkdir()
 
-    def submit(self, tag: str) -> ScalerFuture:
+    def submit(self, tag: str) -> concurrent.futures.Future:
         return self.client.submit(hold, str(self.directory), tag)
 
     def started(self) -> Set[str]:
@@ -90,7 +89,7 @@ class Held:
             raise AssertionError(f"{error}; the scheduler's last view: {views[-1] if views else None}") from None
         return views[-1]
 
-    def fill(self) -> Dict[str, ScalerFuture]:
+    def fill(self) -> Dict[str, concurrent.futures.Future]:
         """One task running, one queued at the worker, one queued at the scheduler, as the scheduler sees it."""
         running = self.submit("running")
         wait_until(lambda: self.started() == {"running"}, 60, "the first task to run")
