@@ -232,7 +232,7 @@ class Tagging(Serializer):
         return value
 
 
-def tagged_or_not(value):
+def identity(value):
     return value
 
 
@@ -240,7 +240,7 @@ def test_a_custom_serializer_carries_arguments_and_results(cluster):
     with Client(address=cluster.get_address(), serializer=Tagging()) as client:
         assert client.submit(add, [1], [2], scale=1, offset=[3]).result(timeout=60) == [1, 2, 3]
         reference = client.send_object({"x": 3})
-        assert client.submit(tagged_or_not, reference).result(timeout=60) == {"x": 3}
+        assert client.submit(identity, reference).result(timeout=60) == {"x": 3}
 
 
 @pytest.mark.parametrize("event_loop", ["builtin", "auto"])
