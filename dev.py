@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Developer commands for this repository. Needs only python3 (3.10 or newer).
+"""Developer commands for this repository. Needs only python3 (3.10 or newer; `sync` needs 3.11 or tomli).
 
     python3 dev.py demo              # install every distribution into .venv, run examples/demo.py
     python3 dev.py test              # run the CI selection of tox.ini's matrix (what .ci/run runs)
     python3 dev.py test ENV [ENV..]  # run those tox environments instead (e.g. py312-scheduler lint)
-    python3 dev.py pytest DIR [ARG]  # pytest on DIR; a missing or empty DIR passes (used by tox.ini)
+    python3 dev.py sync [--check]    # write DISTRIBUTIONS into tox.ini and pyproject.toml (--check: only compare)
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -18,26 +19,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 
-# The CI selection: every distribution alone on 3.11, the client (the one distribution that
-# promises every platform and version) also on the oldest and newest Python, the integration
-# suite, the client installed alone against a cluster, and lint. The rest of the matrix is one
-# `dev.py test ENV` away.
-CI_ENVS = [
-    "py311-protocol",
-    "py311-client",
-    "py311-scheduler",
-    "py311-storage",
-    "py311-worker",
-    "py311-monitor",
-    "py311-symphony",
-    "py310-client",
-    "py313-client",
-    "py311-integration",
-    "client-alone",  # after py311-integration: it runs the cluster from that environment
-    "lint",
-]
-
-# scaler-protocol first: the others depend on it, and pip resolves local names from this list.
+# The distributions of this repository (each packages/<name>, with its own pyproject.toml): the one list.
+# `dev.py sync` writes it, with each distribution's dependencies among them and its extras (read from its
+# pyproject.toml), into tox.ini (the environments, what each installs, what each runs) and into the root
+# pyproject.toml (the meta-distribution's dependencies, mypy's search path); the lint environment runs
+# `dev.py sync --check`, which fails when either file no longer matches this list.
 DISTRIBUTIONS = [
     "scaler-protocol",
     "scaler-client",
@@ -46,6 +32,29 @@ DISTRIBUTIONS = [
     "scaler-worker",
     "scaler-monitor",
     "scaler-symphony",
+]
+# Directories of packages/ that are not components: the lint environment installs them for mypy.
+TYPE_STUBS = ["soamapi-stubs"]
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]  # every version the distributions support (requires-python)
+
+
+def _short(distribution: str) -> str:
+    return distribution.removeprefix("scaler-")
+
+
+# The CI selection: every distribution alone on 3.11, the client (the one distribution that
+# promises every platform and version) also on the oldest and newest Python, the integration
+# suite, the client installed alone against a cluster, lint, and the mutation check (6 of the
+# 13 to 17 minutes the selection takes on the 2-core development machine; CI allows 30). The
+# rest of the matrix is one `dev.py test ENV` away.
+CI_ENVS = [
+    *(f"py311-{_short(name)}" for name in DISTRIBUTIONS),
+    "py310-client",
+    "py313-client",
+    "py311-integration",
+    "client-alone",  # after py311-integration: it runs the cluster from that environment
+    "lint",
+    "mutants",
 ]
 
 TOX_REQUIREMENT = "tox>=4.11,<5"  # tox.ini is written for tox 4
@@ -75,10 +84,10 @@ def _ensure_venv(directory: Path) -> Path:
 
 
 def _with_pyenv_pythons(environ: dict[str, str]) -> dict[str, str]:
-    """Put every installed pyenv CPython 3.10-3.13 on PATH, so tox finds python3.10 ... python3.13."""
+    """Put every installed pyenv CPython of PYTHONS on PATH, so tox finds python3.10 ... python3.13."""
     versions = Path(environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     found = []
-    for minor in ("3.10", "3.11", "3.12", "3.13"):
+    for minor in PYTHONS:
         candidates = sorted(versions.glob(f"{minor}.*/bin"), reverse=True)
         found += [str(path) for path in candidates if (path / f"python{minor}").exists()][:1]
     environ = dict(environ)
@@ -105,21 +114,129 @@ def test(envs: list[str]) -> None:
     sys.exit(_run([str(python), "-m", "tox", "run", "-e", selection], cwd=ROOT, env=environ))
 
 
-def pytest(args: list[str]) -> None:
-    if not args:
-        sys.exit("usage: dev.py pytest DIR [PYTEST ARGS]")
-    directory = Path(args[0])
-    if not directory.is_dir():
-        print(f"dev.py pytest: {directory} does not exist: no tests to run", flush=True)
-        return
-    code = _run([sys.executable, "-m", "pytest", *args])
-    if code == 5:  # pytest collected no test: a package without tests yet is not a failure
-        print(f"dev.py pytest: pytest collected no test in {directory}", flush=True)
-        code = 0
-    sys.exit(code)
+# ----------------------------------------------------------------------------- sync
 
 
-COMMANDS = {"demo": demo, "test": test, "pytest": pytest}
+def _load_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            sys.exit("dev.py sync reads pyproject.toml files: it needs Python 3.11 or newer, or tomli installed")
+    with path.open("rb") as file:
+        return tomllib.load(file)
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower()
+
+
+def _projects() -> dict[str, dict]:
+    return {name: _load_toml(ROOT / "packages" / name / "pyproject.toml")["project"] for name in DISTRIBUTIONS}
+
+
+def _with_extras(directory: str, project: dict) -> str:
+    """A pip argument: the distribution at ``directory`` with every extra it declares."""
+    extras = ",".join(sorted(project.get("optional-dependencies", {})))
+    return f"{directory}[{extras}]" if extras else directory
+
+
+def every_distribution(packages: str) -> list[str]:
+    """pip arguments for every distribution, with all its extras, in ``packages`` (a copy of packages/)."""
+    return [_with_extras(f"{packages}/{name}", project) for name, project in _projects().items()]
+
+
+def _install_lists() -> dict[str, list[str]]:
+    """What a tox environment installs from packages/ for each distribution: its local dependencies first
+    (without extras, as it declares them), then itself with every extra it declares."""
+    projects = _projects()
+    unlisted = sorted(
+        path.parent.name
+        for path in (ROOT / "packages").glob("*/pyproject.toml")
+        if path.parent.name not in DISTRIBUTIONS + TYPE_STUBS
+    )
+    if unlisted:
+        sys.exit(f"dev.py sync: packages/{', packages/'.join(unlisted)} not in dev.py's DISTRIBUTIONS or TYPE_STUBS")
+    local = {
+        name: [dep for dep in map(_requirement_name, project.get("dependencies", [])) if dep in DISTRIBUTIONS]
+        for name, project in projects.items()
+    }
+    lists: dict[str, list[str]] = {}
+    for name in DISTRIBUTIONS:
+        closure: list[str] = []
+        pending = list(local[name])
+        while pending:
+            dependency = pending.pop()
+            if dependency not in closure:
+                closure.append(dependency)
+                pending += local[dependency]
+        late = [dep for dep in closure if DISTRIBUTIONS.index(dep) > DISTRIBUTIONS.index(name)]
+        if late:
+            sys.exit(f"dev.py sync: {name} depends on {', '.join(late)}: list it after them in DISTRIBUTIONS")
+        own = _with_extras(f"{{tox_root}}/packages/{name}", projects[name])
+        lists[name] = [f"{{tox_root}}/packages/{dep}" for dep in DISTRIBUTIONS if dep in closure] + [own]
+    return lists
+
+
+def _generated_regions() -> dict[Path, dict[str, list[str]]]:
+    """For each generated file, each region's lines (between `# dev.py sync: begin NAME` and `... end NAME`)."""
+    shorts = [_short(name) for name in DISTRIBUTIONS]
+    installs = _install_lists()
+    every = every_distribution("{tox_root}/packages") + ["{tox_root}"]
+    versions = ",".join(version.replace(".", "") for version in PYTHONS)
+    return {
+        ROOT / "tox.ini": {
+            "environments": [
+                f"    py{{{versions}}}-{{{','.join(shorts)}}}",
+                f"    py{{{versions}}}-integration",
+            ],
+            "dists": [f"{_short(name)} = {' '.join(install)}" for name, install in installs.items()]
+            + [f"all = {' '.join(every)}"],
+            "install": [f"    {short}: {{[testenv]install_local}} {{[dists]{short}}}" for short in shorts],
+            "run": [
+                f"    {_short(name)}: python -m pytest {{tox_root}}/packages/{name}/tests {{posargs}}"
+                for name in DISTRIBUTIONS
+            ],
+        },
+        ROOT / "pyproject.toml": {
+            "dependencies": [f'    "{name}",' for name in DISTRIBUTIONS],
+            "mypy_path": [f'    "packages/{name}/src",' for name in DISTRIBUTIONS],
+        },
+    }
+
+
+def _replace_regions(text: str, regions: dict[str, list[str]], path: Path) -> str:
+    for name, lines in regions.items():
+        begin, end = rf"^[ \t]*# dev\.py sync: begin {name}\n", rf"^[ \t]*# dev\.py sync: end {name}$"
+        body = "".join(f"{line}\n" for line in lines).replace("\\", "\\\\")
+        text, count = re.subn(f"({begin}).*?({end})", rf"\g<1>{body}\g<2>", text, flags=re.M | re.S)
+        if count != 1:
+            sys.exit(f"dev.py sync: {path.name} needs exactly one region '# dev.py sync: begin/end {name}'")
+    return text
+
+
+def sync(args: list[str]) -> None:
+    if args not in ([], ["--check"]):
+        sys.exit("usage: dev.py sync [--check]")
+    stale = []
+    for path, regions in _generated_regions().items():
+        text = path.read_text()
+        updated = _replace_regions(text, regions, path)
+        if updated == text:
+            continue
+        stale.append(path.name)
+        if not args:
+            path.write_text(updated)
+            print(f"dev.py sync: updated {path.name}")
+    if args and stale:
+        sys.exit(f"dev.py sync --check: {' and '.join(stale)} do not match DISTRIBUTIONS: run python3 dev.py sync")
+    if not stale:
+        print("dev.py sync: tox.ini and pyproject.toml match DISTRIBUTIONS")
+
+
+COMMANDS = {"demo": demo, "test": test, "sync": sync}
 
 
 def main() -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dask
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
 import pytest
 
 from scaler import Client, SchedulerClusterCombo
-
-dask = pytest.importorskip("dask")
-np = pytest.importorskip("numpy")
-da = pytest.importorskip("dask.array")
-db = pytest.importorskip("dask.bag")
 
 
 def square(x):
@@ -93,8 +94,6 @@ def test_dask_bag(client):
 
 
 def test_dask_dataframe(client):
-    pd = pytest.importorskip("pandas")
-    dd = pytest.importorskip("dask.dataframe")
     frame = pd.DataFrame({"group": [i % 5 for i in range(1000)], "value": list(range(1000))})
     ddf = dd.from_pandas(frame, npartitions=6)
     summary = ddf.groupby("group").value.sum()

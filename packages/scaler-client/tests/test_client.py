@@ -14,13 +14,12 @@ import math
 import pickle
 import sys
 import threading
-import time
 import types
 from typing import Any, List
 
 import cloudpickle
 import pytest
-from client_fakes import FakeScheduler, FakeStorage, wait_until
+from client_fakes import FakeScheduler, wait_until
 
 from scaler import (
     Client,
@@ -120,10 +119,8 @@ def test_refusal_raises_protocol_error_naming_both_versions(storage):
 def test_silent_scheduler_raises_disconnected_error_within_the_bound(storage):
     silent = FakeScheduler(storage, hello="silent")
     try:
-        started = time.monotonic()
         with pytest.raises(DisconnectedError) as raised:
             Client(silent.address, timeout_seconds=0.5)
-        assert time.monotonic() - started < 30  # bounded: not a performance assertion
         assert str(raised.value) == f"no scheduler answered at {silent.address} within 0.5s"
         silent.wait_for(Hello)
     finally:
@@ -485,9 +482,7 @@ def test_disconnect_fails_pending_futures_and_later_calls(scheduler, storage):
 def test_disconnect_is_bounded_when_the_scheduler_does_not_answer(scheduler, storage):
     scheduler.answer_disconnect = False
     leaving = Client(scheduler.address, timeout_seconds=0.5)
-    started = time.monotonic()
-    leaving.disconnect()
-    assert time.monotonic() - started < 30
+    leaving.disconnect()  # returns: a hang fails the test at its time limit
     assert not leaving.connected
 
 
@@ -559,9 +554,9 @@ def test_concurrent_submits_from_many_threads(running_client):
 
 
 def test_storage_used_is_the_one_the_scheduler_named(scheduler, storage, client):
-    assert client.submit(add, 1) is not None
-    wait_until(lambda: storage.messages(ObjectRequest), what="a put")
-    assert isinstance(FakeStorage, type)
+    client.submit(add, 1)
+    wait_until(lambda: storage.messages(ObjectRequest), what="a put")  # at the storage HelloAck named
+    assert storage.identities() == [client.client_id]
 
 
 def test_map_raises_a_late_task_failure_without_waiting_for_earlier_tasks(scheduler, client):

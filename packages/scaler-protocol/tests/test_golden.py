@@ -1,26 +1,52 @@
-"""Golden vectors: the encoded bytes of one fixed message per type, checked in under golden/.
+"""Golden vectors: the encoded bytes of one fixed message per type, frozen per protocol version.
 
-Decoding the checked-in bytes proves that what older peers send still reads the same; re-encoding
-the same values proves the encoding did not change. A compatible schema change (appended fields)
-changes the bytes: check that decoding still passes, then regenerate with
+golden/v1.0/ holds what peers of protocol version 1.0 send, golden/v1.1/ what peers of 1.1 send, and so on.
+A directory is written once, when its version is released, and never rewritten: FROZEN pins the digest of
+each. Today's code must decode every version's bytes to the values that version encoded (GOLDEN, with the
+fields added since at their defaults, and OLDER_VALUES where an old vector held other values): that proves
+bytes from an older peer still read the same and that new fields are optional. Today's code must also encode
+GOLDEN to exactly the current version's bytes.
 
-    SCALER_REGENERATE_GOLDEN=1 python -m pytest packages/scaler-protocol/tests/test_golden.py
+Any change of the bytes on the wire is a new protocol version: bump PROTOCOL_VERSION in
+scaler/protocol/version.py, list the new fields in ADDED_IN, give them non-default values in GOLDEN, write
+the new version's directory with
 
-and commit the new files. An incompatible change fails decoding: it needs a new major protocol version.
+    SCALER_WRITE_GOLDEN=1 python -m pytest packages/scaler-protocol/tests/test_golden.py
+
+(it refuses to touch a directory that exists), and add the digest the tests print to FROZEN. An incompatible
+change fails decoding the older directories: it needs a new major protocol version.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import pytest
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
+from scaler.protocol.version import PROTOCOL_VERSION, show_version
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
+GOLDEN_ROOT = Path(__file__).parent / "golden"
+CURRENT = show_version(PROTOCOL_VERSION)
+
+# sha256 of each frozen directory (see _digest): a rewritten vector fails the tests
+FROZEN = {
+    "1.0": "69a3850171c8160235356d836fcdaf361884a5544fd65cb45310fb4b19f5b6a5",
+    "1.1": "d326e031389d691bbaa1dc63b0942cec543c191f37133ce09310beffc3b31109",
+    "1.2": "5d325b06524dab17f7aff68d5c590b769f7bd13fddbe6c4934ea5916e375a330",
+}
+
+# Fields each version appended, as (message or struct type, field name): zero in every older vector.
+ADDED_IN: Dict[str, List[Tuple[type, str]]] = {
+    "1.1": [(m.ObjectRequest, "frame_counts"), (m.ObjectResponse, "frame_counts")],
+    "1.2": [(m.WorkerHeartbeat, "functions"), (m.StateSnapshot, "client_snapshots")],
+}
+
 
 _VERSION = m.Version(major=1, minor=3)
 _CAPABILITIES = [m.Capability("gpu", 2), m.Capability("linux", 1)]
@@ -149,28 +175,99 @@ GOLDEN = [
 ]
 
 
-def golden_path(message) -> Path:
-    return GOLDEN_DIR / f"{codec.message_name(type(message))}.bin"
+# The messages of older vectors whose values differ from GOLDEN other than by the fields added since
+# (1.1 changed the golden ObjectRequest into a PUT, whose frame counts mean something).
+OLDER_VALUES: Dict[str, List] = {
+    "1.0": [
+        m.ObjectRequest(
+            request_id=2**40 + 5, kind=m.ObjectRequestKind.CLEAR_OWNER, owner_id=_CLIENT_ID, object_ids=[b"o1", b"o2"]
+        ),
+    ],
+}
 
 
-def regenerate_golden() -> None:
-    """Rewrite golden/ from GOLDEN (run with SCALER_REGENERATE_GOLDEN=1)."""
-    GOLDEN_DIR.mkdir(exist_ok=True)
+def _key(version: str) -> Tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+VERSIONS = sorted(FROZEN, key=_key)
+
+
+def golden_path(version: str, message_type: type) -> Path:
+    return GOLDEN_ROOT / f"v{version}" / f"{codec.message_name(message_type)}.bin"
+
+
+def _digest(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.bin")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def write_current_vectors() -> None:
+    """Write golden/v<current>/ from GOLDEN (run with SCALER_WRITE_GOLDEN=1); an existing directory stays."""
+    directory = GOLDEN_ROOT / f"v{CURRENT}"
+    if directory.exists():
+        raise FileExistsError(f"{directory} exists: frozen vectors are never rewritten (see this module's docstring)")
+    directory.mkdir(parents=True)
     for message in GOLDEN:
-        golden_path(message).write_bytes(codec.encode(message)[0])
+        golden_path(CURRENT, type(message)).write_bytes(codec.encode(message)[0])
 
 
-if os.environ.get("SCALER_REGENERATE_GOLDEN") == "1":
-    regenerate_golden()
+if os.environ.get("SCALER_WRITE_GOLDEN") == "1":
+    write_current_vectors()
+
+
+def _without_fields_added_after(version: str, value):
+    """``value`` as a peer of ``version`` wrote it: the fields appended by later versions at their defaults."""
+    if isinstance(value, list):
+        return [_without_fields_added_after(version, item) for item in value]
+    if not dataclasses.is_dataclass(value):
+        return value
+    later = {name for added, fields in ADDED_IN.items() if _key(added) > _key(version) for kind, name in fields
+             if kind is type(value)}  # fmt: skip
+    default = type(value)()
+    changes = {
+        f.name: getattr(default, f.name)
+        if f.name in later
+        else _without_fields_added_after(version, getattr(value, f.name))
+        for f in dataclasses.fields(value)
+    }
+    return dataclasses.replace(value, **changes)
+
+
+def expected_values(version: str) -> Dict[type, object]:
+    """What each message of golden/v<version>/ decodes to."""
+    values = {type(message): _without_fields_added_after(version, message) for message in GOLDEN}
+    values.update((type(message), message) for message in OLDER_VALUES.get(version, []))
+    return values
 
 
 def _ids(message) -> str:
     return type(message).__name__
 
 
+def _vectors() -> List[Tuple[str, type]]:
+    return [(version, kind) for version in VERSIONS for kind in m.MESSAGE_TYPES if golden_path(version, kind).exists()]
+
+
 def test_one_golden_message_per_type():
     assert [type(message) for message in GOLDEN] == list(m.MESSAGE_TYPES)
-    assert sorted(path.name for path in GOLDEN_DIR.glob("*.bin")) == sorted(golden_path(x).name for x in GOLDEN)
+    names = sorted(golden_path(CURRENT, kind).name for kind in m.MESSAGE_TYPES)
+    assert sorted(path.name for path in (GOLDEN_ROOT / f"v{CURRENT}").glob("*.bin")) == names
+
+
+def test_every_version_directory_is_frozen_and_the_current_one_exists():
+    assert CURRENT in FROZEN, f"protocol version {CURRENT} has no frozen vectors: see this module's docstring"
+    assert sorted(path.name for path in GOLDEN_ROOT.iterdir()) == sorted(f"v{version}" for version in FROZEN)
+    digests = {version: _digest(GOLDEN_ROOT / f"v{version}") for version in VERSIONS}
+    assert digests == FROZEN, "a frozen golden directory changed (or a new one needs its digest in FROZEN)"
+
+
+def test_older_vectors_hold_only_message_types_of_today():
+    names = {golden_path(version, kind).name for version in VERSIONS for kind in m.MESSAGE_TYPES}
+    for version in VERSIONS:
+        assert {path.name for path in (GOLDEN_ROOT / f"v{version}").glob("*.bin")} <= names
 
 
 def _differs_from_default(value, default) -> bool:
@@ -191,36 +288,26 @@ def test_golden_values_set_every_field(message):
         assert _differs_from_default(getattr(first, f.name), getattr(default, f.name)), f"{_ids(first)}.{f.name}"
 
 
-@pytest.mark.parametrize("message", GOLDEN, ids=_ids)
-def test_checked_in_bytes_decode_to_the_golden_values(message):
-    decoded, blobs = codec.decode([golden_path(message).read_bytes()])
-    assert decoded == message
+@pytest.mark.parametrize("version, kind", _vectors(), ids=lambda x: x if isinstance(x, str) else x.__name__)
+def test_every_version_decodes_to_the_values_it_encoded(version, kind):
+    decoded, blobs = codec.decode([golden_path(version, kind).read_bytes()])
+    assert decoded == expected_values(version)[kind]
     assert blobs == []
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if _key(v) < _key(CURRENT)])
+def test_fields_added_since_an_older_version_read_as_their_defaults(version):
+    """New fields are optional: an older peer's message, which lacks them, decodes with each at its default."""
+    later = [(kind, name) for added, fields in ADDED_IN.items() if _key(added) > _key(version) for kind, name in fields]
+    assert later, f"nothing was added after {version}: its vectors would equal {CURRENT}'s"
+    for kind, name in later:
+        decoded, _ = codec.decode([golden_path(version, kind).read_bytes()])
+        assert getattr(decoded, name) == getattr(kind(), name), f"{kind.__name__}.{name}"
+        assert getattr(expected_values(CURRENT)[kind], name) != getattr(kind(), name), "GOLDEN must set it"
 
 
 @pytest.mark.parametrize("message", GOLDEN, ids=_ids)
 def test_encoding_is_unchanged(message):
-    assert codec.encode(message)[0] == golden_path(message).read_bytes(), (
-        f"the encoding of {_ids(message)} changed; see this module's docstring"
+    assert codec.encode(message)[0] == golden_path(CURRENT, type(message)).read_bytes(), (
+        f"the encoding of {_ids(message)} changed: a new protocol version (see this module's docstring)"
     )
-
-
-# Messages as protocol 1.1 peers encode them (before the monitoring fields of 1.2): they still decode, the
-# fields 1.2 appended read as empty.
-_BEFORE_1_2 = {
-    "workerHeartbeat": dataclasses.replace(_HEARTBEAT, functions=[]),
-    "stateSnapshot": dataclasses.replace(
-        GOLDEN[list(m.MESSAGE_TYPES).index(m.StateSnapshot)],
-        workers=[
-            dataclasses.replace(worker, heartbeat=dataclasses.replace(_HEARTBEAT, functions=[]))
-            for worker in GOLDEN[list(m.MESSAGE_TYPES).index(m.StateSnapshot)].workers
-        ],
-        client_snapshots=[],
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_BEFORE_1_2))
-def test_protocol_1_1_messages_decode_with_the_new_fields_empty(name):
-    decoded, _ = codec.decode([(GOLDEN_DIR / "protocol-1.1" / f"{name}.bin").read_bytes()])
-    assert decoded == _BEFORE_1_2[name]

@@ -230,7 +230,6 @@ def test_malformed_input_from_a_peer_without_identity_is_dropped(start_storage, 
 
 
 def test_uvloop_event_loop(start_storage, connect):
-    pytest.importorskip("uvloop")
     server = start_storage("--event-loop", "uvloop")
     peer = connect(server)
     object_id = ids.next_id()

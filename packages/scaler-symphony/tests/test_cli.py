@@ -44,13 +44,6 @@ def test_a_soamapi_that_fails_to_load_is_explained(tmp_path):
     assert "libsoam.so: cannot open shared object file" in result.stderr
 
 
-def test_with_soamapi_present_it_says_it_is_not_implemented_yet(tmp_path):
-    (tmp_path / "soamapi.py").write_text("")
-    result = _run("tcp://127.0.0.1:2345", "ScalerService", pythonpath=str(tmp_path))
-    assert result.returncode == 2
-    assert "not implemented yet" in result.stderr
-
-
 @pytest.mark.parametrize("value", ["0", "-1", "four"])
 def test_base_concurrency_must_be_a_positive_integer(value):
     result = _run("tcp://127.0.0.1:2345", "ScalerService", "--base-concurrency", value)

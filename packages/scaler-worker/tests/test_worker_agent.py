@@ -87,8 +87,6 @@ def test_profiling(driver: TaskDriver):
     task_id = driver.send(driver.task(tasks.allocate, 200_000, profiling=True))[0]
     result = driver.result(task_id)
     assert result.status == m.TaskStatus.SUCCESS
-    assert result.profiling.duration_seconds > 0
-    assert result.profiling.cpu_seconds >= 0
     assert result.profiling.peak_memory_bytes > 200_000 * 8  # the list of 200,000 references at least
 
 
@@ -407,7 +405,6 @@ def test_a_killed_processor_fails_every_task_on_its_stack(driver: TaskDriver, tm
 
 
 def test_uvloop_event_loop(scheduler: FakeScheduler, storage, storage_server, start_worker):
-    pytest.importorskip("uvloop")
     start_worker(scheduler.address, "--event-loop", "uvloop")
     worker_id, _ = scheduler.accept(storage_server.address)
     driver = TaskDriver(scheduler, storage, worker_id)

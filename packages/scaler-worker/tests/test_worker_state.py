@@ -163,7 +163,6 @@ class Harness:
         else:
             assert isinstance(message, ProcessorTask)
             if ahead or not self.stack:
-                assert not self.stack or not ahead or True
                 self.fifo.append(message)
             else:
                 self.stack.append(_Frame(message))  # a single task in a wait: it runs nested

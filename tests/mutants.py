@@ -1,0 +1,257 @@
+"""The mutation check: deliberate faults in a copy of the sources, each of which the tests must catch.
+
+Each fault of FAULTS edits a copy of the sources so that the engine breaks one of its promises, then runs the
+tests meant to catch it against that copy and reports which of them failed. A fault that no test catches
+fails the check, and so does a fault whose tests fail for another reason (pytest must report failed tests, not
+a collection error). First, the same tests run against the unchanged copy and must all pass, so that every
+failure afterwards is the fault's doing.
+
+    python3 dev.py test mutants                 # the tox environment `mutants` runs this file:
+    python tests/mutants.py WORKDIR [--report FILE]   # only inside tox
+
+WORKDIR receives the copy (every file git knows of, with uncommitted changes) and the reports; the copy's
+distributions are installed editable into the running interpreter's environment, with every extra. Each edit
+names the exact text it replaces: when the sources change so that the text is no longer there exactly once,
+the check stops and names the fault to update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import dev  # noqa: E402  (the list of distributions)
+
+# Per test of a mutant run: a fault that makes a test hang is caught when this runs out. The selected tests
+# take well under half of it unchanged, on a loaded machine.
+TIMEOUT_SECONDS = 60
+
+SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
+CLIENT = "packages/scaler-client/src/scaler/client"
+
+
+@dataclass
+class Fault:
+    name: str
+    edits: List[Tuple[str, str, str]]  # (file, exact text, its replacement)
+    tests: List[str]  # pytest node ids or files, relative to the repository
+
+
+FAULTS = [
+    Fault(
+        "the scheduler ignores every cancel",
+        [
+            (
+                f"{SCHEDULER}/scheduler_state.py",
+                "            m.TaskCancel: self._on_cancel_request,\n",
+                "            m.TaskCancel: lambda source, message, now, out: None,\n",
+            )
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_state.py",
+            "tests/test_cancel.py",
+        ],
+    ),
+    Fault(
+        "the scheduler never queues again the tasks of a worker that died",
+        [
+            (
+                f"{SCHEDULER}/scheduler_state.py",
+                "            if record.state is TaskState.QUEUED:\n"
+                "                self._enqueue(record)\n"
+                "                requeued += 1\n",
+                "            if record.state is TaskState.QUEUED:\n                requeued += 1\n",
+            )
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_state.py",
+            "tests/test_faults.py::test_killing_a_worker_mid_run_loses_no_task",
+        ],
+    ),
+    Fault(
+        "the client drops one result in a thousand",
+        [
+            (
+                f"{CLIENT}/client_state.py",
+                "    def _on_task_results(self, message: TaskResultBatch, now: float) -> None:\n"
+                "        for result in message.results:\n",
+                "    def _on_task_results(self, message: TaskResultBatch, now: float) -> None:\n"
+                "        for result in message.results:\n"
+                "            _RECEIVED[0] += 1\n"
+                "            if _RECEIVED[0] % 1000 == 0:\n"
+                "                continue\n",
+            ),
+            (
+                f"{CLIENT}/client_state.py",
+                "\nlogger = logging.getLogger(__name__)\n",
+                "\nlogger = logging.getLogger(__name__)\n_RECEIVED = [0]\n",
+            ),
+        ],
+        [
+            "packages/scaler-client/tests/test_client.py::test_map_of_ten_thousand_tasks_sends_few_batches",
+            "tests/test_end_to_end.py::test_ten_thousand_tasks_through_map_and_through_submit",
+        ],
+    ),
+    Fault(
+        "a graph node runs before its inputs",
+        [
+            (
+                f"{SCHEDULER}/graph_tasks.py",
+                "        for i in index.roots():\n            self._release(graph, i, actions)\n",
+                "        for i in range(len(tasks)):\n            self._release(graph, i, actions)\n",
+            ),
+            (
+                f"{SCHEDULER}/graph_tasks.py",
+                "                result = graph.results[graph.positions[argument.data]]\n",
+                "                result = graph.results.get(graph.positions[argument.data])\n"
+                "                if result is None:\n"
+                "                    continue\n",
+            ),
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_graph_tasks.py",
+            "tests/test_graphs.py::test_the_readme_example",
+            "tests/test_graph_conformance.py",
+        ],
+    ),
+]
+
+
+class CheckError(Exception):
+    """The check itself cannot go on (a fault no longer applies, the baseline fails, ...)."""
+
+
+def copy_sources(tree: Path) -> None:
+    """Every file git knows of (tracked, or new and not ignored), as it is in the working tree."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    if tree.exists():
+        shutil.rmtree(tree)
+    for name in filter(None, listed.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / name)
+
+
+def install_editable(tree: Path) -> None:
+    arguments = [item for target in dev.every_distribution(str(tree / "packages")) for item in ("-e", target)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-build-isolation",
+         *arguments],
+        check=True,
+    )  # fmt: skip
+
+
+def run_tests(tree: Path, workdir: Path, name: str, tests: List[str]) -> Tuple[int, List[str], float]:
+    """pytest on ``tests`` in the copy: its exit code, the ids of the tests that failed, and its seconds."""
+    report = workdir / f"{name}.xml"
+    environ = dict(os.environ, PYTHONPYCACHEPREFIX=str(workdir / "pycache" / name))  # no bytecode of another run
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--timeout={TIMEOUT_SECONDS}",
+               f"--junitxml={report}", *tests]  # fmt: skip
+    print(f"mutants: {name}: pytest {' '.join(tests)}", flush=True)
+    started = time.monotonic()
+    code = subprocess.run(command, cwd=tree, env=environ).returncode
+    seconds = time.monotonic() - started
+    failed = []
+    if report.exists():
+        for case in ElementTree.parse(report).getroot().iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                failed.append(f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}")
+    return code, failed, seconds
+
+
+def apply(tree: Path, fault: Fault) -> dict:
+    """Edit the copy; returns the original text of each file edited."""
+    originals: dict = {}
+    for file, old, new in fault.edits:
+        path = tree / file
+        if not path.exists():
+            raise CheckError(f"fault '{fault.name}': {file} does not exist any more: update tests/mutants.py")
+        text = path.read_text()
+        originals.setdefault(path, text)
+        if text.count(old) != 1:
+            raise CheckError(
+                f"fault '{fault.name}': the text to replace is not in {file} exactly once: update tests/mutants.py"
+            )
+        path.write_text(text.replace(old, new))
+    return originals
+
+
+def check(workdir: Path) -> List[Tuple[Fault, List[str], float]]:
+    tree = workdir / "sources"
+    copy_sources(tree)
+    install_editable(tree)
+    every_test = list(dict.fromkeys(test for fault in FAULTS for test in fault.tests))
+    code, failed, _ = run_tests(tree, workdir, "baseline", every_test)
+    if code != 0:
+        raise CheckError(f"the unchanged sources fail these tests (exit code {code}): {', '.join(failed)}")
+    caught = []
+    for number, fault in enumerate(FAULTS, 1):
+        originals = apply(tree, fault)
+        try:
+            code, failed, seconds = run_tests(tree, workdir, f"fault-{number}", fault.tests)
+        finally:
+            for path, text in originals.items():
+                path.write_text(text)
+        if code == 0:
+            raise CheckError(f"fault '{fault.name}': every test passed: the tests do not catch it")
+        if code != 1 or not failed:
+            raise CheckError(f"fault '{fault.name}': pytest ended with exit code {code}, not with failed tests")
+        caught.append((fault, failed, seconds))
+        print(f"mutants: fault '{fault.name}' caught by {len(failed)} test(s)", flush=True)
+    return caught
+
+
+def report(caught: List[Tuple[Fault, List[str], float]]) -> str:
+    """A Markdown table: each fault, the seconds its run took, and the tests that failed (by file, without
+    their parameters)."""
+    lines = ["| fault | seconds | tests that failed |", "| --- | --- | --- |"]
+    for fault, failed, seconds in caught:
+        by_file: Dict[str, List[str]] = {}
+        for test in failed:
+            file, _, name = test.partition("::")
+            names = by_file.setdefault(file, [])
+            if name.split("[")[0] not in names:
+                names.append(name.split("[")[0])
+        tests = "<br>".join(f"`{file}`: {', '.join(names)}" for file, names in by_file.items())
+        lines.append(f"| {fault.name} | {seconds:.0f} | {len(failed)}: {tests} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workdir", type=Path, help="where the copy of the sources and the reports go")
+    parser.add_argument("--report", type=Path, help="also write the report (a Markdown table) to this file")
+    args = parser.parse_args()
+    if "TOX_ENV_NAME" not in os.environ:
+        print("mutants: it installs the copy into the running environment: run it through python3 dev.py test mutants")
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        caught = check(args.workdir.resolve())
+    except CheckError as error:
+        print(f"mutants: FAILED: {error}", file=sys.stderr)
+        return 1
+    text = report(caught)
+    print(f"\nmutants: every fault was caught\n\n{text}")
+    if args.report:
+        args.report.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Cancelling tasks the scheduler holds: queued at the scheduler, queued at a busy worker, running.
+
+Every task cancelled here is one the scheduler's monitor snapshot already shows, so the cancel must travel to
+the scheduler (and on to the worker when the worker holds the task); each test then checks the scheduler's view
+and that the worker is free again. One worker with room for two tasks makes the three places certain: the
+first task runs, the second waits in the worker's queue, the others wait at the scheduler.
+
+Each test has a fresh worker: one that has just run quick tasks sends the next ones ahead into its busy
+processor, where a cancel is answered only once the running task ends (docs/testing.md, known gaps).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+from pathlib import Path
+from typing import Callable, Dict, List, NamedTuple, Set
+
+import pytest
+from cluster_processes import next_snapshot, wait_until
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.protocol.addresses import default_monitor_address
+
+QUEUE_SIZE = 2  # the worker's room: one task running, one waiting beside it
+
+
+def hold(directory: str, tag: str) -> str:
+    """Mark this task started, then wait for the release file of ``directory`` (10 minutes at most)."""
+    import os
+    import time
+
+    open(os.path.join(directory, "started", tag), "w").close()
+    deadline = time.monotonic() + 600
+    while not os.path.exists(os.path.join(directory, "release")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return tag
+
+
+def square(value: int) -> int:
+    return value * value
+
+
+class View(NamedTuple):
+    """What the scheduler's monitor snapshot says: task counts by state, and tasks assigned to its workers."""
+
+    states: Dict[str, int]
+    assigned: int
+    workers: int
+
+    @property
+    def held(self) -> int:
+        return self.states.get("queued", 0) + self.states.get("assigned", 0) + self.states.get("canceling", 0)
+
+
+class Held:
+    """Tasks that keep the worker busy until released, and the scheduler's view of them."""
+
+    def __init__(self, client: Client, directory: Path) -> None:
+        self.client = client
+        self.directory = directory
+        (directory / "started").mkdir()
+
+    def submit(self, tag: str) -> concurrent.futures.Future:
+        return self.client.submit(hold, str(self.directory), tag)
+
+    def started(self) -> Set[str]:
+        return {path.name for path in (self.directory / "started").iterdir()}
+
+    def release(self) -> None:
+        (self.directory / "release").touch()
+
+    def view(self) -> View:
+        snapshot = next_snapshot(default_monitor_address(self.client.address), timeout=10)
+        assert snapshot is not None, "the scheduler published no monitor snapshot"
+        states = {counter.name: counter.value for counter in snapshot.task_states}
+        return View(states, sum(worker.assigned_tasks for worker in snapshot.workers), len(snapshot.workers))
+
+    def wait_for(self, condition: Callable[[View], bool], what: str) -> View:
+        views: List[View] = []
+
+        def holds() -> bool:
+            views.append(self.view())
+            return condition(views[-1])
+
+        try:
+            wait_until(holds, 60, what)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}; the scheduler's last view: {views[-1] if views else None}") from None
+        return views[-1]
+
+    def fill(self) -> Dict[str, concurrent.futures.Future]:
+        """One task running, one queued at the worker, one queued at the scheduler, as the scheduler sees it."""
+        running = self.submit("running")
+        wait_until(lambda: self.started() == {"running"}, 60, "the first task to run")
+        at_worker = self.submit("at-worker")
+        self.wait_for(lambda view: view.assigned == 2, "the second task in the worker's queue")
+        at_scheduler = self.submit("at-scheduler")
+        self.wait_for(lambda view: view.states.get("queued") == 1, "the third task queued at the scheduler")
+        return {"running": running, "at-worker": at_worker, "at-scheduler": at_scheduler}
+
+
+@pytest.fixture
+def cluster():
+    combo = SchedulerClusterCombo(n_workers=1, per_worker_queue_size=QUEUE_SIZE, logging_level="WARNING")
+    try:
+        yield combo
+    finally:
+        combo.shutdown()
+
+
+@pytest.fixture
+def held(cluster, tmp_path):
+    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        held = Held(client, tmp_path)
+        held.wait_for(lambda view: view.workers == 1 and view.held == 0 and view.assigned == 0, "an idle cluster")
+        try:
+            yield held
+        finally:
+            held.release()
+
+
+@pytest.mark.parametrize("place", ["at-scheduler", "at-worker", "running"])
+def test_cancel_of_a_task_the_scheduler_holds(held, place):
+    futures = held.fill()
+    before = held.view()
+    assert futures[place].cancel(), "the scheduler did not confirm the cancel"
+    assert futures[place].cancelled()
+    if place == "running":  # its processor was stopped: the worker runs its next task, never released
+        wait_until(lambda: "at-worker" in held.started(), 60, "the worker to run its next task")
+    # the task that waited at the scheduler takes the room the cancelled one left (on the worker or running)
+    held.wait_for(
+        lambda view: (
+            view.states["cancelled"] == before.states["cancelled"] + 1
+            and view.states["queued"] == 0
+            and view.assigned == 2
+        ),
+        "the scheduler to count the task cancelled and the worker to take the next one",
+    )
+    held.release()
+    others = [tag for tag in futures if tag != place]
+    assert [futures[tag].result(timeout=60) for tag in others] == others
+    assert held.started() == {*others, "running"}  # the cancelled task never ran, unless it was running
+
+
+def test_clear_cancels_every_task_the_scheduler_holds_and_frees_the_worker(held):
+    futures = held.fill()
+    before = held.view()
+    held.client.clear()
+    assert all(future.cancelled() for future in futures.values())
+    held.wait_for(
+        lambda view: view.states["cancelled"] == before.states["cancelled"] + 3 and view.held == 0,
+        "the scheduler to cancel the three tasks",
+    )
+    assert held.client.submit(square, 3).result(timeout=60) == 9  # the running task was stopped: never released
+    assert held.started() == {"running"}
+
+
+def test_cancel_of_a_finished_task_is_refused_and_keeps_its_result(held):
+    done = held.client.submit(square, 2)
+    assert done.result(timeout=60) == 4
+    assert not done.cancel()
+    assert not done.cancelled() and done.result() == 4
+
+
+def test_a_cancel_storm_over_every_place_a_task_waits(held):
+    tags = [str(index) for index in range(200)]
+    futures = {tag: held.submit(tag) for tag in tags}
+    held.wait_for(lambda view: view.held == len(tags), "the scheduler to hold every task")
+    wait_until(lambda: len(held.started()) == 1, 60, "the first task to run")
+    (running,) = held.started()
+    rng = random.Random(1)
+    # tasks queued at the worker and at the scheduler, in random order from four threads; then the running one
+    # (last, so that the task the worker takes up next is one that stays)
+    order = rng.sample(sorted(set(tags) - {running}), len(tags) // 2)
+    chosen = {*order, running}
+    before = held.view()
+
+    def cancel_each(part: List[str]) -> List[str]:
+        """Cancel in turn; stop at the first cancel the scheduler does not confirm, and name it."""
+        for tag in part:
+            if not futures[tag].cancel():
+                return [tag]
+        return []
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        refused = sum(pool.map(cancel_each, [order[start::4] for start in range(4)]), [])
+    refused += cancel_each([running])
+    assert refused == [], "the scheduler confirmed no cancel of these tasks"
+    held.wait_for(
+        lambda view: (
+            view.states["cancelled"] == before.states["cancelled"] + len(chosen)
+            and view.held == len(tags) - len(chosen)
+        ),
+        "the scheduler to count every cancel",
+    )
+    held.release()
+    for tag, future in futures.items():
+        if tag in chosen:
+            assert future.cancelled(), tag
+        else:
+            assert future.result(timeout=120) == tag
+    assert held.started() == (set(tags) - chosen) | {running}
