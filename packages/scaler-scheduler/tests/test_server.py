@@ -7,6 +7,7 @@ from typing import Any, List
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.scheduler.scheduler_events import FromPeer, FromStorage, Start
 from scaler.scheduler.server import SchedulerServer
 
 CLIENT = b"C|host|1|aa"
@@ -27,14 +28,15 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
     server = SchedulerServer("tcp://127.0.0.1:1")  # its sockets are made by run(), which is not called
     try:
         router = server._router = _SentFrames()
+        server.core.handle(Start(), 0.0)
+        server.core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)  # as if its storage server answered
         for peer, role in ((CLIENT, m.PeerRole.CLIENT), (WORKER, m.PeerRole.WORKER)):
-            hello = m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))
-            server._perform(server.core.handle(peer, hello, 0.0))
+            server._feed(FromPeer(peer, m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))))
         tasks = [m.Task(task_id=bytes([i]) * 16, function_id=b"f") for i in range(3)]
         batch, _ = codec.decode_routed(codec.encode(m.TaskBatch(tasks)))
         batch.tasks[1]._index = 10**6  # its struct can no longer be found in the message it came in
         router.sent.clear()
-        server._perform(server.core.handle(CLIENT, batch, 1.0))
+        server._feed(FromPeer(CLIENT, batch))
 
         to_worker = [message for to, message in router.sent if to == WORKER and type(message) is m.TaskBatch]
         assert [t.task_id for batch in to_worker for t in batch.tasks] == [tasks[0].task_id, tasks[2].task_id]
