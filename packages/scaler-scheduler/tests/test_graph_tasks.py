@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Dict, List, Sequence, Tuple
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, graphblas_available
+from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NodeState
 from scaler.scheduler.graph_tasks import CYCLE_REASON
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Start
@@ -453,6 +455,7 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
     answers: Dict[bytes, List[str]] = {tid(t): [] for t in targets}
     stored: set = set()
     released: set = set()
+    seen: Dict[Tuple[bytes, int], NodeState] = {}  # each node's last state
 
     def absorb(effects) -> None:
         for message in messages(effects, WORKER, m.TaskBatch):
@@ -469,6 +472,7 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
                 if flag:
                     answers[task_id].append("cancelled")
         released.update(deleted(effects))
+        _check_node_lifecycles(core, seen)
 
     def answer(task: m.Task, kind: str, pick: int) -> None:
         del held[task.task_id]
@@ -511,3 +515,26 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
     assert all(len(found) == 1 for found in answers.values()), answers
     assert stored <= released  # every stored result was delivered to the client or deleted
     assert not core.graphs.active and core.graphs.inline_bytes == 0 and core.task_count == 0
+
+
+def _check_node_lifecycles(core: SchedulerCore, seen: Dict[Tuple[bytes, int], NodeState]) -> None:
+    """Each node is in one state of its lifecycle, a finished node stays so, and each graph's counts of
+    finished, released and held nodes, and the inline bytes held, agree with its nodes' states."""
+    inline = 0
+    for graph in core.graphs._graphs.values():
+        states = [NodeState(state) for state in graph.state]
+        count = Counter(states)
+        assert graph.finished == sum(count[s] for s in FINISHED_STATES) + count[NodeState.HELD]
+        assert graph.in_flight == count[NodeState.RELEASED]
+        assert set(graph.results) == {i for i, state in enumerate(states) if state is NodeState.HELD}
+        wanted = [states[i] for i, flag in enumerate(graph.wanted) if flag]
+        assert all(state in (NodeState.PENDING, NodeState.RELEASED, NodeState.HELD) for state in wanted)
+        inline += sum(len(r.payload) for r in graph.results.values() if r.payload_kind != m.PayloadKind.OBJECT)
+        for i, state in enumerate(states):
+            before = seen.get((graph.graph_id, i))
+            if before in FINISHED_STATES:
+                assert state is before, (i, before, state)
+            elif before is NodeState.HELD:
+                assert state in (NodeState.HELD, NodeState.DONE), (i, state)
+            seen[(graph.graph_id, i)] = state
+    assert core.graphs.inline_bytes == inline

@@ -19,7 +19,7 @@ It is made of:
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -158,6 +158,11 @@ class SchedulerCore:
     @property
     def task_count(self) -> int:
         return self._routing.task_count
+
+    @property
+    def state_counts(self) -> Counter:
+        """How many tasks entered each state and have not left it (terminal states: ever)."""
+        return self._routing.state_counts
 
     @property
     def dropped_results(self) -> int:

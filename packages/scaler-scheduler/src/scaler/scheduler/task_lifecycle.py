@@ -90,6 +90,7 @@ TASK_LIFECYCLE: Lifecycle[TaskState, TaskEvent] = Lifecycle(
         (S.CANCELING, E.WORKER_GONE): T(S.CANCELLED, (A.CONFIRM_CANCELLED, A.FINISH)),
         (S.CANCELING, E.BALANCED): T(S.CANCELLED, (A.CONFIRM_CANCELLED, A.FINISH)),
         (S.CANCELING, E.EXPIRED): T(S.CANCELING),
+        (S.CANCELING, E.UNSENDABLE): T(S.CANCELLED, (A.CONFIRM_CANCELLED, A.FINISH)),  # it never reached its worker
         # a withdrawn task's result still goes to its client if it is connected (it cleared its tasks)
         (S.WITHDRAWING, E.RESULT_SUCCESS): T(S.SUCCESS, (A.FORWARD_RESULT, A.FINISH)),
         (S.WITHDRAWING, E.RESULT_FAILED): T(S.FAILED, (A.FORWARD_RESULT, A.FINISH)),
@@ -100,6 +101,7 @@ TASK_LIFECYCLE: Lifecycle[TaskState, TaskEvent] = Lifecycle(
         (S.WITHDRAWING, E.WORKER_GONE): T(S.CANCELLED, (A.FINISH,)),
         (S.WITHDRAWING, E.BALANCED): T(S.CANCELLED, (A.FINISH,)),
         (S.WITHDRAWING, E.EXPIRED): T(S.WITHDRAWING),
+        (S.WITHDRAWING, E.UNSENDABLE): T(S.CANCELLED, (A.FINISH,)),
     },
 )
 del S, E, A, T
