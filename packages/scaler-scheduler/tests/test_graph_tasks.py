@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
+from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, graphblas_available
-from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NodeState
-from scaler.scheduler.graph_tasks import CYCLE_REASON
+from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NODE_STATES, NodeEvent, NodeState
+from scaler.scheduler.graph_tasks import CYCLE_REASON, GraphActions
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Start
 
@@ -522,7 +523,7 @@ def _check_node_lifecycles(core: SchedulerCore, seen: Dict[Tuple[bytes, int], No
     finished, released and held nodes, and the inline bytes held, agree with its nodes' states."""
     inline = 0
     for graph in core.graphs._graphs.values():
-        states = [NodeState(state) for state in graph.state]
+        states = [NODE_STATES[state] for state in graph.state]
         count = Counter(states)
         assert graph.finished == sum(count[s] for s in FINISHED_STATES) + count[NodeState.HELD]
         assert graph.in_flight == count[NodeState.RELEASED]
@@ -538,3 +539,11 @@ def _check_node_lifecycles(core: SchedulerCore, seen: Dict[Tuple[bytes, int], No
                 assert state in (NodeState.HELD, NodeState.DONE), (i, state)
             seen[(graph.graph_id, i)] = state
     assert core.graphs.inline_bytes == inline
+
+
+def test_an_event_a_node_has_no_transition_for_raises_with_the_story_of_its_graph():
+    core = core_with("python")
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2])), 0.5)
+    graphs = core.graphs
+    with pytest.raises(TransitionError, match=r"no transition from pending on succeeded; recent events: .* ready"):
+        graphs._step(graphs._graphs[b"g1"], 1, NodeEvent.SUCCEEDED, GraphActions(), [])

@@ -1,8 +1,8 @@
 """The life of one node of a task graph in the scheduler, as one table: ``(state, event) -> (next state, actions)``.
 
 `NODE_LIFECYCLE` is a `scaler.protocol.lifecycle.Lifecycle`; `graph_tasks.GraphTasks._step` looks up every
-event a node receives in it and carries out the actions of the answer, in order. Node states are small
-integers (`NodeState` is an ``IntEnum``) so that a graph keeps them in one ``bytearray``.
+event a node receives in it and carries out the actions of the answer, in order. A graph keeps the state
+of each node in one ``bytearray``, as the state's position in `NODE_STATES`.
 
 The graph index reports some events for every node it reaches, finished or not (`REPORTED_TO_FINISHED`: a
 node whose inputs all finished, a node whose dependants all finished, the nodes below a failure) and some
@@ -18,13 +18,18 @@ import enum
 from scaler.protocol.lifecycle import Lifecycle, Transition
 
 
-class NodeState(enum.IntEnum):
-    PENDING = 0  # waiting for nodes it needs
-    RELEASED = 1  # handed to the scheduler's task queue: queued or running
-    HELD = 2  # succeeded; its result is held for the nodes that still need it
-    DONE = 3  # succeeded; its result was delivered to the client or dropped
-    FAILED = 4  # failed, or a node it needs failed, or it is part of a dependency cycle
-    CANCELLED = 5  # nothing needed it any more
+class NodeState(enum.Enum):
+    PENDING = "pending"  # waiting for nodes it needs
+    RELEASED = "released"  # handed to the scheduler's task queue: queued or running
+    HELD = "held"  # succeeded; its result is held for the nodes that still need it
+    DONE = "done"  # succeeded; its result was delivered to the client or dropped
+    FAILED = "failed"  # failed, or a node it needs failed, or it is part of a dependency cycle
+    CANCELLED = "cancelled"  # nothing needed it any more
+
+    __hash__ = object.__hash__
+
+
+NODE_STATES = tuple(NodeState)  # a node's state is kept as its position here (PENDING: 0)
 
 
 class NodeEvent(enum.Enum):

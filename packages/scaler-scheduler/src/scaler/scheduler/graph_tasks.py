@@ -55,10 +55,10 @@ from scaler.scheduler.graph_index import GraphIndex, graphblas_available, make_g
 from scaler.scheduler.graph_node_lifecycle import (
     FINISHED_STATES,
     NODE_LIFECYCLE,
+    NODE_STATES,
     REPORTED_TO_FINISHED,
     NodeAction,
     NodeEvent,
-    NodeState,
 )
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class _Graph:
         self.positions: Dict[bytes, int] = {task_id: i for i, task_id in enumerate(self.task_ids)}
         self.tasks: List[Optional[m.Task]] = list(tasks)  # None once released or finished
         size = len(tasks)
-        self.state = bytearray(size)  # NodeState of each node (PENDING is 0)
+        self.state = bytearray(size)  # each node's state, as its position in NODE_STATES (PENDING is 0)
         self.target = bytearray(size)
         self.wanted = bytearray(size)  # a target whose result the client still waits for
         self.wanted_count = 0
@@ -143,15 +143,16 @@ class GraphTasks:
             NodeAction.CANCEL_IN_SCHEDULER: self._cancel_in_scheduler,
             NodeAction.FINISH: self._finished,
         }
-        # the table with the actions bound to this object, keyed by the state's integer (as the bytearray holds
-        # it); finished nodes ignore the events reported to every node
+        # the table with the actions bound to this object, keyed by the state's position in NODE_STATES (as the
+        # bytearray holds it); finished nodes ignore the events reported to every node
+        code = {state: position for position, state in enumerate(NODE_STATES)}
         self._plans: Dict[Tuple[int, NodeEvent], Tuple[int, Tuple[_Action, ...]]] = {
-            (int(state), event): (int(t.next_state), tuple(carry_out[a] for a in t.actions))
+            (code[state], event): (code[t.next_state], tuple(carry_out[a] for a in t.actions))
             for (state, event), t in NODE_LIFECYCLE.table.items()
         }
         for state in FINISHED_STATES:
             for event in REPORTED_TO_FINISHED:
-                self._plans[(int(state), event)] = (int(state), ())
+                self._plans[(code[state], event)] = (code[state], ())
 
     # ----------------------------------------------------------------- observation
 
@@ -345,9 +346,10 @@ class GraphTasks:
         """Node ``i`` receives ``event``: its next state and the actions, from the table."""
         plan = self._plans.get((graph.state[i], event))
         if plan is None:
-            history = [f"{show(graph.task_ids[j])} {e.value}" for j, e in graph.history]
+            # the recent events of the graph, each named with its node (the table's error lists them as given)
+            history: Any = [f"{show(graph.task_ids[j])} {e.value}" for j, e in graph.history]
             subject = f"{show(graph.task_ids[i])} of graph {show(graph.graph_id)}"
-            NODE_LIFECYCLE.step(NodeState(graph.state[i]), event, subject, history)  # raises, naming the events
+            NODE_LIFECYCLE.step(NODE_STATES[graph.state[i]], event, subject, history)  # raises
             return
         graph.state[i] = plan[0]
         graph.history.append((i, event))
