@@ -12,7 +12,17 @@ from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
-from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Shutdown, Start, Tick
+from scaler.scheduler.scheduler_events import (
+    STORAGE,
+    FromPeer,
+    FromStorage,
+    MonitorSubscription,
+    Publish,
+    Send,
+    Shutdown,
+    Start,
+    Tick,
+)
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 
 CLIENT = b"C|host|1|aa"
@@ -320,3 +330,30 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
     assert all(count == 1 for count in answered.values()), answered
     if not client_gone:
         assert set(answered) == submitted
+
+
+def test_snapshot_shows_each_client_with_its_last_heartbeat_and_its_tasks():
+    core = core_with(workers=())
+    beat = m.ClientHeartbeat(cpu=0.25, rss_bytes=1 << 20, pending_tasks=2)
+    core.handle(FromPeer(CLIENT, beat), 1.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 2.0)
+    assert [e for e in core.handle(Tick(), 2.5) if type(e) is Publish] == []  # nobody subscribed
+    core.handle(MonitorSubscription(+1), 3.0)
+    (published,) = [e for e in core.handle(Tick(), 3.5) if type(e) is Publish]
+    assert published.to_monitors
+    snapshot = published.snapshot
+    assert snapshot.clients == 1
+    assert snapshot.client_snapshots == [m.ClientSnapshot(CLIENT, beat, 2, 1.5)]
+    assert sum(counter.value for counter in snapshot.task_states) == 2  # every task is in exactly one state
+
+
+def test_snapshots_go_each_second_while_a_monitor_is_subscribed_or_metrics_are_served():
+    core = core_with()
+    core.handle(MonitorSubscription(+1), 0.0)
+    published = [now for now in (1.0, 1.5, 2.0, 2.5) if any(type(e) is Publish for e in core.handle(Tick(), now))]
+    assert published == [1.0, 2.0]
+    core.handle(MonitorSubscription(-1), 3.0)
+    assert not any(type(e) is Publish for e in core.handle(Tick(), 4.0))
+    metrics = core_with(snapshot_every_second=True)
+    (published,) = [e for e in metrics.handle(Tick(), 1.0) if type(e) is Publish]
+    assert not published.to_monitors  # kept for --metrics-port only

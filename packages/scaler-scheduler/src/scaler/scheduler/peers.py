@@ -29,9 +29,10 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen")
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat")
 
     def __init__(self, client_id: bytes, now: float) -> None:
         self.client_id = client_id
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
         self.last_seen = now
+        self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors

@@ -67,6 +67,7 @@ class SchedulerSettings:
     max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
     graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
     graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
+    snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
 
 
 class SchedulerCore:
@@ -221,9 +222,9 @@ class SchedulerCore:
         self._routing.expire(now, out)
         self._routing.dispatch(out)
         self._routing.balance(out)
-        if self._subscribers > 0 and now >= self._next_snapshot:
+        if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            out.sends.append(Publish(self._snapshot(now)))
+            out.sends.append(Publish(self._snapshot(now), self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
 
@@ -255,6 +256,7 @@ class SchedulerCore:
         out.sends.append(Send(source, ack))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
+        self._clients[source].heartbeat = message
         out.sends.append(Send(source, m.ClientHeartbeatEcho()))
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
@@ -360,6 +362,11 @@ class SchedulerCore:
             )
             for w in self._workers.values()
         ]
+        clients = [
+            m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen) for c in self._clients.values()
+        ]
         counts = self._routing.state_counts
         states = [m.Counter(state.value, max(0, counts[state])) for state in TaskState]
-        return m.StateSnapshot(task_states=states, workers=workers, clients=len(self._clients))
+        return m.StateSnapshot(
+            task_states=states, workers=workers, clients=len(self._clients), client_snapshots=clients
+        )

@@ -100,9 +100,11 @@ class StartFailed:
 
 @dataclass(slots=True)
 class Publish:
-    """A snapshot for the monitor socket; the shell adds the process's CPU, memory and message counts."""
+    """A snapshot of the scheduler; the shell adds the process's CPU, memory and message counts, keeps it for
+    ``--metrics-port`` if that serves, and sends it on the monitor socket if ``to_monitors``."""
 
     snapshot: Any
+    to_monitors: bool
 
 
 @dataclass(slots=True)

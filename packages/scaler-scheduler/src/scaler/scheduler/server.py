@@ -74,6 +74,8 @@ class SchedulerServer:
         max_task_deaths: int = 3,
         graph_sorter: str = "auto",
         graph_inline_bytes: int = DEFAULT_INLINE_BUDGET,
+        metrics_port: Optional[int] = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         self.address = check_address(address)
         self.object_storage_address = check_address(object_storage_address or default_storage_address(address))
@@ -91,6 +93,7 @@ class SchedulerServer:
                 max_task_deaths=max_task_deaths,
                 graph_sorter=graph_sorter,
                 graph_inline_bytes=graph_inline_bytes,
+                snapshot_every_second=metrics_port is not None,
             )
         )
         self._context = zmq.Context()
@@ -100,6 +103,10 @@ class SchedulerServer:
         self._monitor: Any = None
         self._watched: List[Any] = []  # (socket, to_event) pairs read by _drain
         self._storage_process: Optional[subprocess.Popen] = None
+        self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
+        self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
+        self._function_totals: Any = None  # snapshot_metrics.FunctionTotals, with --metrics-port
+        self.latest_snapshot: Optional[Any] = None  # (StateSnapshot, per-function totals) for --metrics-port
         self._received: Counter = Counter()
         self._sent: Counter = Counter()
         self._stop: Optional[asyncio.Event] = None
@@ -120,6 +127,7 @@ class SchedulerServer:
         self._stop = asyncio.Event()
         try:
             self._open_sockets()
+            self._serve_metrics()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._stop.set)
             self._watch(self._storage, self._storage_event)
@@ -151,6 +159,28 @@ class SchedulerServer:
         self._storage_connection = self._storage.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._storage.connect(self.object_storage_address)
 
+    def _serve_metrics(self) -> None:
+        """Prometheus metrics on ``--metrics-port``, read by prometheus_client's own thread from the snapshot the
+        event loop last stored (`latest_snapshot`, replaced whole each second: the thread never reads the core)."""
+        if self._metrics_address is None:
+            return
+        try:
+            from scaler.protocol import snapshot_metrics
+        except ImportError:
+            raise SchedulerStartError(
+                "--metrics-port needs prometheus_client: pip install 'scaler-scheduler[metrics]'"
+            ) from None
+        host, port = self._metrics_address
+        self._function_totals = snapshot_metrics.FunctionTotals()
+        registry = snapshot_metrics.snapshot_registry(
+            snapshot_metrics.SnapshotCollector(lambda: self.latest_snapshot), with_process=True
+        )
+        try:
+            self._metrics = snapshot_metrics.MetricsServer(host, port, registry)
+        except OSError as error:
+            raise SchedulerStartError(f"cannot serve metrics at {host}:{port}: {error}") from None
+        logger.info(f"Scheduler: serve Prometheus metrics at http://{host}:{self._metrics.port}/metrics")
+
     @staticmethod
     def _bind_socket(socket: Any, address: str) -> None:
         try:
@@ -171,6 +201,8 @@ class SchedulerServer:
             if socket is not None:
                 socket.close(linger=0)
         self._context.term()
+        if self._metrics is not None:
+            self._metrics.close()
         if self._storage_process is not None:
             stop_process(self._storage_process)
 
@@ -297,6 +329,11 @@ class SchedulerServer:
         snapshot.scheduler_rss_bytes = self._process.memory_info().rss
         snapshot.messages_sent = [m.Counter(k, v) for k, v in sorted(self._sent.items())]
         snapshot.messages_received = [m.Counter(k, v) for k, v in sorted(self._received.items())]
+        if self._metrics is not None:
+            self._function_totals.update(snapshot)
+            self.latest_snapshot = (snapshot, self._function_totals.totals())
+        if not effect.to_monitors:
+            return
         try:
             self._monitor.send_multipart(codec.encode(snapshot), zmq.NOBLOCK)
         except zmq.Again:

@@ -316,6 +316,7 @@ class WorkerAgent:
                 queued_tasks=self._state.queued_count,
                 running_tasks=self._state.running_count,
                 suspended_tasks=self._state.suspended_count,
+                functions=self._state.function_stats.report(),
             )
             self._send_to_scheduler(SendToScheduler(heartbeat))
             self._perform(self._state.on_tick(now))

@@ -71,6 +71,7 @@ from scaler.protocol.errors import (
 )
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.payload import OUT_OF_BAND_BYTES, writable_buffers
+from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
@@ -199,6 +200,7 @@ class WorkerState:
         self._prefetch = max(1, prefetch_tasks)
         self._pipeline_depth = max(0, pipeline_depth)
         self._quick = False  # the last task that ended at the top of the stack was quick: send ahead
+        self.function_stats = FunctionStatsTable()  # what ran, per function, for the heartbeat
 
         self._processor_ids = itertools.count()
         self._processor_id = -1
@@ -520,6 +522,7 @@ class WorkerState:
         entry = stack.pop()  # the task beneath, if any, is back in its wait: the slot is free again
         if not stack:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
+        self.function_stats.record(result.function, result.status == m.TaskStatus.SUCCESS, result.seconds)
         if entry.confirms:
             self._resolve_cancel(entry, False)  # a cancel crossed it: its result answers
         if not stack and self._inbox:
