@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Dict, List, Sequence, Tuple
 
 import pytest
@@ -10,9 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
+from scaler.protocol.lifecycle import TransitionError
+from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, graphblas_available
-from scaler.scheduler.graph_tasks import CYCLE_REASON
-from scaler.scheduler.scheduler_state import STORAGE, SchedulerCore, SchedulerSettings, Send
+from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NODE_STATES, NodeEvent, NodeState
+from scaler.scheduler.graph_tasks import CYCLE_REASON, GraphActions
+from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Start
 
 CLIENT = b"C|host|1|aa"
 OTHER_CLIENT = b"C|host|1|bb"
@@ -126,8 +131,12 @@ def core_with(sorter: str, capacity: int = 1000, inline_bytes: int = 0) -> Sched
         object_storage_address="tcp://127.0.0.1:1", graph_sorter=sorter, graph_inline_bytes=inline_bytes
     )
     core = SchedulerCore(settings)
-    core.handle(CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host"), 0.0)
-    core.handle(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, capacity)), 0.0)
+    core.handle(Start(), 0.0)
+    core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)  # its object storage server answered
+    core.handle(FromPeer(CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host")), 0.0)
+    core.handle(
+        FromPeer(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, capacity))), 0.0
+    )
     return core
 
 
@@ -161,7 +170,7 @@ def failure(n: int, payload: bytes = b"pickled (exception, traceback)") -> m.Tas
 
 
 def report(core: SchedulerCore, *results: m.TaskResult):
-    return core.handle(WORKER, m.TaskResultBatch(list(results)), 1.0)
+    return core.handle(FromPeer(WORKER, m.TaskResultBatch(list(results))), 1.0)
 
 
 @pytest.fixture(params=SORTERS)
@@ -171,7 +180,7 @@ def sorter(request) -> str:
 
 def test_diamond_runs_in_order_and_frees_intermediate_results(sorter):
     core = core_with(sorter)
-    effects = core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4, 2, 3)], targets=[4]), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4, 2, 3)], targets=[4])), 0.5)
     assert list(assigned(effects)) == [1]
     assert assigned(effects)[1].store_result and to_client(effects) == {}
 
@@ -198,7 +207,7 @@ def test_diamond_runs_in_order_and_frees_intermediate_results(sorter):
 
 def test_small_results_travel_inline_while_the_budget_lasts(sorter):
     core = core_with(sorter, inline_bytes=10)
-    effects = core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2), node(4, 3)], targets=[4]), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph([node(1), node(2), node(3, 1, 2), node(4, 3)], targets=[4])), 0.5)
     assert [t.store_result for t in assigned(effects).values()] == [False, False]
     effects = report(core, success(1, stored=False))  # 7 bytes held: under the budget
     assert core.graphs.inline_bytes == 7 and assigned(effects) == {}
@@ -219,7 +228,7 @@ def test_small_results_travel_inline_while_the_budget_lasts(sorter):
 
 def test_duplicate_dependency_is_one_edge_and_both_arguments_are_rewritten(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2, 1, 1)], targets=[2]), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1, 1)], targets=[2])), 0.5)
     effects = report(core, success(1))
     (second,) = assigned(effects).values()
     assert [a.data for a in second.arguments[:2]] == [oid(1), oid(1)]
@@ -229,14 +238,14 @@ def test_duplicate_dependency_is_one_edge_and_both_arguments_are_rewritten(sorte
 
 def test_inline_result_of_an_old_worker_is_passed_inline(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2, 1)], targets=[2]), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2])), 0.5)
     (second,) = assigned(report(core, success(1, stored=False))).values()
     assert second.arguments[0] == m.Argument("", m.ArgumentKind.INLINE, b"value-1")
 
 
 def test_target_needed_by_other_nodes_is_delivered_once_they_are_done(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1)], targets=[1, 3]), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1), node(3, 1)], targets=[1, 3])), 0.5)
     effects = report(core, success(1))
     assert to_client(effects) == {} and sorted(assigned(effects)) == [2, 3]
     effects = report(core, success(3, stored=False), success(2))
@@ -248,7 +257,7 @@ def test_target_needed_by_other_nodes_is_delivered_once_they_are_done(sorter):
 def test_failure_fails_exactly_the_dependants_with_the_original_payload(sorter):
     core = core_with(sorter)
     tasks = [node(1), node(2, 1), node(3, 2), node(4), node(5, 4), node(6, 3, 5)]
-    core.handle(CLIENT, graph(tasks, targets=[2, 3, 5, 6]), 0.5)
+    core.handle(FromPeer(CLIENT, graph(tasks, targets=[2, 3, 5, 6])), 0.5)
     effects = report(core, failure(1, b"the exception"))
     results = to_client(effects)
     assert sorted(results) == [2, 3, 6]  # 6 needs 3, which needs 2, which needs 1
@@ -263,12 +272,12 @@ def test_failure_fails_exactly_the_dependants_with_the_original_payload(sorter):
 
 def test_failure_of_one_input_cancels_inputs_nothing_else_needs(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3]), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3])), 0.5)
     effects = report(core, failure(1))
     assert list(to_client(effects)) == [3]
     assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(2)])]
     # the worker confirms; the confirm is the graph layer's, not the client's
-    effects = core.handle(WORKER, m.TaskCancelConfirm([tid(2)], [True]), 1.5)
+    effects = core.handle(FromPeer(WORKER, m.TaskCancelConfirm([tid(2)], [True])), 1.5)
     assert messages(effects, CLIENT) == []
     assert not core.graphs.active and core.task_count == 0
 
@@ -276,8 +285,8 @@ def test_failure_of_one_input_cancels_inputs_nothing_else_needs(sorter):
 def test_cancelling_the_targets_cancels_every_pending_node(sorter):
     core = core_with(sorter)
     tasks = [node(1), node(2), node(3, 1), node(4, 2), node(5, 3, 4)]
-    core.handle(CLIENT, graph(tasks, targets=[5]), 0.5)
-    effects = core.handle(CLIENT, m.TaskCancel([tid(5)]), 1.0)
+    core.handle(FromPeer(CLIENT, graph(tasks, targets=[5])), 0.5)
+    effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(5)])), 1.0)
     assert messages(effects, CLIENT) == [m.TaskCancelConfirm([tid(5)], [True])]
     (cancel,) = messages(effects, WORKER, m.TaskCancel)
     assert sorted(cancel.task_ids) == [tid(1), tid(2)]
@@ -285,15 +294,15 @@ def test_cancelling_the_targets_cancels_every_pending_node(sorter):
     # the result of 1 crossed the cancel: its object is deleted, nothing reaches the client
     effects = report(core, success(1))
     assert to_client(effects) == {} and deleted(effects) == [oid(1)]
-    effects = core.handle(WORKER, m.TaskCancelConfirm([tid(1), tid(2)], [False, True]), 1.5)
+    effects = core.handle(FromPeer(WORKER, m.TaskCancelConfirm([tid(1), tid(2)], [False, True])), 1.5)
     assert messages(effects, CLIENT) == []
     assert not core.graphs.active and core.task_count == 0
 
 
 def test_cancelling_one_target_keeps_what_another_target_needs(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4)], targets=[2, 3, 4]), 0.5)
-    effects = core.handle(CLIENT, m.TaskCancel([tid(2), tid(4), tid(99)]), 1.0)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1), node(3, 1), node(4)], targets=[2, 3, 4])), 0.5)
+    effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(2), tid(4), tid(99)])), 1.0)
     confirms = messages(effects, CLIENT, m.TaskCancelConfirm)
     flags = {i: f for c in confirms for i, f in zip(c.task_ids, c.cancelled, strict=True)}
     assert flags == {tid(2): True, tid(4): True, tid(99): False}
@@ -304,13 +313,13 @@ def test_cancelling_one_target_keeps_what_another_target_needs(sorter):
     effects = report(core, success(3, stored=False))
     assert list(to_client(effects)) == [3] and deleted(effects) == [oid(1)]
     # cancelling a delivered target is refused
-    effects = core.handle(CLIENT, m.TaskCancel([tid(3)]), 2.0)
+    effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(3)])), 2.0)
     assert messages(effects, CLIENT) == [m.TaskCancelConfirm([tid(3)], [False])]
 
 
 def test_cycle_rejects_the_stuck_nodes_and_runs_the_rest(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1, 2), node(2, 1), node(3, 2), node(4)], targets=[3, 4]), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1, 2), node(2, 1), node(3, 2), node(4)], targets=[3, 4])), 0.5)
     effects = report(core, success(4, stored=False))
     results = to_client(effects)
     assert results[4].status == m.TaskStatus.SUCCESS
@@ -329,7 +338,7 @@ def test_cycle_rejects_the_stuck_nodes_and_runs_the_rest(sorter):
 )
 def test_malformed_graph_is_rejected_whole(sorter, tasks, targets, problem):
     core = core_with(sorter)
-    effects = core.handle(CLIENT, graph(tasks, targets), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph(tasks, targets)), 0.5)
     assert assigned(effects) == {}
     results = to_client(effects)
     assert sorted(results) == sorted(set(targets))
@@ -339,15 +348,15 @@ def test_malformed_graph_is_rejected_whole(sorter, tasks, targets, problem):
 
 def test_graph_reusing_a_known_task_id_is_rejected(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, m.TaskBatch([node(1)]), 0.5)
-    effects = core.handle(CLIENT, graph([node(1)], targets=[1]), 0.6)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([node(1)])), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph([node(1)], targets=[1])), 0.6)
     assert "already known" in to_client(effects)[1].error_text
 
 
 def test_client_disconnect_drops_its_graphs_and_cancels_their_tasks(sorter):
     core = core_with(sorter)
-    core.handle(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3]), 0.5)
-    effects = core.handle(CLIENT, m.DisconnectRequest("bye"), 1.0)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2), node(3, 1, 2)], targets=[3])), 0.5)
+    effects = core.handle(FromPeer(CLIENT, m.DisconnectRequest("bye")), 1.0)
     (cancel,) = messages(effects, WORKER, m.TaskCancel)
     assert sorted(cancel.task_ids) == [tid(1), tid(2)]
     assert messages(effects, STORAGE, m.ObjectRequest)[0].kind == m.ObjectRequestKind.CLEAR_OWNER
@@ -357,9 +366,9 @@ def test_client_disconnect_drops_its_graphs_and_cancels_their_tasks(sorter):
 
 def test_results_of_another_clients_tasks_are_not_taken(sorter):
     core = core_with(sorter)
-    core.handle(OTHER_CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host"), 0.0)
-    core.handle(CLIENT, graph([node(1), node(2, 1)], targets=[2]), 0.5)
-    core.handle(OTHER_CLIENT, m.TaskBatch([node(50)]), 0.6)
+    core.handle(FromPeer(OTHER_CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host")), 0.0)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2])), 0.5)
+    core.handle(FromPeer(OTHER_CLIENT, m.TaskBatch([node(50)])), 0.6)
     effects = report(core, success(50, stored=False), success(1))
     assert list(to_client(effects, OTHER_CLIENT)) == [50] and to_client(effects) == {}
 
@@ -400,7 +409,7 @@ def test_100000_node_graph(sorter):
         level = upper
     assert len(tasks) >= 99_999
     core = core_with(sorter, capacity=10**6)
-    effects = core.handle(CLIENT, graph(tasks, targets=[level[0]]), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph(tasks, targets=[level[0]])), 0.5)
     delivered, deletes = _run(core, effects)
     assert list(delivered) == [level[0]]
     assert deletes == len(tasks) - 1  # every intermediate result freed
@@ -447,6 +456,7 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
     answers: Dict[bytes, List[str]] = {tid(t): [] for t in targets}
     stored: set = set()
     released: set = set()
+    seen: Dict[Tuple[bytes, int], NodeState] = {}  # each node's last state
 
     def absorb(effects) -> None:
         for message in messages(effects, WORKER, m.TaskBatch):
@@ -463,6 +473,7 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
                 if flag:
                     answers[task_id].append("cancelled")
         released.update(deleted(effects))
+        _check_node_lifecycles(core, seen)
 
     def answer(task: m.Task, kind: str, pick: int) -> None:
         del held[task.task_id]
@@ -477,27 +488,27 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
             absorb(report(core, m.TaskResult(task.task_id, task.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE,
                                              b"v")))  # fmt: skip
 
-    absorb(core.handle(CLIENT, graph(tasks, targets), 0.5))
+    absorb(core.handle(FromPeer(CLIENT, graph(tasks, targets)), 0.5))
     for kind, pick in actions:
         if kind in "sf" and held:
             answer(list(held.values())[pick % len(held)], kind, pick)
         elif kind == "c":
-            absorb(core.handle(CLIENT, m.TaskCancel([tid(targets[pick % len(targets)])]), 1.0))
+            absorb(core.handle(FromPeer(CLIENT, m.TaskCancel([tid(targets[pick % len(targets)])])), 1.0))
         elif kind == "d" and cancels:
             task_id = cancels.pop(pick % len(cancels))
             known = held.pop(task_id, None) is not None
-            absorb(core.handle(WORKER, m.TaskCancelConfirm([task_id], [known]), 1.0))
+            absorb(core.handle(FromPeer(WORKER, m.TaskCancelConfirm([task_id], [known])), 1.0))
         elif kind == "w" and held:  # the worker leaves and comes back: its tasks are queued again
             held.clear()
             cancels.clear()
-            absorb(core.handle(WORKER, m.DisconnectRequest("bye"), 1.0))
-            absorb(core.handle(WORKER, m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 1000)),
-                               1.0))  # fmt: skip
+            absorb(core.handle(FromPeer(WORKER, m.DisconnectRequest("bye")), 1.0))
+            hello = m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 1000))
+            absorb(core.handle(FromPeer(WORKER, hello), 1.0))
     for _ in range(10 * size + 10):  # then the worker does its work until nothing is left
         if cancels:
             task_id = cancels.pop()
             known = held.pop(task_id, None) is not None
-            absorb(core.handle(WORKER, m.TaskCancelConfirm([task_id], [known]), 2.0))
+            absorb(core.handle(FromPeer(WORKER, m.TaskCancelConfirm([task_id], [known])), 2.0))
         elif held:
             answer(next(iter(held.values())), "s", len(held))
         else:
@@ -505,3 +516,34 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
     assert all(len(found) == 1 for found in answers.values()), answers
     assert stored <= released  # every stored result was delivered to the client or deleted
     assert not core.graphs.active and core.graphs.inline_bytes == 0 and core.task_count == 0
+
+
+def _check_node_lifecycles(core: SchedulerCore, seen: Dict[Tuple[bytes, int], NodeState]) -> None:
+    """Each node is in one state of its lifecycle, a finished node stays so, and each graph's counts of
+    finished, released and held nodes, and the inline bytes held, agree with its nodes' states."""
+    inline = 0
+    for graph in core.graphs._graphs.values():
+        states = [NODE_STATES[state] for state in graph.state]
+        count = Counter(states)
+        assert graph.finished == sum(count[s] for s in FINISHED_STATES) + count[NodeState.HELD]
+        assert graph.in_flight == count[NodeState.RELEASED]
+        assert set(graph.results) == {i for i, state in enumerate(states) if state is NodeState.HELD}
+        wanted = [states[i] for i, flag in enumerate(graph.wanted) if flag]
+        assert all(state in (NodeState.PENDING, NodeState.RELEASED, NodeState.HELD) for state in wanted)
+        inline += sum(len(r.payload) for r in graph.results.values() if r.payload_kind != m.PayloadKind.OBJECT)
+        for i, state in enumerate(states):
+            before = seen.get((graph.graph_id, i))
+            if before in FINISHED_STATES:
+                assert state is before, (i, before, state)
+            elif before is NodeState.HELD:
+                assert state in (NodeState.HELD, NodeState.DONE), (i, state)
+            seen[(graph.graph_id, i)] = state
+    assert core.graphs.inline_bytes == inline
+
+
+def test_an_event_a_node_has_no_transition_for_raises_with_the_story_of_its_graph():
+    core = core_with("python")
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2])), 0.5)
+    graphs = core.graphs
+    with pytest.raises(TransitionError, match=r"no transition from pending on succeeded; recent events: .* ready"):
+        graphs._step(graphs._graphs[b"g1"], 1, NodeEvent.SUCCEEDED, GraphActions(), [])

@@ -1,12 +1,18 @@
-"""The scheduler's shell around its core, without running its event loop."""
+"""The scheduler's shell around its core: its effects without the event loop, and its storage connection with it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, List
+
+import zmq
+import zmq.asyncio
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
+from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.scheduler.scheduler_events import FromPeer, FromStorage, Start
 from scaler.scheduler.server import SchedulerServer
 
 CLIENT = b"C|host|1|aa"
@@ -27,14 +33,15 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
     server = SchedulerServer("tcp://127.0.0.1:1")  # its sockets are made by run(), which is not called
     try:
         router = server._router = _SentFrames()
+        server.core.handle(Start(), 0.0)
+        server.core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)  # as if its storage server answered
         for peer, role in ((CLIENT, m.PeerRole.CLIENT), (WORKER, m.PeerRole.WORKER)):
-            hello = m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))
-            server._perform(server.core.handle(peer, hello, 0.0))
+            server._feed(FromPeer(peer, m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))))
         tasks = [m.Task(task_id=bytes([i]) * 16, function_id=b"f") for i in range(3)]
         batch, _ = codec.decode_routed(codec.encode(m.TaskBatch(tasks)))
         batch.tasks[1]._index = 10**6  # its struct can no longer be found in the message it came in
         router.sent.clear()
-        server._perform(server.core.handle(CLIENT, batch, 1.0))
+        server._feed(FromPeer(CLIENT, batch))
 
         to_worker = [message for to, message in router.sent if to == WORKER and type(message) is m.TaskBatch]
         assert [t.task_id for batch in to_worker for t in batch.tasks] == [tasks[0].task_id, tasks[2].task_id]
@@ -46,3 +53,48 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
         assert server.core.task_count == 2
     finally:
         server._context.term()
+
+
+def test_the_scheduler_serves_once_storage_answers_and_says_hello_again_when_storage_comes_back():
+    """A ROUTER socket stands in for the object storage server: it answers the scheduler's Hello, goes away,
+    and a new one at the same address gets a new Hello (the shell reports the connection to the core)."""
+    port = free_tcp_port(count=3)
+    address, storage_address = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}"
+
+    async def receive(socket: Any) -> Any:
+        frames = await asyncio.wait_for(socket.recv_multipart(), timeout=20)
+        return frames[0], codec.decode(frames[1:])[0]
+
+    async def scenario() -> None:
+        context = zmq.asyncio.Context()
+        storage = context.socket(zmq.ROUTER)
+        storage.setsockopt(zmq.LINGER, 0)
+        storage.bind(storage_address)
+        client = context.socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        server = SchedulerServer(
+            address, object_storage_address=storage_address, monitor_address=f"tcp://127.0.0.1:{port + 2}"
+        )
+        running = asyncio.ensure_future(server.run())
+        try:
+            identity, hello = await receive(storage)
+            assert type(hello) is m.Hello and hello.role == m.PeerRole.SCHEDULER
+            await storage.send_multipart([identity, *codec.encode(m.HelloAck(PROTOCOL_VERSION))])
+            client.connect(address)
+            await client.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host")))
+            frames = await asyncio.wait_for(client.recv_multipart(), timeout=20)
+            assert type(codec.decode(frames)[0]) is m.HelloAck
+            storage.close(linger=0)
+            storage = context.socket(zmq.ROUTER)
+            storage.setsockopt(zmq.LINGER, 0)
+            storage.bind(storage_address)
+            _, hello = await receive(storage)
+            assert type(hello) is m.Hello and hello.role == m.PeerRole.SCHEDULER
+        finally:
+            server._stop.set()
+            await asyncio.wait_for(running, timeout=20)
+            client.close(linger=0)
+            storage.close(linger=0)
+            context.term()
+
+    asyncio.run(scenario())

@@ -23,7 +23,8 @@ from scaler.protocol.messages import (
     Version,
 )
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
-from scaler.storage.object_store import ObjectStore, Reply, blob_size, show_size
+from scaler.storage.object_store import ObjectStore, blob_size, show_size
+from scaler.storage.storage_events import FromPeer, Reply
 
 PEER = b"C|host|1|peer"
 OWNER = b"C|host|1|owner"
@@ -39,7 +40,7 @@ ids = IDGenerator()
 
 def greeted_store(**limits: int) -> ObjectStore:
     store = ObjectStore(**limits)
-    (reply,) = store.handle(PEER, Hello(version=PROTOCOL_VERSION))
+    (reply,) = store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
     assert isinstance(reply.message, HelloAck)
     return store
 
@@ -53,7 +54,8 @@ def request(
     peer: bytes = PEER,
 ) -> Reply:
     replies = store.handle(
-        peer, ObjectRequest(request_id=7, kind=kind, owner_id=owner_id, object_ids=list(object_ids)), blobs
+        FromPeer(peer, ObjectRequest(request_id=7, kind=kind, owner_id=owner_id, object_ids=list(object_ids)), blobs),
+        0.0,
     )
     assert len(replies) == 1, replies
     return replies[0]
@@ -97,53 +99,58 @@ def refusal_reason(replies: List[Reply]) -> str:
 
 
 def test_hello_is_acknowledged_with_the_protocol_version_and_no_heartbeat():
-    (reply,) = ObjectStore().handle(PEER, Hello(version=PROTOCOL_VERSION))
+    (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
     assert reply == Reply(PEER, HelloAck(version=PROTOCOL_VERSION, object_storage_address=""))
     assert reply.message.heartbeat_interval_seconds == 0 and reply.message.timeout_seconds == 0
 
 
 def test_other_minor_version_is_accepted():
     theirs = Version(major=PROTOCOL_VERSION.major, minor=PROTOCOL_VERSION.minor + 5)
-    (reply,) = ObjectStore().handle(PEER, Hello(version=theirs))
+    (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=theirs)), 0.0)
     assert isinstance(reply.message, HelloAck)
 
 
 def test_other_major_version_is_refused_naming_both_versions_and_the_peer_is_not_served():
     store = ObjectStore()
     theirs = Version(major=PROTOCOL_VERSION.major + 1, minor=3)
-    reason = refusal_reason(store.handle(PEER, Hello(version=theirs)))
+    reason = refusal_reason(store.handle(FromPeer(PEER, Hello(version=theirs)), 0.0))
     assert show_version(theirs) in reason and show_version(PROTOCOL_VERSION) in reason
-    refused = store.handle(PEER, ObjectRequest(kind=ObjectRequestKind.PUT, object_ids=[b"x"]), [b"data"])
+    refused = store.handle(FromPeer(PEER, ObjectRequest(kind=ObjectRequestKind.PUT, object_ids=[b"x"]), [b"data"]), 0.0)
     assert refusal_reason(refused) == "send Hello first"
     assert store.object_count == 0
 
 
 def test_a_greeted_peer_that_says_hello_with_a_bad_version_is_no_longer_served():
     store = greeted_store()
-    refusal_reason(store.handle(PEER, Hello(version=Version(major=PROTOCOL_VERSION.major + 1))))
-    assert refusal_reason(store.handle(PEER, ObjectRequest(kind=ObjectRequestKind.GET))) == "send Hello first"
+    refusal_reason(store.handle(FromPeer(PEER, Hello(version=Version(major=PROTOCOL_VERSION.major + 1))), 0.0))
+    assert (
+        refusal_reason(store.handle(FromPeer(PEER, ObjectRequest(kind=ObjectRequestKind.GET)), 0.0))
+        == "send Hello first"
+    )
 
 
 def test_request_before_hello_is_refused_and_nothing_is_done():
     store = ObjectStore()
     object_id = ids.next_id()
-    replies = store.handle(PEER, ObjectRequest(kind=ObjectRequestKind.PUT, object_ids=[object_id]), [b"payload"])
+    replies = store.handle(
+        FromPeer(PEER, ObjectRequest(kind=ObjectRequestKind.PUT, object_ids=[object_id]), [b"payload"]), 0.0
+    )
     assert refusal_reason(replies) == "send Hello first"
     assert store.object_count == 0 and store.used_memory == 0
-    store.handle(PEER, Hello(version=PROTOCOL_VERSION))
+    store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
     assert get(store, [object_id])[0].statuses == [NOT_FOUND]
 
 
 def test_hello_is_per_peer():
     store = greeted_store()
     other = b"W|host|3|worker"
-    replies = store.handle(other, ObjectRequest(kind=ObjectRequestKind.GET, object_ids=[b"x"]))
+    replies = store.handle(FromPeer(other, ObjectRequest(kind=ObjectRequestKind.GET, object_ids=[b"x"])), 0.0)
     assert replies[0].peer_id == other and replies[0].message.reason == "send Hello first"
 
 
 def test_unexpected_message_type_is_refused():
     store = greeted_store()
-    reason = refusal_reason(store.handle(PEER, ClientHeartbeat()))
+    reason = refusal_reason(store.handle(FromPeer(PEER, ClientHeartbeat()), 0.0))
     assert "clientHeartbeat" in reason
 
 
@@ -201,9 +208,12 @@ def test_put_of_an_existing_id_replaces_object_owner_and_size():
 def test_put_count_mismatch_is_refused_and_stores_nothing():
     store = greeted_store()
     replies = store.handle(
-        PEER,
-        ObjectRequest(request_id=41, kind=ObjectRequestKind.PUT, owner_id=OWNER, object_ids=[ids.next_id()] * 2),
-        [b"only one"],
+        FromPeer(
+            PEER,
+            ObjectRequest(request_id=41, kind=ObjectRequestKind.PUT, owner_id=OWNER, object_ids=[ids.next_id()] * 2),
+            [b"only one"],
+        ),
+        0.0,
     )
     reason = refusal_reason(replies)
     assert "41" in reason and "2 object IDs" in reason and "1 payload" in reason
@@ -218,7 +228,7 @@ def put_frames(store: ObjectStore, objects: Sequence[Tuple[bytes, Sequence[Any]]
         object_ids=[object_id for object_id, _ in objects],
         frame_counts=[len(frames) for _, frames in objects],
     )
-    (reply,) = store.handle(peer, message, [frame for _, frames in objects for frame in frames])
+    (reply,) = store.handle(FromPeer(peer, message, [frame for _, frames in objects for frame in frames]), 0.0)
     return reply.message
 
 
@@ -248,8 +258,10 @@ def test_an_object_of_several_frames_is_not_given_to_a_protocol_1_0_peer():
     object_id = ids.next_id()
     put_frames(store, [(object_id, [b"pickle", b"buffer"])])
     old_peer = b"W|host|3|old"
-    store.handle(old_peer, Hello(version=Version(major=PROTOCOL_VERSION.major, minor=0)))
-    (reply,) = store.handle(old_peer, ObjectRequest(request_id=9, kind=ObjectRequestKind.GET, object_ids=[object_id]))
+    store.handle(FromPeer(old_peer, Hello(version=Version(major=PROTOCOL_VERSION.major, minor=0))), 0.0)
+    (reply,) = store.handle(
+        FromPeer(old_peer, ObjectRequest(request_id=9, kind=ObjectRequestKind.GET, object_ids=[object_id])), 0.0
+    )
     assert reply.message.statuses == [NOT_FOUND] and list(reply.blobs) == []
     assert "several frames" in reply.message.reason and "1.0" in reply.message.reason
     assert object_id in store
@@ -268,7 +280,7 @@ def test_put_frame_counts_that_do_not_match_are_refused_and_store_nothing(counts
     message = ObjectRequest(
         request_id=42, kind=ObjectRequestKind.PUT, owner_id=OWNER, object_ids=[ids.next_id()], frame_counts=counts
     )
-    reason = refusal_reason(store.handle(PEER, message, [b"x"] * frames))
+    reason = refusal_reason(store.handle(FromPeer(PEER, message, [b"x"] * frames), 0.0))
     assert "42" in reason and problem in reason
     assert store.object_count == 0
 
@@ -279,7 +291,7 @@ def test_payloads_on_other_requests_are_refused(kind: ObjectRequestKind):
     object_id = ids.next_id()
     put(store, [(object_id, b"kept")])
     reason = refusal_reason(
-        store.handle(PEER, ObjectRequest(kind=kind, owner_id=OWNER, object_ids=[object_id]), [b"x"])
+        store.handle(FromPeer(PEER, ObjectRequest(kind=kind, owner_id=OWNER, object_ids=[object_id]), [b"x"]), 0.0)
     )
     assert "payload" in reason
     assert object_id in store
@@ -364,11 +376,22 @@ def test_object_instruction_from_the_scheduler_deletes_and_clears_without_reply(
     put(store, [(a, b"a"), (b, b"b")], owner_id=OWNER)
     put(store, [(c, b"c")], owner_id=OTHER_OWNER)
     assert (
-        store.handle(PEER, ObjectInstruction(kind=ObjectInstructionKind.CREATE, owner_id=OWNER, object_ids=[a])) == []
+        store.handle(
+            FromPeer(PEER, ObjectInstruction(kind=ObjectInstructionKind.CREATE, owner_id=OWNER, object_ids=[a])), 0.0
+        )
+        == []
     )
     assert store.object_count == 3
-    assert store.handle(PEER, ObjectInstruction(kind=ObjectInstructionKind.DELETE, object_ids=[a, ids.next_id()])) == []
-    assert store.handle(PEER, ObjectInstruction(kind=ObjectInstructionKind.CLEAR, owner_id=OTHER_OWNER)) == []
+    assert (
+        store.handle(
+            FromPeer(PEER, ObjectInstruction(kind=ObjectInstructionKind.DELETE, object_ids=[a, ids.next_id()])), 0.0
+        )
+        == []
+    )
+    assert (
+        store.handle(FromPeer(PEER, ObjectInstruction(kind=ObjectInstructionKind.CLEAR, owner_id=OTHER_OWNER)), 0.0)
+        == []
+    )
     assert get(store, [a, b, c])[0].statuses == [NOT_FOUND, OK, NOT_FOUND]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, List, Sequence
+from typing import Any, List
 
 import pytest
 import zmq
@@ -14,15 +14,16 @@ from scaler.protocol import codec
 from scaler.protocol.addresses import AddressError, free_tcp_port
 from scaler.protocol.messages import Hello, HelloAck, ObjectRequest, ObjectRequestKind, ObjectResponse
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.storage.object_store import ObjectStore, Reply
+from scaler.storage.object_store import ObjectStore
 from scaler.storage.server import ObjectStorageServer
+from scaler.storage.storage_events import Reply
 
 
 class StoreThatFailsOnGet(ObjectStore):
-    def handle(self, peer_id: bytes, message: Any, blobs: Sequence[Any] = ()) -> List[Reply]:
-        if isinstance(message, ObjectRequest) and message.kind == ObjectRequestKind.GET:
+    def handle(self, event: Any, now: float) -> List[Reply]:
+        if isinstance(event.message, ObjectRequest) and event.message.kind == ObjectRequestKind.GET:
             raise RuntimeError("boom")
-        return super().handle(peer_id, message, blobs)
+        return super().handle(event, now)
 
 
 async def _receive(socket: zmq.asyncio.Socket) -> Any:

@@ -35,25 +35,35 @@ stands between that client and the scheduler's ordinary task machinery:
 - a client that leaves takes its graphs with it (`forget_client`); its
   objects are cleared by the scheduler as usual.
 
-Entry points return `GraphActions` for the scheduler to carry out. The
-topological bookkeeping is a `graph_index.GraphIndex` (GraphBLAS when
+Entry points return `GraphActions` for the scheduler to carry out. What
+happens to one node is decided by the table of `graph_node_lifecycle.py`;
+the topological bookkeeping is a `graph_index.GraphIndex` (GraphBLAS when
 installed, pure Python otherwise).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.ids import show
 from scaler.scheduler.graph_index import GraphIndex, graphblas_available, make_graph_index
+from scaler.scheduler.graph_node_lifecycle import (
+    FINISHED_STATES,
+    NODE_LIFECYCLE,
+    NODE_STATES,
+    REPORTED_TO_FINISHED,
+    NodeAction,
+    NodeEvent,
+)
 
 logger = logging.getLogger(__name__)
 
-_PENDING, _RELEASED, _SUCCESS, _FAILED, _CANCELLED = range(5)
+_HISTORY_LENGTH = 8
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
 DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the scheduler holds for dependants
@@ -77,7 +87,7 @@ class GraphActions:
 class _Graph:
     __slots__ = (
         "graph_id", "client_id", "task_ids", "positions", "tasks", "state", "target", "wanted", "wanted_count",
-        "results", "index", "in_flight", "finished",
+        "results", "index", "in_flight", "finished", "history",
     )  # fmt: skip
 
     def __init__(self, graph_id: bytes, client_id: bytes, tasks: List[m.Task], index: GraphIndex) -> None:
@@ -85,20 +95,26 @@ class _Graph:
         self.client_id = client_id
         self.task_ids = [task.task_id for task in tasks]
         self.positions: Dict[bytes, int] = {task_id: i for i, task_id in enumerate(self.task_ids)}
-        self.tasks: List[Optional[m.Task]] = list(tasks)  # None once released
+        self.tasks: List[Optional[m.Task]] = list(tasks)  # None once released or finished
         size = len(tasks)
-        self.state = bytearray(size)
+        self.state = bytearray(size)  # each node's state, as its position in NODE_STATES (PENDING is 0)
         self.target = bytearray(size)
         self.wanted = bytearray(size)  # a target whose result the client still waits for
         self.wanted_count = 0
-        self.results: Dict[int, m.TaskResult] = {}  # successful results still held (needed, or to deliver)
+        self.results: Dict[int, m.TaskResult] = {}  # successful results held for the nodes that need them
         self.index = index
-        self.in_flight = 0  # released and not finished
+        self.in_flight = 0  # released and not returned
         self.finished = 0
+        self.history: Deque[Tuple[int, NodeEvent]] = deque(maxlen=_HISTORY_LENGTH)  # (node, event), any node
 
     @property
     def done(self) -> bool:
         return self.finished == len(self.task_ids) and not self.results
+
+
+# what a node's actions are carried out with: its graph, its position, the scheduler's to-do list, the nodes
+# that finished in this round (for the graph index), and the result that came with the event, if any
+_Action = Callable[[_Graph, int, GraphActions, List[int], Any], None]
 
 
 class GraphTasks:
@@ -115,6 +131,28 @@ class GraphTasks:
         self._cancelled: Dict[bytes, Set[bytes]] = {}  # client -> released nodes cancelled here, confirm pending
         self._inline_budget = inline_budget_bytes
         self._inline_bytes = 0  # payload bytes of the inline results held for dependants, all graphs together
+        carry_out: Dict[NodeAction, _Action] = {
+            NodeAction.RELEASE: self._release,
+            NodeAction.RETURNED: self._returned,
+            NodeAction.HOLD: self._hold,
+            NodeAction.DELIVER_HELD: self._deliver_held,
+            NodeAction.DROP_HELD: self._drop_held,
+            NodeAction.DELIVER_FAILURE: self._deliver_failure,
+            NodeAction.FAIL_DOWNSTREAM: self._fail_downstream,
+            NodeAction.REJECT_CYCLE: self._reject_cycle,
+            NodeAction.CANCEL_IN_SCHEDULER: self._cancel_in_scheduler,
+            NodeAction.FINISH: self._finished,
+        }
+        # the table with the actions bound to this object, keyed by the state's position in NODE_STATES (as the
+        # bytearray holds it); finished nodes ignore the events reported to every node
+        code = {state: position for position, state in enumerate(NODE_STATES)}
+        self._plans: Dict[Tuple[int, NodeEvent], Tuple[int, Tuple[_Action, ...]]] = {
+            (code[state], event): (code[t.next_state], tuple(carry_out[a] for a in t.actions))
+            for (state, event), t in NODE_LIFECYCLE.table.items()
+        }
+        for state in FINISHED_STATES:
+            for event in REPORTED_TO_FINISHED:
+                self._plans[(code[state], event)] = (code[state], ())
 
     # ----------------------------------------------------------------- observation
 
@@ -169,7 +207,7 @@ class GraphTasks:
         for task_id in graph.task_ids:
             self._nodes[task_id] = graph
         for i in index.roots():
-            self._release(graph, i, actions)
+            self._step(graph, i, NodeEvent.READY, actions, [])
         self._settle(graph, actions)
         return self._tidy(client_id, actions)
 
@@ -183,18 +221,28 @@ class GraphTasks:
         touched: Dict[bytes, _Graph] = {}
         cancelled = self._cancelled.get(client_id)
         for result in results:
+            if cancelled is not None and result.task_id in cancelled:
+                _drop(result, actions)  # a node cancelled here whose result crossed the cancel
+                continue
             graph = self._nodes.get(result.task_id)
             if graph is None or graph.client_id != client_id:
-                if cancelled is not None and result.task_id in cancelled:
-                    _drop(result, actions)  # a node cancelled here whose result crossed the cancel
-                else:
-                    passed.append(result)
+                passed.append(result)
                 continue
             touched[graph.graph_id] = graph
             to_result = getattr(result, "to_result", None)
             if to_result is not None:  # a result read only in part (codec.RoutedResult): held here, so read it all
                 result = to_result()
-            self._node_result(graph, graph.positions[result.task_id], result, actions)
+            i = graph.positions[result.task_id]
+            finished: List[int] = []
+            if result.status == m.TaskStatus.SUCCESS:
+                self._step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
+                if graph.index.unfinished_dependants(i) == 0:
+                    self._step(graph, i, NodeEvent.FREED_WANTED if graph.wanted[i] else NodeEvent.FREED, actions, [])
+            else:
+                if result.status not in _FAILURES:
+                    logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
+                self._step(graph, i, NodeEvent.FAILED, actions, finished, result)
+            self._finish(graph, finished, actions)
         for graph in touched.values():
             self._settle(graph, actions)
         return passed, self._tidy(client_id, actions)
@@ -237,10 +285,11 @@ class GraphTasks:
                 continue
             actions.confirm_flags.append(True)
             touched[graph.graph_id] = graph
-            self._unwant(graph, i)
-            state = graph.state[i]
-            if state in (_PENDING, _RELEASED) and graph.index.unfinished_dependants(i) == 0:
-                self._finish(graph, [self._cancel_node(graph, i, actions)], actions)
+            _unwant(graph, i)
+            if graph.index.unfinished_dependants(i) == 0:
+                finished: List[int] = []
+                self._step(graph, i, NodeEvent.FREED, actions, finished)
+                self._finish(graph, finished, actions)
         for graph in touched.values():
             self._settle(graph, actions)
         return others, self._tidy(client_id, actions)
@@ -291,125 +340,57 @@ class GraphTasks:
                     del self._cancelled[client_id]
         return actions
 
-    def _release(self, graph: _Graph, i: int, actions: GraphActions) -> None:
-        task = graph.tasks[i]
-        assert task is not None
-        graph.tasks[i] = None
-        for argument in task.arguments:
-            if argument.kind == m.ArgumentKind.TASK:
-                result = graph.results[graph.positions[argument.data]]
-                if result.payload_kind == m.PayloadKind.OBJECT:
-                    argument.kind = m.ArgumentKind.OBJECT
-                else:  # an inline result (from a worker that does not know storeResult)
-                    argument.kind = m.ArgumentKind.INLINE
-                argument.data = result.payload
-        # a result others need stays small and inline (held here) while the budget lasts, else goes to storage
-        task.store_result = graph.index.unfinished_dependants(i) > 0 and self._inline_bytes >= self._inline_budget
-        graph.state[i] = _RELEASED
-        graph.in_flight += 1
-        actions.release.append(task)
-
-    def _node_result(self, graph: _Graph, i: int, result: m.TaskResult, actions: GraphActions) -> None:
-        if graph.state[i] != _RELEASED:  # cancelled here meanwhile
-            _drop(result, actions)
+    def _step(
+        self, graph: _Graph, i: int, event: NodeEvent, actions: GraphActions, finished: List[int], result: Any = None
+    ) -> None:
+        """Node ``i`` receives ``event``: its next state and the actions, from the table."""
+        plan = self._plans.get((graph.state[i], event))
+        if plan is None:
+            # the recent events of the graph, each named with its node (the table's error lists them as given)
+            history: Any = [f"{show(graph.task_ids[j])} {e.value}" for j, e in graph.history]
+            subject = f"{show(graph.task_ids[i])} of graph {show(graph.graph_id)}"
+            NODE_LIFECYCLE.step(NODE_STATES[graph.state[i]], event, subject, history)  # raises
             return
-        graph.in_flight -= 1
-        if result.status == m.TaskStatus.SUCCESS:
-            graph.state[i] = _SUCCESS
-            if graph.index.unfinished_dependants(i) > 0:
-                self._hold(graph, i, result)  # read by its dependants; delivered or deleted once they are done
-            elif graph.wanted[i]:
-                self._deliver(graph, i, result, actions)
-            else:
-                _drop(result, actions)
-            self._finish(graph, [i], actions)
-            return
-        if result.status not in _FAILURES:
-            logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
-        below = [j for j in graph.index.descendants([i]) if graph.state[j] == _PENDING]
-        failed = [i, *below]
-        for j in failed:
-            graph.state[j] = _FAILED
-            if graph.wanted[j]:
-                copy = m.TaskResult(
-                    graph.task_ids[j], result.attempt, result.status, result.payload_kind, result.payload,
-                    result.error_text, result.profiling if j == i else m.Profiling(),
-                )  # fmt: skip
-                self._deliver(graph, j, copy, actions)
-        for j in below:
-            graph.tasks[j] = None
-        self._finish(graph, failed, actions)
-
-    def _deliver(self, graph: _Graph, i: int, result: m.TaskResult, actions: GraphActions) -> None:
-        self._unwant(graph, i)
-        actions.results.append(result)
-
-    def _unwant(self, graph: _Graph, i: int) -> None:
-        if graph.wanted[i]:
-            graph.wanted[i] = 0
-            graph.wanted_count -= 1
-
-    def _cancel_node(self, graph: _Graph, i: int, actions: GraphActions) -> int:
-        if graph.state[i] == _RELEASED:
-            graph.in_flight -= 1
-            task_id = graph.task_ids[i]
-            actions.cancel.append(task_id)
-            self._cancelled.setdefault(graph.client_id, set()).add(task_id)
-        graph.state[i] = _CANCELLED
-        graph.tasks[i] = None
-        return i
+        graph.state[i] = plan[0]
+        graph.history.append((i, event))
+        for action in plan[1]:
+            action(graph, i, actions, finished, result)
 
     def _finish(self, graph: _Graph, nodes: List[int], actions: GraphActions) -> None:
-        """Nodes reached their end: release what became ready, free or cancel what nobody needs any more."""
-        state = graph.state
+        """Nodes ended: tell the index; release what became ready, free what no unfinished node needs."""
+        step = self._step
+        wanted = graph.wanted
         while nodes:
             graph.finished += len(nodes)
             ready, freed = graph.index.finish(nodes)
             nodes = []
             for j in ready:
-                if state[j] == _PENDING:
-                    self._release(graph, j, actions)
+                step(graph, j, NodeEvent.READY, actions, nodes)
             for j in freed:
-                if state[j] == _SUCCESS:
-                    result = self._unhold(graph, j)
-                    if graph.wanted[j]:
-                        self._deliver(graph, j, result, actions)
-                    else:
-                        _drop(result, actions)
-                elif state[j] in (_PENDING, _RELEASED) and not graph.wanted[j]:
-                    nodes.append(self._cancel_node(graph, j, actions))
+                step(graph, j, NodeEvent.FREED_WANTED if wanted[j] else NodeEvent.FREED, actions, nodes)
 
     def _settle(self, graph: _Graph, actions: GraphActions) -> None:
         """After a round of decisions: cancel a graph nobody waits for, reject a stuck one, forget a done one."""
-        state = graph.state
-        if graph.wanted_count == 0 and graph.finished < len(state):
-            unfinished = [i for i in range(len(state)) if state[i] in (_PENDING, _RELEASED)]
-            self._finish(graph, [self._cancel_node(graph, i, actions) for i in unfinished], actions)
-        if graph.in_flight == 0 and graph.finished < len(state):
-            stuck = [i for i in range(len(state)) if state[i] == _PENDING]
+        size = len(graph.task_ids)
+        if graph.wanted_count == 0 and graph.finished < size:
+            self._to_every_node(graph, NodeEvent.GRAPH_CANCELLED, actions)
+        if graph.in_flight == 0 and graph.finished < size:
+            stuck = self._to_every_node(graph, NodeEvent.STUCK, actions)
             logger.warning(
                 f"Scheduler: graph {show(graph.graph_id)} of client {show(graph.client_id)} has a dependency cycle: "
-                f"rejected {len(stuck)} task(s)"
+                f"rejected {stuck} task(s)"
             )
-            for i in stuck:
-                state[i] = _FAILED
-                graph.tasks[i] = None
-                if graph.wanted[i]:
-                    self._deliver(graph, i, _rejected(graph.task_ids[i], CYCLE_REASON), actions)
-            self._finish(graph, stuck, actions)
         if graph.done:
             self._forget(graph)
 
-    def _hold(self, graph: _Graph, i: int, result: m.TaskResult) -> None:
-        graph.results[i] = result
-        if result.payload_kind != m.PayloadKind.OBJECT:
-            self._inline_bytes += len(result.payload)
-
-    def _unhold(self, graph: _Graph, i: int) -> m.TaskResult:
-        result = graph.results.pop(i)
-        if result.payload_kind != m.PayloadKind.OBJECT:
-            self._inline_bytes -= len(result.payload)
-        return result
+    def _to_every_node(self, graph: _Graph, event: NodeEvent, actions: GraphActions) -> int:
+        """``event`` to each node of ``graph``; returns how many nodes it ended."""
+        finished: List[int] = []
+        for i in range(len(graph.task_ids)):
+            self._step(graph, i, event, actions, finished)
+        ended = len(finished)
+        self._finish(graph, finished, actions)
+        return ended
 
     def _forget(self, graph: _Graph) -> None:
         for i in list(graph.results):
@@ -418,6 +399,86 @@ class GraphTasks:
         nodes = self._nodes
         for task_id in graph.task_ids:
             nodes.pop(task_id, None)
+
+    def _unhold(self, graph: _Graph, i: int) -> m.TaskResult:
+        result = graph.results.pop(i)
+        if result.payload_kind != m.PayloadKind.OBJECT:
+            self._inline_bytes -= len(result.payload)
+        return result
+
+    # ----------------------------------------------------------------- actions (NodeAction)
+
+    def _release(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        task = graph.tasks[i]
+        assert task is not None
+        graph.tasks[i] = None
+        for argument in task.arguments:
+            if argument.kind == m.ArgumentKind.TASK:
+                needed = graph.results[graph.positions[argument.data]]
+                if needed.payload_kind == m.PayloadKind.OBJECT:
+                    argument.kind = m.ArgumentKind.OBJECT
+                else:  # an inline result (from a worker that does not know storeResult)
+                    argument.kind = m.ArgumentKind.INLINE
+                argument.data = needed.payload
+        # a result others need stays small and inline (held here) while the budget lasts, else goes to storage
+        task.store_result = graph.index.unfinished_dependants(i) > 0 and self._inline_bytes >= self._inline_budget
+        graph.in_flight += 1
+        actions.release.append(task)
+
+    def _returned(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        graph.in_flight -= 1
+
+    def _hold(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        graph.results[i] = result
+        if result.payload_kind != m.PayloadKind.OBJECT:
+            self._inline_bytes += len(result.payload)
+
+    def _deliver_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        _unwant(graph, i)
+        actions.results.append(self._unhold(graph, i))
+
+    def _drop_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        _drop(self._unhold(graph, i), actions)
+
+    def _deliver_failure(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
+        """The failure of this node, or of the node above it that failed, to the client if it waits for it."""
+        if not graph.wanted[i]:
+            return
+        _unwant(graph, i)
+        task_id = graph.task_ids[i]
+        profiling = failure.profiling if failure.task_id == task_id else m.Profiling()
+        actions.results.append(
+            m.TaskResult(
+                task_id, failure.attempt, failure.status, failure.payload_kind, failure.payload, failure.error_text,
+                profiling,
+            )
+        )  # fmt: skip
+
+    def _fail_downstream(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
+        step = self._step
+        for j in graph.index.descendants([i]):
+            step(graph, j, NodeEvent.UPSTREAM_FAILED, actions, finished, failure)
+
+    def _reject_cycle(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        if graph.wanted[i]:
+            _unwant(graph, i)
+            actions.results.append(_rejected(graph.task_ids[i], CYCLE_REASON))
+
+    def _cancel_in_scheduler(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any):
+        graph.in_flight -= 1
+        task_id = graph.task_ids[i]
+        actions.cancel.append(task_id)
+        self._cancelled.setdefault(graph.client_id, set()).add(task_id)
+
+    def _finished(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        graph.tasks[i] = None
+        finished.append(i)
+
+
+def _unwant(graph: _Graph, i: int) -> None:
+    if graph.wanted[i]:
+        graph.wanted[i] = 0
+        graph.wanted_count -= 1
 
 
 def _rejected(task_id: bytes, reason: str) -> m.TaskResult:

@@ -1,8 +1,13 @@
 """The object storage server's state and decisions, without any I/O.
 
-`ObjectStore.handle(peer_id, message, blobs)` takes one decoded message from one
-peer and returns the replies to send, as `Reply(peer_id, message, blobs)`. The
-asyncio/ZeroMQ shell in `server.py` feeds it; tests drive it directly.
+`ObjectStore.handle(event, now)` takes one event (`storage_events.FromPeer`: a
+decoded message from one peer, with its payload frames) and returns the replies
+to send, as `Reply(peer_id, message, blobs)`. The asyncio/ZeroMQ shell in
+`server.py` feeds it; tests drive it directly.
+
+A peer is served once it said Hello with a compatible version: what each peer
+may send in each of its states, and what the store then does, is the table
+`PEER_LIFECYCLE`.
 
 Objects are held by object ID with their owner ID and size. An object is one
 payload frame ("blob") or several (`ObjectRequest.frame_counts`: a serialized
@@ -21,12 +26,14 @@ any object already stored under that ID as it was.
 
 from __future__ import annotations
 
+import enum
 import logging
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
+from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -39,22 +46,50 @@ from scaler.protocol.messages import (
     Refusal,
 )
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
 
 logger = logging.getLogger(__name__)
 
-
-class Reply(NamedTuple):
-    """One message for the shell to send: to ``peer_id``, ``message`` followed by ``blobs``."""
-
-    peer_id: bytes
-    message: Any
-    blobs: Sequence[Any] = ()
-
-
 # the first protocol version whose peers read objects of several frames
 _FRAMES_VERSION = (1, 1)
+
+
+class PeerState(enum.Enum):
+    STRANGER = "stranger"  # no Hello yet, or a Hello of an incompatible version: not served
+    GREETED = "greeted"  # said Hello with a compatible version: served
+
+
+class PeerEvent(enum.Enum):
+    HELLO = "hello"  # of a compatible version
+    BAD_HELLO = "bad_hello"  # of an incompatible version
+    REQUEST = "request"  # any other message
+
+
+class PeerAction(enum.Enum):
+    ACKNOWLEDGE = "acknowledge"  # HelloAck; note whether it reads objects of several frames
+    REFUSE_VERSION = "refuse_version"  # Refusal naming both versions; forget the peer
+    REFUSE_STRANGER = "refuse_stranger"  # Refusal: send Hello first
+    SERVE = "serve"  # the answer to its request
+
+
+S, E, A, T = PeerState, PeerEvent, PeerAction, Transition
+PEER_LIFECYCLE: Lifecycle[PeerState, PeerEvent] = Lifecycle(
+    "storage peer",
+    states=PeerState,
+    terminal=(),
+    always_possible=PeerEvent,
+    table={
+        (S.STRANGER, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
+        (S.STRANGER, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),
+        (S.STRANGER, E.REQUEST): T(S.STRANGER, (A.REFUSE_STRANGER,)),
+        (S.GREETED, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
+        (S.GREETED, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),  # no longer served
+        (S.GREETED, E.REQUEST): T(S.GREETED, (A.SERVE,)),
+    },
+)
+del S, E, A, T
 
 
 class _StoredObject:
@@ -97,9 +132,15 @@ class ObjectStore:
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._used_memory = 0
-        self._greeted_peers: Dict[bytes, bool] = {}  # peer ID -> whether it reads objects of several frames
-        self._handlers: Dict[type, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
-            Hello: self._on_hello,
+        self._greeted_peers: Dict[bytes, bool] = {}  # GREETED peer ID -> whether it reads objects of several frames
+        self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
+        self._carry_out: Dict[PeerAction, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
+            PeerAction.ACKNOWLEDGE: self._acknowledge,
+            PeerAction.REFUSE_VERSION: self._refuse_version,
+            PeerAction.REFUSE_STRANGER: self._refuse_stranger,
+            PeerAction.SERVE: self._serve,
+        }
+        self._requests: Dict[type, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
             ObjectRequest: self._on_object_request,
             ObjectInstruction: self._on_object_instruction,
         }
@@ -128,28 +169,28 @@ class ObjectStore:
     def objects_of(self, owner_id: bytes) -> List[bytes]:
         return list(self._objects_by_owner.get(owner_id, ()))
 
-    def handle(self, peer_id: bytes, message: Any, blobs: Sequence[Any] = ()) -> List[Reply]:
-        """Apply one message from ``peer_id``; return what to send back."""
-        if type(message) is not Hello and peer_id not in self._greeted_peers:
-            logger.warning(
-                f"ObjectStorageServer: refuse {message_name(type(message))} from {show(peer_id)}: it did not send Hello"
-            )
-            return [self._refusal(peer_id, "send Hello first")]
-        handler = self._handlers.get(type(message))
-        if handler is None:
-            name = message_name(type(message))
-            logger.warning(f"ObjectStorageServer: refuse unexpected {name} from {show(peer_id)}")
-            return [self._refusal(peer_id, f"the object storage server does not serve {name} messages")]
-        return handler(peer_id, message, blobs)
+    def handle(self, event: Any, now: float) -> List[Reply]:
+        """Apply one event; return what to send."""
+        return self._handlers[type(event)](event, now)
 
-    # --- Hello -------------------------------------------------------------------------------------------
+    def _on_peer_message(self, event: FromPeer, now: float) -> List[Reply]:
+        peer_id, message = event.peer_id, event.message
+        if type(message) is not Hello:
+            peer_event = PeerEvent.REQUEST
+        elif incompatibility(message.version) is None:
+            peer_event = PeerEvent.HELLO
+        else:
+            peer_event = PeerEvent.BAD_HELLO
+        state = PeerState.GREETED if peer_id in self._greeted_peers else PeerState.STRANGER
+        transition = PEER_LIFECYCLE.step(state, peer_event, show(peer_id))
+        replies: List[Reply] = []
+        for action in transition.actions:
+            replies.extend(self._carry_out[action](peer_id, message, event.blobs))
+        return replies
 
-    def _on_hello(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
-        reason = incompatibility(hello.version)
-        if reason is not None:
-            self._greeted_peers.pop(peer_id, None)
-            logger.warning(f"ObjectStorageServer: refuse Hello from {show(peer_id)}: {reason}")
-            return [self._refusal(peer_id, reason)]
+    # --- the peer's lifecycle (PeerAction) ----------------------------------------------------------------
+
+    def _acknowledge(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
         if peer_id not in self._greeted_peers:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
         self._greeted_peers[peer_id] = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
@@ -157,6 +198,26 @@ class ObjectStore:
             version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
         )
         return [Reply(peer_id, ack)]
+
+    def _refuse_version(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
+        self._greeted_peers.pop(peer_id, None)
+        reason = incompatibility(hello.version)
+        logger.warning(f"ObjectStorageServer: refuse Hello from {show(peer_id)}: {reason}")
+        return [self._refusal(peer_id, str(reason))]
+
+    def _refuse_stranger(self, peer_id: bytes, message: Any, blobs: Sequence[Any]) -> List[Reply]:
+        logger.warning(
+            f"ObjectStorageServer: refuse {message_name(type(message))} from {show(peer_id)}: it did not send Hello"
+        )
+        return [self._refusal(peer_id, "send Hello first")]
+
+    def _serve(self, peer_id: bytes, message: Any, blobs: Sequence[Any]) -> List[Reply]:
+        serve = self._requests.get(type(message))
+        if serve is None:
+            name = message_name(type(message))
+            logger.warning(f"ObjectStorageServer: refuse unexpected {name} from {show(peer_id)}")
+            return [self._refusal(peer_id, f"the object storage server does not serve {name} messages")]
+        return serve(peer_id, message, blobs)
 
     # --- ObjectRequest -----------------------------------------------------------------------------------
 

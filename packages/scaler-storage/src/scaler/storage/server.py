@@ -1,9 +1,9 @@
 """The object storage server's asyncio/ZeroMQ shell, and its programmatic entry.
 
 `ObjectStorageServer` binds one ROUTER socket, decodes each ZeroMQ message,
-hands it to the sans-I/O `ObjectStore` and sends the replies. A message that
-does not decode is logged with its sender and dropped; nothing a peer sends
-stops the loop.
+hands it to the sans-I/O `ObjectStore` as an event (`FromPeer`) and sends the
+replies it returns; it decides nothing. A message that does not decode is
+logged with its sender and dropped; nothing a peer sends stops the loop.
 
 `run_object_storage_server(address, ...)` runs a server until SIGTERM or SIGINT;
 it blocks, so other components start it in a ``multiprocessing.Process``.
@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from typing import Any, List, Optional, Sequence
 
 import zmq
@@ -27,7 +28,8 @@ from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.process_control import reuse_payload_memory
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, Reply, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, show_size
+from scaler.storage.storage_events import FromPeer, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ class ObjectStorageServer:
             logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
             return
         blobs = codec.received_blobs(blobs)  # large payloads stay in their frames, sent back zero-copy
-        replies = self.store.handle(peer_id, message, blobs)
+        replies = self.store.handle(FromPeer(peer_id, message, blobs), time.monotonic())
         for reply in replies:
             await self._send(reply)
 

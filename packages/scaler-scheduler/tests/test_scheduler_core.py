@@ -9,9 +9,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
+from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_state import STORAGE, SchedulerCore, SchedulerSettings, Send, Shutdown
-from scaler.scheduler.task_state_machine import TRANSITIONS, TaskEvent, TaskState, TaskStateError, next_state
+from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_events import (
+    STORAGE,
+    FromPeer,
+    FromStorage,
+    MonitorSubscription,
+    Publish,
+    Send,
+    Shutdown,
+    Start,
+    Tick,
+)
+from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 
 CLIENT = b"C|host|1|aa"
 WORKER_A = b"W|host|2|aa"
@@ -32,11 +44,18 @@ def task(n: int, priority: int = 0, **fields) -> m.Task:
     return m.Task(task_id=n.to_bytes(16, "big"), function_id=b"f", priority=priority, **fields)
 
 
+def serving(core: SchedulerCore) -> SchedulerCore:
+    """The core once its object storage server answered: it serves clients and workers."""
+    core.handle(Start(), 0.0)
+    core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
+    return core
+
+
 def core_with(workers=(WORKER_A,), capacity=10, **options) -> SchedulerCore:
-    core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", **options))
-    assert type(sent(core.handle(CLIENT, hello(m.PeerRole.CLIENT), 0.0))[0]) is m.HelloAck
+    core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", **options)))
+    assert type(sent(core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0))[0]) is m.HelloAck
     for worker in workers:
-        core.handle(worker, hello(m.PeerRole.WORKER, capacity), 0.0)
+        core.handle(FromPeer(worker, hello(m.PeerRole.WORKER, capacity)), 0.0)
     return core
 
 
@@ -45,79 +64,82 @@ def result(task_id: bytes, attempt: int = 1, status=m.TaskStatus.SUCCESS) -> m.T
 
 
 def test_wrong_major_version_is_refused_naming_both_versions():
-    core = SchedulerCore(SchedulerSettings())
-    (refusal,) = sent(core.handle(CLIENT, hello(m.PeerRole.CLIENT, major=99), 0.0))
+    core = serving(SchedulerCore(SchedulerSettings()))
+    (refusal,) = sent(core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT, major=99)), 0.0))
     assert type(refusal) is m.Refusal
     assert "99.0" in refusal.reason and f"{PROTOCOL_VERSION.major}.{PROTOCOL_VERSION.minor}" in refusal.reason
     assert core.client_ids == []
 
 
 def test_message_before_hello_is_refused():
-    core = SchedulerCore(SchedulerSettings())
-    (refusal,) = sent(core.handle(CLIENT, m.TaskBatch([task(1)]), 0.0))
+    core = serving(SchedulerCore(SchedulerSettings()))
+    (refusal,) = sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 0.0))
     assert type(refusal) is m.Refusal and "Hello" in refusal.reason
     assert core.task_count == 0
 
 
 def test_tasks_are_spread_evenly_and_results_routed_to_the_client():
     core = core_with(workers=(WORKER_A, WORKER_B))
-    effects = core.handle(CLIENT, m.TaskBatch([task(i) for i in range(6)]), 1.0)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(i) for i in range(6)])), 1.0)
     batches = {to: msg for to, msg in [(e.to, e.message) for e in effects] if type(msg) is m.TaskBatch}
     assert sorted(len(b.tasks) for b in batches.values()) == [3, 3]
     assert all(t.attempt == 1 and t.client_id == CLIENT for b in batches.values() for t in b.tasks)
     first = batches[WORKER_A].tasks[0]
-    (back,) = sent(core.handle(WORKER_A, m.TaskResultBatch([result(first.task_id)]), 2.0), to=CLIENT)
+    (back,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(first.task_id)])), 2.0), to=CLIENT)
     assert [r.task_id for r in back.results] == [first.task_id]
     assert core.task_count == 5
 
 
 def test_result_from_a_worker_that_does_not_own_the_task_is_dropped():
     core = core_with(workers=(WORKER_A, WORKER_B))
-    effects = core.handle(CLIENT, m.TaskBatch([task(1)]), 1.0)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
     owner = next(e.to for e in effects if type(e.message) is m.TaskBatch)
     other = WORKER_B if owner == WORKER_A else WORKER_A
-    assert sent(core.handle(other, m.TaskResultBatch([result(task(1).task_id)]), 2.0), to=CLIENT) == []
-    assert sent(core.handle(owner, m.TaskResultBatch([result(task(1).task_id, attempt=2)]), 2.0), to=CLIENT) == []
+    assert sent(core.handle(FromPeer(other, m.TaskResultBatch([result(task(1).task_id)])), 2.0), to=CLIENT) == []
+    assert (
+        sent(core.handle(FromPeer(owner, m.TaskResultBatch([result(task(1).task_id, attempt=2)])), 2.0), to=CLIENT)
+        == []
+    )
     assert core.dropped_results == 2
-    assert sent(core.handle(owner, m.TaskResultBatch([result(task(1).task_id)]), 2.0), to=CLIENT)
+    assert sent(core.handle(FromPeer(owner, m.TaskResultBatch([result(task(1).task_id)])), 2.0), to=CLIENT)
 
 
 def test_tasks_beyond_capacity_wait_and_follow_priority():
     core = core_with(capacity=1)
-    effects = core.handle(CLIENT, m.TaskBatch([task(1), task(2, priority=5), task(3, priority=1)]), 1.0)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2, priority=5), task(3, priority=1)])), 1.0)
     (batch,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
     assert [t.task_id for t in batch.tasks] == [task(2).task_id]
-    effects = core.handle(WORKER_A, m.TaskResultBatch([result(task(2).task_id)]), 2.0)
+    effects = core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(2).task_id)])), 2.0)
     (batch,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
     assert [t.task_id for t in batch.tasks] == [task(3).task_id]
 
 
 def test_a_dead_workers_tasks_run_elsewhere_with_a_new_attempt():
     core = core_with(workers=(WORKER_A,), worker_timeout_seconds=10)
-    core.handle(CLIENT, m.TaskBatch([task(1)]), 1.0)
-    core.handle(WORKER_B, hello(m.PeerRole.WORKER), 5.0)
-    core.handle(CLIENT, m.ClientHeartbeat(), 12.0)
-    core.handle(WORKER_B, m.WorkerHeartbeat(), 12.0)
-    effects = core.tick(12.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
+    core.handle(FromPeer(WORKER_B, hello(m.PeerRole.WORKER)), 5.0)
+    core.handle(FromPeer(CLIENT, m.ClientHeartbeat()), 12.0)
+    core.handle(FromPeer(WORKER_B, m.WorkerHeartbeat()), 12.0)
+    effects = core.handle(Tick(), 12.0)
     (batch,) = sent(effects, to=WORKER_B, kind=m.TaskBatch)
     assert batch.tasks[0].attempt == 2
     assert core.worker_ids == [WORKER_B]
     # the dead worker's late result is no longer accepted
-    assert sent(core.handle(WORKER_A, m.TaskResultBatch([result(task(1).task_id)]), 13.0), kind=m.Refusal)
+    assert sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(1).task_id)])), 13.0), kind=m.Refusal)
 
 
 def test_cancel_of_queued_running_and_finished_tasks_is_always_confirmed():
     core = core_with(capacity=1)
-    core.handle(CLIENT, m.TaskBatch([task(1), task(2)]), 1.0)  # 1 assigned, 2 queued
-    effects = core.handle(CLIENT, m.TaskCancel([task(2).task_id, task(9).task_id]), 2.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)  # 1 assigned, 2 queued
+    effects = core.handle(FromPeer(CLIENT, m.TaskCancel([task(2).task_id, task(9).task_id])), 2.0)
     (confirm,) = sent(effects, to=CLIENT, kind=m.TaskCancelConfirm)
     assert dict(zip(confirm.task_ids, confirm.cancelled, strict=True)) == {
         task(2).task_id: True,
         task(9).task_id: False,
     }
-    (cancel,) = sent(core.handle(CLIENT, m.TaskCancel([task(1).task_id]), 3.0), to=WORKER_A)
+    (cancel,) = sent(core.handle(FromPeer(CLIENT, m.TaskCancel([task(1).task_id])), 3.0), to=WORKER_A)
     assert cancel.task_ids == [task(1).task_id]
-    effects = core.handle(WORKER_A, m.TaskCancelConfirm([task(1).task_id], [True]), 4.0)
+    effects = core.handle(FromPeer(WORKER_A, m.TaskCancelConfirm([task(1).task_id], [True])), 4.0)
     (confirm,) = sent(effects, to=CLIENT, kind=m.TaskCancelConfirm)
     assert confirm.cancelled == [True]
     assert core.task_count == 0
@@ -125,9 +147,9 @@ def test_cancel_of_queued_running_and_finished_tasks_is_always_confirmed():
 
 def test_a_result_that_crosses_a_cancel_wins_and_the_cancel_is_denied():
     core = core_with()
-    core.handle(CLIENT, m.TaskBatch([task(1)]), 1.0)
-    core.handle(CLIENT, m.TaskCancel([task(1).task_id]), 2.0)
-    effects = core.handle(WORKER_A, m.TaskResultBatch([result(task(1).task_id)]), 3.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
+    core.handle(FromPeer(CLIENT, m.TaskCancel([task(1).task_id])), 2.0)
+    effects = core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(1).task_id)])), 3.0)
     assert sent(effects, to=CLIENT, kind=m.TaskResultBatch)
     (confirm,) = sent(effects, to=CLIENT, kind=m.TaskCancelConfirm)
     assert confirm.cancelled == [False]
@@ -135,42 +157,48 @@ def test_a_result_that_crosses_a_cancel_wins_and_the_cancel_is_denied():
 
 def test_a_client_that_leaves_has_its_tasks_cancelled_and_objects_cleared():
     core = core_with(capacity=1)
-    core.handle(CLIENT, m.TaskBatch([task(1), task(2)]), 1.0)
-    effects = core.handle(CLIENT, m.DisconnectRequest(), 2.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)
+    effects = core.handle(FromPeer(CLIENT, m.DisconnectRequest()), 2.0)
     assert sent(effects, to=WORKER_A, kind=m.TaskCancel)[0].task_ids == [task(1).task_id]
     (clear,) = sent(effects, to=STORAGE)
     assert clear.kind == m.ObjectRequestKind.CLEAR_OWNER and clear.owner_id == CLIENT
     assert sent(effects, to=CLIENT, kind=m.DisconnectResponse)
-    core.handle(WORKER_A, m.TaskCancelConfirm([task(1).task_id], [True]), 3.0)
+    core.handle(FromPeer(WORKER_A, m.TaskCancelConfirm([task(1).task_id], [True])), 3.0)
     assert core.task_count == 0
 
 
 def test_protected_scheduler_refuses_shutdown():
     core = core_with(protected=True)
-    effects = core.handle(CLIENT, m.ClientShutdownRequest(), 1.0)
+    effects = core.handle(FromPeer(CLIENT, m.ClientShutdownRequest()), 1.0)
     (response,) = sent(effects, kind=m.ClientShutdownResponse)
     assert not response.accepted and "protected" in response.reason
     assert not [e for e in effects if type(e) is Shutdown]
-    effects = core_with().handle(CLIENT, m.ClientShutdownRequest(), 1.0)
+    effects = core_with().handle(FromPeer(CLIENT, m.ClientShutdownRequest()), 1.0)
     assert [e for e in effects if type(e) is Shutdown]
     assert sent(effects, to=WORKER_A, kind=m.DisconnectRequest)
 
 
 def test_capability_tasks_wait_for_a_capable_worker():
     core = core_with(allocate_policy="capability")
-    effects = core.handle(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)]), 1.0)
+    effects = core.handle(
+        FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)])), 1.0
+    )
     (batch,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
     assert [t.task_id for t in batch.tasks] == [task(2).task_id]
     gpu_worker = b"W|host|9|gpu"
-    (batch,) = sent(core.handle(gpu_worker, hello(m.PeerRole.WORKER, caps=("gpu", "linux")), 2.0), kind=m.TaskBatch)
+    (batch,) = sent(
+        core.handle(FromPeer(gpu_worker, hello(m.PeerRole.WORKER, caps=("gpu", "linux"))), 2.0), kind=m.TaskBatch
+    )
     assert [t.task_id for t in batch.tasks] == [task(1).task_id]
 
 
 def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
     core = core_with(allocate_policy="capability")
-    core.handle(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)], timeout_seconds=5.0)]), 1.0)
-    assert sent(core.tick(3.0), to=CLIENT) == []
-    (batch,) = sent(core.tick(6.5), to=CLIENT, kind=m.TaskResultBatch)
+    core.handle(
+        FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)], timeout_seconds=5.0)])), 1.0
+    )
+    assert sent(core.handle(Tick(), 3.0), to=CLIENT) == []
+    (batch,) = sent(core.handle(Tick(), 6.5), to=CLIENT, kind=m.TaskResultBatch)
     (rejected,) = batch.results
     assert rejected.status == m.TaskStatus.REJECTED and "gpu" in rejected.error_text and "5s" in rejected.error_text
     assert core.task_count == 0
@@ -178,43 +206,43 @@ def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
 
 def test_queued_tasks_move_from_a_busy_worker_to_an_idle_one():
     core = core_with(capacity=100)
-    core.handle(CLIENT, m.TaskBatch([task(i) for i in range(10)]), 1.0)
-    core.handle(WORKER_B, hello(m.PeerRole.WORKER, 100), 2.0)
-    (request,) = sent(core.tick(2.0), to=WORKER_A, kind=m.BalanceRequest)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(i) for i in range(10)])), 1.0)
+    core.handle(FromPeer(WORKER_B, hello(m.PeerRole.WORKER, 100)), 2.0)
+    (request,) = sent(core.handle(Tick(), 2.0), to=WORKER_A, kind=m.BalanceRequest)
     assert request.count == 5
-    assert sent(core.tick(2.5), kind=m.BalanceRequest) == []  # one request at a time
+    assert sent(core.handle(Tick(), 2.5), kind=m.BalanceRequest) == []  # one request at a time
     given_back = [task(i).task_id for i in range(5, 10)]
-    (batch,) = sent(core.handle(WORKER_A, m.BalanceResponse(given_back), 3.0), to=WORKER_B, kind=m.TaskBatch)
+    (batch,) = sent(core.handle(FromPeer(WORKER_A, m.BalanceResponse(given_back)), 3.0), to=WORKER_B, kind=m.TaskBatch)
     assert sorted(t.task_id for t in batch.tasks) == sorted(given_back)
     assert all(t.attempt == 2 for t in batch.tasks)
 
 
 def test_a_task_that_keeps_killing_its_processor_fails_saying_so():
     core = core_with(max_task_deaths=3)
-    core.handle(CLIENT, m.TaskBatch([task(1)]), 1.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
     for attempt in (1, 2):
         died = m.TaskResult(task(1).task_id, attempt, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", "SIGKILL")
-        (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([died]), 2.0), kind=m.TaskBatch)
+        (batch,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([died])), 2.0), kind=m.TaskBatch)
         assert batch.tasks[0].attempt == attempt + 1
     died = m.TaskResult(task(1).task_id, 3, m.TaskStatus.WORKER_DIED, m.PayloadKind.NONE, b"", "SIGKILL")
-    (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([died]), 3.0), to=CLIENT)
+    (batch,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([died])), 3.0), to=CLIENT)
     assert "killed its worker 3 times" in batch.results[0].error_text and "SIGKILL" in batch.results[0].error_text
 
 
 def test_a_failing_task_is_retried_as_many_times_as_asked():
     core = core_with()
-    core.handle(CLIENT, m.TaskBatch([task(1, retries=1)]), 1.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1, retries=1)])), 1.0)
     failed = m.TaskResult(task(1).task_id, 1, m.TaskStatus.FAILED, m.PayloadKind.INLINE, b"e", "")
-    assert sent(core.handle(WORKER_A, m.TaskResultBatch([failed]), 2.0), to=CLIENT) == []
+    assert sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([failed])), 2.0), to=CLIENT) == []
     failed.attempt = 2
-    (batch,) = sent(core.handle(WORKER_A, m.TaskResultBatch([failed]), 3.0), to=CLIENT)
+    (batch,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([failed])), 3.0), to=CLIENT)
     assert batch.results[0].status == m.TaskStatus.FAILED
 
 
 def test_missing_transition_is_a_typed_error_with_history():
-    assert (TaskState.SUCCESS, TaskEvent.ASSIGN) not in TRANSITIONS
-    with pytest.raises(TaskStateError, match="assign -> result_success"):
-        next_state(TaskState.SUCCESS, TaskEvent.ASSIGN, b"\x01", [TaskEvent.ASSIGN, TaskEvent.RESULT_SUCCESS])
+    assert (TaskState.SUCCESS, TaskEvent.ASSIGN) not in TASK_LIFECYCLE.table
+    with pytest.raises(TransitionError, match="assign -> result_success"):
+        TASK_LIFECYCLE.step(TaskState.SUCCESS, TaskEvent.ASSIGN, "01", [TaskEvent.ASSIGN, TaskEvent.RESULT_SUCCESS])
 
 
 # ------------------------------------------------------------------- property test
@@ -259,45 +287,45 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
         task_id = n.to_bytes(16, "big")
         if action == "submit" and not client_gone and task_id not in submitted:
             submitted.add(task_id)
-            record(core.handle(CLIENT, m.TaskBatch([task(n, retries=n % 2)]), now))
+            record(core.handle(FromPeer(CLIENT, m.TaskBatch([task(n, retries=n % 2)])), now))
         elif action in ("result", "fail", "died") and task_id in assigned:
             worker, attempt = assigned[task_id]
             status = {"result": m.TaskStatus.SUCCESS, "fail": m.TaskStatus.FAILED, "died": m.TaskStatus.WORKER_DIED}[
                 action
             ]
-            record(core.handle(worker, m.TaskResultBatch([result(task_id, attempt, status)]), now))
+            record(core.handle(FromPeer(worker, m.TaskResultBatch([result(task_id, attempt, status)])), now))
         elif action == "cancel" and not client_gone:
-            record(core.handle(CLIENT, m.TaskCancel([task_id]), now))
+            record(core.handle(FromPeer(CLIENT, m.TaskCancel([task_id])), now))
         elif action == "confirm" and task_id in assigned:
-            record(core.handle(assigned[task_id][0], m.TaskCancelConfirm([task_id], [True]), now))
+            record(core.handle(FromPeer(assigned[task_id][0], m.TaskCancelConfirm([task_id], [True])), now))
         elif action == "balance" and task_id in assigned:
-            record(core.handle(assigned[task_id][0], m.BalanceResponse([task_id]), now))
+            record(core.handle(FromPeer(assigned[task_id][0], m.BalanceResponse([task_id])), now))
         elif action == "worker_dies" and workers:
             worker = workers.pop(n % len(workers))
-            record(core.handle(worker, m.DisconnectRequest("gone"), now))
+            record(core.handle(FromPeer(worker, m.DisconnectRequest("gone")), now))
         elif action == "worker_joins":
             worker = b"W|host|%d|new" % n
             if worker not in workers:
                 workers.append(worker)
-                record(core.handle(worker, hello(m.PeerRole.WORKER, 3), now))
+                record(core.handle(FromPeer(worker, hello(m.PeerRole.WORKER, 3)), now))
         elif action == "client_leaves" and not client_gone:
             client_gone = True
-            record(core.handle(CLIENT, m.DisconnectRequest(), now))
+            record(core.handle(FromPeer(CLIENT, m.DisconnectRequest()), now))
         elif action == "tick":
             for peer in workers + ([] if client_gone else [CLIENT]):
-                core.handle(peer, m.WorkerHeartbeat() if peer in workers else m.ClientHeartbeat(), now)
-            record(core.tick(now))
+                core.handle(FromPeer(peer, m.WorkerHeartbeat() if peer in workers else m.ClientHeartbeat()), now)
+            record(core.handle(Tick(), now))
 
     assert all(count == 1 for count in answered.values()), answered
     # drain: workers answer everything they hold; every task then ends
     for _ in range(10):
         for task_id, (worker, attempt) in list(assigned.items()):
-            record(core.handle(worker, m.TaskResultBatch([result(task_id, attempt)]), now))
-            record(core.handle(worker, m.TaskCancelConfirm([task_id], [True]), now))
+            record(core.handle(FromPeer(worker, m.TaskResultBatch([result(task_id, attempt)])), now))
+            record(core.handle(FromPeer(worker, m.TaskCancelConfirm([task_id], [True])), now))
         if core.task_count == 0:
             break
         if not core.worker_ids:
-            record(core.handle(b"W|host|99|last", hello(m.PeerRole.WORKER, 100), now))
+            record(core.handle(FromPeer(b"W|host|99|last", hello(m.PeerRole.WORKER, 100)), now))
     assert core.task_count == 0
     assert all(count == 1 for count in answered.values()), answered
     if not client_gone:
@@ -307,9 +335,25 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
 def test_snapshot_shows_each_client_with_its_last_heartbeat_and_its_tasks():
     core = core_with(workers=())
     beat = m.ClientHeartbeat(cpu=0.25, rss_bytes=1 << 20, pending_tasks=2)
-    core.handle(CLIENT, beat, 1.0)
-    core.handle(CLIENT, m.TaskBatch([task(1), task(2)]), 2.0)
-    snapshot = core.snapshot(3.5)
+    core.handle(FromPeer(CLIENT, beat), 1.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 2.0)
+    assert [e for e in core.handle(Tick(), 2.5) if type(e) is Publish] == []  # nobody subscribed
+    core.handle(MonitorSubscription(+1), 3.0)
+    (published,) = [e for e in core.handle(Tick(), 3.5) if type(e) is Publish]
+    assert published.to_monitors
+    snapshot = published.snapshot
     assert snapshot.clients == 1
     assert snapshot.client_snapshots == [m.ClientSnapshot(CLIENT, beat, 2, 1.5)]
     assert sum(counter.value for counter in snapshot.task_states) == 2  # every task is in exactly one state
+
+
+def test_snapshots_go_each_second_while_a_monitor_is_subscribed_or_metrics_are_served():
+    core = core_with()
+    core.handle(MonitorSubscription(+1), 0.0)
+    published = [now for now in (1.0, 1.5, 2.0, 2.5) if any(type(e) is Publish for e in core.handle(Tick(), now))]
+    assert published == [1.0, 2.0]
+    core.handle(MonitorSubscription(-1), 3.0)
+    assert not any(type(e) is Publish for e in core.handle(Tick(), 4.0))
+    metrics = core_with(snapshot_every_second=True)
+    (published,) = [e for e in metrics.handle(Tick(), 1.0) if type(e) is Publish]
+    assert not published.to_monitors  # kept for --metrics-port only

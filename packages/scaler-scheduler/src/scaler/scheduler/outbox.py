@@ -1,0 +1,48 @@
+"""What the scheduler core sends while it handles one event, gathered by destination.
+
+Tasks, results, cancels and cancel confirms are gathered per peer, so that each peer gets at most one
+message of each kind per event however many tasks the event touched; `effects` turns them into `Send`
+effects, after the other effects in the order they were made and before the graph layer's answers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, DefaultDict, Dict, List, Tuple
+
+from scaler.protocol import messages as m
+from scaler.scheduler.scheduler_events import Send
+
+
+class Outbox:
+    __slots__ = ("sends", "tasks", "cancels", "results", "confirms", "last")
+
+    def __init__(self) -> None:
+        self.sends: List[Any] = []  # effects in the order they were made: acks, echoes, storage requests...
+        self.tasks: DefaultDict[bytes, List[Any]] = defaultdict(list)  # worker -> tasks to run
+        self.cancels: DefaultDict[bytes, List[bytes]] = defaultdict(list)  # worker -> task IDs to cancel
+        self.results: DefaultDict[bytes, List[Any]] = defaultdict(list)  # client -> results
+        self.confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}  # client -> (task IDs, cancelled)
+        self.last: List[Any] = []  # sent after all the others (the graph layer's answers)
+
+    def confirm(self, client_id: bytes, task_id: bytes, cancelled: bool) -> None:
+        entry = self.confirms.get(client_id)
+        if entry is None:
+            entry = self.confirms[client_id] = ([], [])
+        entry[0].append(task_id)
+        entry[1].append(cancelled)
+
+    def effects(self) -> List[Any]:
+        effects = self.sends
+        for client_id, results in self.results.items():
+            if results:
+                effects.append(Send(client_id, m.TaskResultBatch(results)))
+        for client_id, (task_ids, cancelled) in self.confirms.items():
+            if task_ids:
+                effects.append(Send(client_id, m.TaskCancelConfirm(task_ids, cancelled)))
+        for worker_id, task_ids in self.cancels.items():
+            effects.append(Send(worker_id, m.TaskCancel(task_ids)))
+        for worker_id, tasks in self.tasks.items():
+            effects.append(Send(worker_id, m.TaskBatch(tasks)))
+        effects.extend(self.last)
+        return effects

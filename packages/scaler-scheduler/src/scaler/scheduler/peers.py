@@ -1,0 +1,38 @@
+"""What the scheduler keeps about each connected worker and client."""
+
+from __future__ import annotations
+
+from typing import Dict, Set
+
+from scaler.protocol import messages as m
+
+DEFAULT_QUEUE_CAPACITY = 1000
+
+
+class Worker:
+    __slots__ = (
+        "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
+        "balance_pending",
+    )  # fmt: skip
+
+    def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
+        self.worker_id = worker_id
+        self.info = hello.worker_info
+        self.hostname = hello.hostname
+        self.pid = hello.pid
+        self.tasks: Dict[bytes, None] = {}  # the tasks it holds (an insertion-ordered set)
+        self.last_seen = now
+        self.heartbeat = m.WorkerHeartbeat()
+        self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
+        self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
+        self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
+
+
+class Client:
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat")
+
+    def __init__(self, client_id: bytes, now: float) -> None:
+        self.client_id = client_id
+        self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
+        self.last_seen = now
+        self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors

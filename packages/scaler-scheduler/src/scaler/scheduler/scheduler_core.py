@@ -1,0 +1,372 @@
+"""The scheduler's decisions, without I/O: `SchedulerCore.handle(event, now) -> effects`.
+
+The shell in `server.py` reads its sockets, turns what it reads into events (`scheduler_events.py`), calls
+`handle`, and carries out the effects it returns, in order; so no decision is ever interrupted by an
+``await``, and the whole core is tested without sockets. The core holds no socket and reads no clock.
+
+It is made of:
+
+- the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here;
+- the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
+  state through the table of `task_lifecycle.py`;
+- graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
+  before they reach a client;
+- the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
+  and the requests the scheduler sends it;
+- the monitor: a snapshot each second while someone is subscribed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.ids import show
+from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
+from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.peers import Client, Worker
+from scaler.scheduler.scheduler_events import (
+    CannotForward,
+    FromPeer,
+    FromStorage,
+    MonitorSubscription,
+    Publish,
+    Send,
+    Shutdown,
+    Start,
+    StorageConnected,
+    StorageLost,
+    Tick,
+)
+from scaler.scheduler.storage_link import StorageLink
+from scaler.scheduler.task_lifecycle import TaskState
+from scaler.scheduler.task_routing import TaskRouting
+
+TICK_SECONDS = 0.5  # timeouts, queue expiry and balancing are looked at this often
+SNAPSHOT_SECONDS = 1.0  # the monitor's snapshot period, while someone is subscribed
+
+logger = logging.getLogger(__name__)
+
+_PeerHandler = Callable[[bytes, Any, float, Outbox], None]
+
+
+@dataclass
+class SchedulerSettings:
+    object_storage_address: str = ""
+    object_storage_address_given: bool = False  # else the default: a server is started there if none answers
+    pid: int = 0  # this process's, for the Hello to the object storage server
+    heartbeat_interval_seconds: float = 2.0
+    client_timeout_seconds: float = 60.0
+    worker_timeout_seconds: float = 60.0
+    protected: bool = False
+    allocate_policy: str = "even"  # or "capability": tasks go only to workers with the capabilities they need
+    max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
+    graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
+    graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
+    snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
+
+
+class SchedulerCore:
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.settings = settings
+        self._workers: Dict[bytes, Worker] = {}
+        self._clients: Dict[bytes, Client] = {}
+        self._routing = TaskRouting(
+            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
+        )
+        sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
+        self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
+        self._storage = StorageLink(
+            settings.object_storage_address, settings.object_storage_address_given, settings.pid
+        )
+        self._subscribers = 0
+        self._next_tick = 0.0
+        self._next_snapshot = 0.0
+        self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
+            Start: self._on_start,
+            FromStorage: self._on_storage_message,
+            StorageConnected: self._on_storage_connected,
+            StorageLost: self._on_storage_lost,
+            CannotForward: self._on_cannot_forward,
+            MonitorSubscription: self._on_monitor_subscription,
+            Tick: self._on_tick,
+        }
+        routing = self._routing
+        self._client_handlers: Dict[type, _PeerHandler] = {
+            m.Hello: self._on_hello,
+            m.ClientHeartbeat: self._on_client_heartbeat,
+            m.TaskBatch: routing.on_task_batch,
+            m.TaskCancel: self._on_cancel_request,
+            m.GraphTask: self._on_graph_task,
+            m.ObjectInstruction: self._on_object_instruction,
+            m.ClientShutdownRequest: self._on_shutdown_request,
+            m.DisconnectRequest: self._on_client_disconnect,
+        }
+        self._worker_handlers: Dict[type, _PeerHandler] = {
+            m.Hello: self._on_hello,
+            m.WorkerHeartbeat: self._on_worker_heartbeat,
+            m.TaskResultBatch: routing.on_results,
+            m.TaskCancelConfirm: routing.on_cancel_confirm,
+            m.BalanceResponse: routing.on_balance_response,
+            m.DisconnectRequest: self._on_worker_disconnect,
+        }
+
+    # ----------------------------------------------------------------- the entry point
+
+    def handle(self, event: Any, now: float) -> List[Any]:
+        """Decide what ``event`` means at time ``now`` (seconds, monotonic); return the effects, in order."""
+        out = Outbox()
+        if type(event) is FromPeer:  # the hot path, inline: a client's or worker's message to its handler
+            source, message = event.source, event.message
+            peer: Any = self._clients.get(source)
+            handlers = self._client_handlers
+            if peer is None:
+                peer = self._workers.get(source)
+                handlers = self._worker_handlers
+            handler = handlers.get(type(message))
+            if handler is not None and peer is not None:
+                peer.last_seen = now
+                handler(source, message, now, out)
+            elif type(message) is m.Hello:
+                self._on_hello(source, message, now, out)
+            elif peer is None:
+                refusal = m.Refusal(PROTOCOL_VERSION, f"send Hello first (got {type(message).__name__})")
+                out.sends.append(Send(source, refusal))
+            else:
+                role = "client" if handlers is self._client_handlers else "worker"
+                logger.warning(
+                    f"Scheduler: dropped {type(message).__name__} from {role} {show(source)}: not a {role} message"
+                )
+        else:
+            self._handlers[type(event)](event, now, out)
+        if self._graphs.active:
+            self._through_graphs(out, now)
+        self._routing.dispatch(out)
+        return out.effects()
+
+    @property
+    def next_wakeup(self) -> float:
+        """When the core wants the next `Tick` (monotonic seconds)."""
+        deadline = self._storage.deadline
+        return self._next_tick if deadline is None else min(self._next_tick, deadline)
+
+    # ----------------------------------------------------------------- observation (tests, monitor)
+
+    @property
+    def task_count(self) -> int:
+        return self._routing.task_count
+
+    @property
+    def state_counts(self) -> Counter:
+        """How many tasks entered each state and have not left it (terminal states: ever)."""
+        return self._routing.state_counts
+
+    @property
+    def dropped_results(self) -> int:
+        return self._routing.dropped_results
+
+    @property
+    def graphs(self) -> GraphTasks:
+        return self._graphs
+
+    @property
+    def worker_ids(self) -> List[bytes]:
+        return list(self._workers)
+
+    @property
+    def client_ids(self) -> List[bytes]:
+        return list(self._clients)
+
+    # ----------------------------------------------------------------- the shell's events
+
+    def _on_start(self, event: Start, now: float, out: Outbox) -> None:
+        logger.info(f"Scheduler: connect to object storage server {self._storage.address}")
+        self._next_tick = now + TICK_SECONDS
+        self._storage.start(now, out)
+
+    def _on_storage_message(self, event: FromStorage, now: float, out: Outbox) -> None:
+        self._storage.on_message(event.message, now, out)
+
+    def _on_storage_connected(self, event: StorageConnected, now: float, out: Outbox) -> None:
+        self._storage.on_connection(True, now, out)
+
+    def _on_storage_lost(self, event: StorageLost, now: float, out: Outbox) -> None:
+        self._storage.on_connection(False, now, out)
+
+    def _on_cannot_forward(self, event: CannotForward, now: float, out: Outbox) -> None:
+        logger.warning(
+            f"Scheduler: cannot forward {len(event.items)} item(s) of a {event.message_type.__name__} to "
+            f"{show(event.to)}: {event.reasons[0] if event.reasons else ''}"
+        )
+        self._routing.cannot_forward(event.to, event.message_type, event.items, event.reasons, out)
+
+    def _on_monitor_subscription(self, event: MonitorSubscription, now: float, out: Outbox) -> None:
+        self._subscribers = max(0, self._subscribers + event.change)
+
+    def _on_tick(self, event: Tick, now: float, out: Outbox) -> None:
+        """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
+        self._next_tick = now + TICK_SECONDS
+        self._storage.on_tick(now, out)
+        for worker in list(self._workers.values()):
+            if now - worker.last_seen > self.settings.worker_timeout_seconds:
+                logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
+                self._routing.remove_worker(worker, out)
+        for client in list(self._clients.values()):
+            if now - client.last_seen > self.settings.client_timeout_seconds:
+                logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
+                self._remove_client(client, out, forget=True)
+        self._routing.expire(now, out)
+        self._routing.dispatch(out)
+        self._routing.balance(out)
+        if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
+            self._next_snapshot = now + SNAPSHOT_SECONDS
+            out.sends.append(Publish(self._snapshot(now), self._subscribers > 0))
+
+    # ----------------------------------------------------------------- peers
+
+    def _on_hello(self, source: bytes, hello: m.Hello, now: float, out: Outbox) -> None:
+        reason = incompatibility(hello.version)
+        if reason is not None:
+            logger.warning(f"Scheduler: refused {show(source)}: {reason}")
+            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
+            return
+        if hello.role == m.PeerRole.WORKER:
+            old = self._workers.get(source)
+            if old is not None:
+                self._routing.remove_worker(old, out)
+            self._routing.add_worker(Worker(source, hello, now))
+            capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
+            logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}")
+            timeout = self.settings.worker_timeout_seconds
+        elif hello.role == m.PeerRole.CLIENT:
+            if source not in self._clients:
+                self._clients[source] = Client(source, now)
+                logger.info(f"Scheduler: client {show(source)} connected")
+            timeout = self.settings.client_timeout_seconds
+        else:
+            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, f"role {hello.role.name} cannot connect here")))
+            return
+        ack = m.HelloAck(
+            PROTOCOL_VERSION, self.settings.object_storage_address, self.settings.heartbeat_interval_seconds, timeout
+        )
+        out.sends.append(Send(source, ack))
+
+    def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
+        self._clients[source].heartbeat = message
+        out.sends.append(Send(source, m.ClientHeartbeatEcho()))
+
+    def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
+        self._workers[source].heartbeat = message
+        out.sends.append(Send(source, m.WorkerHeartbeatEcho()))
+
+    def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
+        logger.info(f"Scheduler: client {show(source)} disconnected")
+        self._remove_client(self._clients[source], out, forget=True)
+        out.sends.append(Send(source, m.DisconnectResponse()))
+
+    def _on_worker_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
+        logger.info(f"Scheduler: worker {show(source)} disconnected: {message.reason or 'no reason given'}")
+        self._routing.remove_worker(self._workers[source], out)
+        out.sends.append(Send(source, m.DisconnectResponse()))
+
+    def _on_shutdown_request(self, source: bytes, message: Any, now: float, out: Outbox) -> None:
+        if self.settings.protected:
+            reason = "the scheduler is protected (--protected): it refuses shutdown requests from clients"
+            logger.warning(f"Scheduler: refused shutdown request from client {show(source)}")
+            out.sends.append(Send(source, m.ClientShutdownResponse(False, reason)))
+            return
+        logger.info(f"Scheduler: shutdown requested by client {show(source)}")
+        out.sends.append(Send(source, m.ClientShutdownResponse(True, "")))
+        for worker_id in self._workers:
+            out.sends.append(Send(worker_id, m.DisconnectRequest("scheduler shutting down")))
+        out.sends.append(Shutdown(f"requested by client {show(source)}"))
+
+    def _on_object_instruction(self, source: bytes, message: m.ObjectInstruction, now: float, out: Outbox) -> None:
+        if message.kind == m.ObjectInstructionKind.CLEAR:
+            self._remove_client(self._clients[source], out, forget=False)
+        elif message.kind == m.ObjectInstructionKind.DELETE:
+            self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, source, message.object_ids), out)
+
+    def _remove_client(self, client: Client, out: Outbox, forget: bool) -> None:
+        """The client left (``forget``) or cleared: its graphs and tasks are dropped, its objects cleared."""
+        if forget:
+            del self._clients[client.client_id]
+        self._graphs.forget_client(client.client_id)
+        self._routing.withdraw(client, out)
+        self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
+
+    # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
+
+    def _on_graph_task(self, source: bytes, message: m.GraphTask, now: float, out: Outbox) -> None:
+        self._apply_graph(source, self._graphs.submit(source, message, self._routing.knows), now, out)
+
+    def _on_cancel_request(self, source: bytes, message: m.TaskCancel, now: float, out: Outbox) -> None:
+        """A client's TaskCancel: the graph layer answers for graph nodes, the rest is cancelled as usual."""
+        task_ids = message.task_ids
+        if self._graphs.active:
+            task_ids, actions = self._graphs.cancel(source, task_ids)
+            self._apply_graph(source, actions, now, out)
+        self._routing.cancel(source, task_ids, out)
+
+    def _apply_graph(self, client_id: bytes, actions: GraphActions, now: float, out: Outbox) -> None:
+        if actions.deletes:
+            self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, client_id, actions.deletes), out)
+        if actions.cancel:  # their confirms come back through _through_graphs, which swallows them
+            self._routing.cancel(client_id, actions.cancel, out)
+        if actions.release:  # released nodes are queued exactly as if the client had sent them
+            self._routing.on_task_batch(client_id, m.TaskBatch(actions.release), now, out)
+        if actions.results:
+            out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
+        if actions.confirm_ids:
+            out.last.append(Send(client_id, m.TaskCancelConfirm(actions.confirm_ids, actions.confirm_flags)))
+
+    def _through_graphs(self, out: Outbox, now: float) -> None:
+        """Hand the results and cancel confirms bound for clients to the graph layer first.
+
+        It takes those of graph nodes; what it then decides may produce more of them (released nodes are
+        queued, cancels confirmed at once), which it examines in turn. What it sends goes last.
+        """
+        graphs = self._graphs
+        results: Dict[bytes, List[Any]] = defaultdict(list)
+        confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}
+        while out.results or out.confirms:
+            new_results, new_confirms = out.results, out.confirms
+            out.results, out.confirms = defaultdict(list), {}
+            for client_id, batch in new_results.items():
+                passed, actions = graphs.on_results(client_id, batch)
+                results[client_id].extend(passed)
+                self._apply_graph(client_id, actions, now, out)
+            for client_id, (task_ids, flags) in new_confirms.items():
+                task_ids, flags = graphs.on_confirms(client_id, task_ids, flags)
+                kept = confirms.setdefault(client_id, ([], []))
+                kept[0].extend(task_ids)
+                kept[1].extend(flags)
+        out.results.update(results)
+        out.confirms.update(confirms)
+
+    # ----------------------------------------------------------------- monitor
+
+    def _snapshot(self, now: float) -> m.StateSnapshot:
+        workers = [
+            m.WorkerSnapshot(
+                worker_id=w.worker_id,
+                heartbeat=w.heartbeat,
+                slots=w.info.slots,
+                assigned_tasks=len(w.tasks),
+                capabilities=list(w.info.capabilities),
+                last_seen_seconds_ago=now - w.last_seen,
+            )
+            for w in self._workers.values()
+        ]
+        clients = [
+            m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen) for c in self._clients.values()
+        ]
+        counts = self._routing.state_counts
+        states = [m.Counter(state.value, max(0, counts[state])) for state in TaskState]
+        return m.StateSnapshot(
+            task_states=states, workers=workers, clients=len(self._clients), client_snapshots=clients
+        )

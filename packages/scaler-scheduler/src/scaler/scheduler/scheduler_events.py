@@ -1,0 +1,114 @@
+"""What the scheduler's shell tells its core (events) and what the core asks the shell to do (effects).
+
+`SchedulerCore.handle(event, now)` takes one event and returns a list of effects, which the shell in
+`server.py` carries out in order. Peers are named by their ZeroMQ identity; `STORAGE` names the object
+storage server in `Send.to`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List
+
+STORAGE = b""
+
+# ----------------------------------------------------------------------------- events
+
+
+@dataclass(slots=True)
+class Start:
+    """The shell opened its sockets: the core begins its conversation with the object storage server."""
+
+
+@dataclass(slots=True)
+class FromPeer:
+    """One decoded message from a client or worker (tasks and results as `codec.RoutedTask`/`RoutedResult`)."""
+
+    source: bytes
+    message: Any
+
+
+@dataclass(slots=True)
+class FromStorage:
+    """One decoded message from the object storage server."""
+
+    message: Any
+
+
+@dataclass(slots=True)
+class StorageConnected:
+    """The connection to the object storage server is up (again)."""
+
+
+@dataclass(slots=True)
+class StorageLost:
+    """The connection to the object storage server went down (ZeroMQ reconnects by itself)."""
+
+
+@dataclass(slots=True)
+class CannotForward:
+    """Items of a `TaskBatch` or `TaskResultBatch` for ``to`` that cannot be encoded (the rest was sent).
+
+    Only a crafted message gets there: its struct cannot be copied on. ``reasons[i]`` says why for
+    ``items[i]``."""
+
+    to: bytes
+    message_type: type
+    items: List[Any]
+    reasons: List[str]
+
+
+@dataclass(slots=True)
+class MonitorSubscription:
+    """A monitor subscribed (``+1``) or left (``-1``) the snapshot socket."""
+
+    change: int
+
+
+@dataclass(slots=True)
+class Tick:
+    """Time passed: the shell sends one no later than `SchedulerCore.next_wakeup`."""
+
+
+# ----------------------------------------------------------------------------- effects
+
+
+@dataclass(slots=True)
+class Send:
+    to: bytes  # a peer's identity, or STORAGE
+    message: Any
+
+
+@dataclass(slots=True)
+class StartStorage:
+    """Start an object storage server at ``address`` (no server answered there)."""
+
+    address: str
+
+
+@dataclass(slots=True)
+class StartServing:
+    """The object storage server answered: read clients and workers, and the monitor socket."""
+
+
+@dataclass(slots=True)
+class StartFailed:
+    """The scheduler cannot run: stop, and say why."""
+
+    reason: str
+
+
+@dataclass(slots=True)
+class Publish:
+    """A snapshot of the scheduler; the shell adds the process's CPU, memory and message counts, keeps it for
+    ``--metrics-port`` if that serves, and sends it on the monitor socket if ``to_monitors``."""
+
+    snapshot: Any
+    to_monitors: bool
+
+
+@dataclass(slots=True)
+class Shutdown:
+    """Stop, once the messages already sent have left."""
+
+    reason: str

@@ -1,0 +1,226 @@
+"""The scheduler's conversation with the object storage server, as one table, without I/O.
+
+At start the core says Hello to the storage address and waits, bounded, for the answer. Without
+``--object-storage-address`` (the default address, port + 1) it waits briefly and, if nothing answers, asks
+the shell to start a storage server there (`StartStorage`) and waits for that one; with the flag it waits
+longer for the server it was given. Once the server answered, the shell starts serving clients and
+workers (`StartServing`); if none answers in time, or it refuses, the scheduler stops (`StartFailed`).
+
+Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
+is back up the core says Hello again and sends them once it is answered.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.lifecycle import Lifecycle, Transition
+from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.scheduler_events import STORAGE, Send, StartFailed, StartServing, StartStorage
+
+logger = logging.getLogger(__name__)
+
+PROBE_SECONDS = 1.0  # how long a server at the default address has to answer before one is started there
+ANSWER_SECONDS = 15.0  # how long a given or started server has to answer
+
+
+class LinkState(enum.Enum):
+    PROBING = "probing"  # Hello sent to the default address; waiting briefly for an answer
+    WAITING = "waiting"  # Hello sent to the given address; waiting for that server to answer
+    STARTING = "starting"  # no server answered at the default address: one was started; waiting for it
+    READY = "ready"
+    RECONNECTING = "reconnecting"  # the connection went down: storage requests are held until Hello is answered
+    FAILED = "failed"  # no server answered in time, or it refused the scheduler
+
+
+class LinkEvent(enum.Enum):
+    START = "start"
+    ANSWERED = "answered"  # HelloAck of a compatible version
+    REFUSED = "refused"  # Refusal, or HelloAck of an incompatible version
+    DEADLINE = "deadline"  # the time to answer ran out
+    CONNECTED = "connected"
+    LOST = "lost"
+
+
+class LinkAction(enum.Enum):
+    SEND_HELLO = "send_hello"
+    WAIT_BRIEFLY = "wait_briefly"
+    WAIT_FOR_ANSWER = "wait_for_answer"
+    START_STORAGE = "start_storage"
+    SERVE = "serve"
+    SEND_HELD = "send_held"  # the storage requests held while there was no answered Hello
+    WARN_LOST = "warn_lost"
+    LOG_REFUSAL = "log_refusal"
+    FAIL_REFUSED = "fail_refused"
+    FAIL_NO_ANSWER = "fail_no_answer"
+    FAIL_STARTED_NO_ANSWER = "fail_started_no_answer"
+
+
+S, E, A, T = LinkState, LinkEvent, LinkAction, Transition
+STORAGE_LINK_LIFECYCLE: Lifecycle[LinkState, LinkEvent] = Lifecycle(
+    "object storage link",
+    states=LinkState,
+    terminal={S.FAILED},
+    always_possible=(E.ANSWERED, E.REFUSED, E.CONNECTED, E.LOST),
+    table={
+        (S.PROBING, E.START): T(S.PROBING, (A.SEND_HELLO, A.WAIT_BRIEFLY)),
+        (S.PROBING, E.ANSWERED): T(S.READY, (A.SERVE,)),
+        (S.PROBING, E.REFUSED): T(S.FAILED, (A.FAIL_REFUSED,)),
+        (S.PROBING, E.DEADLINE): T(S.STARTING, (A.START_STORAGE, A.WAIT_FOR_ANSWER)),  # the Hello waits in ZeroMQ
+        (S.PROBING, E.CONNECTED): T(S.PROBING),
+        (S.PROBING, E.LOST): T(S.PROBING),
+        (S.WAITING, E.START): T(S.WAITING, (A.SEND_HELLO, A.WAIT_FOR_ANSWER)),
+        (S.WAITING, E.ANSWERED): T(S.READY, (A.SERVE,)),
+        (S.WAITING, E.REFUSED): T(S.FAILED, (A.FAIL_REFUSED,)),
+        (S.WAITING, E.DEADLINE): T(S.FAILED, (A.FAIL_NO_ANSWER,)),
+        (S.WAITING, E.CONNECTED): T(S.WAITING),
+        (S.WAITING, E.LOST): T(S.WAITING),
+        (S.STARTING, E.ANSWERED): T(S.READY, (A.SERVE,)),
+        (S.STARTING, E.REFUSED): T(S.FAILED, (A.FAIL_REFUSED,)),
+        (S.STARTING, E.DEADLINE): T(S.FAILED, (A.FAIL_STARTED_NO_ANSWER,)),
+        (S.STARTING, E.CONNECTED): T(S.STARTING),
+        (S.STARTING, E.LOST): T(S.STARTING),
+        (S.READY, E.ANSWERED): T(S.READY),
+        (S.READY, E.REFUSED): T(S.READY, (A.LOG_REFUSAL,)),  # a request it refused: nothing waits for it
+        (S.READY, E.CONNECTED): T(S.READY),
+        (S.READY, E.LOST): T(S.RECONNECTING, (A.WARN_LOST,)),
+        (S.RECONNECTING, E.ANSWERED): T(S.READY, (A.SEND_HELD,)),
+        (S.RECONNECTING, E.REFUSED): T(S.RECONNECTING, (A.LOG_REFUSAL,)),
+        (S.RECONNECTING, E.CONNECTED): T(S.RECONNECTING, (A.SEND_HELLO,)),
+        (S.RECONNECTING, E.LOST): T(S.RECONNECTING),
+    },
+)
+del S, E, A, T
+
+
+class StorageLink:
+    def __init__(self, address: str, address_given: bool, pid: int) -> None:
+        self.address = address
+        self.state = LinkState.WAITING if address_given else LinkState.PROBING
+        self.deadline: Optional[float] = None  # when the answer is due, while waiting for one
+        self._pid = pid
+        self._held: List[Any] = []  # requests for storage made while the link was not ready
+        self._history: List[LinkEvent] = []
+        self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
+        self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
+            LinkAction.SEND_HELLO: self._send_hello,
+            LinkAction.WAIT_BRIEFLY: self._wait_briefly,
+            LinkAction.WAIT_FOR_ANSWER: self._wait_for_answer,
+            LinkAction.START_STORAGE: self._start_storage,
+            LinkAction.SERVE: self._serve,
+            LinkAction.SEND_HELD: self._send_held,
+            LinkAction.WARN_LOST: self._warn_lost,
+            LinkAction.LOG_REFUSAL: self._log_refusal,
+            LinkAction.FAIL_REFUSED: self._fail_refused,
+            LinkAction.FAIL_NO_ANSWER: self._fail_no_answer,
+            LinkAction.FAIL_STARTED_NO_ANSWER: self._fail_started_no_answer,
+        }
+        self._by_message: Dict[type, Callable[[Any], Tuple[Optional[LinkEvent], str]]] = {
+            m.HelloAck: _hello_ack_event,
+            m.Refusal: _refusal_event,
+            m.ObjectResponse: _no_event,  # answers to the scheduler's deletes: nothing waits for them
+        }
+
+    @property
+    def ready(self) -> bool:
+        return self.state is LinkState.READY
+
+    # ----------------------------------------------------------------- events
+
+    def start(self, now: float, out: Outbox) -> None:
+        self._step(LinkEvent.START, now, out)
+
+    def on_message(self, message: Any, now: float, out: Outbox) -> None:
+        to_event = self._by_message.get(type(message))
+        if to_event is None:
+            logger.warning(f"Scheduler: dropped {type(message).__name__} from the object storage server")
+            return
+        event, self._reason = to_event(message)
+        if event is not None:
+            self._step(event, now, out)
+
+    def on_connection(self, connected: bool, now: float, out: Outbox) -> None:
+        self._step(LinkEvent.CONNECTED if connected else LinkEvent.LOST, now, out)
+
+    def on_tick(self, now: float, out: Outbox) -> None:
+        if self.deadline is not None and now >= self.deadline:
+            self.deadline = None
+            self._step(LinkEvent.DEADLINE, now, out)
+
+    def send(self, message: Any, out: Outbox) -> None:
+        """A request for the storage server: sent now, or held until the server answered Hello."""
+        if self.state is LinkState.READY:
+            out.sends.append(Send(STORAGE, message))
+        else:
+            self._held.append(message)
+
+    def _step(self, event: LinkEvent, now: float, out: Outbox) -> None:
+        transition = STORAGE_LINK_LIFECYCLE.step(self.state, event, self.address, self._history)
+        self.state = transition.next_state
+        self._history = [*self._history[-7:], event]
+        for action in transition.actions:
+            self._carry_out[action](now, out)
+
+    # ----------------------------------------------------------------- actions (LinkAction)
+
+    def _send_hello(self, now: float, out: Outbox) -> None:
+        hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.SCHEDULER, self._pid, "", m.WorkerInfo())
+        out.sends.append(Send(STORAGE, hello))
+
+    def _wait_briefly(self, now: float, out: Outbox) -> None:
+        self.deadline = now + PROBE_SECONDS
+
+    def _wait_for_answer(self, now: float, out: Outbox) -> None:
+        self.deadline = now + ANSWER_SECONDS
+
+    def _start_storage(self, now: float, out: Outbox) -> None:
+        logger.info(f"Scheduler: no object storage server at {self.address}, starting one")
+        out.sends.append(StartStorage(self.address))
+
+    def _serve(self, now: float, out: Outbox) -> None:
+        self.deadline = None
+        logger.info(f"Scheduler: object storage server {self.address} answered")
+        out.sends.append(StartServing())
+
+    def _send_held(self, now: float, out: Outbox) -> None:
+        logger.info(f"Scheduler: object storage server {self.address} answered again")
+        out.sends.extend(Send(STORAGE, message) for message in self._held)
+        self._held = []
+
+    def _warn_lost(self, now: float, out: Outbox) -> None:
+        logger.warning(f"Scheduler: lost the connection to the object storage server {self.address}; reconnecting")
+
+    def _log_refusal(self, now: float, out: Outbox) -> None:
+        logger.error(f"Scheduler: {self._reason}")
+
+    def _fail_refused(self, now: float, out: Outbox) -> None:
+        self._fail(self._reason, out)
+
+    def _fail_no_answer(self, now: float, out: Outbox) -> None:
+        self._fail(f"no object storage server answered at {self.address}", out)
+
+    def _fail_started_no_answer(self, now: float, out: Outbox) -> None:
+        self._fail(f"the object storage server started at {self.address} did not answer", out)
+
+    def _fail(self, reason: str, out: Outbox) -> None:
+        self.deadline = None
+        out.sends.append(StartFailed(reason))
+
+
+def _hello_ack_event(ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
+    reason = incompatibility(ack.version)
+    if reason is None:
+        return LinkEvent.ANSWERED, ""
+    return LinkEvent.REFUSED, f"object storage server: {reason}"
+
+
+def _refusal_event(refusal: m.Refusal) -> Tuple[Optional[LinkEvent], str]:
+    return LinkEvent.REFUSED, f"object storage server refused the scheduler: {refusal.reason}"
+
+
+def _no_event(message: Any) -> Tuple[Optional[LinkEvent], str]:
+    return None, ""

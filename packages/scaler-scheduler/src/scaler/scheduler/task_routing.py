@@ -1,0 +1,355 @@
+"""The scheduler's tasks: what it holds of each, where each goes, and every change of a task's state.
+
+`TaskRouting` keeps a record per task the scheduler holds, the queue of tasks waiting for a worker (a
+priority heap, and one per set of capabilities under the capability policy) and the queue timeouts. Every
+event a task receives goes through `_step`, which looks the pair up in `task_lifecycle.TASK_LIFECYCLE` and
+carries out the actions of the answer; what is sent is gathered in the event's `Outbox`.
+
+The handlers take one message (a batch of tasks, results, cancels, confirms...) from one peer; the
+scheduler core calls them through its dispatch table. `dispatch` runs after every event the core handles:
+it hands queued tasks to the least loaded workers with room, when something changed since.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from collections import Counter
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.ids import show
+from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.peers import Client, Worker
+from scaler.scheduler.scheduler_events import Send
+from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
+
+_HISTORY_LENGTH = 8
+_SUCCESS = m.TaskStatus.SUCCESS
+_FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
+
+logger = logging.getLogger(__name__)
+
+
+class TaskRecord:
+    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures")
+
+    def __init__(self, task: Any, needs: Optional[FrozenSet[str]]) -> None:
+        self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
+        self.state = TaskState.QUEUED
+        self.worker_id: Optional[bytes] = None
+        self.history: List[TaskEvent] = []  # its last events, for the error of a missing transition
+        self.queue_seq = 0
+        self.needs = needs  # capability names a worker must have, or None
+        self.deaths = 0  # times its processor or worker died while holding it
+        self.failures = 0  # times it raised and was retried
+
+
+_Action = Callable[[TaskRecord, Outbox, Any], None]
+
+
+class TaskRouting:
+    def __init__(
+        self,
+        workers: Dict[bytes, Worker],
+        clients: Dict[bytes, Client],
+        capability_policy: bool,
+        max_task_deaths: int,
+    ) -> None:
+        self._workers = workers  # shared with the core, which adds and removes peers
+        self._clients = clients
+        self._capability_policy = capability_policy
+        self._max_task_deaths = max_task_deaths
+        self._tasks: Dict[bytes, TaskRecord] = {}
+        self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
+        self._capability_queues: Dict[FrozenSet[str], List[Tuple[int, int, bytes]]] = {}
+        self._deadlines: List[Tuple[float, bytes]] = []  # (deadline, task_id) of tasks with a timeout
+        self._seq = itertools.count()
+        self._changed = False  # tasks were queued or room made since the last dispatch
+        self.state_counts: Counter = Counter()
+        self.dropped_results = 0
+        carry_out: Dict[TaskAction, _Action] = {
+            TaskAction.SEND_TO_WORKER: self._send_to_worker,
+            TaskAction.REQUEUE: self._requeue,
+            TaskAction.SEND_CANCEL_TO_WORKER: self._send_cancel_to_worker,
+            TaskAction.FORWARD_RESULT: self._forward_result,
+            TaskAction.CONFIRM_CANCELLED: self._confirm_cancelled,
+            TaskAction.CONFIRM_NOT_CANCELLED: self._confirm_not_cancelled,
+            TaskAction.FINISH: self._finish,
+        }
+        # the table with the actions bound to this object
+        self._plans: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, Tuple[_Action, ...]]] = {
+            pair: (t.next_state, tuple(carry_out[action] for action in t.actions))
+            for pair, t in TASK_LIFECYCLE.table.items()
+        }
+
+    @property
+    def task_count(self) -> int:
+        return len(self._tasks)
+
+    def knows(self, task_id: bytes) -> bool:
+        return task_id in self._tasks
+
+    # ----------------------------------------------------------------- peers
+
+    def add_worker(self, worker: Worker) -> None:
+        self._workers[worker.worker_id] = worker
+        self._changed = True
+
+    def remove_worker(self, worker: Worker, out: Outbox) -> None:
+        """The worker left, died or timed out: what it held runs elsewhere, or ends if it was being cancelled."""
+        del self._workers[worker.worker_id]
+        if worker.tasks:
+            logger.warning(
+                f"Scheduler: worker {show(worker.worker_id)} left holding {len(worker.tasks)} task(s): "
+                f"they run elsewhere, or end if they were being cancelled"
+            )
+        for task_id in list(worker.tasks):
+            self._step(self._tasks[task_id], TaskEvent.WORKER_GONE, out)
+
+    def withdraw(self, client: Client, out: Outbox) -> None:
+        """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
+        for task_id in list(client.tasks):
+            self._step(self._tasks[task_id], TaskEvent.WITHDRAW, out)
+
+    # ----------------------------------------------------------------- handlers (source, message, now, out)
+
+    def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
+        """New tasks from client ``source`` (or graph nodes the graph layer released): queued."""
+        client = self._clients[source]
+        tasks = self._tasks
+        counts = self.state_counts
+        duplicates = 0
+        for task in message.tasks:
+            task_id = task.task_id
+            if task_id in tasks:
+                duplicates += 1
+                continue
+            task.client_id = source
+            needs = None
+            if task.capabilities and self._capability_policy:
+                needs = frozenset(c.name for c in task.capabilities)
+            record = TaskRecord(task, needs)
+            tasks[task_id] = record
+            counts[TaskState.QUEUED] += 1
+            client.tasks.add(task_id)
+            self._enqueue(record)
+            if task.timeout_seconds > 0:
+                heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
+        if duplicates:
+            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
+
+    def on_results(self, source: bytes, message: m.TaskResultBatch, now: float, out: Outbox) -> None:
+        """Results from worker ``source``, accepted only for the tasks it holds, of the attempt it holds."""
+        tasks = self._tasks
+        step = self._step
+        for result in message.results:
+            record = tasks.get(result.task_id)
+            if record is None or record.worker_id != source or record.task.attempt != result.attempt:
+                self.dropped_results += 1
+                logger.debug(f"Scheduler: dropped stale result for task {result.task_id.hex()} from {show(source)}")
+                continue
+            if result.status == _SUCCESS:
+                step(record, TaskEvent.RESULT_SUCCESS, out, result)
+            elif result.status in _FAILURES:
+                step(record, self._failure_event(record, result), out, result)
+            else:
+                logger.warning(f"Scheduler: dropped result with status {result.status.name} from {show(source)}")
+
+    def cancel(self, client_id: bytes, task_ids: Iterable[bytes], out: Outbox) -> None:
+        """The client cancels tasks; each is confirmed, now or once its worker confirmed."""
+        tasks = self._tasks
+        for task_id in task_ids:
+            record = tasks.get(task_id)
+            if record is None or record.task.client_id != client_id:
+                out.confirm(client_id, task_id, False)  # done, or not its task: not cancelled
+            else:
+                self._step(record, TaskEvent.CANCEL, out)
+
+    def on_cancel_confirm(self, source: bytes, message: m.TaskCancelConfirm, now: float, out: Outbox) -> None:
+        """Worker ``source`` cancelled these tasks (or no longer knows them: they do not run there either)."""
+        tasks = self._tasks
+        for task_id in message.task_ids:
+            record = tasks.get(task_id)
+            if record is not None and record.worker_id == source:
+                self._step(record, TaskEvent.CANCEL_CONFIRMED, out)
+
+    def on_balance_response(self, source: bytes, message: m.BalanceResponse, now: float, out: Outbox) -> None:
+        """Worker ``source`` gives back tasks it had not started."""
+        tasks = self._tasks
+        for task_id in message.task_ids:
+            record = tasks.get(task_id)
+            if record is not None and record.worker_id == source:
+                self._step(record, TaskEvent.BALANCED, out)
+        self._workers[source].balance_pending = False
+
+    def cannot_forward(self, to: bytes, message_type: type, items: List[Any], reasons: List[str], out: Outbox):
+        """Tasks for worker ``to`` that cannot be encoded are rejected to their clients; results for client
+        ``to`` that cannot be encoded become failures that say why."""
+        if message_type is m.TaskBatch:
+            for task, reason in zip(items, reasons, strict=True):
+                record = self._tasks.get(task.task_id)
+                if record is None or record.worker_id != to or record.task.attempt != task.attempt:
+                    continue
+                why = f"the scheduler could not forward this task: {reason}"
+                result = m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+                self._step(record, TaskEvent.UNSENDABLE, out, result)
+        elif to in self._clients:
+            for result, reason in zip(items, reasons, strict=True):
+                why = f"the scheduler could not forward this result: {reason}"
+                out.results[to].append(
+                    m.TaskResult(result.task_id, result.attempt, m.TaskStatus.FAILED, m.PayloadKind.NONE, b"", why)
+                )
+
+    # ----------------------------------------------------------------- time
+
+    def expire(self, now: float, out: Outbox) -> None:
+        """Queue timeouts that passed: a task no worker took in time is rejected (a running one, its worker
+        stops)."""
+        tasks = self._tasks
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, task_id = heapq.heappop(self._deadlines)
+            record = tasks.get(task_id)
+            if record is None:
+                continue  # done
+            if record.needs:
+                reason = f"no worker with capabilities {','.join(sorted(record.needs))} took the task"
+            else:
+                reason = "no worker took the task"
+            reason += f" within its timeout of {record.task.timeout_seconds:g}s"
+            result = m.TaskResult(task_id, record.task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
+            self._step(record, TaskEvent.EXPIRED, out, result)
+
+    def balance(self, out: Outbox) -> None:
+        """Ask busy workers to give back queued tasks when another worker is idle and nothing waits here."""
+        if len(self._workers) < 2 or self._queue:
+            return
+        workers = self._workers.values()
+        if not any(len(w.tasks) == 0 for w in workers):
+            return
+        mean = sum(len(w.tasks) for w in workers) / len(self._workers)
+        for worker in workers:
+            excess = len(worker.tasks) - math.ceil(mean)
+            if excess >= 1 and len(worker.tasks) >= 2 and not worker.balance_pending:
+                worker.balance_pending = True
+                out.sends.append(Send(worker.worker_id, m.BalanceRequest(excess)))
+
+    # ----------------------------------------------------------------- dispatch
+
+    def dispatch(self, out: Outbox) -> None:
+        """Send queued tasks to the least loaded workers that have room (and the capabilities they need)."""
+        if not self._changed or not self._workers:
+            return
+        self._changed = False
+        for needs, queue in list(self._capability_queues.items()):
+            # tasks that need capabilities go first: fewer workers can take them
+            self._assign(queue, [w for w in self._workers.values() if needs <= w.capabilities], out)
+            if not queue:
+                del self._capability_queues[needs]
+        if self._queue:
+            self._assign(self._queue, self._workers.values(), out)
+
+    def _assign(self, queue: List[Tuple[int, int, bytes]], workers: Iterable[Worker], out: Outbox) -> None:
+        room = [(len(w.tasks), index, w) for index, w in enumerate(workers) if len(w.tasks) < w.capacity]
+        heapq.heapify(room)
+        tasks = self._tasks
+        step = self._step
+        while queue and room:
+            _, seq, task_id = heapq.heappop(queue)
+            record = tasks.get(task_id)
+            if record is None or record.queue_seq != seq:
+                continue  # done, or queued again since
+            load, index, worker = room[0]
+            record.worker_id = worker.worker_id
+            step(record, TaskEvent.ASSIGN, out)
+            if load + 1 < worker.capacity:
+                heapq.heapreplace(room, (load + 1, index, worker))
+            else:
+                heapq.heappop(room)
+
+    def _enqueue(self, record: TaskRecord) -> None:
+        record.queue_seq = seq = next(self._seq)
+        queue = self._queue
+        if record.needs is not None:
+            queue = self._capability_queues.setdefault(record.needs, [])
+        heapq.heappush(queue, (-record.task.priority, seq, record.task.task_id))
+        self._changed = True
+
+    def _failure_event(self, record: TaskRecord, result: Any) -> TaskEvent:
+        """RETRY while the task has runs left, else RESULT_FAILED (saying so in the result if it killed its
+        worker too often)."""
+        if result.status == m.TaskStatus.WORKER_DIED:
+            record.deaths += 1
+            if record.deaths < self._max_task_deaths:
+                return TaskEvent.RETRY
+            result.error_text = f"the task killed its worker {record.deaths} times; last: {result.error_text}"
+        elif result.status == m.TaskStatus.FAILED and record.failures < record.task.retries:
+            record.failures += 1
+            return TaskEvent.RETRY
+        return TaskEvent.RESULT_FAILED
+
+    # ----------------------------------------------------------------- the lifecycle
+
+    def _step(self, record: TaskRecord, event: TaskEvent, out: Outbox, result: Any = None) -> None:
+        """``event`` reaches the task: its next state and actions, from the table."""
+        old = record.state
+        plan = self._plans.get((old, event))
+        if plan is None:
+            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), record.history)  # raises, with the story
+            return
+        new, actions = plan
+        record.state = new
+        history = record.history
+        history.append(event)
+        if len(history) > _HISTORY_LENGTH:
+            del history[0]
+        counts = self.state_counts
+        counts[old] -= 1
+        counts[new] += 1
+        for action in actions:
+            action(record, out, result)
+
+    # ----------------------------------------------------------------- actions (TaskAction)
+
+    def _send_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        task = record.task
+        task.attempt += 1
+        self._workers[record.worker_id].tasks[task.task_id] = None  # type: ignore[index]
+        out.tasks[record.worker_id].append(task)  # type: ignore[index]
+
+    def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
+        if worker is not None:
+            worker.tasks.pop(record.task.task_id, None)
+        record.worker_id = None
+        self._enqueue(record)
+
+    def _send_cancel_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        out.cancels[record.worker_id].append(record.task.task_id)  # type: ignore[index]
+
+    def _forward_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        client_id = record.task.client_id
+        if client_id in self._clients:
+            out.results[client_id].append(result)
+
+    def _confirm_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        if record.task.client_id in self._clients:
+            out.confirm(record.task.client_id, record.task.task_id, True)
+
+    def _confirm_not_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        if record.task.client_id in self._clients:
+            out.confirm(record.task.client_id, record.task.task_id, False)
+
+    def _finish(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        task_id = record.task.task_id
+        del self._tasks[task_id]
+        client = self._clients.get(record.task.client_id)
+        if client is not None:
+            client.tasks.discard(task_id)
+        if record.worker_id is not None:
+            worker = self._workers.get(record.worker_id)
+            if worker is not None:
+                worker.tasks.pop(task_id, None)
+                self._changed = True  # room on that worker

@@ -1,0 +1,219 @@
+"""The scheduler core under random interleavings of everything its peers and its shell can tell it.
+
+Several clients submit batches (some with retries, some with queue timeouts), cancel, clear and leave (or
+fall silent); workers join, answer with results of the attempt they hold or of an old one, fail, die,
+confirm cancels (asked for or not), give tasks back, leave or fall silent; the shell reports tasks it cannot
+encode; time passes in ticks. Then the workers do their work until nothing is left. Whatever happened:
+
+- every task ends in exactly one terminal state (the core's counts) and the core holds nothing;
+- a task's client is told of its end at most once, and exactly once if the client never cleared or left;
+- every cancel a client sends is confirmed exactly once, unless the client cleared or left meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Dict, List, Set, Tuple
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.protocol import messages as m
+from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_events import CannotForward, FromPeer, FromStorage, Send, Start, Tick
+from scaler.scheduler.task_lifecycle import TERMINAL_STATES, TaskState
+
+CLIENTS = [b"C|host|1|c%d" % i for i in range(3)]
+TIMEOUT = 5.0
+
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "submit", "submit", "submit", "result", "result", "stale", "fail", "died", "cancel", "confirm",
+                "balance", "unsendable", "worker_joins", "worker_leaves", "worker_silent", "client_clears",
+                "client_leaves", "client_silent", "tick", "tick",
+            ]
+        ),
+        st.integers(0, 2),  # which client
+        st.integers(0, 10**6),  # which task, worker, or how many
+    ),
+    max_size=80,
+)  # fmt: skip
+
+
+class _Model:
+    """The peers around the core: what each worker holds, what each client was told."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+        self.now = 1.0
+        self.held: Dict[bytes, Dict[bytes, int]] = {}  # worker -> task -> attempt it holds
+        self.old_attempts: List[Tuple[bytes, bytes, int]] = []  # (worker, task, attempt) no longer current
+        self.cancel_asked: Dict[bytes, Set[bytes]] = defaultdict(set)  # worker -> tasks it was asked to cancel
+        self.silent: Set[bytes] = set()  # peers that stopped sending heartbeats
+        self.connected: Set[bytes] = set()
+        self.submitted: Dict[bytes, bytes] = {}  # task -> client
+        self.given_up: Set[bytes] = set()  # tasks whose client cleared or left: it may hear nothing
+        self.answers: Counter = Counter()  # task -> results and confirmed cancels its client got
+        self.cancels_sent: Counter = Counter()  # task -> cancels its client sent
+        self.confirms: Counter = Counter()  # task -> confirms its client got
+        self.next_task = 0
+        self.next_worker = 0
+
+    def feed(self, event: Any) -> None:
+        for effect in self.core.handle(event, self.now):
+            if type(effect) is Send:
+                self.absorb(effect.to, effect.message)
+
+    def absorb(self, to: bytes, message: Any) -> None:
+        kind = type(message)
+        if kind is m.TaskBatch:
+            for task in message.tasks:
+                self.held.setdefault(to, {})[task.task_id] = task.attempt
+        elif kind is m.TaskResultBatch:
+            for result in message.results:
+                assert self.submitted[result.task_id] == to
+                self.answers[result.task_id] += 1
+        elif kind is m.TaskCancelConfirm:
+            for task_id, cancelled in zip(message.task_ids, message.cancelled, strict=True):
+                self.confirms[task_id] += 1
+                self.answers[task_id] += cancelled
+        elif kind is m.TaskCancel:
+            self.cancel_asked[to].update(message.task_ids)  # the worker confirms when the test says so
+        elif kind is m.DisconnectResponse:
+            self.held.pop(to, None)
+
+    def worker_answer(self, worker: bytes, task_id: bytes, status: m.TaskStatus) -> None:
+        attempt = self.held[worker].pop(task_id)
+        self.old_attempts.append((worker, task_id, attempt))
+        result = m.TaskResult(task_id, attempt, status, m.PayloadKind.INLINE, b"r", "")
+        self.feed(FromPeer(worker, m.TaskResultBatch([result])))
+
+    def join(self) -> None:
+        worker = b"W|host|%d|w" % self.next_worker
+        self.next_worker += 1
+        self.held[worker] = {}
+        hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 3))
+        self.feed(FromPeer(worker, hello))
+
+    def pick_to_confirm(self, n: int):
+        """Mostly a task its worker was asked to cancel; sometimes any task it holds."""
+        asked = [(w, t) for w, tasks in self.held.items() for t in tasks if t in self.cancel_asked[w]]
+        asked = [(w, t) for w, t in asked if w not in self.silent]
+        return asked[n % len(asked)] if asked and n % 4 else self.pick_held(n)
+
+    def pick_held(self, n: int):
+        pairs = [(w, t) for w, tasks in self.held.items() for t in tasks if w not in self.silent]
+        return pairs[n % len(pairs)] if pairs else None
+
+
+@settings(max_examples=500, deadline=None)
+@given(_STEPS)
+def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(steps):
+    core = SchedulerCore(SchedulerSettings(worker_timeout_seconds=TIMEOUT, client_timeout_seconds=TIMEOUT))
+    core.handle(Start(), 0.0)
+    core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
+    model = _Model(core)
+    for client in CLIENTS:
+        model.feed(FromPeer(client, m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host")))
+        model.connected.add(client)
+    model.join()
+    model.join()
+
+    for action, c, n in steps:
+        model.now += 0.5
+        client = CLIENTS[c]
+        talking = client in model.connected and client not in model.silent
+        if action == "submit" and talking:
+            tasks = []
+            for _ in range(1 + n % 4):
+                task_id = model.next_task.to_bytes(16, "big")
+                model.next_task += 1
+                model.submitted[task_id] = client
+                timeout = TIMEOUT if n % 5 == 0 else 0.0
+                tasks.append(m.Task(task_id=task_id, function_id=b"f", retries=n % 2, timeout_seconds=timeout))
+            model.feed(FromPeer(client, m.TaskBatch(tasks)))
+        elif action in ("result", "fail", "died") and (pair := model.pick_held(n)):
+            status = {"result": m.TaskStatus.SUCCESS, "fail": m.TaskStatus.FAILED, "died": m.TaskStatus.WORKER_DIED}
+            model.worker_answer(*pair, status[action])
+        elif action == "stale" and model.old_attempts:
+            worker, task_id, attempt = model.old_attempts[n % len(model.old_attempts)]
+            stale = m.TaskResult(task_id, attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE, b"old", "")
+            model.feed(FromPeer(worker, m.TaskResultBatch([stale])))
+        elif action == "cancel" and talking:
+            own = sorted(t for t, owner in model.submitted.items() if owner == client and not model.cancels_sent[t])
+            if own:
+                task_id = own[n % len(own)]
+                model.cancels_sent[task_id] += 1
+                model.feed(FromPeer(client, m.TaskCancel([task_id])))
+        elif action == "confirm" and (pair := model.pick_to_confirm(n)):  # asked for, or not (the task goes on)
+            worker, task_id = pair
+            if task_id in model.cancel_asked[worker]:
+                model.old_attempts.append((worker, task_id, model.held[worker].pop(task_id)))
+            model.feed(FromPeer(worker, m.TaskCancelConfirm([task_id], [True])))
+        elif action == "balance" and (pair := model.pick_held(n)):
+            worker, task_id = pair
+            model.old_attempts.append((worker, task_id, model.held[worker].pop(task_id)))
+            model.feed(FromPeer(worker, m.BalanceResponse([task_id])))
+        elif action == "unsendable" and (pair := model.pick_held(n)):  # the shell could not encode it
+            worker, task_id = pair
+            unsent = m.Task(task_id=task_id, attempt=model.held[worker].pop(task_id))
+            model.feed(CannotForward(worker, m.TaskBatch, [unsent], ["cannot be copied on"]))
+        elif action == "worker_joins":
+            model.join()
+        elif action == "worker_leaves" and model.held:
+            worker = sorted(model.held)[n % len(model.held)]
+            model.feed(FromPeer(worker, m.DisconnectRequest("bye")))
+            model.held.pop(worker, None)
+        elif action == "worker_silent" and model.held:
+            model.silent.add(sorted(model.held)[n % len(model.held)])
+        elif action in ("client_clears", "client_leaves", "client_silent") and talking:
+            model.given_up.update(t for t, owner in model.submitted.items() if owner == client)
+            if action == "client_clears":
+                model.feed(FromPeer(client, m.ObjectInstruction(m.ObjectInstructionKind.CLEAR, client, [])))
+            elif action == "client_leaves":
+                model.feed(FromPeer(client, m.DisconnectRequest()))
+                model.connected.discard(client)
+            else:
+                model.silent.add(client)
+        elif action == "tick":
+            _heartbeats_and_tick(model)
+        assert all(count <= 1 for count in model.answers.values()), model.answers
+
+    # the silent peers are forgotten, then the workers left do their work until nothing is left
+    model.now += TIMEOUT + 1
+    _heartbeats_and_tick(model)
+    for _ in range(1000):
+        if core.task_count == 0:
+            break
+        if not [w for w in model.held if w not in model.silent]:
+            model.join()
+        for worker, tasks in list(model.held.items()):
+            if worker not in model.silent:
+                for task_id in list(tasks):
+                    model.worker_answer(worker, task_id, m.TaskStatus.SUCCESS)
+        model.now += 0.5
+        _heartbeats_and_tick(model)
+
+    assert core.task_count == 0
+    counts = core.state_counts
+    assert all(counts[state] == 0 for state in TaskState if state not in TERMINAL_STATES), counts
+    assert sum(counts[state] for state in TERMINAL_STATES) == len(model.submitted)
+    assert all(count <= 1 for count in model.answers.values()), model.answers
+    for task_id in model.submitted:
+        if task_id not in model.given_up:
+            assert model.answers[task_id] == 1, (task_id, model.answers[task_id])
+            assert model.confirms[task_id] == model.cancels_sent[task_id], task_id
+
+
+def _heartbeats_and_tick(model: _Model) -> None:
+    for client in model.connected - model.silent:
+        model.feed(FromPeer(client, m.ClientHeartbeat()))
+    for worker in [w for w in model.held if w not in model.silent]:
+        model.feed(FromPeer(worker, m.WorkerHeartbeat()))
+    model.feed(Tick())
+    for worker in [w for w in model.held if w in model.silent]:
+        if worker not in model.core.worker_ids:
+            del model.held[worker]  # timed out: what it held runs elsewhere

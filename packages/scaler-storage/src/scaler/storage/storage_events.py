@@ -1,0 +1,28 @@
+"""What the object storage server's shell tells its core (events) and what the core asks it to send (effects).
+
+`ObjectStore.handle(event, now)` takes one event and returns the replies, which the shell in `server.py`
+sends in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass(slots=True)
+class FromPeer:
+    """One decoded message from a peer (a client, a worker, the scheduler), with its payload frames."""
+
+    peer_id: bytes
+    message: Any
+    blobs: Sequence[Any] = ()
+
+
+@dataclass(slots=True)
+class Reply:
+    """One message for the shell to send: to ``peer_id``, ``message`` followed by ``blobs``."""
+
+    peer_id: bytes
+    message: Any
+    blobs: Sequence[Any] = field(default_factory=tuple)
