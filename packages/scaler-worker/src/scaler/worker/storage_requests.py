@@ -111,6 +111,7 @@ class StorageRequests:
         task = entry.task
         function = self._functions.get(task.function_id)
         serializer = self._serializers.get(task.serializer_id) if task.serializer_id else None
+        arguments: List[Tuple[str, Any, bytes]]
         if not entry.object_ids:
             arguments = [(argument.name, argument.data, b"") for argument in task.arguments]
             return ReadyTask(task, function, serializer, arguments, 0)

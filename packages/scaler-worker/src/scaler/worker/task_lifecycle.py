@@ -116,6 +116,7 @@ _TABLE = {
     (_S.STORING, _E.STORED): _t(_S.DONE, _A.SEND_STORED),
     (_S.STORING, _E.FAIL): _t(_S.DONE, _A.SEND_FAILURE),
     (_S.STORING, _E.CANCEL): _t(_S.STORING),  # finished: its result is on the way, the cancel says not cancelled
+    (_S.STORING, _E.TIMEOUT): _t(_S.STORING),  # it finished in time
     (_S.STORING, _E.REASSIGNED): _t(_S.STORING, _A.NEW_ATTEMPT),
 }
 
