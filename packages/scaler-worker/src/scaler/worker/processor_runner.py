@@ -27,7 +27,7 @@ stopping the processor, which ends every task on its stack (reported `died`, nam
 returns the ones sent ahead (they had not started); a new processor takes over. The same when the processor
 dies on its own.
 
-Each task's life here is a `Lifecycle` table (`PROCESSOR_TASK_LIFECYCLE`); a message the table has no
+Each task's life here is one table (`processor_lifecycle`); a message from the processor the table has no
 transition for (a bug of the processor, or of this model) is logged with the task's recent events and dropped.
 """
 

@@ -132,14 +132,16 @@ class WorkerCore:
             A.ASK_RUNNER: self._ask_runner,
             A.RESOLVE_CANCELLED: self._resolve_cancelled,
             A.RESOLVE_NOT_CANCELLED: self._resolve_not_cancelled,
-            A.ABORT: self._ask_runner,
+            A.ABORT: self._abort,
             A.NEW_ATTEMPT: self._new_attempt,
         }
 
     # ------------------------------------------------------------------------- the entry point
 
     def handle(self, event: Any, now: float) -> List[Effect]:
-        """What to do about ``event`` (see `worker_events`), at monotonic time ``now``."""
+        """What to do about ``event`` (see `worker_events`), at monotonic time ``now``: the event's handler,
+        then the runner takes what it has room for, tasks are staged ahead, what was collected is sent (or
+        held: `scheduler_answers`), and a Tick is asked for when something comes due."""
         out: List[Effect] = []
         if self._exited:
             return out
@@ -147,32 +149,24 @@ class WorkerCore:
         self._now = now
         try:
             self._event_handlers[type(event)](event)
-            if not self._exited:
-                self._after_event(now, out)
+            if self._exited:
+                return out
+            self._runner.fill(self, out)
+            self._stage_ahead()
+            answers = self._answers
+            storage = self._storage
+            if answers.pending or storage.has_requests:
+                if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
+                    self._send(out)
+            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_timeout)
+            if self._deadlines and self._deadlines[0][0] < when:
+                when = self._deadlines[0][0]
+            if when < self._wake_at:
+                self._wake_at = when
+                out.append(WakeAt(when))
         finally:
             self._out = _IDLE  # what was sent is the shell's (keeping it here would keep large buffers alive)
         return out
-
-    def _after_event(self, now: float, out: List[Effect]) -> None:
-        """Let the runner take what it has room for, stage ahead, send or hold what was collected, and ask
-        for a Tick when something comes due."""
-        self._runner.fill(self, out)
-        self._stage_ahead()
-        answers = self._answers
-        if answers.pending or self._storage.has_requests:
-            if self._storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
-                self._send(out)
-        when = self._session.wake_time
-        if answers.send_by < when:
-            when = answers.send_by
-        expiry = self._storage.oldest_request + self._storage_timeout
-        if expiry < when:
-            when = expiry
-        if self._deadlines and self._deadlines[0][0] < when:
-            when = self._deadlines[0][0]
-        if when < self._wake_at:
-            self._wake_at = when
-            out.append(WakeAt(when))
 
     # ------------------------------------------------------------------------- events
 
@@ -221,12 +215,10 @@ class WorkerCore:
             _, run, task_id = heapq.heappop(deadlines)
             entry = self._tasks.get(task_id)
             if entry is not None and entry.run == run:  # else it finished, or went back to the queue, in time
-                timeout = entry.task.timeout_seconds
-                error = TaskTimeoutError(f"task {task_id.hex()} exceeded its timeout of {timeout:g} seconds")
                 self._apply(entry, _E.TIMEOUT)
                 if self._to_runner:
                     self._to_runner = []
-                    self._runner.abort(self, task_id, str(error), self._out)
+                    self._runner.abort(self, task_id, str(_timeout_error(entry.task)), self._out)
 
     def _on_usage(self, usage: UsageMeasured) -> None:
         runner = self._runner
@@ -387,10 +379,10 @@ class WorkerCore:
 
     def _apply(self, entry: TaskEntry, event: TaskEvent, detail: Detail = None) -> None:
         """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions."""
-        transition = _TABLE.get((entry.state, event))
-        if transition is None:
-            TASK_LIFECYCLE.step(entry.state, event, entry.task.task_id.hex(), entry.history)  # raises
-            return
+        # a pair missing from the table is a bug: step() raises, naming the task and its recent events
+        transition = _TABLE.get((entry.state, event)) or TASK_LIFECYCLE.step(
+            entry.state, event, entry.task.task_id.hex(), entry.history
+        )
         history = entry.history
         history.append(event)
         if len(history) > HISTORY_LENGTH:
@@ -459,9 +451,7 @@ class WorkerCore:
         self._answers.worker_died(entry.task, reason)
 
     def _send_timeout(self, entry: TaskEntry, detail: Detail) -> None:
-        task = entry.task
-        error = TaskTimeoutError(f"task {task.task_id.hex()} exceeded its timeout of {task.timeout_seconds:g} seconds")
-        self._answers.failure(task, error)
+        self._answers.failure(entry.task, _timeout_error(entry.task))
 
     def _send_failure(self, entry: TaskEntry, detail: Detail) -> None:
         error, profiling = detail
@@ -472,14 +462,16 @@ class WorkerCore:
         confirm.cancelled[position] = True
 
     def _ask_runner(self, entry: TaskEntry, detail: Detail) -> None:
-        """Collect ``entry`` to be ended by the runner (the handler asks it once its transitions are done);
-        a cancel waits for the runner's answer."""
-        if detail is not None:
-            confirm, position = detail
-            if entry.confirms is None:
-                entry.confirms = []
-            entry.confirms.append((confirm, position))
-            confirm.unresolved += 1
+        """The cancel waits for the runner to end ``entry`` (the handler asks it once its transitions are done)."""
+        confirm, position = detail
+        if entry.confirms is None:
+            entry.confirms = []
+        entry.confirms.append((confirm, position))
+        confirm.unresolved += 1
+        self._to_runner.append(entry.task.task_id)
+
+    def _abort(self, entry: TaskEntry, detail: Detail) -> None:
+        """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
         self._to_runner.append(entry.task.task_id)
 
     def _resolve_cancelled(self, entry: TaskEntry, detail: Detail) -> None:
@@ -550,3 +542,7 @@ class WorkerCore:
     @property
     def pending_fetch_count(self) -> int:
         return self._storage.pending_fetch_count
+
+
+def _timeout_error(task: m.Task) -> TaskTimeoutError:
+    return TaskTimeoutError(f"task {task.task_id.hex()} exceeded its timeout of {task.timeout_seconds:g} seconds")
