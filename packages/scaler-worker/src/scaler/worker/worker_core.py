@@ -23,9 +23,9 @@ import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ProtocolError, TaskTimeoutError
+from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import show
-from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile
+from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
 from scaler.worker.storage_requests import StorageRequests
 from scaler.worker.task_lifecycle import (
     HISTORY_LENGTH,
@@ -118,22 +118,23 @@ class WorkerCore:
             m.BalanceRequest: self._on_balance_request,
         }
         A = TaskAction
+        answers = self._answers
         self._actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
             A.DEQUEUE: self._dequeue,
             A.DEQUEUE_STAGED: self._dequeue_staged,
             A.REQUEUE: self._requeue,
-            A.SEND_FAILURE: self._send_failure,
-            A.SEND_RESULT: self._send_result,
             A.PUT_RESULT: self._put_result,
-            A.SEND_STORED: self._send_stored,
-            A.SEND_WORKER_DIED: self._send_worker_died,
-            A.SEND_TIMEOUT: self._send_timeout,
-            A.CONFIRM_NOW: self._confirm_now,
             A.ASK_RUNNER: self._ask_runner,
-            A.RESOLVE_CANCELLED: self._resolve_cancelled,
-            A.RESOLVE_NOT_CANCELLED: self._resolve_not_cancelled,
             A.ABORT: self._abort,
             A.NEW_ATTEMPT: self._new_attempt,
+            A.SEND_RESULT: answers.send_result,
+            A.SEND_STORED: answers.send_stored,
+            A.SEND_FAILURE: answers.send_failure,
+            A.SEND_TIMEOUT: answers.send_timeout,
+            A.SEND_WORKER_DIED: answers.send_worker_died,
+            A.CONFIRM_NOW: answers.confirm_now,
+            A.RESOLVE_CANCELLED: answers.resolve_cancelled,
+            A.RESOLVE_NOT_CANCELLED: answers.resolve_not_cancelled,
         }
 
     # ------------------------------------------------------------------------- the entry point
@@ -218,7 +219,7 @@ class WorkerCore:
                 self._apply(entry, _E.TIMEOUT)
                 if self._to_runner:
                     self._to_runner = []
-                    self._runner.abort(self, task_id, str(_timeout_error(entry.task)), self._out)
+                    self._runner.abort(self, task_id, str(timeout_error(entry.task)), self._out)
 
     def _on_usage(self, usage: UsageMeasured) -> None:
         runner = self._runner
@@ -436,30 +437,8 @@ class WorkerCore:
         entry.run = 0  # a timer of its start is stale
         self._requeued.append(entry)
 
-    def _send_result(self, entry: TaskEntry, detail: Detail) -> None:
-        status, payload, error_text, profiling = detail
-        self._answers.result(entry.task, status, payload, error_text, profiling)
-
     def _put_result(self, entry: TaskEntry, detail: Detail) -> None:
         self._storage.put(entry, detail[1], profile(detail[3]))
-
-    def _send_stored(self, entry: TaskEntry, detail: Detail) -> None:
-        object_id, profiling = detail
-        self._answers.stored(entry.task, object_id, profiling)
-
-    def _send_worker_died(self, entry: TaskEntry, reason: Detail) -> None:
-        self._answers.worker_died(entry.task, reason)
-
-    def _send_timeout(self, entry: TaskEntry, detail: Detail) -> None:
-        self._answers.failure(entry.task, _timeout_error(entry.task))
-
-    def _send_failure(self, entry: TaskEntry, detail: Detail) -> None:
-        error, profiling = detail
-        self._answers.failure(entry.task, error, profiling)
-
-    def _confirm_now(self, entry: TaskEntry, detail: Detail) -> None:
-        confirm, position = detail
-        confirm.cancelled[position] = True
 
     def _ask_runner(self, entry: TaskEntry, detail: Detail) -> None:
         """The cancel waits for the runner to end ``entry`` (the handler asks it once its transitions are done)."""
@@ -473,23 +452,6 @@ class WorkerCore:
     def _abort(self, entry: TaskEntry, detail: Detail) -> None:
         """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
         self._to_runner.append(entry.task.task_id)
-
-    def _resolve_cancelled(self, entry: TaskEntry, detail: Detail) -> None:
-        self._resolve(entry, True)
-
-    def _resolve_not_cancelled(self, entry: TaskEntry, detail: Detail) -> None:
-        self._resolve(entry, False)
-
-    def _resolve(self, entry: TaskEntry, cancelled: bool) -> None:
-        """The runner answered for a task cancels wait for: complete them (a task is cancelled once: a
-        repeated cancel reads as one of a task already gone)."""
-        for confirm, position in entry.confirms or ():
-            confirm.cancelled[position] = cancelled
-            cancelled = False
-            confirm.unresolved -= 1
-            if confirm.unresolved == 0:
-                self._answers.message(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
-        entry.confirms = None
 
     def _new_attempt(self, entry: TaskEntry, attempt: Detail) -> None:
         logger.warning(
@@ -542,7 +504,3 @@ class WorkerCore:
     @property
     def pending_fetch_count(self) -> int:
         return self._storage.pending_fetch_count
-
-
-def _timeout_error(task: m.Task) -> TaskTimeoutError:
-    return TaskTimeoutError(f"task {task.task_id.hex()} exceeded its timeout of {task.timeout_seconds:g} seconds")
