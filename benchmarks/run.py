@@ -60,9 +60,10 @@ ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
     "dask": ("dask", "run_dask.py", ["dask[distributed]", "psutil"]),
     "processpool": ("baseline", "run_processpool.py", ["psutil"]),
     "mp-pool": ("baseline", "run_mppool.py", ["psutil"]),
+    "joblib": ("joblib", "run_joblib.py", ["joblib", "psutil"]),
 }
 OURS = "scaler"
-DEFAULT_ENGINES = ["scaler", "opengris-scaler", "dask", "processpool", "mp-pool"]
+DEFAULT_ENGINES = ["scaler", "opengris-scaler", "dask", "processpool", "mp-pool", "joblib"]
 TOOLING = ("tooling", ["matplotlib", "py-spy"])  # chart.py; profile.py
 
 # workload -> (full size, quick size)
@@ -76,6 +77,7 @@ SIZES: Dict[str, Tuple[int, int]] = {
     "graph": (10_000, 1_000),
     "chain": (1_000, 200),
     "queued_memory": (1_000_000, 100_000),
+    "executor_map": (100_000, 10_000),
 }
 
 # (workload, metric, label, higher is better)
@@ -92,6 +94,8 @@ METRICS: List[Tuple[str, str, str, bool]] = [
     ("chain", "nodes_per_s", "chain, nodes/s", True),
     ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
     ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
+    ("executor_map", "calls_per_s", "Executor.map, calls/s", True),
+    ("executor_map", "chunked_calls_per_s", "Executor.map chunks of 1000, calls/s", True),
 ]
 
 
@@ -625,6 +629,10 @@ WORKLOAD_DESCRIPTIONS = {
     "growth of the scheduler process and of the client process divided by N, once the scheduler's RSS stayed flat "
     "for 2 s. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one "
     "process; the pools keep their queue in the client",
+    "executor_map": "the standard library's interface: `list(executor.map(fn, range(N)))` with `client.executor()` "
+    "here and `ProcessPoolExecutor(2)` (default `chunksize=1`), and joblib's default backend (loky) "
+    "`Parallel(n_jobs=2)(delayed(fn)(i) for i in range(N))` with its automatic batching; then the same with "
+    "`chunksize=1000` (joblib: `batch_size=1000`)",
 }
 
 

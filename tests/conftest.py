@@ -30,3 +30,23 @@ def processes(tmp_path):
 @pytest.fixture
 def address() -> str:
     return free_address()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A SchedulerClusterCombo of 2 workers shared by the tests of one module (a module may define its own)."""
+    from scaler import SchedulerClusterCombo  # here: tests/client_alone runs without the cluster's components
+
+    combo = SchedulerClusterCombo(n_workers=2, logging_level="WARNING")
+    try:
+        yield combo
+    finally:
+        combo.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    from scaler import Client
+
+    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
+        yield client

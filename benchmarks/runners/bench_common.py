@@ -92,6 +92,10 @@ class Engine:
     def get(self, graph: Dict[str, Any], keys: List[str]) -> Dict[str, Any]:
         raise Unsupported("no task graphs")
 
+    def executor_map(self, fn: Callable, items: Iterable[Any], chunksize: Optional[int]) -> List[Any]:
+        """The engine's `concurrent.futures.Executor.map` (or joblib's Parallel): chunksize None is the default."""
+        raise Unsupported("no concurrent.futures.Executor interface")
+
     def submit_in_background(self, fn: Callable, items: Iterator[Any]) -> None:
         """Start submitting fn(item) for every item without waiting for results (queued-memory workload)."""
         thread = threading.Thread(target=self._map_quietly, args=(fn, items), daemon=True)
@@ -344,6 +348,24 @@ def workload_queued_memory(engine: Engine, size: int):
     return metrics, size
 
 
+def workload_executor_map(engine: Engine, size: int):
+    expected = list(range(size))
+    start = time.perf_counter()
+    results = engine.executor_map(bench_tasks.noop, range(size), None)
+    elapsed = time.perf_counter() - start
+    _check(results == expected, "executor map returned wrong results")
+    start = time.perf_counter()
+    chunked = engine.executor_map(bench_tasks.noop, range(size), 1000)
+    chunked_elapsed = time.perf_counter() - start
+    _check(chunked == expected, "chunked executor map returned wrong results")
+    metrics = {
+        "seconds": elapsed + chunked_elapsed,
+        "calls_per_s": size / elapsed,
+        "chunked_calls_per_s": size / chunked_elapsed,
+    }
+    return metrics, 2 * size
+
+
 WORKLOADS: Dict[str, Callable] = {
     "map_noop": workload_map_noop,
     "submit_gather": workload_submit_gather,
@@ -354,6 +376,7 @@ WORKLOADS: Dict[str, Callable] = {
     "graph": workload_graph,
     "chain": workload_chain,
     "queued_memory": workload_queued_memory,
+    "executor_map": workload_executor_map,
 }
 
 

@@ -28,6 +28,9 @@ class ProcessPoolEngine(Engine):
         futures = [self.pool.submit(fn, item) for item in items]  # one future per item
         return [future.result() for future in futures]
 
+    def executor_map(self, fn, items, chunksize):
+        return list(self.pool.map(fn, items, chunksize=chunksize or 1))
+
     def submit(self, fn, *args):
         return self.pool.submit(fn, *args)
 

@@ -33,6 +33,10 @@ class ScalerEngine(Engine):
     def map(self, fn, items):
         return self.client.map(fn, ((item,) for item in items))
 
+    def executor_map(self, fn, items, chunksize):
+        with self.client.executor() as executor:
+            return list(executor.map(fn, items, chunksize=chunksize or 1))
+
     def submit(self, fn, *args):
         return self.client.submit(fn, *args)
 

@@ -29,6 +29,9 @@ def test_only_the_client_is_installed_here():
         assert importlib.util.find_spec(component) is None, f"{component} should not be installed here"
     with pytest.raises(ImportError, match="pip install"):
         scaler.SchedulerClusterCombo  # noqa: B018
+    assert importlib.util.find_spec("joblib") is None and importlib.util.find_spec("tqdm") is None
+    with pytest.raises(ImportError, match=r"pip install joblib"):  # the optional joblib backend says what it needs
+        import scaler.compat.joblib  # noqa: F401
 
 
 @pytest.mark.skipif(not CLUSTER_BIN, reason="SCALER_CLUSTER_BIN is not set (run through tox -e client-alone)")
@@ -47,6 +50,16 @@ def test_a_task_runs_on_a_cluster_started_from_another_environment():
         with Client(address=address, timeout_seconds=60) as client:
             assert client.submit(math.sqrt, 16).result(timeout=120) == 4.0
             assert round(sum(client.map(math.sqrt, [(i,) for i in range(100)])), 2) == 661.46
+            # the standard interfaces need nothing more: no tqdm here, so progress=True draws the text line
+            assert list(client.executor().map(math.sqrt, [4, 9, 16], chunksize=2)) == [2.0, 3.0, 4.0]
+            assert client.map(math.sqrt, [(4,)], progress=True) == [2.0]
+            import scaler.compat.ray as ray
+
+            ray.init(client=client)
+            try:
+                assert ray.get(ray.remote(math.sqrt).remote(ray.put(16.0))) == 4.0
+            finally:
+                ray.shutdown()
     finally:
         for process in started:
             try:

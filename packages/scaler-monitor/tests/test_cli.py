@@ -1,5 +1,6 @@
 """The console scripts, run as the installed programs against a real XPUB socket."""
 
+import socket
 import subprocess
 import sys
 import time
@@ -33,10 +34,20 @@ def test_help(name):
     assert "--config" in result.stdout
 
 
-def test_ui_says_it_is_not_implemented():
-    result = _run(_script("scaler_ui"), "tcp://127.0.0.1:2347", "--port", "8081")
+def test_ui_rejects_a_port_out_of_range():
+    result = _run(_script("scaler_ui"), "tcp://127.0.0.1:2347", "--port", "70000")
     assert result.returncode == 2
-    assert "not implemented yet" in result.stderr
+    assert "70000 is not a port number" in result.stderr
+
+
+def test_ui_says_when_its_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run(_script("scaler_ui"), f"tcp://127.0.0.1:{free_tcp_port()}", "--port", str(port))
+    assert result.returncode == 1
+    assert f"cannot listen at 127.0.0.1:{port}" in result.stderr
 
 
 def test_top_rejects_a_bad_address():
@@ -60,20 +71,6 @@ def test_top_config_unknown_option(tmp_path):
     result = _run(_script("scaler_top"), "--config", str(config), "tcp://127.0.0.1:2347")
     assert result.returncode == 2
     assert "unknown option 'refresh'" in result.stderr
-
-
-@pytest.fixture
-def publisher():
-    context = zmq.Context()
-    socket = context.socket(zmq.XPUB)
-    socket.setsockopt(zmq.LINGER, 0)
-    address = f"tcp://127.0.0.1:{free_tcp_port()}"
-    socket.bind(address)
-    try:
-        yield address, socket
-    finally:
-        socket.close(linger=0)
-        context.term()
 
 
 def test_top_shows_published_snapshots_and_survives_bad_messages(publisher):

@@ -1,4 +1,4 @@
-from scaler.monitor.top import SORT_COLUMNS, render, show_bytes
+from scaler.monitor.top import SORT_COLUMNS, TopView, render, show_bytes, waiting_screen
 from scaler.protocol.messages import Capability, Counter, StateSnapshot, WorkerHeartbeat, WorkerSnapshot
 
 
@@ -59,7 +59,7 @@ def test_worker_rows():
     rows = _rows(render(_snapshot()))
     assert set(rows) == {"W|busy|1|aa", "W|idle|2|bb"}
     busy = rows["W|busy|1|aa"].split()
-    assert busy == ["W|busy|1|aa", "1.5%", "30.0m", "99.0%", "20.0m", "1", "6", "1", "3", "2", "0.2s", "gpu=1"]
+    assert busy == ["W|busy|1|aa", "1.5%", "30.0m", "99.0%", "20.0m", "1", "6", "3", "1", "2", "0.2s", "gpu=1"]
 
 
 def test_workers_sorted_by_id_by_default_and_by_a_number_largest_first():
@@ -81,7 +81,7 @@ def test_long_worker_ids_are_cut_with_a_mark():
 def test_empty_snapshot_renders():
     screen = render(StateSnapshot())
     assert "Total 0 worker(s)" in screen
-    assert screen.splitlines()[-1].split()[0] == "worker"
+    assert screen.splitlines()[-1].split()[0] == "[worker]"
 
 
 def test_show_bytes():
@@ -90,3 +90,65 @@ def test_show_bytes():
     assert show_bytes(1536) == "1.5 KiB"
     assert show_bytes(37 * 1024**2) == "37.0 MiB"
     assert show_bytes(5 * 1024**5) == "5120.0 TiB"
+
+
+def _order(view: TopView) -> list:
+    screen = render(_snapshot(), view=view)
+    return list(_rows(screen))
+
+
+def test_keys_sort_by_a_column_and_reverse_the_order():
+    view = TopView()
+    assert _order(view) == ["W|busy|1|aa", "W|idle|2|bb"]
+    assert view.on_key("s") and view.sort_by == "slots" and view.descending
+    assert _order(view) == ["W|idle|2|bb", "W|busy|1|aa"]
+    assert "[slots]" in render(_snapshot(), view=view)
+    assert view.on_key("R") and not view.descending
+    assert _order(view) == ["W|busy|1|aa", "W|idle|2|bb"]
+    assert view.on_key("s") and view.descending  # the sorted column's key again reverses too
+    assert view.on_key("c") and view.sort_by == "cpu"
+    assert _order(view) == ["W|busy|1|aa", "W|idle|2|bb"]
+    assert "sorted by cpu, largest first" in render(_snapshot(), view=view)
+
+
+def test_angle_brackets_move_the_sort_column_and_wrap_around():
+    view = TopView()
+    view.on_key("<")
+    assert view.sort_by == SORT_COLUMNS[-1]
+    view.on_key(">")
+    view.on_key(">")
+    assert view.sort_by == SORT_COLUMNS[1]
+
+
+def test_q_and_ctrl_c_quit_and_other_keys_are_ignored():
+    view = TopView()
+    assert view.on_key("x") and view.on_key("\x1b") and view.sort_by == "worker"
+    assert not view.on_key("q")
+    assert not view.on_key("\x03")
+
+
+def test_help_lists_every_column_key():
+    view = TopView()
+    assert "h help" in render(_snapshot(), view=view)
+    view.on_key("h")
+    screen = render(_snapshot(), view=view)
+    for title in SORT_COLUMNS:
+        assert f" {title}" in screen
+    assert view.on_key("h") and "Keys:" not in render(_snapshot(), view=view)
+
+
+def test_every_line_fits_an_80_column_terminal():
+    snapshot = _snapshot()
+    snapshot.workers[0].worker_id = b"W|" + b"a-very-long-host-name.example.com" + b"|123456|0123456789ab"
+    snapshot.messages_sent += [Counter(f"SomeLongMessageName{i}", 10**i) for i in range(10)]
+    view = TopView()
+    view.on_key("h")
+    screen = render(snapshot, width=80, view=view, message_rows=7)
+    assert max(len(line) for line in screen.splitlines()) <= 80
+    assert "messages (7 of " in screen
+    assert "W|a-very-long-ho" in screen  # the worker column shrinks, its start stays readable
+
+
+def test_waiting_screen_names_the_address():
+    screen = waiting_screen("tcp://127.0.0.1:2347", TopView(), 80)
+    assert screen.startswith("scaler_top: no snapshot from tcp://127.0.0.1:2347 yet")

@@ -36,6 +36,7 @@ _HEARTBEAT = m.WorkerHeartbeat(
     queued_tasks=7,
     running_tasks=2,
     suspended_tasks=1,
+    functions=[m.FunctionStats("module.square", succeeded=120_000, failed=3, seconds=12.75)],
 )
 _TASK = m.Task(
     task_id=_TASK_ID,
@@ -134,6 +135,14 @@ GOLDEN = [
         ],
         clients=2,
         objects=11,
+        client_snapshots=[
+            m.ClientSnapshot(
+                client_id=_CLIENT_ID,
+                heartbeat=m.ClientHeartbeat(cpu=0.5, rss_bytes=50_331_648, pending_tasks=1_000),
+                tasks=990,
+                last_seen_seconds_ago=1.5,
+            )
+        ],
     ),
     m.WorkerManagerHeartbeat(max_workers=64, running_workers=12),
     m.WorkerManagerCommand(kind=m.WorkerManagerCommandKind.STOP_WORKERS, count=2, worker_ids=[_WORKER_ID]),
@@ -194,3 +203,24 @@ def test_encoding_is_unchanged(message):
     assert codec.encode(message)[0] == golden_path(message).read_bytes(), (
         f"the encoding of {_ids(message)} changed; see this module's docstring"
     )
+
+
+# Messages as protocol 1.1 peers encode them (before the monitoring fields of 1.2): they still decode, the
+# fields 1.2 appended read as empty.
+_BEFORE_1_2 = {
+    "workerHeartbeat": dataclasses.replace(_HEARTBEAT, functions=[]),
+    "stateSnapshot": dataclasses.replace(
+        GOLDEN[list(m.MESSAGE_TYPES).index(m.StateSnapshot)],
+        workers=[
+            dataclasses.replace(worker, heartbeat=dataclasses.replace(_HEARTBEAT, functions=[]))
+            for worker in GOLDEN[list(m.MESSAGE_TYPES).index(m.StateSnapshot)].workers
+        ],
+        client_snapshots=[],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BEFORE_1_2))
+def test_protocol_1_1_messages_decode_with_the_new_fields_empty(name):
+    decoded, _ = codec.decode([(GOLDEN_DIR / "protocol-1.1" / f"{name}.bin").read_bytes()])
+    assert decoded == _BEFORE_1_2[name]

@@ -302,3 +302,14 @@ def test_every_task_reaches_exactly_one_terminal_state(actions):
     assert all(count == 1 for count in answered.values()), answered
     if not client_gone:
         assert set(answered) == submitted
+
+
+def test_snapshot_shows_each_client_with_its_last_heartbeat_and_its_tasks():
+    core = core_with(workers=())
+    beat = m.ClientHeartbeat(cpu=0.25, rss_bytes=1 << 20, pending_tasks=2)
+    core.handle(CLIENT, beat, 1.0)
+    core.handle(CLIENT, m.TaskBatch([task(1), task(2)]), 2.0)
+    snapshot = core.snapshot(3.5)
+    assert snapshot.clients == 1
+    assert snapshot.client_snapshots == [m.ClientSnapshot(CLIENT, beat, 2, 1.5)]
+    assert sum(counter.value for counter in snapshot.task_states) == 2  # every task is in exactly one state

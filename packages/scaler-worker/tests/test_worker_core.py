@@ -448,4 +448,4 @@ def test_an_event_a_state_has_no_transition_for_raises_with_the_recent_events():
     h.answer_gets()  # task 1 runs, task 2 is staged
     expected = f"worker task {task_id(2).hex()}: no transition from staged on result; recent events: stage"
     with pytest.raises(TransitionError, match=expected):
-        h.core.finished(task_id(2), m.TaskStatus.SUCCESS, b"", "", None)  # a runner reporting what it never took
+        h.core.finished(task_id(2), m.TaskStatus.SUCCESS, b"", "", None, "", 0.0)  # a result of what never ran

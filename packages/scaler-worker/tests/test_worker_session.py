@@ -88,6 +88,17 @@ def test_heartbeats_go_every_interval_with_the_task_counts():
     assert h.wake == 4.0
 
 
+def test_heartbeats_report_what_ran_per_function():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    h.tell(h.processor_finishes()._replace(function="mod.square", seconds=0.5))
+    h.tell(h.processor_finishes(m.TaskStatus.FAILED)._replace(function="mod.square", seconds=0.25))
+    h.tick(2.0)
+    [heartbeat] = h.take(m.WorkerHeartbeat)
+    assert heartbeat.functions == [m.FunctionStats("mod.square", 1, 1, 0.75)]
+
+
 def test_the_scheduler_may_ask_for_more_frequent_heartbeats_not_fewer():
     h = Harness(connect=False)
     h.handle(ack(heartbeat_interval=0.5))

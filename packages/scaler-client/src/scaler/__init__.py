@@ -18,9 +18,11 @@ from scaler.client import (  # noqa: E402
     GraphKeyError,
     ObjectReference,
     RemoteTraceback,
+    ScalerExecutor,
     ScalerFuture,
     Serializer,
     __version__,
+    progress,
 )
 from scaler.protocol.errors import (  # noqa: E402
     DisconnectedError,
@@ -66,6 +68,7 @@ __all__ = [
     "RemoteTaskError",
     "RemoteTraceback",
     "ScalerError",
+    "ScalerExecutor",
     "ScalerFuture",
     "SchedulerClusterCombo",
     "Serializer",
@@ -74,4 +77,5 @@ __all__ = [
     "TaskTimeoutError",
     "WorkerDiedError",
     "__version__",
+    "progress",
 ]

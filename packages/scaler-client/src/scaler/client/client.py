@@ -15,9 +15,11 @@ import cloudpickle
 
 from scaler.client.agent import ClientAgent
 from scaler.client.client_state import GraphSubmission, Submission
+from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
+from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import DefaultSerializer, check_serializer, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
@@ -165,32 +167,42 @@ class Client:
         self._agent.submit([submission])
         return submission.future
 
-    def map(self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]]) -> List[Any]:
+    def map(
+        self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
+    ) -> List[Any]:
         """Run ``fn(*arguments)`` for each tuple of arguments; return the results in order.
 
         ``client.map(math.sqrt, [(i,) for i in range(100)])``. The first failing
         task's exception is raised here and the map's other tasks are cancelled.
+        For ``map(fn, values)`` over single values, as the built-in ``map``, use
+        ``client.executor().map``. ``progress=True`` shows a bar (docs/interfaces.md).
         """
         if not callable(fn):
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
         futures: List[ScalerFuture] = []
         chunk: List[Submission] = []
         batch = FutureBatch()  # the map waits on this one condition, not on each future
+        bar = start_progress(progress, "map")
         try:
             for arguments in iterable:
                 if not isinstance(arguments, (tuple, list)):
                     raise TypeError(
-                        f"map() takes an iterable of argument tuples such as [(1,), (2,)]; "
-                        f"got an element of type {type(arguments).__name__}"
+                        f"Client.map() takes an iterable of argument tuples, such as [(1,), (2,)] for f(1), f(2); "
+                        f"got an element of type {type(arguments).__name__}. For single values, as in the "
+                        f"built-in map(f, values), use client.executor().map(f, values)"
                     )
                 submission = self._build(fn, tuple(arguments), {}, [], batch)
                 chunk.append(submission)
                 futures.append(submission.future)
                 if len(chunk) >= MAP_CHUNK:
                     self._agent.submit(chunk)
+                    if bar is not None:
+                        bar.watch(futures[-len(chunk) :])
                     chunk = []
             if chunk:
                 self._agent.submit(chunk)
+                if bar is not None:
+                    bar.watch(futures[-len(chunk) :])
                 chunk = []
             # Wake on the first failure, wherever it is in the map, not on the first in order.
             batch.close(len(futures))
@@ -207,14 +219,28 @@ class Client:
                 except DisconnectedError:
                     pass
             raise
+        finally:
+            if bar is not None:
+                bar.close()
 
-    def starmap(self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]]) -> List[Any]:
+    def starmap(
+        self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
+    ) -> List[Any]:
         """Same as `map` (the name itertools uses for this contract)."""
-        return self.map(fn, iterable)
+        return self.map(fn, iterable, progress)
+
+    def executor(self, **task_options: Any) -> ScalerExecutor:
+        """A `concurrent.futures.Executor` over this client (``shutdown`` leaves the client connected).
+
+        ``task_options`` (``capabilities``, ``priority``, ``timeout_seconds``, ``retries``) apply to its tasks.
+        """
+        return ScalerExecutor(self, **task_options)
 
     # --- graphs ----------------------------------------------------------------------------------------------
 
-    def get(self, graph: Mapping[Any, Any], keys: Any, block: bool = True) -> Dict[Any, Any]:
+    def get(
+        self, graph: Mapping[Any, Any], keys: Any, block: bool = True, progress: ProgressOption = False
+    ) -> Dict[Any, Any]:
         """Run a Dask-style graph; return ``{key: result}`` for each requested key.
 
         ``client.get({"a": 2, "c": (inc, "a")}, keys=["c"])`` returns ``{"c": 3}``. Values are literals
@@ -225,14 +251,20 @@ class Client:
 
         ``block=False`` returns ``{key: future}`` at once. With ``block=True`` the first failure is
         raised as the failing node's own exception (every key downstream of it fails with it) and the
-        graph's other keys are cancelled.
+        graph's other keys are cancelled. ``progress=True`` (with ``block=True``) shows a bar of the requested
+        keys' results.
         """
+        if progress and not block:
+            raise ValueError("progress needs block=True; for the futures of block=False use scaler.progress(futures)")
+        bar = start_progress(progress, "graph")  # a bad option is refused before anything is sent
         batch = FutureBatch() if block else None
         futures = self._submit_graph(graph, _requested_keys(graph, keys), batch)
         if batch is None:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
         try:
+            if bar is not None:
+                bar.watch(distinct)
             wait_with_hook(batch.finished, None)  # inside a task: the worker helps
             batch.wait()
             _raise_first_failure(distinct, batch)
@@ -245,16 +277,20 @@ class Client:
                 except DisconnectedError:
                     pass
             raise
+        finally:
+            if bar is not None:
+                bar.close()
 
-    def dask_get(self, dsk: Mapping[Any, Any], keys: Any, **kwargs: Any) -> Any:
+    def dask_get(self, dsk: Mapping[Any, Any], keys: Any, progress: ProgressOption = False, **kwargs: Any) -> Any:
         """A Dask scheduler: ``dask.compute(collection, scheduler=client.dask_get)``.
 
         Dask's ``get(dsk, keys, **kwargs)`` contract: ``keys`` is a key or nested lists of keys, and the
         results come back in that shape (a list of keys gives a tuple, as Dask's own schedulers do).
         Classic tuple tasks and task-spec nodes are both accepted; Dask's other options are ignored.
+        ``progress=True`` shows a bar (``functools.partial(client.dask_get, progress=True)`` as the scheduler).
         """
         flat = flatten_keys(keys)
-        values = self.get(to_task_spec(dsk), flat)
+        values = self.get(to_task_spec(dsk), flat, progress=progress)
         return pack_results(keys, values)
 
     def _submit_graph(

@@ -22,7 +22,10 @@ _POLL_MILLISECONDS = 500  # longest blocking wait, so Ctrl-C is handled promptly
 
 
 class SnapshotSubscription:
-    """A SUB socket connected to one monitor address; `receive` returns its next snapshot."""
+    """A SUB socket connected to one monitor address; `receive` returns its next snapshot.
+
+    The one place where a monitor's socket is made (scaler_top and scaler_ui both use it): a monitor key for
+    secure transport belongs here, set on the socket before it connects."""
 
     def __init__(self, address: str) -> None:
         self.address = address

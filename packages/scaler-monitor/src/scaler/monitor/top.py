@@ -1,11 +1,12 @@
-"""``scaler_top``: a scheduler's state snapshots as a text screen, refreshed on each snapshot."""
+"""``scaler_top``: a scheduler's state snapshots as a text screen, redrawn on each snapshot, driven with keys."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
@@ -14,8 +15,11 @@ from scaler.protocol.messages import Counter, StateSnapshot, WorkerSnapshot
 
 CONFIG_SECTION = "top"
 
-_CLEAR_SCREEN = "\x1b[H\x1b[2J"
-_WORKER_ID_WIDTH = 30
+DEFAULT_WIDTH = 80
+_MIN_WORKER_WIDTH = 12
+_MAX_WORKER_WIDTH = 30
+_KEY_POLL_SECONDS = 0.05  # how often the screen looks for a key while it waits for a snapshot
+_MESSAGE_ROWS = 7  # message types on an interactive screen (as many rows as the task states): room for workers
 
 
 def show_bytes(size: int) -> str:
@@ -38,9 +42,8 @@ def _short_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _worker_name(worker_id: bytes) -> str:
-    name = show(worker_id)
-    return name if len(name) <= _WORKER_ID_WIDTH else name[: _WORKER_ID_WIDTH - 1] + "+"
+def _cut(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "+"
 
 
 def _block(title: str, rows: Sequence[Tuple[str, str]]) -> List[str]:
@@ -56,45 +59,155 @@ def _counters(counters: Sequence[Counter]) -> List[Tuple[str, str]]:
     return [(counter.name, f"{counter.value:,}") for counter in counters]
 
 
-# The worker table: column title, how to show a worker, how to sort by that column (largest first
-# for numbers), in display order. `--sort-by` takes a title.
-_WORKER_COLUMNS: Dict[str, Tuple[Callable[[WorkerSnapshot], str], Callable[[WorkerSnapshot], Any]]] = {
-    "worker": (lambda w: _worker_name(w.worker_id), lambda w: show(w.worker_id)),
-    "agt_cpu": (lambda w: f"{w.heartbeat.agent_cpu:.1f}%", lambda w: -w.heartbeat.agent_cpu),
-    "agt_rss": (lambda w: _short_bytes(w.heartbeat.agent_rss_bytes), lambda w: -w.heartbeat.agent_rss_bytes),
-    "cpu": (lambda w: f"{w.heartbeat.processor_cpu:.1f}%", lambda w: -w.heartbeat.processor_cpu),
-    "rss": (lambda w: _short_bytes(w.heartbeat.processor_rss_bytes), lambda w: -w.heartbeat.processor_rss_bytes),
-    "slots": (lambda w: str(w.slots), lambda w: -w.slots),
-    "assigned": (lambda w: f"{w.assigned_tasks:,}", lambda w: -w.assigned_tasks),
-    "running": (lambda w: f"{w.heartbeat.running_tasks:,}", lambda w: -w.heartbeat.running_tasks),
-    "queued": (lambda w: f"{w.heartbeat.queued_tasks:,}", lambda w: -w.heartbeat.queued_tasks),
-    "suspended": (lambda w: f"{w.heartbeat.suspended_tasks:,}", lambda w: -w.heartbeat.suspended_tasks),
-    "seen": (lambda w: f"{w.last_seen_seconds_ago:.1f}s", lambda w: w.last_seen_seconds_ago),
-    "capabilities": (
+def _messages(snapshot: StateSnapshot, limit: Optional[int]) -> List[str]:
+    """The messages block: per type, how many the scheduler sent and received; the busiest ``limit`` types."""
+    sent = {counter.name: counter.value for counter in snapshot.messages_sent}
+    received = {counter.name: counter.value for counter in snapshot.messages_received}
+    names = sorted(sent.keys() | received.keys(), key=lambda name: (-sent.get(name, 0) - received.get(name, 0), name))
+    shown = names if limit is None else names[:limit]
+    rows = [(name, f"{sent.get(name, 0):,}", f"{received.get(name, 0):,}") for name in shown]
+    title = "messages" if len(shown) == len(names) else f"messages ({len(shown)} of {len(names)})"
+    name_width = max([len(title), *(len(name) for name, _, _ in rows)])
+    sent_width = max([4, *(len(value) for _, value, _ in rows)])
+    received_width = max([8, *(len(value) for _, _, value in rows)])
+    lines = [f"{title:<{name_width}} {'sent':>{sent_width}} {'received':>{received_width}}"]
+    lines += [f"{n:>{name_width}} {s:>{sent_width}} {r:>{received_width}}" for n, s, r in rows]
+    return lines
+
+
+def _side_by_side(blocks: List[List[str]], width: int) -> List[str]:
+    """Blocks joined by `` | `` in rows of as many as fit in ``width``."""
+    lines: List[str] = []
+    row: List[List[str]] = []
+    for block in blocks:
+        if row and sum(len(b[0]) + 3 for b in row) + len(block[0]) > width:
+            lines.extend(_join(row))
+            row = []
+        row.append(block)
+    return lines + _join(row)
+
+
+def _join(row: List[List[str]]) -> List[str]:
+    widths = [len(block[0]) for block in row]
+    return [
+        " | ".join(line.ljust(w) for line, w in zip(lines, widths, strict=True)).rstrip()
+        for lines in itertools.zip_longest(*row, fillvalue="")
+    ]
+
+
+class Column(NamedTuple):
+    key: str  # the key that sorts by this column
+    cell: Callable[[WorkerSnapshot], str]
+    sort_key: Callable[[WorkerSnapshot], Any]  # ascending order; the screen shows numbers largest first
+
+
+# The worker table in display order: title -> column. `--sort-by` takes a title.
+COLUMNS: Dict[str, Column] = {
+    "worker": Column("n", lambda w: show(w.worker_id), lambda w: show(w.worker_id)),
+    "agt_cpu": Column("a", lambda w: f"{w.heartbeat.agent_cpu:.1f}%", lambda w: w.heartbeat.agent_cpu),
+    "agt_rss": Column("g", lambda w: _short_bytes(w.heartbeat.agent_rss_bytes), lambda w: w.heartbeat.agent_rss_bytes),
+    "cpu": Column("c", lambda w: f"{w.heartbeat.processor_cpu:.1f}%", lambda w: w.heartbeat.processor_cpu),
+    "rss": Column(
+        "m", lambda w: _short_bytes(w.heartbeat.processor_rss_bytes), lambda w: w.heartbeat.processor_rss_bytes
+    ),
+    "slots": Column("s", lambda w: str(w.slots), lambda w: w.slots),
+    "sent": Column("t", lambda w: f"{w.assigned_tasks:,}", lambda w: w.assigned_tasks),
+    "queued": Column("u", lambda w: f"{w.heartbeat.queued_tasks:,}", lambda w: w.heartbeat.queued_tasks),
+    "run": Column("r", lambda w: f"{w.heartbeat.running_tasks:,}", lambda w: w.heartbeat.running_tasks),
+    "susp": Column("p", lambda w: f"{w.heartbeat.suspended_tasks:,}", lambda w: w.heartbeat.suspended_tasks),
+    "seen": Column("l", lambda w: f"{w.last_seen_seconds_ago:.1f}s", lambda w: w.last_seen_seconds_ago),
+    "capabilities": Column(
+        "b",
         lambda w: ",".join(f"{c.name}={c.value}" for c in w.capabilities),
         lambda w: [(c.name, c.value) for c in w.capabilities],
     ),
 }
-SORT_COLUMNS = tuple(_WORKER_COLUMNS)
+SORT_COLUMNS = tuple(COLUMNS)
+_TEXT_COLUMNS = ("worker", "capabilities")  # sorted A to Z by default; the others largest first
+_COLUMN_BY_KEY = {column.key: title for title, column in COLUMNS.items()}
+
+HELP_LINE = "h help  q quit  < > sort column  R reverse order"
+HELP_TEXT = [
+    "Keys:",
+    "  q        quit (Ctrl-C too)",
+    "  h        show or hide this help",
+    "  < >      sort by the column left or right of the sorted one",
+    "  R        reverse the order",
+    "  " + "  ".join(f"{column.key} {title}" for title, column in list(COLUMNS.items())[:6]),
+    "  " + "  ".join(f"{column.key} {title}" for title, column in list(COLUMNS.items())[6:]),
+    "Columns: agt_* the worker's agent; cpu, rss its processor, which runs the tasks;",
+    "  sent: tasks the scheduler assigned it; queued, run: tasks queued and running",
+    "  there; susp: tasks waiting for the tasks they submitted; seen: last heartbeat",
+]
 
 
-def _worker_table(workers: Sequence[WorkerSnapshot], sort_by: str) -> List[str]:
-    _, sort_key = _WORKER_COLUMNS[sort_by]
-    ordered = sorted(workers, key=lambda w: (sort_key(w), show(w.worker_id)))
-    titles = list(_WORKER_COLUMNS)
-    rows = [[cell(worker) for cell, _ in _WORKER_COLUMNS.values()] for worker in ordered]
+def _worker_table(workers: Sequence[WorkerSnapshot], sort_by: str, descending: bool, width: int) -> List[str]:
+    _, _, sort_key = COLUMNS[sort_by]
+    ordered = sorted(workers, key=lambda w: show(w.worker_id))  # ties in worker order
+    ordered.sort(key=sort_key, reverse=descending)
+    titles = [f"[{title}]" if title == sort_by else title for title in COLUMNS]
+    rows = [[column.cell(worker) for column in COLUMNS.values()] for worker in ordered]
     widths = [max([len(title), *(len(row[index]) for row in rows)]) for index, title in enumerate(titles)]
+    rest = sum(w + 1 for w in widths[1:-1])  # the numbers, each after a space
+    widths[0] = max(len(titles[0]), min(widths[0], _MAX_WORKER_WIDTH, max(_MIN_WORKER_WIDTH, width - rest - 1)))
 
     def line(cells: Sequence[str]) -> str:
-        first, *rest = cells
-        numbers = " ".join(cell.rjust(width) for cell, width in zip(rest[:-1], widths[1:-1], strict=True))
-        return f"{first.ljust(widths[0])} {numbers} {rest[-1]}".rstrip()
+        first, *numbers, last = cells
+        middle = " ".join(cell.rjust(w) for cell, w in zip(numbers, widths[1:-1], strict=True))
+        return f"{_cut(first, widths[0]).ljust(widths[0])} {middle} {last}".rstrip()
 
     return [line(titles)] + [line(row) for row in rows]
 
 
-def render(snapshot: StateSnapshot, sort_by: str = "worker") -> str:
-    """The whole screen for one snapshot: scheduler, task and message counters, then the workers."""
+class TopView:
+    """What the screen shows besides the snapshot: the sort column and order, and whether help is open.
+
+    `on_key` takes one key; it returns False when the key asks to quit."""
+
+    def __init__(self, sort_by: str = "worker", descending: Optional[bool] = None) -> None:
+        self.sort_by = sort_by
+        self.descending = sort_by not in _TEXT_COLUMNS if descending is None else descending
+        self.help = False
+
+    def _sort(self, title: str) -> None:
+        if title == self.sort_by:
+            self.descending = not self.descending
+        else:
+            self.sort_by = title
+            self.descending = title not in _TEXT_COLUMNS
+
+    def on_key(self, key: str) -> bool:
+        if key in ("q", "\x03"):
+            return False
+        titles = list(COLUMNS)
+        if key == "h" or key == "?":
+            self.help = not self.help
+        elif key == "R":
+            self.descending = not self.descending
+        elif key in ("<", ">"):
+            step = -1 if key == "<" else 1
+            self._sort(titles[(titles.index(self.sort_by) + step) % len(titles)])
+        elif key in _COLUMN_BY_KEY:
+            self._sort(_COLUMN_BY_KEY[key])
+        return True
+
+    def status_line(self) -> str:
+        order = "largest first" if self.descending else "smallest first"
+        if self.sort_by in _TEXT_COLUMNS:
+            order = "Z to A" if self.descending else "A to Z"
+        return f"{HELP_LINE}   sorted by {self.sort_by}, {order}"
+
+
+def render(
+    snapshot: StateSnapshot,
+    sort_by: str = "worker",
+    width: int = 1000,
+    view: Optional[TopView] = None,
+    message_rows: Optional[int] = None,
+) -> str:
+    """The whole screen for one snapshot: scheduler, task and message counters, then the workers. No line is
+    longer than ``width``; at most ``message_rows`` message types are shown (None: all)."""
+    view = view or TopView(sort_by)
     blocks = [
         _block(
             "scheduler",
@@ -102,21 +215,25 @@ def render(snapshot: StateSnapshot, sort_by: str = "worker") -> str:
                 ("cpu", f"{snapshot.scheduler_cpu:.1f}%"),
                 ("rss", show_bytes(snapshot.scheduler_rss_bytes)),
                 ("clients", f"{snapshot.clients:,}"),
-                ("objects", f"{snapshot.objects:,}"),
+                ("workers", f"{len(snapshot.workers):,}"),
             ],
         ),
         _block("task states", _counters(snapshot.task_states)),
-        _block("scheduler sent", _counters(snapshot.messages_sent)),
-        _block("scheduler received", _counters(snapshot.messages_received)),
+        _messages(snapshot, message_rows),
     ]
-    widths = [len(block[0]) for block in blocks]
-    head = [
-        " | ".join(line.ljust(width) for line, width in zip(lines, widths, strict=True)).rstrip()
-        for lines in itertools.zip_longest(*blocks, fillvalue="")
-    ]
-    rule = "-" * max(len(line) for line in head)
-    total = f"Total {len(snapshot.workers)} worker(s)"
-    return "\n".join([*head, rule, total, *_worker_table(snapshot.workers, sort_by)]) + "\n"
+    head = _side_by_side(blocks, width)
+    rule = "-" * min(width, max(len(line) for line in head))
+    lines = [*head, rule, view.status_line()]
+    if view.help:
+        lines += HELP_TEXT
+    lines += ["", f"Total {len(snapshot.workers)} worker(s)"]
+    lines += _worker_table(snapshot.workers, view.sort_by, view.descending, width)
+    return "\n".join(line[:width] for line in lines) + "\n"
+
+
+def waiting_screen(address: str, view: TopView, width: int) -> str:
+    lines = [f"scaler_top: no snapshot from {address} yet", "", HELP_LINE, *(HELP_TEXT if view.help else [])]
+    return "\n".join(line[:width] for line in lines) + "\n"
 
 
 def address_argument(text: str) -> str:
@@ -131,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scaler_top",
         description="Show a Scaler scheduler's state (scheduler, tasks, messages, workers), refreshed on every "
-        "snapshot the scheduler publishes.",
+        f"snapshot the scheduler publishes. Keys: {HELP_LINE}; a column's letter sorts by it (h lists them).",
     )
     parser.add_argument(
         "address", type=address_argument, help="the scheduler's monitor address (by default its port + 2)"
@@ -150,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Exit status: 0 after Ctrl-C or a --timeout that followed at least one snapshot, 1 if none came."""
+    """Exit status: 0 after q, Ctrl-C or a --timeout that followed at least one snapshot, 1 if none came."""
     parser = build_parser()
     try:
         args = parse_arguments(parser, CONFIG_SECTION, argv)
@@ -160,21 +277,60 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from scaler.monitor.subscription import SnapshotSubscription  # pyzmq only when running
 
-    clear = sys.stdout.isatty()
-    shown = 0
+    view = TopView(args.sort_by)
     try:
         with SnapshotSubscription(args.address) as subscription:
-            while True:
-                snapshot = subscription.receive(args.timeout)
-                if snapshot is None:
-                    print(f"scaler_top: no snapshot from {args.address} for {args.timeout} seconds", file=sys.stderr)
-                    return 0 if shown else 1
-                screen = render(snapshot, args.sort_by)
-                sys.stdout.write(_CLEAR_SCREEN + screen if clear else screen + "\n")
-                sys.stdout.flush()
-                shown += 1
+            if sys.stdout.isatty() and sys.stdin.isatty():
+                return _interactive(subscription, view, args.timeout)
+            return _printed(subscription, view, args.timeout)
     except KeyboardInterrupt:
         return 0
+
+
+def _no_snapshot(address: str, timeout: Optional[float], shown: int) -> int:
+    print(f"scaler_top: no snapshot from {address} for {timeout} seconds", file=sys.stderr)
+    return 0 if shown else 1
+
+
+def _printed(subscription: Any, view: TopView, timeout: Optional[float]) -> int:
+    """Not on a terminal: every screen printed after the one before, no keys."""
+    shown = 0
+    while True:
+        snapshot = subscription.receive(timeout)
+        if snapshot is None:
+            return _no_snapshot(subscription.address, timeout, shown)
+        sys.stdout.write(render(snapshot, view=view) + "\n")
+        sys.stdout.flush()
+        shown += 1
+
+
+def _interactive(subscription: Any, view: TopView, timeout: Optional[float]) -> int:
+    from scaler.monitor.terminal import Terminal
+
+    shown = 0
+    snapshot: Optional[StateSnapshot] = None
+    last_snapshot_at = time.monotonic()
+    with Terminal() as terminal:
+        redraw = True
+        while True:
+            if redraw:
+                width = terminal.width()
+                screen = render(snapshot, width=width, view=view, message_rows=_MESSAGE_ROWS) if snapshot else None
+                terminal.draw(screen or waiting_screen(subscription.address, view, width))
+                redraw = False
+            key = terminal.read_key(_KEY_POLL_SECONDS)
+            if key is not None:
+                if not view.on_key(key):
+                    return 0
+                redraw = True
+            received = subscription.receive(_KEY_POLL_SECONDS)
+            if received is not None:
+                snapshot, last_snapshot_at, redraw = received, time.monotonic(), True
+                shown += 1
+            elif timeout is not None and time.monotonic() - last_snapshot_at >= timeout:
+                break
+            redraw = redraw or terminal.resized()
+    return _no_snapshot(subscription.address, timeout, shown)
 
 
 if __name__ == "__main__":

@@ -1,43 +1,97 @@
-"""``scaler_ui``: the web monitor. Not implemented yet: it parses its options and says so."""
+"""``scaler_ui``: the web monitor. It subscribes to a scheduler's monitor address and serves, on
+http://HOST:PORT/, a live page (charts, workers, clients, functions, task states) and ``/metrics`` for Prometheus.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import logging
+import signal
 import sys
+import threading
 from typing import Optional, Sequence
 
 from scaler.monitor.top import address_argument
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
+from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
 
 CONFIG_SECTION = "ui"
 
-NOT_IMPLEMENTED_EXIT_STATUS = 2
+logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="scaler_ui", description="Serve a web page showing a Scaler scheduler's state (not implemented yet)."
+        prog="scaler_ui",
+        description="Serve a live web page of a Scaler scheduler's state, and its Prometheus metrics at /metrics.",
     )
     parser.add_argument(
         "address", type=address_argument, help="the scheduler's monitor address (by default its port + 2)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface the web server listens on")
-    parser.add_argument("--port", type=int, default=8081, help="port the web server listens on")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface the web server listens on (default: 127.0.0.1, this host only)"
+    )
+    parser.add_argument("--port", type=int, default=8081, help="port the web server listens on (0: any free port)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="require this token of every request (Bearer, or as the password of the browser's login prompt); "
+        "put it in the --config file to keep it out of the process list",
+    )
     add_common_arguments(parser, event_loop=False)
     return parser
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
-        parse_arguments(parser, CONFIG_SECTION, argv)
+        args = parse_arguments(parser, CONFIG_SECTION, argv)
     except ConfigError as error:
         parser.error(str(error))
-    print(
-        "scaler_ui: the web monitor is not implemented yet; use `scaler_top ADDRESS` to watch the scheduler",
-        file=sys.stderr,
-    )
-    return NOT_IMPLEMENTED_EXIT_STATUS
+    if not 0 <= args.port <= 65535:
+        parser.error(f"argument --port: {args.port} is not a port number (0 to 65535)")
+    setup_logging(args.logging_level, args.logging_paths)
+
+    from scaler.monitor.dashboard_state import DashboardState  # prometheus_client and pyzmq only when running
+    from scaler.monitor.subscription import SnapshotSubscription
+    from scaler.monitor.web_server import DashboardServer, SnapshotFeed
+
+    if not args.token and not _is_loopback(args.host):
+        logger.warning(
+            f"scaler_ui: listening on {args.host} without --token: anyone who reaches this port sees the cluster"
+        )
+    with SnapshotSubscription(args.address) as subscription:
+        feed = SnapshotFeed(subscription, DashboardState(args.address))
+        try:
+            server = DashboardServer(args.host, args.port, feed, args.token)
+        except OSError as error:
+            print(f"scaler_ui: error: cannot listen at {args.host}:{args.port}: {error}", file=sys.stderr)
+            return 1
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        feed.start()
+        serving = threading.Thread(target=server.serve_forever, name="scaler_ui http", daemon=True)
+        serving.start()
+        port = server.server_address[1]
+        logger.info(f"scaler_ui: monitor {args.address}, page at http://{args.host}:{port}/, metrics at /metrics")
+        try:
+            stop.wait()
+        finally:
+            server.shutdown()
+            feed.stop()
+            server.server_close()
+    logger.info("scaler_ui: stopped")
+    return 0
 
 
 if __name__ == "__main__":

@@ -128,6 +128,15 @@ class WorkerHeartbeat:
     queued_tasks: int = 0
     running_tasks: int = 0
     suspended_tasks: int = 0
+    functions: List[FunctionStats] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FunctionStats:
+    name: str = ""
+    succeeded: int = 0
+    failed: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -273,6 +282,14 @@ class WorkerSnapshot:
 
 
 @dataclass(slots=True)
+class ClientSnapshot:
+    client_id: bytes = b""
+    heartbeat: ClientHeartbeat = field(default_factory=ClientHeartbeat)
+    tasks: int = 0
+    last_seen_seconds_ago: float = 0.0
+
+
+@dataclass(slots=True)
 class Counter:
     name: str = ""
     value: int = 0
@@ -288,6 +305,7 @@ class StateSnapshot:
     workers: List[WorkerSnapshot] = field(default_factory=list)
     clients: int = 0
     objects: int = 0
+    client_snapshots: List[ClientSnapshot] = field(default_factory=list)
 
 
 @dataclass(slots=True)

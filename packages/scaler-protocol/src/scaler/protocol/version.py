@@ -11,7 +11,8 @@ from typing import Optional
 from scaler.protocol.messages import Version
 
 # 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
-PROTOCOL_VERSION = Version(major=1, minor=1)
+# 1.2: monitoring: WorkerHeartbeat.functions, StateSnapshot.clientSnapshots
+PROTOCOL_VERSION = Version(major=1, minor=2)
 
 
 def show_version(version: Version) -> str:

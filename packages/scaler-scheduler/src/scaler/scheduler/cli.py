@@ -21,6 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="object storage server to use (default: port + 1, started here if none answers)",
     )  # fmt: skip
     parser.add_argument("--monitor-address", "-ma", default=None, help="monitor PUB address (default: port + 2)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=None,
+        help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (needs scaler-scheduler[metrics])",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="interface of --metrics-port (default: 127.0.0.1, this host only)"
+    )
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
@@ -59,6 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             logging_paths=tuple(args.logging_paths),
             object_storage_address=args.object_storage_address,
             monitor_address=args.monitor_address,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
             protected=args.protected,
             allocate_policy=args.allocate_policy,
             max_task_deaths=args.max_task_deaths,

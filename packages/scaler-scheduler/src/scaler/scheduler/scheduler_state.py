@@ -92,12 +92,13 @@ class _Worker:
 
 
 class _Client:
-    __slots__ = ("client_id", "tasks", "last_seen")
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat")
 
     def __init__(self, client_id: bytes, now: float) -> None:
         self.client_id = client_id
         self.tasks: Set[bytes] = set()
         self.last_seen = now
+        self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
 
 
 class SchedulerCore:
@@ -216,6 +217,7 @@ class SchedulerCore:
         self._dispatch(out)
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: List[Effect]) -> None:
+        self._clients[source].heartbeat = message
         out.append(Send(source, m.ClientHeartbeatEcho()))
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: List[Effect]) -> None:
@@ -601,8 +603,13 @@ class SchedulerCore:
             )
             for w in self._workers.values()
         ]
+        clients = [
+            m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen) for c in self._clients.values()
+        ]
         states = [m.Counter(state.value, max(0, self.state_counts[state])) for state in TaskState]
-        return m.StateSnapshot(task_states=states, workers=workers, clients=len(self._clients))
+        return m.StateSnapshot(
+            task_states=states, workers=workers, clients=len(self._clients), client_snapshots=clients
+        )
 
     @property
     def task_count(self) -> int:

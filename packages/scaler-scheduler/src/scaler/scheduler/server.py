@@ -58,6 +58,8 @@ class SchedulerServer:
         max_task_deaths: int = 3,
         graph_sorter: str = "auto",
         graph_inline_bytes: int = DEFAULT_INLINE_BUDGET,
+        metrics_port: Optional[int] = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         self.address = check_address(address)
         self._storage_address_given = object_storage_address is not None
@@ -82,6 +84,10 @@ class SchedulerServer:
         self._monitor: Any = None
         self._storage_process: Optional[multiprocessing.process.BaseProcess] = None
         self._subscribers = 0
+        self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
+        self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
+        self._function_totals: Any = None  # snapshot_metrics.FunctionTotals, with --metrics-port
+        self.latest_snapshot: Optional[Any] = None  # (StateSnapshot, per-function totals) for --metrics-port
         self._received: Counter = Counter()
         self._sent: Counter = Counter()
         self._stop: Optional[asyncio.Event] = None
@@ -94,6 +100,7 @@ class SchedulerServer:
         self._stop = asyncio.Event()
         try:
             self._bind()
+            self._serve_metrics()
             await self._connect_storage()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._stop.set)
@@ -122,6 +129,28 @@ class SchedulerServer:
         self._monitor.setsockopt(zmq.SNDHWM, 16)
         self._bind_socket(self._monitor, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
+
+    def _serve_metrics(self) -> None:
+        """Prometheus metrics on ``--metrics-port``, read by prometheus_client's own thread from the snapshot the
+        event loop last stored (`latest_snapshot`, replaced whole each second: the thread never reads the core)."""
+        if self._metrics_address is None:
+            return
+        try:
+            from scaler.protocol import snapshot_metrics
+        except ImportError:
+            raise SchedulerStartError(
+                "--metrics-port needs prometheus_client: pip install 'scaler-scheduler[metrics]'"
+            ) from None
+        host, port = self._metrics_address
+        self._function_totals = snapshot_metrics.FunctionTotals()
+        registry = snapshot_metrics.snapshot_registry(
+            snapshot_metrics.SnapshotCollector(lambda: self.latest_snapshot), with_process=True
+        )
+        try:
+            self._metrics = snapshot_metrics.MetricsServer(host, port, registry)
+        except OSError as error:
+            raise SchedulerStartError(f"cannot serve metrics at {host}:{port}: {error}") from None
+        logger.info(f"Scheduler: serve Prometheus metrics at http://{host}:{self._metrics.port}/metrics")
 
     @staticmethod
     def _bind_socket(socket: Any, address: str) -> None:
@@ -179,6 +208,8 @@ class SchedulerServer:
                     pass
                 socket.close(linger=0)
         self._context.term()
+        if self._metrics is not None:
+            self._metrics.close()
         if self._storage_process is not None:
             stop_process(self._storage_process)
 
@@ -299,13 +330,19 @@ class SchedulerServer:
         self._drain(self._router, self._on_router_frames)
 
     def _publish_snapshot(self) -> None:
-        if self._subscribers <= 0:
+        """Nothing at all unless a monitor subscribes or --metrics-port serves."""
+        if self._subscribers <= 0 and self._metrics is None:
             return
         snapshot = self.core.snapshot(time.monotonic())
         snapshot.scheduler_cpu = self._process.cpu_percent()
         snapshot.scheduler_rss_bytes = self._process.memory_info().rss
         snapshot.messages_sent = [m.Counter(k, v) for k, v in sorted(self._sent.items())]
         snapshot.messages_received = [m.Counter(k, v) for k, v in sorted(self._received.items())]
+        if self._metrics is not None:
+            self._function_totals.update(snapshot)
+            self.latest_snapshot = (snapshot, self._function_totals.totals())
+        if self._subscribers <= 0:
+            return
         try:
             self._monitor.send_multipart(codec.encode(snapshot), zmq.NOBLOCK)
         except zmq.Again:

@@ -23,6 +23,7 @@ Keep this module's imports light: every processor start imports it.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -71,17 +72,29 @@ class _Loaded:
     """A cached function or serializer, or the exception raised while loading it (so that the cache,
     which the agent mirrors, holds an entry either way)."""
 
-    __slots__ = ("value", "error", "traceback_text")
+    __slots__ = ("value", "error", "traceback_text", "name")
 
     def __init__(self, payload: bytes) -> None:
         self.value: Any = None
         self.error: Optional[BaseException] = None
         self.traceback_text = ""
+        self.name = ""  # module.qualname, reported with each result for monitors
         try:
             self.value = cloudpickle.loads(payload)
         except Exception as error:
             self.error = error
             self.traceback_text = traceback.format_exc()
+        else:
+            self.name = _qualified_name(self.value)
+
+
+def _qualified_name(value: Any) -> str:
+    """``module.qualname`` of a function (of the function inside a ``functools.partial``), or of its type."""
+    if isinstance(value, functools.partial):
+        value = value.func
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None)
+    return f"{module}.{name}" if module else name
 
 
 class _Accepted:
@@ -338,9 +351,9 @@ class _Processor:
         serializer_entry = accepted.serializer
         for entry in (function, serializer_entry):
             if entry is not None and entry.error is not None:
-                return _failed(task.task_id, entry.error, entry.traceback_text)
+                return _failed(task.task_id, entry.error, entry.traceback_text)._replace(function=function.name)
         if accepted.problem is not None:
-            return _failed(task.task_id, accepted.problem, "")
+            return _failed(task.task_id, accepted.problem, "")._replace(function=function.name)
         serializer = serializer_entry.value if serializer_entry is not None else _DEFAULT_SERIALIZER
 
         try:
@@ -354,7 +367,7 @@ class _Processor:
                 else:
                     positional.append(value)
         except Exception as error:
-            return _failed(task.task_id, error, traceback.format_exc())
+            return _failed(task.task_id, error, traceback.format_exc())._replace(function=function.name)
 
         self._start_profile(frame, task.profiling)
         failure: Optional[BaseException] = None
@@ -367,7 +380,7 @@ class _Processor:
             result = _failed(task.task_id, failure, _user_traceback(failure), profiling)
         else:
             result = _success(task.task_id, value, serializer, profiling)
-        return result._replace(seconds=time.perf_counter() - frame.started)
+        return result._replace(seconds=time.perf_counter() - frame.started, function=function.name)
 
     @staticmethod
     def _load(cache: LRUCache, key: bytes, payload: Optional[bytes], what: str) -> _Loaded:

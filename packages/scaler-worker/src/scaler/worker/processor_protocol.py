@@ -112,6 +112,7 @@ class ProcessorResult(NamedTuple):
     error_text: str
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
+    function: str = ""  # the task's function as module.qualname (for monitors); "" if it could not be loaded
 
 
 # Framing. Both ends use the Pipe as a byte stream (a socket pair). A message is pickled (protocol 5) and the

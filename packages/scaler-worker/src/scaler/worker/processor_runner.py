@@ -314,7 +314,15 @@ class ProcessorRunner:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
             if self._inbox:  # the processor starts the next one in its FIFO at once
                 self._start_next(owner, out)
-        owner.finished(result.task_id, result.status, result.payload, result.error_text, result.profiling)
+        owner.finished(
+            result.task_id,
+            result.status,
+            result.payload,
+            result.error_text,
+            result.profiling,
+            result.function,
+            result.seconds,
+        )
 
     def _on_waiting(self, owner: RunnerOwner, notice: TaskWaiting, out: List[Any]) -> None:
         sent = self._tasks.get(notice.task_id)

@@ -54,10 +54,19 @@ class RunnerOwner(Protocol):
     def started(self, task_id: bytes) -> None: ...
 
     def finished(
-        self, task_id: bytes, status: int, payload: Any, error_text: str, profiling: Optional[Tuple[float, float, int]]
+        self,
+        task_id: bytes,
+        status: int,
+        payload: Any,
+        error_text: str,
+        profiling: Optional[Tuple[float, float, int]],
+        function: str,
+        seconds: float,
     ) -> None:
         """Its result: ``status`` a `TaskStatus`, ``payload`` the serialized value (or the failure, see
-        `task_failure`), ``profiling`` (duration seconds, CPU seconds, peak memory bytes) if it was profiled."""
+        `task_failure`), ``profiling`` (duration seconds, CPU seconds, peak memory bytes) if it was profiled;
+        ``function`` its function's ``module.qualname`` ("" if it could not be loaded) and ``seconds`` how long
+        it ran, for the per-function totals of the heartbeats."""
 
     def died(self, task_id: bytes, reason: str) -> None: ...
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import show
+from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
 from scaler.worker.storage_requests import StorageRequests
 from scaler.worker.task_lifecycle import (
@@ -93,6 +94,7 @@ class WorkerCore:
         self._staged: Dict[bytes, TaskEntry] = {}
         self._storage = StorageRequests(identity.object_ids)
         self._answers = SchedulerAnswers(result_batch_seconds)
+        self._function_stats = FunctionStatsTable()  # what ran, per function, for the heartbeats
         self._deadlines: List[Tuple[float, int, bytes]] = []  # (when, run, task ID) of started tasks with a timeout
         self._runs = itertools.count(1)
         self._wake_at = math.inf  # the Tick asked of the shell
@@ -231,6 +233,7 @@ class WorkerCore:
             queued_tasks=self.queued_count,
             running_tasks=runner.running,
             suspended_tasks=runner.suspended,
+            functions=self._function_stats.report(),
         )
         self._out.append(SendToScheduler(heartbeat))
 
@@ -347,8 +350,16 @@ class WorkerCore:
             heapq.heappush(self._deadlines, (self._now + timeout, entry.run, task_id))
 
     def finished(
-        self, task_id: bytes, status: int, payload: Any, error_text: str, profiling: Optional[Tuple[float, float, int]]
+        self,
+        task_id: bytes,
+        status: int,
+        payload: Any,
+        error_text: str,
+        profiling: Optional[Tuple[float, float, int]],
+        function: str,
+        seconds: float,
     ) -> None:
+        self._function_stats.record(function, status == m.TaskStatus.SUCCESS, seconds)
         entry = self._tasks.get(task_id)
         if entry is None:
             logger.warning(f"{self._name}: dropped result of task {task_id.hex()}: not known here")

@@ -8,11 +8,11 @@ Hello to storage too. A storage `Refusal` of that Hello ends the worker (78); a 
 refused, or a restarted server that forgot us) is answered by saying Hello again.
 
 Liveness: a heartbeat every interval once connected (its resource numbers are measured by the shell on
-`MeasureUsage`, its task counts are the core's). A scheduler silent for longer than the worker timeout
-counts as gone: the worker exits (1) and `scaler_cluster` replaces it. A scheduler that refuses us after
-its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a stop
-signal, ends the worker (0); leaving on our own, the worker first says `DisconnectRequest`, so that its
-tasks go elsewhere at once rather than after the scheduler's timeout.
+`MeasureUsage`; its task counts and per-function totals are the core's). A scheduler silent for longer
+than the worker timeout counts as gone: the worker exits (1) and `scaler_cluster` replaces it. A scheduler
+that refuses us after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the
+scheduler, or a stop signal, ends the worker (0); leaving on our own, the worker first says
+`DisconnectRequest`, so that its tasks go elsewhere at once rather than after the scheduler's timeout.
 """
 
 from __future__ import annotations

@@ -72,6 +72,15 @@ struct WorkerHeartbeat {
   queuedTasks @4 :UInt32;
   runningTasks @5 :UInt32;
   suspendedTasks @6 :UInt32;
+  functions @7 :List(FunctionStats);      # since the worker started, per function it ran (protocol 1.2)
+}
+
+# What one worker ran of one function, for monitors.
+struct FunctionStats {
+  name @0 :Text;                          # module.qualname, as the processor loaded it
+  succeeded @1 :UInt64;
+  failed @2 :UInt64;                      # raised, could not be run, or its result could not be serialized
+  seconds @3 :Float64;                    # total wall time of those runs on the processor
 }
 
 struct WorkerHeartbeatEcho {
@@ -244,6 +253,13 @@ struct WorkerSnapshot {
   lastSeenSecondsAgo @5 :Float32;
 }
 
+struct ClientSnapshot {
+  clientId @0 :Data;
+  heartbeat @1 :ClientHeartbeat;          # its last heartbeat
+  tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
+  lastSeenSecondsAgo @3 :Float32;
+}
+
 struct Counter {
   name @0 :Text;
   value @1 :UInt64;
@@ -258,6 +274,7 @@ struct StateSnapshot {
   workers @5 :List(WorkerSnapshot);
   clients @6 :UInt32;
   objects @7 :UInt64;
+  clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
 }
 
 struct WorkerManagerHeartbeat {

@@ -1,0 +1,284 @@
+// The Scaler web monitor: reads the server-sent events of /events and draws the page. No library: the charts
+// are drawn on canvases, the tables are plain DOM.
+"use strict";
+
+const HISTORY_SECONDS = 600;
+
+const CHARTS = {
+  "chart-rates": {
+    series: [
+      {key: "received_per_second", name: "received", color: "#2563eb"},
+      {key: "succeeded_per_second", name: "succeeded", color: "#16a34a"},
+      {key: "failed_per_second", name: "failed", color: "#dc2626"},
+    ],
+    format: (v) => formatNumber(v) + "/s",
+  },
+  "chart-queue": {series: [{key: "queued", name: "queued", color: "#9333ea"}], format: formatNumber, integer: true},
+  "chart-workers": {series: [{key: "workers", name: "workers", color: "#0891b2"}], format: formatNumber, integer: true},
+  "chart-scheduler": {
+    series: [
+      {key: "scheduler_cpu", name: "CPU %", color: "#ea580c"},
+      {key: "scheduler_rss_bytes", name: "memory", color: "#475569", right: true},
+    ],
+    format: (v) => formatNumber(v) + "%",
+    formatRight: formatBytes,
+  },
+};
+
+const MEBIBYTE = 1024 * 1024;
+
+// The smallest of 1, 2, 2.5, 5 times a power of ten that is at least `value`: the top of a chart's axis.
+function niceCeil(value) {
+  if (value <= 0) return 1;
+  const power = Math.pow(10, Math.floor(Math.log10(value)));
+  const fraction = value / power;
+  const nice = fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 2.5 ? 2.5 : fraction <= 5 ? 5 : 10;
+  return nice * power;
+}
+
+const points = [];  // chart history: one object per snapshot, oldest first
+const sortState = {};  // table id -> {key, ascending}
+let latest = null;  // the last page state
+
+function formatNumber(value) {
+  if (value === null || value === undefined) return "–";
+  const abs = Math.abs(value);
+  if (abs >= 1e9) return (value / 1e9).toFixed(1) + "G";
+  if (abs >= 1e6) return (value / 1e6).toFixed(1) + "M";
+  if (abs >= 1e4) return (value / 1e3).toFixed(1) + "k";
+  if (Number.isInteger(value)) return value.toLocaleString("en-US");
+  return value.toFixed(abs >= 100 ? 0 : 1);
+}
+
+function formatBytes(value) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+  return (unit === 0 ? value.toFixed(0) : value.toFixed(1)) + " " + units[unit];
+}
+
+function formatSeconds(value) {
+  if (value < 0.001) return (value * 1e6).toFixed(0) + " µs";
+  if (value < 1) return (value * 1e3).toFixed(1) + " ms";
+  return value.toFixed(2) + " s";
+}
+
+const FORMATS = {
+  percent: (v) => v.toFixed(1) + "%",
+  bytes: formatBytes,
+  seconds: formatSeconds,
+  number: (v) => v.toLocaleString("en-US"),
+};
+
+// ------------------------------------------------------------------ charts
+
+function drawChart(id) {
+  const canvas = document.getElementById(id);
+  const chart = CHARTS[id];
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth, height = canvas.clientHeight;
+  if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
+    canvas.width = width * ratio;
+    canvas.height = height * ratio;
+  }
+  const g = canvas.getContext("2d");
+  g.setTransform(ratio, 0, 0, ratio, 0, 0);
+  g.clearRect(0, 0, width, height);
+  g.font = "11px system-ui, sans-serif";
+
+  const left = 56, right = chart.formatRight ? 64 : 12, top = 8, bottom = 20;
+  const plotWidth = width - left - right, plotHeight = height - top - bottom;
+  const now = points.length ? points[points.length - 1].time : Date.now() / 1000;
+  const start = now - HISTORY_SECONDS;
+  const x = (time) => left + ((time - start) / HISTORY_SECONDS) * plotWidth;
+
+  const scales = {};
+  for (const side of ["left", "right"]) {
+    const keys = chart.series.filter((s) => (side === "right") === !!s.right).map((s) => s.key);
+    let max = 0;
+    for (const point of points) for (const key of keys) max = Math.max(max, point[key] || 0);
+    if (side === "right") scales.right = niceCeil(max / MEBIBYTE) * MEBIBYTE;  // the right axis holds bytes
+    else if (chart.integer) scales.left = Math.max(4, Math.ceil(niceCeil(max) / 4) * 4);  // whole ticks
+    else scales.left = niceCeil(max);
+  }
+
+  g.strokeStyle = "#e2e5ea";
+  g.fillStyle = "#6b7484";
+  g.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) {
+    const y = top + plotHeight - (i / 4) * plotHeight;
+    g.beginPath(); g.moveTo(left, y); g.lineTo(left + plotWidth, y); g.stroke();
+    g.textAlign = "right";
+    g.fillText(chart.format((scales.left * i) / 4), left - 6, y + 4);
+    if (chart.formatRight) {
+      g.textAlign = "left";
+      g.fillText(chart.formatRight((scales.right * i) / 4), left + plotWidth + 6, y + 4);
+    }
+  }
+  g.textAlign = "center";
+  for (let minutes = 10; minutes >= 0; minutes -= 2) {
+    g.fillText(minutes ? `-${minutes} min` : "now", x(now - minutes * 60), height - 5);
+  }
+
+  for (const series of chart.series) {
+    const scale = series.right ? scales.right : scales.left;
+    g.strokeStyle = series.color;
+    g.lineWidth = 1.8;
+    g.beginPath();
+    let drawn = 0;
+    for (const point of points) {
+      if (point.time < start) continue;
+      const px = x(point.time), py = top + plotHeight - ((point[series.key] || 0) / scale) * plotHeight;
+      if (drawn === 0) g.moveTo(px, py); else g.lineTo(px, py);
+      drawn += 1;
+    }
+    if (drawn === 1) g.lineTo(left + plotWidth, top + plotHeight - ((points[points.length - 1][series.key] || 0) / scale) * plotHeight);
+    g.stroke();
+  }
+  canvas.dataset.points = String(points.filter((p) => p.time >= start).length);
+}
+
+function drawLegends() {
+  for (const [id, chart] of Object.entries(CHARTS)) {
+    const legend = document.querySelector(`.legend[data-for="${id}"]`);
+    legend.replaceChildren();
+    for (const series of chart.series) {
+      const mark = document.createElement("i");
+      mark.style.background = series.color;
+      legend.append(mark, series.name + (series.right ? " (right)" : ""));
+    }
+  }
+}
+
+function drawCharts() {
+  for (const id of Object.keys(CHARTS)) drawChart(id);
+}
+
+// ------------------------------------------------------------------ tables
+
+function fillSortable(id, rows) {
+  const table = document.getElementById(id);
+  const headers = [...table.querySelectorAll("th")];
+  const sort = sortState[id] || {key: headers[0].dataset.key, ascending: true};
+  sortState[id] = sort;
+  const sorted = [...rows].sort((a, b) => {
+    const left = a[sort.key], right = b[sort.key];
+    const order = typeof left === "string" ? left.localeCompare(right) : left - right;
+    return sort.ascending ? order : -order;
+  });
+  for (const th of headers) {
+    th.classList.toggle("sorted", th.dataset.key === sort.key);
+    th.classList.toggle("ascending", th.dataset.key === sort.key && sort.ascending);
+  }
+  const body = table.tBodies[0];
+  body.replaceChildren(...sorted.map((row) => {
+    const tr = document.createElement("tr");
+    for (const th of headers) {
+      const td = document.createElement("td");
+      const value = row[th.dataset.key];
+      if (th.dataset.type === "text") {
+        td.className = "text";
+        td.textContent = value;
+      } else {
+        td.textContent = FORMATS[th.dataset.format || "number"](value);
+      }
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+function fillCounters(id, counters) {
+  const body = document.getElementById(id).tBodies[0];
+  body.replaceChildren(...Object.entries(counters).map(([name, value]) => {
+    const tr = document.createElement("tr");
+    const label = document.createElement("td"), number = document.createElement("td");
+    label.textContent = name;
+    number.textContent = value.toLocaleString("en-US");
+    tr.append(label, number);
+    return tr;
+  }));
+}
+
+function setupSorting() {
+  for (const table of document.querySelectorAll("table.sortable")) {
+    for (const th of table.querySelectorAll("th")) {
+      th.addEventListener("click", () => {
+        const current = sortState[table.id];
+        const text = th.dataset.type === "text";
+        sortState[table.id] = current && current.key === th.dataset.key
+          ? {key: th.dataset.key, ascending: !current.ascending}
+          : {key: th.dataset.key, ascending: text};  // numbers: largest first
+        if (latest && latest.snapshot) fillTables(latest.snapshot);
+      });
+    }
+  }
+}
+
+function fillTables(snapshot) {
+  fillSortable("workers", snapshot.workers);
+  fillSortable("functions", snapshot.functions);
+  fillSortable("clients", snapshot.clients);
+  fillCounters("task-states", snapshot.task_states);
+  fillCounters("messages-sent", snapshot.messages_sent);
+  fillCounters("messages-received", snapshot.messages_received);
+}
+
+// ------------------------------------------------------------------ the feed
+
+function setText(id, text) {
+  document.getElementById(id).textContent = text;
+}
+
+function setStatus(kind, text) {
+  const status = document.getElementById("status");
+  status.className = "status " + kind;
+  status.textContent = text;
+}
+
+function addPoint(point) {
+  if (!point || (points.length && point.time <= points[points.length - 1].time)) return;
+  points.push(point);
+  while (points.length && points[0].time < point.time - HISTORY_SECONDS - 5) points.shift();
+}
+
+function showState(state) {
+  latest = state;
+  setText("address", state.address);
+  const snapshot = state.snapshot;
+  if (!snapshot) {
+    setStatus("waiting", "no snapshot from " + state.address + " yet");
+    return;
+  }
+  setStatus("live", "live · " + new Date().toLocaleTimeString());
+  addPoint(snapshot.point);
+  const states = snapshot.task_states;
+  setText("card-workers", formatNumber(snapshot.scheduler.workers));
+  setText("card-clients", formatNumber(snapshot.scheduler.clients));
+  setText("tasks-received", snapshot.tasks_received.toLocaleString("en-US"));
+  setText("tasks-succeeded", (states.success || 0).toLocaleString("en-US"));
+  setText("tasks-failed", ((states.failed || 0) + (states.rejected || 0)).toLocaleString("en-US"));
+  setText("tasks-queued", (states.queued || 0).toLocaleString("en-US"));
+  setText("card-cpu", snapshot.scheduler.cpu.toFixed(1) + "%");
+  setText("card-rss", formatBytes(snapshot.scheduler.rss_bytes));
+  setText("workers-count", `(${snapshot.workers.length})`);
+  fillTables(snapshot);
+  drawCharts();
+}
+
+function connect() {
+  const events = new EventSource("events");
+  events.addEventListener("history", (event) => {
+    points.length = 0;
+    for (const point of JSON.parse(event.data)) addPoint(point);
+    drawCharts();
+  });
+  events.addEventListener("state", (event) => showState(JSON.parse(event.data)));
+  events.onerror = () => setStatus("lost", "connection to scaler_ui lost, retrying");
+}
+
+drawLegends();
+setupSorting();
+drawCharts();
+window.addEventListener("resize", drawCharts);
+connect();
