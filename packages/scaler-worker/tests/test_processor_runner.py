@@ -401,7 +401,7 @@ def test_cancel_of_the_running_task_puts_the_tasks_sent_ahead_back_without_a_dea
     assert h.cancel(2, 4) == m.TaskCancelConfirm([task_id(2), task_id(4)], [True, True])
     assert h.started == [0, 1]
     assert h.results() == []  # no WORKER_DIED for the tasks that had not started
-    assert h.core.state_of(task_id(4)) is None
+    assert task_id(4) not in h.core.task_states()
     h.answer_gets()
     assert h.running_task() == task_id(3)  # first in line again, on the new processor
     assert h.top().function == b"function bytes"  # whose cache is empty

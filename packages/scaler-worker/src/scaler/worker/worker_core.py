@@ -225,17 +225,8 @@ class WorkerCore:
 
     def _on_usage(self, usage: UsageMeasured) -> None:
         runner = self._runner
-        heartbeat = m.WorkerHeartbeat(
-            agent_cpu=usage.agent_cpu,
-            agent_rss_bytes=usage.agent_rss_bytes,
-            processor_cpu=usage.runner_cpu,
-            processor_rss_bytes=usage.runner_rss_bytes,
-            queued_tasks=self.queued_count,
-            running_tasks=runner.running,
-            suspended_tasks=runner.suspended,
-            functions=self._function_stats.report(),
-        )
-        self._out.append(SendToScheduler(heartbeat))
+        counts = (self.queued_count, runner.running, runner.suspended)
+        self._out.append(self._session.heartbeat(usage, *counts, self._function_stats.report()))
 
     def _on_stop(self, event: StopRequested) -> None:
         self._leave(EXIT_OK, event.reason, True)
@@ -500,10 +491,6 @@ class WorkerCore:
     @property
     def exited(self) -> bool:
         return self._exited
-
-    def state_of(self, task_id: bytes) -> Optional[TaskState]:
-        entry = self._tasks.get(task_id)
-        return entry.state if entry is not None else None
 
     def task_states(self) -> Dict[bytes, TaskState]:
         return {task_id: entry.state for task_id, entry in self._tasks.items()}

@@ -33,6 +33,7 @@ from scaler.worker.worker_events import (
     MeasureUsage,
     SendToScheduler,
     SendToStorage,
+    UsageMeasured,
     WorkerIdentity,
 )
 
@@ -112,6 +113,23 @@ class WorkerSession:
             return
         out.append(MeasureUsage())
         self._next_heartbeat = now + self._heartbeat_interval
+
+    def heartbeat(
+        self, usage: UsageMeasured, queued: int, running: int, suspended: int, functions: List[m.FunctionStats]
+    ) -> SendToScheduler:
+        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function."""
+        return SendToScheduler(
+            m.WorkerHeartbeat(
+                agent_cpu=usage.agent_cpu,
+                agent_rss_bytes=usage.agent_rss_bytes,
+                processor_cpu=usage.runner_cpu,
+                processor_rss_bytes=usage.runner_rss_bytes,
+                queued_tasks=queued,
+                running_tasks=running,
+                suspended_tasks=suspended,
+                functions=functions,
+            )
+        )
 
     # ------------------------------------------------------------------------- the scheduler
 
