@@ -6,11 +6,11 @@ each to `WorkerCore.handle`, and carries out the effects in order: send, connect
 and memory for a heartbeat, set the timer, exit, and the runner's own effects (through its `RunnerHost`).
 It decides nothing itself. A failure while handling one event is logged and that event dropped.
 
-By default the tasks run in a local processor (`ProcessorRunner` + `ProcessorHost`) and the peers are
-reached through ZeroMQ DEALER sockets (`ZmqConnect`); a program that embeds a worker may pass its own
-(`WorkerAgent(config, connect=..., runner=...)`) and run it in its own event loop (``await agent.run()``;
-``handle_signals=False`` leaves its signals alone; `stop` ends it). `run_worker` runs one in an event loop
-of its own, as ``scaler_worker`` does.
+By default the tasks run in a local processor (`local_processor`: `ProcessorRunner` + `ProcessorHost`) and
+the peers are reached through ZeroMQ DEALER sockets (`ZmqConnect`); a program that embeds a worker may pass
+its own (`WorkerAgent(config, connect=..., runner=...)`) and run it in its own event loop (``await
+agent.run()``; ``handle_signals=False`` leaves its signals alone; `stop` ends it). `run_worker` runs one
+in an event loop of its own, as ``scaler_worker`` does.
 """
 
 from __future__ import annotations
@@ -54,6 +54,14 @@ logger = logging.getLogger(__name__)
 
 _DISCONNECT_LINGER_SECONDS = 1.0  # for the DisconnectRequest of a leaving worker to go
 
+# (the worker's configuration, its ID as text) -> the two halves of where its tasks run
+RunnerFactory = Callable[[WorkerConfig, str], Tuple[TaskRunner, RunnerHost]]
+
+
+def local_processor(config: WorkerConfig, worker_id: str) -> Tuple[TaskRunner, RunnerHost]:
+    """Tasks run in a local processor subprocess (the default)."""
+    return ProcessorRunner(), ProcessorHost(config.scheduler_address, worker_id)
+
 
 class WorkerAgent:
     def __init__(
@@ -61,17 +69,15 @@ class WorkerAgent:
         config: WorkerConfig,
         *,
         connect: Optional[Connect] = None,
-        runner: Optional[Tuple[TaskRunner, RunnerHost]] = None,
+        runner: RunnerFactory = local_processor,
         handle_signals: bool = True,
     ) -> None:
         self._config = config
         worker_id = new_worker_id()
         self._identity = WorkerIdentity(worker_id, os.getpid(), socket.gethostname(), IDGenerator())
         self._name = f"Worker {show(worker_id)}"
-        if runner is None:
-            runner = (ProcessorRunner(), ProcessorHost(config.scheduler_address, show(worker_id)))
-        self._host = runner[1]
-        self._core = WorkerCore(config, self._identity, runner[0])
+        task_runner, self._host = runner(config, show(worker_id))
+        self._core = WorkerCore(config, self._identity, task_runner)
         self._connect = connect
         self._handle_signals = handle_signals
         self._loop: Optional[asyncio.AbstractEventLoop] = None
