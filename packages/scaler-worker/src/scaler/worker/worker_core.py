@@ -309,6 +309,8 @@ class WorkerCore:
             self._apply(entry, _E.FAIL, (problem, profiling))
 
     # ------------------------------------------------------------------------- the runner (RunnerOwner)
+    # The runner's way back into the core, while `handle` runs (from `TaskRunner.fill`, `cancel`, `abort`,
+    # `on_message`): nothing else calls them.
 
     @property
     def best_priority(self) -> Optional[int]:
