@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 import pytest
 import worker_tasks as tasks
-from worker_harness import FakeScheduler, TaskDriver, pid_gone, wait_until
+from worker_harness import FakeScheduler, TaskDriver, pid_gone, start_process, stop_process, wait_until
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ObjectNotFoundError, TaskTimeoutError
@@ -410,3 +411,51 @@ def test_uvloop_event_loop(scheduler: FakeScheduler, storage, storage_server, st
     driver = TaskDriver(scheduler, storage, worker_id)
     assert driver.value(driver.submit(tasks.add, 40, 2)) == 42
     assert "use event loop: uvloop" in open(start_worker.log_path).read()
+
+
+# ----------------------------------------------------------------------------- embedded
+
+
+EMBEDDING_PROGRAM = """
+import asyncio, signal, sys
+
+import zmq.asyncio
+
+from scaler.worker import WorkerAgent, WorkerConfig
+from scaler.worker.peer_connection import ZmqConnect
+
+
+async def main():
+    context = zmq.asyncio.Context()  # the program's own
+    config = WorkerConfig(sys.argv[1], heartbeat_interval_seconds=0.5)
+    agent = WorkerAgent(config, connect=ZmqConnect(context), handle_signals=False)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, agent.stop, "the program is done with it")
+    code = await agent.run()
+    context.term()
+    print(f"the worker returned {code}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
+"""
+
+
+def test_a_worker_embedded_in_a_program_runs_in_its_event_loop_on_its_context(
+    scheduler: FakeScheduler, storage, storage_server, tmp_path
+):
+    program = tmp_path / "embedding.py"
+    program.write_text(EMBEDDING_PROGRAM)
+    log_path = str(tmp_path / "embedding.log")
+    process = start_process([sys.executable, str(program), scheduler.address], log_path)
+    try:
+        worker_id, _ = scheduler.accept(storage_server.address)
+        driver = TaskDriver(scheduler, storage, worker_id)
+        assert driver.value(driver.submit(tasks.add, 40, 2)) == 42
+        process.send_signal(signal.SIGUSR1)
+        goodbye = driver.expect(m.DisconnectRequest)
+        assert goodbye.reason == "worker the program is done with it"
+        assert process.wait(30) == 0
+        assert "the worker returned 0" in open(log_path).read()
+    finally:
+        stop_process(process)

@@ -8,7 +8,7 @@ wait, then SIGKILL). Workers die with the supervisor (PR_SET_PDEATHSIG), and
 the supervisor dies with its own parent unless told otherwise, so a killed
 parent leaves nothing behind.
 
-Which exits are replaced (see `scaler.worker.worker_config`): a worker that
+Which exits are replaced (see `scaler.worker`): a worker that
 left because it was asked to (exit 0) or was refused (exit 78) is not; any
 other end is, after a back-off that grows while workers keep failing fast.
 When no worker is left to supervise, `run_cluster` returns.
@@ -29,8 +29,10 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import setup_logging
 from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent
-from scaler.worker.worker_config import (
+from scaler.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+    DEFAULT_INLINE_THRESHOLD_BYTES,
+    DEFAULT_QUEUE_CAPACITY,
     DEFAULT_WORKER_TIMEOUT_SECONDS,
     EXIT_FAILURE,
     EXIT_OK,
@@ -39,7 +41,6 @@ from scaler.worker.worker_config import (
     WorkerConfig,
     parse_capabilities,
 )
-from scaler.worker.worker_state import DEFAULT_INLINE_THRESHOLD_BYTES, DEFAULT_QUEUE_CAPACITY
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
-from scaler.worker.worker_config import add_worker_arguments
+from scaler.worker import add_worker_arguments
 
 CONFIG_SECTION = "cluster"
 

@@ -8,15 +8,11 @@ from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
 
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.messages import Capability
-from scaler.worker.worker_state import DEFAULT_INLINE_THRESHOLD_BYTES, DEFAULT_QUEUE_CAPACITY
 
+DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
-DEFAULT_WORKER_TIMEOUT_SECONDS = 60.0
-
-# how a worker process ends (scaler_cluster reads them to decide whether to replace it)
-EXIT_OK = 0  # asked to leave: SIGTERM/SIGINT, or the scheduler's DisconnectRequest
-EXIT_FAILURE = 1  # lost the scheduler or the storage server, or crashed
-EXIT_REFUSED = 78  # the scheduler or the storage server refused us (sysexits EX_CONFIG): retrying will not help
+DEFAULT_WORKER_TIMEOUT_SECONDS = 60.0  # also how long a storage request may go unanswered
+DEFAULT_INLINE_THRESHOLD_BYTES = 64 * 1024
 
 
 CapabilitiesSpec = Union[str, Mapping[str, int], Iterable[Capability], None]

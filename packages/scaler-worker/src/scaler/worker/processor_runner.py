@@ -1,0 +1,486 @@
+"""The local processor as a task runner (`task_runner.TaskRunner`), without I/O: the agent's model of its
+processor subprocess, and what it sends it.
+
+The worker has one slot and one processor. The model is the processor's stack (the tasks started there, the
+top one running or waiting) plus its inbox (tasks sent ahead into its FIFO, not started, in order), and
+mirrors of its caches. `processor_protocol` describes the conversation; `processor_host.ProcessorHost`
+carries out the effects (`StartProcessor`, `SendToProcessor`) and delivers the processor's messages and end
+(`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner` events).
+
+Pipeline: while one task runs at the top level, and the last one there took less than
+`PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent ahead (several in one Pipe message), so that
+the processor starts the next one without waiting for the agent. The processor runs its FIFO strictly in
+order, so when the result of the only task on the stack arrives, the head of the inbox has started (its
+timeout counts from then). Nothing is sent ahead while the top of the stack waits or the stack is deeper
+than one, nor while a task is being taken back; tasks sent ahead that a higher-priority task arrived after
+are taken back (``Drop``; the processor answers ``Dropped``) and return to the queue.
+
+Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor:
+the agent takes back what was sent ahead (the waiting task's children may be among them) and sends the next
+task, a single one, to run on top of it, on the same stack; the waiting task goes on once that task is done
+and what it waits for has arrived. Since a waiting task never holds the slot its children need, nested
+tasks cannot deadlock the cluster, and cost no process or thread each.
+
+Ending tasks: a cancelled task sent ahead is dropped the same way (the core confirms once the processor
+answers: ``Dropped``, or its result if it had started). A task on the stack (cancelled, timed out) ends by
+stopping the processor, which ends every task on its stack (reported `died`, naming what happened) and
+returns the ones sent ahead (they had not started); a new processor takes over. The same when the processor
+dies on its own.
+
+Each task's life here is one table (`processor_lifecycle`); a message from the processor the table has no
+transition for (a bug of the processor, or of this model) is logged with the task's recent events and dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pickle import PickleBuffer
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from scaler.protocol import object_frames
+from scaler.protocol.payload import OUT_OF_BAND_BYTES, writable_buffers
+from scaler.worker.lru_cache import LRUCache, SizedLRUCache
+from scaler.worker.processor_lifecycle import PROCESSOR_TASK_LIFECYCLE, SentAction, SentEvent, SentState
+from scaler.worker.processor_protocol import (
+    FUNCTION_CACHE_CAPACITY,
+    OBJECT_CACHE_BYTES,
+    PIPELINE_TASK_SECONDS,
+    PROCESSOR_PIPELINE_DEPTH,
+    SERIALIZER_CACHE_CAPACITY,
+    Drop,
+    Dropped,
+    ProcessorResult,
+    ProcessorTask,
+    TaskWaiting,
+    WaitEnded,
+)
+from scaler.worker.task_runner import ReadyTask, RunnerOwner
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- effects and messages
+
+
+@dataclass(slots=True)
+class StartProcessor:
+    """Start a processor under this ID in place of the current one, which is killed if it still runs."""
+
+    processor_id: int
+
+
+@dataclass(slots=True)
+class SendToProcessor:
+    """A list of `ProcessorTask`s for the processor's FIFO, a single one to run nested on a waiting task, a
+    `WaitEnded` answer, or a list of `Drop`s."""
+
+    processor_id: int
+    message: Any
+
+
+@dataclass(slots=True)
+class ProcessorOutput:
+    """What a processor wrote: a `ProcessorResult`, `TaskWaiting` or `Dropped`, or a list of them."""
+
+    processor_id: int
+    message: Any
+
+
+@dataclass(slots=True)
+class ProcessorEnded:
+    """A processor ended on its own (crash, signal, exit) after writing ``last_messages``."""
+
+    processor_id: int
+    cause: str
+    last_messages: List[Any] = field(default_factory=list)
+
+
+_TABLE = PROCESSOR_TASK_LIFECYCLE.table
+_TERMINAL = PROCESSOR_TASK_LIFECYCLE.terminal
+_HISTORY_LENGTH = 8
+_SENT = SentState.SENT
+_WAITING = SentState.WAITING
+_RECALLING = SentState.RECALLING
+
+
+class _Sent:
+    """A task the processor was given."""
+
+    __slots__ = ("task_id", "priority", "state", "history")
+
+    def __init__(self, task_id: bytes, priority: int, state: SentState) -> None:
+        self.task_id = task_id
+        self.priority = priority
+        self.state = state
+        self.history: List[SentEvent] = []
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+class ProcessorRunner:
+    def __init__(
+        self, pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH, object_cache_bytes: int = OBJECT_CACHE_BYTES
+    ) -> None:
+        self._pipeline_depth = max(0, pipeline_depth)
+        self._quick = False  # the last task that ended at the top of the stack was quick: send ahead
+        self._processor_ids = itertools.count()
+        self._processor_id = -1
+        self._tasks: Dict[bytes, _Sent] = {}
+        self._stack: List[_Sent] = []  # the tasks started on the processor, the top one last
+        self._inbox: List[_Sent] = []  # the tasks sent ahead to the processor, not started, in its FIFO order
+        self._returning: List[bytes] = []  # taken back by the message being read
+        self._drops: List[Drop] = []
+        self._on_stack: List[_Sent] = []  # to stop (cancelled)
+        # mirrors of the processor's caches (same capacity, same get/put sequence)
+        self._functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
+        self._serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
+        self._objects: SizedLRUCache[bytes, bool] = SizedLRUCache(object_cache_bytes)
+        self._message_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
+            ProcessorOutput: self._on_output,
+            ProcessorEnded: self._on_ended,
+        }
+        self._output_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
+            ProcessorResult: self._on_result,
+            TaskWaiting: self._on_waiting,
+            Dropped: self._on_dropped,
+        }
+        A = SentAction
+        self._actions: Dict[SentAction, Callable[[_Sent, RunnerOwner, List[Any]], None]] = {
+            A.SEND_DROP: self._send_drop,
+            A.STOP_PROCESSOR: self._collect_to_stop,
+            A.RECALL_INBOX: self._recall_inbox,
+            A.LEAVE_INBOX: self._leave_inbox,
+            A.LEAVE_STACK: self._leave_stack,
+        }
+
+    # ------------------------------------------------------------------------- TaskRunner
+
+    def start(self, out: List[Any]) -> None:
+        self._new_processor(out)
+
+    def fill(self, owner: RunnerOwner, out: List[Any]) -> None:
+        """Run the next task if the slot is free (no task, or the top one waits); keep the processor's FIFO
+        filled while one task runs at the top level."""
+        stack = self._stack
+        inbox = self._inbox
+        if inbox:  # tasks sent ahead must not run before a higher priority one that came later: take them back
+            best = owner.best_priority
+            if best is not None:
+                outranked = [sent for sent in inbox if sent.priority < best and sent.state is _SENT]
+                if outranked:
+                    self._recall(outranked, owner, out)
+        batch: Optional[List[ProcessorTask]] = None
+        if not stack:
+            ready = owner.next_ready(False)
+            if ready is not None:
+                batch = [self._to_processor(ready)]
+                self._run(owner, ready)
+        elif stack[-1].state is _WAITING:
+            ready = owner.next_ready(True)
+            if ready is not None:
+                nested = self._to_processor(ready)  # a single task: it runs nested, on the waiting one
+                self._run(owner, ready)
+                out.append(SendToProcessor(self._processor_id, nested))
+        if len(stack) == 1 and stack[0].state is not _WAITING and self._quick:
+            depth = self._pipeline_depth
+            if len(inbox) < depth and not any(sent.state is _RECALLING for sent in inbox):
+                while len(inbox) < depth:
+                    ready = owner.next_ready(False)
+                    if ready is None:
+                        break
+                    if batch is None:
+                        batch = []
+                    batch.append(self._to_processor(ready))
+                    task = ready.task
+                    sent = _Sent(task.task_id, task.priority, SentState.SENT)
+                    self._tasks[task.task_id] = sent
+                    inbox.append(sent)
+        if batch:
+            out.append(SendToProcessor(self._processor_id, batch))
+
+    def cancel(self, owner: RunnerOwner, task_ids: Sequence[bytes], out: List[Any]) -> None:
+        """A task sent ahead is dropped (answered by the processor); one on the stack by stopping the processor."""
+        tasks = self._tasks
+        for task_id in task_ids:
+            sent = tasks.get(task_id)
+            if sent is not None:
+                self._step(sent, SentEvent.CANCEL, owner, out)
+        on_stack, self._on_stack = self._on_stack, []
+        drops, self._drops = self._drops, []
+        if on_stack:
+            named = ", ".join(sorted({sent.task_id.hex() for sent in on_stack}))
+            self._stop(owner, f"its processor was stopped to cancel task {named}", out)
+        elif drops:
+            out.append(SendToProcessor(self._processor_id, drops))
+
+    def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
+        if task_id in self._tasks:
+            self._stop(owner, f"its processor was stopped: {why}", out)
+
+    def on_message(self, owner: RunnerOwner, message: Any, out: List[Any]) -> None:
+        self._message_handlers[type(message)](owner, message, out)
+
+    def holds_function(self, function_id: bytes) -> bool:
+        return function_id in self._functions
+
+    def holds_serializer(self, serializer_id: bytes) -> bool:
+        return serializer_id in self._serializers
+
+    def holds_objects(self, object_ids: Sequence[bytes]) -> bool:
+        objects = self._objects
+        return all(object_id in objects for object_id in object_ids)
+
+    @property
+    def newest_first(self) -> bool:
+        stack = self._stack
+        return bool(stack) and (stack[-1].state is _WAITING or len(stack) > 1)
+
+    @property
+    def unstarted(self) -> int:
+        return len(self._inbox)
+
+    @property
+    def running(self) -> int:
+        """1 when the task on top of the processor's stack runs (does not wait), else 0."""
+        return 1 if self._stack and self._stack[-1].state is not _WAITING else 0
+
+    @property
+    def suspended(self) -> int:
+        """Tasks on the processor's stack that wait (for what they submitted, or for the tasks above them)."""
+        return len(self._stack) - self.running
+
+    # ------------------------------------------------------------------------- observation
+
+    @property
+    def processor_id(self) -> int:
+        return self._processor_id
+
+    @property
+    def stack(self) -> List[bytes]:
+        """The IDs of the tasks started on the processor, the top one last."""
+        return [sent.task_id for sent in self._stack]
+
+    @property
+    def inbox(self) -> List[bytes]:
+        """The IDs of the tasks sent ahead to the processor, not started, in the order they will run."""
+        return [sent.task_id for sent in self._inbox]
+
+    def state_of(self, task_id: bytes) -> Optional[SentState]:
+        sent = self._tasks.get(task_id)
+        return sent.state if sent is not None else None
+
+    # ------------------------------------------------------------------------- the processor's messages
+
+    def _on_output(self, owner: RunnerOwner, output: ProcessorOutput, out: List[Any]) -> None:
+        if output.processor_id != self._processor_id:
+            what = type(output.message).__name__
+            logger.debug(f"Worker: dropped {what} from stopped processor {output.processor_id}")
+            return
+        message = output.message
+        handlers = self._output_handlers
+        if type(message) is list:
+            for each in message:
+                handlers[type(each)](owner, each, out)
+        else:
+            handlers[type(message)](owner, message, out)
+        if self._returning:  # the tasks taken back together go back together, in their order
+            returning, self._returning = self._returning, []
+            owner.returned(returning)
+
+    def _on_ended(self, owner: RunnerOwner, ended: ProcessorEnded, out: List[Any]) -> None:
+        """The results it wrote before it ended count; every task still on its stack died with it."""
+        if ended.processor_id != self._processor_id:
+            return
+        for message in ended.last_messages:
+            for each in message if type(message) is list else (message,):
+                if type(each) is ProcessorResult:
+                    self._on_result(owner, each, out)
+        cause = ended.cause
+        top = self._stack[-1].task_id.hex() if self._stack else ""
+        self._stop(owner, f"{cause}, while task {top} ran above this one", out, top_reason=cause)
+
+    def _on_result(self, owner: RunnerOwner, result: ProcessorResult, out: List[Any]) -> None:
+        stack = self._stack
+        if not stack or stack[-1].task_id != result.task_id:
+            logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not on top of the processor")
+            return
+        if not self._step(stack[-1], SentEvent.RESULT, owner, out):
+            return
+        stack.pop()  # the task beneath, if any, is back in its wait: the slot is free again
+        if not stack:
+            self._quick = result.seconds < PIPELINE_TASK_SECONDS
+            if self._inbox:  # the processor starts the next one in its FIFO at once
+                self._start_next(owner, out)
+        owner.finished(
+            result.task_id,
+            result.status,
+            result.payload,
+            result.error_text,
+            result.profiling,
+            result.function,
+            result.seconds,
+        )
+
+    def _on_waiting(self, owner: RunnerOwner, notice: TaskWaiting, out: List[Any]) -> None:
+        sent = self._tasks.get(notice.task_id)
+        on_stack = sent is not None and sent in self._stack
+        if notice.waiting:
+            if sent is not None and on_stack and self._stack[-1] is sent:
+                self._step(sent, SentEvent.WAIT, owner, out)
+            else:
+                logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not on top of the stack")
+            return
+        # it wants to resume: a task already sent runs above it first; nothing more is sent until it waits again
+        if sent is not None and on_stack:
+            self._step(sent, SentEvent.RESUME, owner, out)
+        out.append(SendToProcessor(self._processor_id, WaitEnded(notice.task_id)))
+
+    def _on_dropped(self, owner: RunnerOwner, notice: Dropped, out: List[Any]) -> None:
+        """A task sent ahead was taken out of the processor's FIFO unstarted: it goes back to the core."""
+        sent = self._tasks.get(notice.task_id)
+        if sent is None:
+            logger.warning(f"Worker: dropped Dropped notice of task {notice.task_id.hex()}: not known here")
+            return
+        self._step(sent, SentEvent.DROPPED, owner, out)
+
+    # ------------------------------------------------------------------------- transitions and actions
+
+    def _step(self, sent: _Sent, event: SentEvent, owner: RunnerOwner, out: List[Any]) -> bool:
+        """Move ``sent`` on ``event`` and carry out the transition's actions; False (logged) if the table has
+        no transition: a message from the processor that does not fit what it was told."""
+        transition = _TABLE.get((sent.state, event))
+        history = sent.history
+        if transition is None:
+            logger.warning(
+                f"Worker: dropped {event.value} of task {sent.task_id.hex()} in the processor: no transition "
+                f"from {sent.state.value}; recent events: {' -> '.join(e.value for e in history) or '(none)'}"
+            )
+            return False
+        history.append(event)
+        if len(history) > _HISTORY_LENGTH:
+            del history[0]
+        sent.state = transition.next_state
+        for action in transition.actions:
+            self._actions[action](sent, owner, out)
+        if sent.state in _TERMINAL:
+            del self._tasks[sent.task_id]
+        return True
+
+    def _send_drop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        self._drops.append(Drop(sent.task_id))
+
+    def _collect_to_stop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        self._on_stack.append(sent)
+
+    def _recall_inbox(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        """``sent`` waits: what was sent ahead would not run before it ends, and may be its child."""
+        self._recall(self._inbox, owner, out)
+
+    def _leave_inbox(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        self._inbox.remove(sent)
+        self._returning.append(sent.task_id)
+
+    def _leave_stack(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        """It was taken for started when the task before it ended; the one after it in the FIFO is."""
+        self._stack.pop()
+        self._returning.append(sent.task_id)
+        if self._inbox:
+            self._start_next(owner, out)
+
+    def _recall(self, sent_ahead: List[_Sent], owner: RunnerOwner, out: List[Any]) -> None:
+        """Ask the processor to give back these tasks sent ahead (they return to the queue on `Dropped`)."""
+        for sent in list(sent_ahead):
+            self._step(sent, SentEvent.RECALL, owner, out)
+        drops, self._drops = self._drops, []
+        if drops:
+            out.append(SendToProcessor(self._processor_id, drops))
+
+    def _run(self, owner: RunnerOwner, ready: ReadyTask) -> None:
+        """``ready`` starts on top of the stack."""
+        task = ready.task
+        sent = _Sent(task.task_id, task.priority, SentState.RUNNING)
+        self._tasks[task.task_id] = sent
+        self._stack.append(sent)
+        owner.started(task.task_id)
+
+    def _start_next(self, owner: RunnerOwner, out: List[Any]) -> None:
+        sent = self._inbox.pop(0)
+        self._step(sent, SentEvent.START, owner, out)
+        self._stack.append(sent)
+        owner.started(sent.task_id)
+
+    def _stop(self, owner: RunnerOwner, reason: str, out: List[Any], top_reason: str = "") -> None:
+        """Replace the processor: every task on its stack died (the top one of ``top_reason`` if given, the
+        others of ``reason``); the tasks sent ahead had not started: they are returned."""
+        stack, self._stack = self._stack, []
+        inbox, self._inbox = self._inbox, []
+        self._drops = []
+        self._on_stack = []
+        for sent in inbox:
+            self._step(sent, SentEvent.STOP, owner, out)
+        for sent in stack:
+            self._step(sent, SentEvent.STOP, owner, out)
+        self._new_processor(out)
+        if inbox:
+            owner.returned([sent.task_id for sent in inbox])
+        for position, sent in enumerate(stack):
+            why = top_reason if top_reason and position == len(stack) - 1 else reason
+            owner.died(sent.task_id, why)
+
+    def _new_processor(self, out: List[Any]) -> None:
+        self._processor_id = next(self._processor_ids)
+        self._functions.clear()
+        self._serializers.clear()
+        self._objects.clear()
+        out.append(StartProcessor(self._processor_id))
+
+    def _to_processor(self, ready: ReadyTask) -> ProcessorTask:
+        """What the processor gets for ``ready``: the same get/put sequence on the cache mirrors as the
+        processor applies to its own caches when it reads the task."""
+        task = ready.task
+        function: Optional[bytes] = None
+        if not self._functions.get(task.function_id):
+            function = ready.function
+            self._functions.put(task.function_id, True)
+        serializer: Optional[bytes] = None
+        if task.serializer_id and not self._serializers.get(task.serializer_id):
+            serializer = ready.serializer
+            self._serializers.put(task.serializer_id, True)
+        arguments = ready.arguments
+        if ready.objects:
+            objects = self._objects
+            sent_arguments: List[Tuple[str, Any, bytes]] = []
+            for name, data, object_id in arguments:
+                if not object_id:
+                    sent_arguments.append((name, data, object_id))
+                elif objects.get(object_id) is None:
+                    objects.put(object_id, True, object_frames.size(data))
+                    sent_arguments.append((name, _out_of_band(data), object_id))
+                else:
+                    sent_arguments.append((name, None, object_id))
+            arguments = sent_arguments
+        return ProcessorTask(
+            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
+        )
+
+
+def _out_of_band(payload: Any) -> Any:
+    """A payload as it goes to the processor: each large frame crosses the Pipe out of band, from the very buffer
+    storage's answer arrived in (`processor_protocol`), small ones inside the pickle. A frame that is only read
+    (a whole pickle, or a buffer the payload's pickle marks read-only) is marked read-only, so the processor
+    reads it into bytes, which a ``bytes`` value then is without a copy; the others into writable memory."""
+    if type(payload) is not list:
+        return PickleBuffer(memoryview(payload).toreadonly()) if len(payload) >= OUT_OF_BAND_BYTES else payload
+    frames: List[Any] = [payload[0]]
+    writable = writable_buffers(payload[0])
+    for index, frame in enumerate(payload[1:]):
+        if len(frame) < OUT_OF_BAND_BYTES:
+            frames.append(frame)
+        elif index < len(writable) and not writable[index]:
+            frames.append(PickleBuffer(memoryview(frame).toreadonly()))
+        else:
+            frames.append(PickleBuffer(frame))
+    return frames

@@ -1,0 +1,140 @@
+"""What the worker core sends back to the scheduler, and when.
+
+Results travel in `TaskResultBatch`es. While more tasks wait on this worker, results wait a little for
+company (fewer, larger batches for the scheduler and the client): at most `RESULT_BATCH_SECONDS`, and at
+most `RESULT_BATCH_SIZE` of them; any other message (a cancel confirm, a balance response, a storage
+request) takes them along at once, after them. A failed task's result carries the exception
+(`task_failure`). The lifecycle's actions that answer the scheduler (`task_lifecycle.TaskAction`) are
+carried out here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.errors import TaskTimeoutError
+from scaler.worker.task_failure import failure_payload
+from scaler.worker.task_lifecycle import Detail, TaskEntry
+from scaler.worker.worker_events import SendToScheduler
+
+RESULT_BATCH_SECONDS = 0.005
+RESULT_BATCH_SIZE = 256
+
+
+class SchedulerAnswers:
+    def __init__(self, batch_seconds: float = RESULT_BATCH_SECONDS) -> None:
+        self._batch_seconds = batch_seconds  # 0: results never wait
+        self._results: List[m.TaskResult] = []
+        self._messages: List[Any] = []  # other messages, after the results
+        self.send_by = math.inf  # results held for company go at the latest then
+
+    # ------------------------------------------------------------------------- the lifecycle's actions
+
+    def send_result(self, entry: TaskEntry, detail: Detail) -> None:
+        """The result the runner reported: ``detail`` is (status, serialized value or failure, error text,
+        profiling)."""
+        status, payload, error_text, profiling = detail
+        task = entry.task
+        kind = m.PayloadKind.INLINE if payload else m.PayloadKind.NONE
+        profiled = m.Profiling(*profiling) if profiling else m.Profiling()
+        self._results.append(
+            m.TaskResult(task.task_id, task.attempt, m.TaskStatus(status), kind, payload, error_text, profiled)
+        )
+
+    def send_stored(self, entry: TaskEntry, detail: Detail) -> None:
+        """The result is in object storage: ``detail`` is (object ID, profiling)."""
+        object_id, profiling = detail
+        task = entry.task
+        status = m.TaskStatus.SUCCESS
+        self._results.append(
+            m.TaskResult(task.task_id, task.attempt, status, m.PayloadKind.OBJECT, object_id, "", profiling)
+        )
+
+    def send_failure(self, entry: TaskEntry, detail: Detail) -> None:
+        """``detail`` is (the exception, profiling or None)."""
+        error, profiling = detail
+        task = entry.task
+        payload, error_text = failure_payload(error)
+        kind = m.PayloadKind.INLINE if payload else m.PayloadKind.NONE
+        status = m.TaskStatus.FAILED
+        self._results.append(
+            m.TaskResult(task.task_id, task.attempt, status, kind, payload, error_text, profiling or m.Profiling())
+        )
+
+    def send_timeout(self, entry: TaskEntry, detail: Detail) -> None:
+        self.send_failure(entry, (timeout_error(entry.task), None))
+
+    def send_worker_died(self, entry: TaskEntry, reason: Detail) -> None:
+        task = entry.task
+        status = m.TaskStatus.WORKER_DIED
+        self._results.append(
+            m.TaskResult(task.task_id, task.attempt, status, m.PayloadKind.NONE, b"", reason, m.Profiling())
+        )
+
+    def confirm_now(self, entry: TaskEntry, detail: Detail) -> None:
+        """The cancel (``detail``: the confirm, the task's position in it) says cancelled."""
+        confirm, position = detail
+        confirm.cancelled[position] = True
+
+    def resolve_cancelled(self, entry: TaskEntry, detail: Detail) -> None:
+        self._resolve(entry, True)
+
+    def resolve_not_cancelled(self, entry: TaskEntry, detail: Detail) -> None:
+        self._resolve(entry, False)
+
+    def _resolve(self, entry: TaskEntry, cancelled: bool) -> None:
+        """The cancels that waited for the runner to end ``entry`` are answered: a task is cancelled once, so
+        the first says ``cancelled`` and a repeated one reads as one of a task already gone. A confirm goes
+        once every task of it is answered."""
+        for confirm, position in entry.confirms or ():
+            confirm.cancelled[position] = cancelled
+            cancelled = False
+            confirm.unresolved -= 1
+            if confirm.unresolved == 0:
+                self._messages.append(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
+        entry.confirms = None
+
+    def message(self, message: Any) -> None:
+        """A cancel confirm or a balance response."""
+        self._messages.append(message)
+
+    # ------------------------------------------------------------------------- when
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._results or self._messages)
+
+    def may_hold(self, now: float, more_tasks_here: bool) -> bool:
+        """Whether what is collected (only results) may wait, and note until when."""
+        if (
+            self._messages
+            or not more_tasks_here
+            or self._batch_seconds <= 0
+            or len(self._results) >= RESULT_BATCH_SIZE
+            or now >= self.send_by
+        ):
+            return False
+        if self.send_by == math.inf:
+            self.send_by = now + self._batch_seconds
+        return True
+
+    def send(self, out: List[Any]) -> None:
+        """Everything collected: the results first, then the other messages."""
+        if self._results:
+            out.append(SendToScheduler(m.TaskResultBatch(self._results)))
+            self._results = []
+        if self._messages:
+            out.extend(SendToScheduler(message) for message in self._messages)
+            self._messages = []
+        self.send_by = math.inf
+
+
+def profile(profiling: Optional[Tuple[float, float, int]]) -> m.Profiling:
+    """A runner's (duration seconds, CPU seconds, peak memory bytes), or None, as a `Profiling`."""
+    return m.Profiling(*profiling) if profiling else m.Profiling()
+
+
+def timeout_error(task: m.Task) -> TaskTimeoutError:
+    return TaskTimeoutError(f"task {task.task_id.hex()} exceeded its timeout of {task.timeout_seconds:g} seconds")

@@ -1,0 +1,506 @@
+"""The worker agent's decisions, without I/O: `WorkerCore.handle(event, now) -> effects`.
+
+One entry point takes everything that happens to the worker (`worker_events`: a message from the scheduler
+or the storage server, what the task runner reports, a timer, a stop signal) and returns what to do about
+it, which the shell (`worker_agent.py`) carries out. Nothing here reads a socket or a clock or looks up a
+pid: the shell passes the time and the worker's identity in.
+
+What the core decides: the session (`worker_session`: Hello, heartbeats, a silent scheduler, leaving); the
+queue (`task_queue`); what each task needs from object storage and what comes back (`storage_requests`);
+each task's life (`task_lifecycle`, one table); task timeouts; the answers to the scheduler, and when they
+go (`scheduler_answers`: results in batches, cancel confirms, balance responses). Where the tasks run is
+the task runner's business (`task_runner`): after every event the runner takes the ready tasks it has room
+for (`TaskRunner.fill` calls back `next_ready`) and reports what became of them through the `RunnerOwner`
+methods below.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.ids import show
+from scaler.worker.function_stats import FunctionStatsTable
+from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
+from scaler.worker.storage_requests import StorageRequests
+from scaler.worker.task_lifecycle import (
+    HISTORY_LENGTH,
+    TASK_LIFECYCLE,
+    TERMINAL_STATES,
+    Detail,
+    PendingConfirm,
+    TaskAction,
+    TaskEntry,
+    TaskEvent,
+    TaskState,
+)
+from scaler.worker.task_queue import TaskQueue
+from scaler.worker.task_runner import ReadyTask, TaskRunner
+from scaler.worker.worker_config import WorkerConfig
+from scaler.worker.worker_events import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Broken,
+    Effect,
+    Exit,
+    FromRunner,
+    FromScheduler,
+    FromStorage,
+    SendToScheduler,
+    Start,
+    StopRequested,
+    Tick,
+    UsageMeasured,
+    WakeAt,
+    WorkerIdentity,
+)
+from scaler.worker.worker_session import WorkerSession
+
+DEFAULT_PREFETCH_TASKS = 4  # tasks staged ahead: their data is fetched while others run
+
+logger = logging.getLogger(__name__)
+
+_TABLE = TASK_LIFECYCLE.table
+_IDLE: List[Effect] = []  # the effects list between two events: nothing may be added to it
+_QUEUED = TaskState.QUEUED
+_TASK_ARGUMENT = m.ArgumentKind.TASK
+_E = TaskEvent
+
+
+class WorkerCore:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        identity: WorkerIdentity,
+        runner: TaskRunner,
+        *,
+        prefetch_tasks: int = DEFAULT_PREFETCH_TASKS,
+        result_batch_seconds: float = RESULT_BATCH_SECONDS,
+    ) -> None:
+        self._name = f"Worker {show(identity.worker_id)}"
+        self._runner = runner
+        self._session = WorkerSession(config, identity, self._name, self._leave)
+        self._inline_threshold = config.task_inline_threshold
+        self._storage_timeout = config.worker_timeout_seconds
+        self._prefetch = max(1, prefetch_tasks)
+
+        self._tasks: Dict[bytes, TaskEntry] = {}
+        self._queue = TaskQueue()  # QUEUED and STAGED tasks
+        self._staged: Dict[bytes, TaskEntry] = {}
+        self._storage = StorageRequests(identity.object_ids)
+        self._answers = SchedulerAnswers(result_batch_seconds)
+        self._function_stats = FunctionStatsTable()  # what ran, per function, for the heartbeats
+        self._deadlines: List[Tuple[float, int, bytes]] = []  # (when, run, task ID) of started tasks with a timeout
+        self._runs = itertools.count(1)
+        self._wake_at = math.inf  # the Tick asked of the shell
+        self._exited = False
+        self._now = 0.0
+        self._out: List[Effect] = []  # the effects of the event being handled
+        self._to_runner: List[bytes] = []  # tasks to ask the runner to end, collected by the actions
+        self._requeued: List[TaskEntry] = []
+
+        self._event_handlers: Dict[type, Callable[[Any], None]] = {
+            FromScheduler: self._on_scheduler_message,
+            FromStorage: self._on_storage_message,
+            FromRunner: self._on_runner_message,
+            Tick: self._on_tick,
+            UsageMeasured: self._on_usage,
+            Start: self._on_start,
+            StopRequested: self._on_stop,
+            Broken: self._on_broken,
+        }
+        self._task_handlers: Dict[type, Callable[[Any], None]] = {
+            m.TaskBatch: self._on_task_batch,
+            m.TaskCancel: self._on_task_cancel,
+            m.BalanceRequest: self._on_balance_request,
+        }
+        A = TaskAction
+        answers = self._answers
+        self._actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
+            A.DEQUEUE: self._dequeue,
+            A.DEQUEUE_STAGED: self._dequeue_staged,
+            A.REQUEUE: self._requeue,
+            A.PUT_RESULT: self._put_result,
+            A.ASK_RUNNER: self._ask_runner,
+            A.ABORT: self._abort,
+            A.NEW_ATTEMPT: self._new_attempt,
+            A.SEND_RESULT: answers.send_result,
+            A.SEND_STORED: answers.send_stored,
+            A.SEND_FAILURE: answers.send_failure,
+            A.SEND_TIMEOUT: answers.send_timeout,
+            A.SEND_WORKER_DIED: answers.send_worker_died,
+            A.CONFIRM_NOW: answers.confirm_now,
+            A.RESOLVE_CANCELLED: answers.resolve_cancelled,
+            A.RESOLVE_NOT_CANCELLED: answers.resolve_not_cancelled,
+        }
+
+    # ------------------------------------------------------------------------- the entry point
+
+    def handle(self, event: Any, now: float) -> List[Effect]:
+        """What to do about ``event`` (see `worker_events`), at monotonic time ``now``: the event's handler,
+        then the runner takes what it has room for, tasks are staged ahead, what was collected is sent (or
+        held: `scheduler_answers`), and a Tick is asked for when something comes due."""
+        out: List[Effect] = []
+        if self._exited:
+            return out
+        self._out = out
+        self._now = now
+        try:
+            self._event_handlers[type(event)](event)
+            if self._exited:
+                return out
+            self._runner.fill(self, out)
+            self._stage_ahead()
+            answers = self._answers
+            storage = self._storage
+            if answers.pending or storage.has_requests:
+                if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
+                    self._send(out)
+            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_timeout)
+            if self._deadlines and self._deadlines[0][0] < when:
+                when = self._deadlines[0][0]
+            if when < self._wake_at:
+                self._wake_at = when
+                out.append(WakeAt(when))
+        finally:
+            self._out = _IDLE  # what was sent is the shell's (keeping it here would keep large buffers alive)
+        return out
+
+    # ------------------------------------------------------------------------- events
+
+    def _on_start(self, event: Start) -> None:
+        self._session.start(self._now, self._out)
+        self._runner.start(self._out)
+
+    def _on_scheduler_message(self, event: FromScheduler) -> None:
+        message = event.message
+        session = self._session
+        session.heard(self._now)
+        handler = session.scheduler_handlers.get(type(message))
+        if handler is not None:
+            handler(message, self._now, self._out)
+            return
+        task_handler = self._task_handlers.get(type(message))
+        if task_handler is None:
+            logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from scheduler")
+        elif not session.connected:
+            logger.warning(f"{self._name}: dropped {type(message).__name__} from scheduler before HelloAck")
+        else:
+            task_handler(message)
+
+    def _on_storage_message(self, event: FromStorage) -> None:
+        message = event.message
+        if type(message) is m.ObjectResponse:
+            self._on_object_response(message, event.blobs)
+            return
+        handler = self._session.storage_handlers.get(type(message))
+        if handler is None:
+            logger.warning(f"{self._name}: dropped unexpected {type(message).__name__} from object storage")
+            return
+        handler(message, self._out)
+
+    def _on_runner_message(self, event: FromRunner) -> None:
+        self._runner.on_message(self, event.message, self._out)
+
+    def _on_tick(self, event: Tick) -> None:
+        now = self._now
+        self._wake_at = math.inf
+        self._session.tick(now, self._out)
+        if now >= self._storage.oldest_request + self._storage_timeout:
+            self._expire_storage_requests(now)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, run, task_id = heapq.heappop(deadlines)
+            entry = self._tasks.get(task_id)
+            if entry is not None and entry.run == run:  # else it finished, or went back to the queue, in time
+                self._apply(entry, _E.TIMEOUT)
+                if self._to_runner:
+                    self._to_runner = []
+                    self._runner.abort(self, task_id, str(timeout_error(entry.task)), self._out)
+
+    def _on_usage(self, usage: UsageMeasured) -> None:
+        runner = self._runner
+        counts = (self.queued_count, runner.running, runner.suspended)
+        self._out.append(self._session.heartbeat(usage, *counts, self._function_stats.report()))
+
+    def _on_stop(self, event: StopRequested) -> None:
+        self._leave(EXIT_OK, event.reason, True)
+
+    def _on_broken(self, event: Broken) -> None:
+        self._leave(EXIT_FAILURE, event.reason, True)
+
+    # ------------------------------------------------------------------------- the scheduler's requests
+
+    def _on_task_batch(self, batch: m.TaskBatch) -> None:
+        tasks = self._tasks
+        queue = self._queue
+        for task in batch.tasks:
+            known = tasks.get(task.task_id)
+            if known is not None:
+                self._apply(known, _E.REASSIGNED, task.attempt)
+                continue
+            entry = TaskEntry(task)
+            tasks[task.task_id] = entry
+            queue.push(entry)
+
+    def _on_task_cancel(self, cancel: m.TaskCancel) -> None:
+        """Every ID is confirmed, cancelled or not (unknown, or finished: its result is on the way), in one
+        confirm per cancel. Queued tasks are cancelled at once; the runner is asked to end the others, and
+        the confirm goes once it has answered for each."""
+        confirm = PendingConfirm(list(cancel.task_ids))
+        tasks = self._tasks
+        for position, task_id in enumerate(confirm.task_ids):
+            entry = tasks.get(task_id)
+            if entry is not None:
+                self._apply(entry, _E.CANCEL, (confirm, position))
+        if self._to_runner:
+            task_ids, self._to_runner = self._to_runner, []
+            self._runner.cancel(self, task_ids, self._out)  # answered, maybe at once, by died/returned/finished
+        else:
+            self._answers.message(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
+
+    def _on_balance_request(self, request: m.BalanceRequest) -> None:
+        """Give back up to ``count`` queued tasks (never one the runner has): those that would run last."""
+        given = self._queue.last(request.count, self._runner.newest_first)
+        for entry in given:
+            self._apply(entry, _E.BALANCE)
+        self._answers.message(m.BalanceResponse([entry.task.task_id for entry in given]))
+
+    # ------------------------------------------------------------------------- the storage server's answers
+
+    def _on_object_response(self, response: m.ObjectResponse, blobs: List[Any]) -> None:
+        storage = self._storage
+        if response.kind == m.ObjectRequestKind.GET:
+            failed = storage.on_get_response(response, blobs)
+            if failed:
+                self._fail_staged_needing(failed)
+        elif response.kind == m.ObjectRequestKind.PUT:
+            for (entry, object_id, _, profiling), error in storage.on_put_response(response):
+                if error is None:
+                    self._apply(entry, _E.STORED, (object_id, profiling))
+                else:
+                    self._apply(entry, _E.FAIL, (error, profiling))
+        else:
+            logger.warning(f"{self._name}: dropped storage response of unexpected kind {response.kind.name}")
+
+    def _fail_staged_needing(self, failed: Dict[bytes, Exception]) -> None:
+        for entry in list(self._staged.values()):
+            for object_id, _ in self._storage.missing(entry, self._runner):
+                error = failed.get(object_id)
+                if error is not None:
+                    self._apply(entry, _E.FAIL, (error, None))
+                    break
+
+    def _expire_storage_requests(self, now: float) -> None:
+        """Fail the tasks whose storage requests went unanswered for too long."""
+        object_ids, puts = self._storage.expire(now, self._storage_timeout)
+        if not (object_ids or puts):
+            return
+        problem = DisconnectedError(f"object storage did not answer within {self._storage_timeout:g} seconds")
+        logger.error(f"{self._name}: {problem}")
+        if object_ids:
+            self._fail_staged_needing(dict.fromkeys(object_ids, problem))
+        for entry, _, _, profiling in puts:
+            self._apply(entry, _E.FAIL, (problem, profiling))
+
+    # ------------------------------------------------------------------------- the runner (RunnerOwner)
+    # The runner's way back into the core, while `handle` runs (from `TaskRunner.fill`, `cancel`, `abort`,
+    # `on_message`): nothing else calls them.
+
+    @property
+    def best_priority(self) -> Optional[int]:
+        return self._queue.best_priority
+
+    def next_ready(self, newest_first: bool) -> Optional[ReadyTask]:
+        queue = self._queue
+        storage = self._storage
+        while True:
+            entry = queue.first(newest_first)
+            if entry is None:
+                return None
+            if entry.state is _QUEUED:
+                lacks = self._stage(entry)
+                if lacks is None:
+                    continue  # it failed while staging
+            else:
+                lacks = storage.request_missing(entry, self._runner)
+            if lacks:
+                return None  # strict priority order: wait for what the best task needs
+            ready = storage.ready_task(entry)
+            self._apply(entry, _E.RUN)
+            return ready
+
+    def started(self, task_id: bytes) -> None:
+        entry = self._tasks[task_id]
+        timeout = entry.task.timeout_seconds
+        if timeout > 0:
+            entry.run = next(self._runs)
+            heapq.heappush(self._deadlines, (self._now + timeout, entry.run, task_id))
+
+    def finished(
+        self,
+        task_id: bytes,
+        status: int,
+        payload: Any,
+        error_text: str,
+        profiling: Optional[Tuple[float, float, int]],
+        function: str,
+        seconds: float,
+    ) -> None:
+        self._function_stats.record(function, status == m.TaskStatus.SUCCESS, seconds)
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            logger.warning(f"{self._name}: dropped result of task {task_id.hex()}: not known here")
+            return
+        task = entry.task
+        # a result of several frames (large buffers kept out of its pickle) never goes inline
+        stored = task.store_result or type(payload) is list or len(payload) > self._inline_threshold
+        event = _E.LARGE_RESULT if stored and status == m.TaskStatus.SUCCESS else _E.RESULT
+        self._apply(entry, event, (status, payload, error_text, profiling))
+
+    def died(self, task_id: bytes, reason: str) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            logger.warning(f"{self._name}: dropped end of task {task_id.hex()}: not known here")
+            return
+        self._apply(entry, _E.DIED, reason)
+
+    def returned(self, task_ids: List[bytes]) -> None:
+        tasks = self._tasks
+        for task_id in task_ids:
+            entry = tasks.get(task_id)
+            if entry is not None:
+                self._apply(entry, _E.RETURNED)
+        if self._requeued:
+            self._queue.push_front(self._requeued)
+            self._requeued = []
+
+    # ------------------------------------------------------------------------- transitions and actions
+
+    def _apply(self, entry: TaskEntry, event: TaskEvent, detail: Detail = None) -> None:
+        """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions."""
+        # a pair missing from the table is a bug: step() raises, naming the task and its recent events
+        transition = _TABLE.get((entry.state, event)) or TASK_LIFECYCLE.step(
+            entry.state, event, entry.task.task_id.hex(), entry.history
+        )
+        history = entry.history
+        history.append(event)
+        if len(history) > HISTORY_LENGTH:
+            del history[0]
+        entry.state = state = transition.next_state
+        actions = self._actions
+        for action in transition.actions:
+            actions[action](entry, detail)
+        if state in TERMINAL_STATES:
+            del self._tasks[entry.task.task_id]
+
+    def _stage(self, entry: TaskEntry) -> Optional[bool]:
+        """Keep what ``entry`` will need and fetch what it lacks: whether it lacks anything; None if it cannot
+        run (it failed)."""
+        for argument in entry.task.arguments:
+            if argument.kind == _TASK_ARGUMENT:
+                error = ProtocolError(
+                    f"argument {argument.name or '(positional)'} refers to task {argument.data.hex()}: "
+                    "the scheduler must replace task references before assigning a task to a worker"
+                )
+                self._apply(entry, _E.FAIL, (error, None))
+                return None
+        self._apply(entry, _E.STAGE)
+        self._staged[entry.task.task_id] = entry
+        self._storage.hold(entry)
+        return self._storage.request_missing(entry, self._runner)
+
+    def _stage_ahead(self) -> None:
+        """Stage the next few tasks in run order, so that their data is fetched while others run."""
+        missing = self._prefetch - len(self._staged)
+        if missing <= 0 or len(self._queue) <= len(self._staged):
+            return
+        ahead = []
+        for entry in self._queue.in_run_order(self._runner.newest_first):
+            if entry.state is _QUEUED:
+                ahead.append(entry)
+                if len(ahead) == missing:
+                    break
+        for entry in ahead:
+            self._stage(entry)
+
+    def _dequeue(self, entry: TaskEntry, detail: Detail) -> None:
+        self._queue.remove(entry)
+
+    def _dequeue_staged(self, entry: TaskEntry, detail: Detail) -> None:
+        self._queue.remove(entry)
+        del self._staged[entry.task.task_id]
+        self._storage.release(entry)
+
+    def _requeue(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.run = 0  # a timer of its start is stale
+        self._requeued.append(entry)
+
+    def _put_result(self, entry: TaskEntry, detail: Detail) -> None:
+        self._storage.put(entry, detail[1], profile(detail[3]))
+
+    def _ask_runner(self, entry: TaskEntry, detail: Detail) -> None:
+        """The cancel waits for the runner to end ``entry`` (the handler asks it once its transitions are done)."""
+        confirm, position = detail
+        if entry.confirms is None:
+            entry.confirms = []
+        entry.confirms.append((confirm, position))
+        confirm.unresolved += 1
+        self._to_runner.append(entry.task.task_id)
+
+    def _abort(self, entry: TaskEntry, detail: Detail) -> None:
+        """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
+        self._to_runner.append(entry.task.task_id)
+
+    def _new_attempt(self, entry: TaskEntry, attempt: Detail) -> None:
+        logger.warning(
+            f"{self._name}: task {entry.task.task_id.hex()} assigned again (attempt {entry.task.attempt} -> "
+            f"{attempt}) while {entry.state.value} here; its result will answer the new attempt"
+        )
+        entry.task.attempt = attempt
+
+    # ------------------------------------------------------------------------- sending and leaving
+
+    def _send(self, out: List[Effect]) -> None:
+        self._storage.requests(self._now, out)
+        self._answers.send(out)
+
+    def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
+        """Send what is left, and unless the scheduler sent us away, tell it we leave (our tasks then go
+        elsewhere at once instead of after the worker timeout); then exit with ``code``."""
+        if self._exited:
+            return
+        self._exited = True
+        log = logger.info if code == EXIT_OK else logger.error
+        log(f"{self._name}: {why}, exiting")
+        self._send(self._out)
+        if say_goodbye and self._session.connected:
+            self._out.append(SendToScheduler(m.DisconnectRequest(f"worker {why}")))
+        self._out.append(Exit(code))
+
+    # ------------------------------------------------------------------------- observation
+
+    @property
+    def queued_count(self) -> int:
+        """Tasks held here that have not started: queued, and taken by the runner but not started."""
+        return len(self._queue) + self._runner.unstarted
+
+    @property
+    def exited(self) -> bool:
+        return self._exited
+
+    def task_states(self) -> Dict[bytes, TaskState]:
+        return {task_id: entry.state for task_id, entry in self._tasks.items()}
+
+    @property
+    def held_object_count(self) -> int:
+        return self._storage.held_object_count
+
+    @property
+    def pending_fetch_count(self) -> int:
+        return self._storage.pending_fetch_count

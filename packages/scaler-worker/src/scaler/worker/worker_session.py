@@ -1,0 +1,186 @@
+"""The worker's session with the scheduler and the object storage server, without I/O.
+
+The handshake: the worker says `Hello` (its role, protocol version, pid, host, slots, queue capacity and
+capabilities) and waits up to the worker timeout for the scheduler's `HelloAck`; a `Refusal` ends it (an
+incompatible scheduler: exit 78, not worth replacing). The `HelloAck` names the object storage server (the
+scheduler's port + 1 when it names none) and may shorten the heartbeat interval; the worker then says
+Hello to storage too. A storage `Refusal` of that Hello ends the worker (78); a later one (a request
+refused, or a restarted server that forgot us) is answered by saying Hello again.
+
+Liveness: a heartbeat every interval once connected (its resource numbers are measured by the shell on
+`MeasureUsage`; its task counts and per-function totals are the core's). A scheduler silent for longer
+than the worker timeout counts as gone: the worker exits (1) and `scaler_cluster` replaces it. A scheduler
+that refuses us after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the
+scheduler, or a stop signal, ends the worker (0); leaving on our own, the worker first says
+`DisconnectRequest`, so that its tasks go elsewhere at once rather than after the scheduler's timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Dict, List
+
+from scaler.protocol import messages as m
+from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.version import PROTOCOL_VERSION, show_version
+from scaler.worker.worker_config import WorkerConfig
+from scaler.worker.worker_events import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_REFUSED,
+    ConnectStorage,
+    MeasureUsage,
+    SendToScheduler,
+    SendToStorage,
+    UsageMeasured,
+    WorkerIdentity,
+)
+
+logger = logging.getLogger(__name__)
+
+Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say DisconnectRequest)
+
+
+class WorkerSession:
+    def __init__(self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave) -> None:
+        self._config = config
+        self._name = name
+        self._leave = leave
+        self._hello = m.Hello(
+            PROTOCOL_VERSION,
+            m.PeerRole.WORKER,
+            identity.pid,
+            identity.hostname,
+            m.WorkerInfo(slots=1, queue_capacity=config.queue_capacity, capabilities=config.capabilities),
+        )
+        self.connected = False  # the scheduler's HelloAck came
+        self._storage_address = ""
+        self._storage_accepted = False
+        self._heartbeat_interval = config.heartbeat_interval_seconds
+        self._last_heard = 0.0
+        self._hello_deadline = math.inf
+        self._next_heartbeat = math.inf
+        self.scheduler_handlers: Dict[type, Callable[[Any, float, List[Any]], None]] = {
+            m.HelloAck: self._on_hello_ack,
+            m.Refusal: self._on_refusal,
+            m.WorkerHeartbeatEcho: self._on_nothing_to_do,  # hearing from the scheduler is all that matters
+            m.DisconnectResponse: self._on_nothing_to_do,  # the answer to our own leaving
+            m.DisconnectRequest: self._on_disconnect_request,
+        }
+        self.storage_handlers: Dict[type, Callable[[Any, List[Any]], None]] = {
+            m.HelloAck: self._on_storage_hello_ack,
+            m.Refusal: self._on_storage_refusal,
+        }
+
+    def start(self, now: float, out: List[Any]) -> None:
+        config = self._config
+        logger.info(
+            f"{self._name}: connecting to scheduler {config.scheduler_address}, "
+            f"capabilities={','.join(c.name for c in config.capabilities) or 'none'}, "
+            f"queue_capacity={config.queue_capacity}, "
+            f"heartbeat_interval_seconds={config.heartbeat_interval_seconds:g}, "
+            f"worker_timeout_seconds={config.worker_timeout_seconds:g}, "
+            f"task_inline_threshold={config.task_inline_threshold}"
+        )
+        out.append(SendToScheduler(self._hello))
+        self._hello_deadline = now + config.worker_timeout_seconds
+
+    def heard(self, now: float) -> None:
+        """A message from the scheduler arrived (any message: it is alive)."""
+        self._last_heard = now
+
+    @property
+    def wake_time(self) -> float:
+        """When `tick` has something to do."""
+        return self._next_heartbeat if self.connected else self._hello_deadline
+
+    def tick(self, now: float, out: List[Any]) -> None:
+        """Heartbeat when it is time (`MeasureUsage` first); give up on a silent scheduler."""
+        config = self._config
+        if not self.connected:
+            if now >= self._hello_deadline:
+                self._hello_deadline = math.inf
+                silent = f"within {config.worker_timeout_seconds:g} seconds"
+                self._leave(EXIT_FAILURE, f"no answer from scheduler {config.scheduler_address} {silent}", True)
+            return
+        if now < self._next_heartbeat:
+            return
+        silence = now - self._last_heard
+        if silence > config.worker_timeout_seconds:
+            self._next_heartbeat = math.inf
+            self._leave(EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds", True)
+            return
+        out.append(MeasureUsage())
+        self._next_heartbeat = now + self._heartbeat_interval
+
+    def heartbeat(
+        self, usage: UsageMeasured, queued: int, running: int, suspended: int, functions: List[m.FunctionStats]
+    ) -> SendToScheduler:
+        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function."""
+        return SendToScheduler(
+            m.WorkerHeartbeat(
+                agent_cpu=usage.agent_cpu,
+                agent_rss_bytes=usage.agent_rss_bytes,
+                processor_cpu=usage.runner_cpu,
+                processor_rss_bytes=usage.runner_rss_bytes,
+                queued_tasks=queued,
+                running_tasks=running,
+                suspended_tasks=suspended,
+                functions=functions,
+            )
+        )
+
+    # ------------------------------------------------------------------------- the scheduler
+
+    def _on_hello_ack(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
+        if self.connected:
+            logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
+            return
+        self.connected = True
+        self._hello_deadline = math.inf
+        if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
+            self._heartbeat_interval = ack.heartbeat_interval_seconds
+        scheduler_address = self._config.scheduler_address
+        storage_address = ack.object_storage_address
+        if not storage_address:
+            storage_address = default_storage_address(scheduler_address)
+            logger.warning(f"{self._name}: scheduler named no object storage server, using {storage_address}")
+        self._storage_address = storage_address
+        out.append(ConnectStorage(storage_address))
+        out.append(SendToStorage(self._hello))
+        out.append(MeasureUsage())  # the first heartbeat goes at once
+        self._next_heartbeat = now + self._heartbeat_interval
+        logger.info(
+            f"{self._name}: connected to scheduler {scheduler_address} "
+            f"(protocol {show_version(ack.version)}), object storage {storage_address}"
+        )
+
+    def _on_refusal(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
+        if self.connected:  # it accepted us before: it restarted and forgot us; a new worker will say Hello
+            self._leave(EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False)
+            return
+        self._leave(
+            EXIT_REFUSED, f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}", False
+        )
+
+    def _on_nothing_to_do(self, message: Any, now: float, out: List[Any]) -> None:
+        pass
+
+    def _on_disconnect_request(self, request: m.DisconnectRequest, now: float, out: List[Any]) -> None:
+        self._leave(EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}", False)
+
+    # ------------------------------------------------------------------------- the storage server
+
+    def _on_storage_hello_ack(self, ack: m.HelloAck, out: List[Any]) -> None:
+        self._storage_accepted = True
+        logger.debug(f"{self._name}: object storage {self._storage_address} accepted us")
+
+    def _on_storage_refusal(self, refusal: m.Refusal, out: List[Any]) -> None:
+        if not self._storage_accepted:  # our Hello itself was refused: an incompatible server
+            self._leave(EXIT_REFUSED, f"refused by object storage {self._storage_address}: {refusal.reason}", True)
+            return
+        # one of our requests was refused (its tasks fail when it times out), or the server restarted and
+        # forgot us: saying Hello again costs nothing and covers the second case
+        logger.warning(f"{self._name}: object storage {self._storage_address} refused a message: {refusal.reason}")
+        out.append(SendToStorage(self._hello))

@@ -1,0 +1,508 @@
+"""The local processor runner (`ProcessorRunner`) inside the worker core, driven through `handle` (see
+`core_harness`): nested tasks on one stack, tasks sent ahead into the processor's FIFO, its cache mirrors."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+import pytest
+from core_harness import Harness, load_failure, make_task, task_id
+
+from scaler.client.serializer import DefaultSerializer, serialize_payload
+from scaler.protocol import messages as m
+from scaler.protocol.errors import TaskTimeoutError
+from scaler.worker.lru_cache import SizedLRUCache
+from scaler.worker.processor_lifecycle import SentState
+from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, WaitEnded
+from scaler.worker.worker_events import FromScheduler
+
+# ----------------------------------------------------------------------------- nested tasks
+
+
+def test_a_waiting_task_frees_the_slot_and_the_next_task_runs_on_top_of_it():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    assert h.running_task() == task_id(1) and h.core.queued_count == 1
+    h.wait()
+    assert h.stack_ids() == [task_id(1), task_id(2)] == h.runner.stack
+    assert h.top().function is None  # the same processor: it has the function already
+    assert (h.runner.running, h.runner.suspended, h.core.queued_count) == (1, 1, 0)
+    h.finish()
+    assert (h.runner.running, h.runner.suspended) == (0, 1)  # task 1 still waits
+    h.resume()
+    assert h.pipe == [] and h.running_task() == task_id(1)
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)]
+    assert h.started == [0]  # never another processor
+
+
+def test_on_top_of_a_waiting_task_the_newest_task_runs_first():
+    h = Harness(prefetch_tasks=1)
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3, priority=1), make_task(4))  # 4 is the newest at priority 0
+    h.wait()
+    h.answer_gets()
+    assert h.running_task() == task_id(3)  # priority first
+    h.finish()
+    h.answer_gets()
+    assert h.running_task() == task_id(4)  # then the newest: most likely what task 1 waits for
+    h.finish()
+    h.answer_gets()
+    assert h.running_task() == task_id(2)
+
+
+def test_recursion_of_depth_50_runs_on_one_processor():
+    """Each level submits its child and waits for it: each child runs on top of its parent."""
+    h = Harness()
+    depth = 50
+    h.assign(make_task(0))
+    h.answer_gets()
+    for level in range(1, depth):
+        h.assign(make_task(level))  # submitted by the running level - 1...
+        h.wait()  # ...which now waits for it
+        assert h.running_task() == task_id(level)
+    assert h.runner.suspended == depth - 1 and len(h.stack) == depth
+    for level in reversed(range(depth)):  # the deepest returns first, then each parent resumes and returns
+        if level < depth - 1:
+            h.resume()
+        assert h.running_task() == task_id(level)
+        h.finish(payload=bytes([level]))
+    results = h.results()
+    assert [r.task_id for r in results] == [task_id(n) for n in reversed(range(depth))]
+    assert [r.payload for r in results] == [bytes([n]) for n in reversed(range(depth))]
+    assert h.started == [0] and h.runner.stack == []
+
+
+def test_a_task_sent_just_before_the_resume_notice_runs_first_then_the_waiting_task_resumes():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.wait()
+    h.hold = True  # the processor is busy checking its future...
+    h.assign(make_task(2))  # ...when the agent sends it a task
+    assert [type(message) for message in h.pipe] == [ProcessorTask]
+    h.resume()  # then it finds its future done and asks to resume
+    assert [type(message) for message in h.pipe] == [ProcessorTask, WaitEnded]
+    h.assign(make_task(3))  # the slot is taken again: nothing more is sent
+    assert len(h.pipe) == 2
+    h.hold = False
+    h.pump()
+    assert h.running_task() == task_id(2)  # it runs above the resuming task
+    h.finish()
+    assert h.running_task() == task_id(1) and h.pipe == []  # WaitEnded read: task 1 goes on
+    h.finish()
+    h.answer_gets()
+    assert h.running_task() == task_id(3)
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in (2, 1, 3)]
+
+
+def test_a_task_sent_before_the_resume_notice_may_wait_and_nest_in_turn():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.wait()
+    h.hold = True
+    h.assign(make_task(2))
+    h.resume()
+    h.hold = False
+    h.pump()
+    h.assign(make_task(3))
+    assert h.running_task() == task_id(2)
+    h.wait()  # task 2 waits: WaitEnded of task 1 is still in the pipe, then task 3 comes
+    assert h.stack_ids() == [task_id(1), task_id(2), task_id(3)] == h.runner.stack
+    h.finish()
+    h.resume()
+    h.finish()
+    assert h.running_task() == task_id(1)
+    h.finish()
+    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in (1, 2, 3)]
+
+
+def test_results_of_nested_tasks_answer_their_own_attempts():
+    h = Harness()
+    h.assign(make_task(1, attempt=3))
+    h.answer_gets()
+    h.assign(make_task(2, attempt=5))
+    h.wait()
+    h.finish(payload=b"child")
+    h.resume()
+    h.finish(payload=b"parent")
+    assert [(r.task_id, r.attempt, r.payload) for r in h.results()] == [
+        (task_id(2), 5, b"child"),
+        (task_id(1), 3, b"parent"),
+    ]
+
+
+def test_a_result_that_is_not_the_top_of_the_stack_is_dropped():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    h.wait()
+    h.tell(ProcessorResult(task_id(1), m.TaskStatus.SUCCESS, b"early", "", None))
+    assert h.results() == [] and h.runner.stack == [task_id(1), task_id(2)]
+
+
+def test_messages_of_a_replaced_processor_are_dropped():
+    h = Harness()
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    old = h.processor
+    h.cancel(1)
+    h.answer_gets()
+    h.tell(ProcessorResult(task_id(2), m.TaskStatus.SUCCESS, b"", "", None), processor=old)
+    h.die("processor was killed by signal SIGKILL", processor=old)
+    assert h.results() == [] and h.running_task() == task_id(2) and h.started == [0, 1]
+
+
+def test_processor_death_ends_every_task_on_its_stack_with_worker_died():
+    h = Harness()
+    h.assign(make_task(1, attempt=2))
+    h.answer_gets()
+    h.assign(make_task(3), make_task(2, attempt=4))
+    h.wait()
+    h.die("processor was killed by signal SIGSEGV")
+    results = {r.task_id: r for r in h.results()}
+    assert set(results) == {task_id(1), task_id(2)}
+    assert (results[task_id(2)].status, results[task_id(2)].attempt) == (m.TaskStatus.WORKER_DIED, 4)
+    assert results[task_id(2)].error_text == "processor was killed by signal SIGSEGV"
+    assert (results[task_id(1)].status, results[task_id(1)].attempt) == (m.TaskStatus.WORKER_DIED, 2)
+    assert results[task_id(1)].error_text == (
+        f"processor was killed by signal SIGSEGV, while task {task_id(2).hex()} ran above this one"
+    )
+    assert h.started == [0, 1] and h.running_task() == task_id(3)  # the queued task runs on the new one
+
+
+def test_cancel_of_a_waiting_task_stops_the_processor_and_the_task_above_dies():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3))
+    h.wait()
+    assert h.runner.stack == [task_id(1), task_id(3)]
+    confirm = h.cancel(1)
+    assert confirm.cancelled == [True]
+    [died] = h.results()
+    assert (died.task_id, died.status) == (task_id(3), m.TaskStatus.WORKER_DIED)
+    assert died.error_text == f"its processor was stopped to cancel task {task_id(1).hex()}"
+    assert h.started == [0, 1] and h.running_task() == task_id(2)
+
+
+def test_cancel_of_several_tasks_on_one_stack_cancels_them_all_at_once():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2))
+    h.wait()
+    h.assign(make_task(3))
+    h.wait()
+    confirm = h.cancel(3, 1)
+    assert confirm.cancelled == [True, True]
+    [died] = h.results()
+    assert died.task_id == task_id(2) and died.status == m.TaskStatus.WORKER_DIED
+    assert task_id(1).hex() in died.error_text and task_id(3).hex() in died.error_text
+    assert h.started == [0, 1]
+
+
+def test_timeout_of_a_waiting_task_fails_it_and_the_tasks_above_die():
+    h = Harness()
+    h.assign(make_task(1, timeout_seconds=2))
+    h.answer_gets()
+    h.assign(make_task(2))
+    h.wait()
+    h.tick(2.0)  # task 1 started at 0
+    results = {r.task_id: r for r in h.results()}
+    error, _ = load_failure(results[task_id(1)])
+    assert isinstance(error, TaskTimeoutError) and "timeout of 2 seconds" in str(error)
+    assert results[task_id(2)].status == m.TaskStatus.WORKER_DIED
+    assert results[task_id(2)].error_text == f"its processor was stopped: {error}"
+    assert h.started == [0, 1]
+
+
+def test_timer_of_a_task_nested_then_finished_does_nothing():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2, timeout_seconds=1))
+    h.wait()  # task 2 starts at 0, nested
+    h.finish()
+    h.tick(1.0)
+    assert h.started == [0] and [r.task_id for r in h.results()] == [task_id(2)]
+
+
+def test_balance_gives_back_queued_tasks_never_one_on_the_stack():
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.assign(make_task(2), make_task(3), make_task(4), make_task(5))
+    h.wait()  # task 5, the newest, now runs on top of task 1
+    assert h.runner.stack == [task_id(1), task_id(5)]
+    # on top of a waiting task the newest run first, so the oldest would run last: they go back
+    assert h.balance(10) == [task_id(2), task_id(3), task_id(4)]
+    assert h.core.queued_count == 0
+    h.finish()
+    h.resume()
+    h.finish()
+    assert sorted(r.task_id for r in h.results()) == [task_id(1), task_id(5)]
+
+
+def test_a_balance_racing_with_a_result_a_cancel_and_a_death_strands_nothing():
+    h = Harness(prefetch_tasks=2)
+    h.assign(make_task(1), make_task(2), make_task(3), make_task(4), make_task(5))
+    h.answer_gets()
+    result = h.processor_finishes()  # task 1 is done; its result is still in the pipe
+    assert h.balance(2) == [task_id(5), task_id(4)]  # never task 1, which the agent still sees running
+    h.tell(result)
+    h.answer_gets()
+    assert h.cancel(5, 2) == m.TaskCancelConfirm([task_id(5), task_id(2)], [False, True])  # 5 went back
+    assert h.running_task() == task_id(3)  # on the processor that replaced the one task 2 ran on
+    h.die("processor was killed by signal SIGKILL")
+    assert h.balance(5) == []
+    statuses = {r.task_id: r.status for r in h.results()}
+    assert statuses == {task_id(1): m.TaskStatus.SUCCESS, task_id(3): m.TaskStatus.WORKER_DIED}
+    assert h.core.queued_count == 0 and h.runner.stack == []
+
+
+def test_counts_for_heartbeats_with_a_stack():
+    h = Harness()
+    h.assign(make_task(1), make_task(2), make_task(3))
+    h.answer_gets()
+    h.wait()
+    assert (h.runner.running, h.runner.suspended, h.core.queued_count) == (1, 1, 1)
+    h.wait()
+    assert (h.runner.running, h.runner.suspended, h.core.queued_count) == (1, 2, 0)
+    h.wait()
+    assert (h.runner.running, h.runner.suspended, h.core.queued_count) == (0, 3, 0)
+
+
+# ----------------------------------------------------------------------------- pipeline to the processor
+
+
+def pipelined(count: int, depth: int = 2, **options: Any) -> Harness:
+    """A worker with ``count`` tasks (numbered from 1) whose first task finished quickly: task 2 runs and
+    the next ``depth`` ones are sent ahead."""
+    h = Harness(pipeline_depth=depth, **options)
+    h.assign(*[make_task(n, timeout_seconds=options.pop("timeout", 0)) for n in range(1, count + 1)])
+    h.answer_gets()
+    h.finish()
+    h.results()
+    return h
+
+
+def test_nothing_is_sent_ahead_before_a_task_was_seen_to_be_quick():
+    h = Harness(pipeline_depth=2)
+    h.assign(*[make_task(n) for n in range(1, 5)])
+    h.answer_gets()
+    assert h.running_task() == task_id(1) and h.runner.inbox == [] and h.fifo == []
+
+
+def test_while_a_task_runs_the_next_ones_are_sent_ahead_in_one_message():
+    h = pipelined(6, depth=3)
+    assert h.running_task() == task_id(2)
+    assert h.runner.inbox == h.fifo_ids() == [task_id(3), task_id(4), task_id(5)]
+    assert h.messages[-1] == [h.stack[0].task, *h.fifo]  # task 2 and the three ahead: one Pipe message
+    assert h.core.queued_count == 4 and h.runner.state_of(task_id(3)) is SentState.SENT
+    assert h.run_all() == [task_id(n) for n in range(2, 7)]
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in range(2, 7)]
+
+
+def test_with_depth_zero_one_task_at_a_time():
+    h = pipelined(4, depth=0)
+    assert h.running_task() == task_id(2) and h.runner.inbox == [] and h.fifo == []
+    assert h.messages[-1] == [h.stack[0].task]
+
+
+def test_a_slow_task_stops_the_sending_ahead():
+    h = pipelined(8, depth=2)
+    h.tell(h.processor_finishes()._replace(seconds=5.0))  # task 2 took long: task 3 starts, nothing more
+    assert h.runner.stack == [task_id(3)] and h.runner.inbox == [task_id(4)]
+    h.tell(h.processor_finishes())  # task 3 was quick again
+    assert h.runner.stack == [task_id(4)] and h.runner.inbox == [task_id(5), task_id(6)]
+
+
+def test_results_in_one_message_are_read_one_by_one():
+    h = pipelined(6, depth=3)
+    first = h.processor_finishes()
+    h.pump()  # the processor starts task 3 from its FIFO without the agent
+    second = h.processor_finishes()
+    h.tell([first, second])
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3)]
+    assert h.runner.stack == h.stack_ids() == [task_id(4)]
+    assert h.runner.inbox == h.fifo_ids() == [task_id(5), task_id(6)]
+
+
+def test_the_timeout_of_a_task_sent_ahead_counts_from_its_start():
+    h = Harness(pipeline_depth=2)
+    h.assign(*[make_task(n, timeout_seconds=1.0) for n in range(1, 5)])
+    h.answer_gets()  # task 1 starts at 0
+    h.now = 0.2
+    h.finish()  # task 2 starts at 0.2; tasks 3 and 4 are sent ahead, not started
+    assert h.runner.inbox == [task_id(3), task_id(4)]
+    h.now = 0.4
+    h.finish()  # task 3 starts at 0.4
+    h.results()
+    h.tick(1.3)
+    assert h.results() == [] and h.started == [0]  # sent at 0.2, task 3 has not run for 1 second yet
+    h.tick(1.4)
+    [result] = h.results()
+    assert result.task_id == task_id(3) and isinstance(load_failure(result)[0], TaskTimeoutError)
+    assert h.started == [0, 1]  # task 4 had not started: it runs on the new processor
+    assert h.run_all() == [task_id(4)]
+
+
+def test_cancel_of_a_task_sent_ahead_is_confirmed_once_the_processor_dropped_it():
+    h = pipelined(5, depth=2)
+    h.hold = True  # the processor is busy with task 2: it reads the Drop later
+    h.handle(FromScheduler(m.TaskCancel([task_id(4)])))
+    assert h.take(m.TaskCancelConfirm) == []  # waits for the processor's answer
+    assert h.pipe == [[Drop(task_id(4))]]
+    h.hold = False
+    h.pump()
+    assert h.take(m.TaskCancelConfirm) == []  # the processor reads its pipe between two tasks
+    h.finish()
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(4)], [True])]
+    assert h.started == [0]  # no processor was stopped
+    assert h.runner.stack == h.stack_ids() == [task_id(3)] and h.runner.inbox == h.fifo_ids() == [task_id(5)]
+    assert h.run_all() == [task_id(3), task_id(5)]
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3), task_id(5)]
+
+
+def test_cancel_of_the_next_task_sent_ahead_taken_for_started_but_dropped():
+    h = pipelined(5, depth=2)
+    h.handle(FromScheduler(m.TaskCancel([task_id(3)])))
+    h.finish()  # the agent takes task 3 for started, then reads that the processor dropped it
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3)], [True])]
+    assert h.runner.stack == h.stack_ids() == [task_id(4)]
+    assert h.run_all() == [task_id(4), task_id(5)]
+    assert task_id(3) not in [r.task_id for r in h.results()]
+
+
+def test_cancel_of_a_task_sent_ahead_that_started_meanwhile_is_answered_by_its_result():
+    h = pipelined(5, depth=2)
+    h.hold = True
+    finished = h.processor_finishes()  # task 2 ends; the processor starts task 3 before it reads the Drop
+    h.pump()
+    assert h.running_task() == task_id(3)
+    h.handle(FromScheduler(m.TaskCancel([task_id(3), task_id(5)])))  # 5: still queued
+    assert h.take(m.TaskCancelConfirm) == []
+    h.tell(finished)
+    assert h.runner.stack == [task_id(3)]  # taken for started: it was, the Drop comes too late
+    h.hold = False
+    h.finish(payload=b"three")
+    assert [(r.task_id, r.payload) for r in h.results()] == [(task_id(2), b"ok"), (task_id(3), b"three")]
+    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3), task_id(5)], [False, True])]
+    assert h.run_all() == [task_id(4)]
+
+
+def test_cancel_of_the_running_task_puts_the_tasks_sent_ahead_back_without_a_death():
+    h = pipelined(5, depth=2)
+    assert h.cancel(2, 4) == m.TaskCancelConfirm([task_id(2), task_id(4)], [True, True])
+    assert h.started == [0, 1]
+    assert h.results() == []  # no WORKER_DIED for the tasks that had not started
+    assert task_id(4) not in h.core.task_states()
+    h.answer_gets()
+    assert h.running_task() == task_id(3)  # first in line again, on the new processor
+    assert h.top().function == b"function bytes"  # whose cache is empty
+    assert h.run_all() == [task_id(3), task_id(5)]
+
+
+def test_processor_death_kills_the_running_task_and_puts_the_tasks_sent_ahead_back():
+    h = pipelined(5, depth=2)
+    done = h.processor_finishes()  # task 2's result is in the pipe when the processor dies running task 3
+    h.die("processor was killed by signal SIGKILL", [[done]])
+    statuses = [(r.task_id, r.status) for r in h.results()]
+    assert statuses == [(task_id(2), m.TaskStatus.SUCCESS), (task_id(3), m.TaskStatus.WORKER_DIED)]
+    assert h.started == [0, 1]
+    h.answer_gets()
+    assert h.run_all() == [task_id(4), task_id(5)]
+
+
+def test_a_waiting_task_takes_back_what_was_sent_ahead_and_nests_one_task_at_a_time():
+    h = pipelined(5, depth=2)
+    h.wait()  # task 2 waits, maybe on task 3 or 4: they come back and may run nested
+    assert h.runner.inbox == [] and h.fifo == []
+    assert h.runner.stack == h.stack_ids() == [task_id(2), task_id(5)]  # newest first on a waiting task
+    h.wait()
+    assert h.runner.stack == h.stack_ids() == [task_id(2), task_id(5), task_id(4)]
+    assert isinstance(h.messages[-1], ProcessorTask)  # single tasks, never a list, while nesting
+    h.finish()
+    assert h.runner.inbox == []  # nothing sent ahead above a waiting task
+    h.finish()
+    assert h.runner.stack == [task_id(2), task_id(5)]
+    h.resume()
+    h.finish()
+    h.resume()
+    assert h.run_all() == [task_id(2)]
+    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in range(2, 6)]
+
+
+def test_a_higher_priority_task_takes_back_the_lower_ones_sent_ahead():
+    h = pipelined(5, depth=2)
+    h.assign(make_task(9, priority=5))
+    assert h.pipe == [[Drop(task_id(3)), Drop(task_id(4))]]  # read by the processor between two tasks
+    assert h.run_all() == [task_id(2), task_id(9), task_id(3), task_id(4), task_id(5)]
+
+
+# ----------------------------------------------------------------------------- object cache of the processor
+
+
+def test_an_object_is_sent_to_the_processor_once_then_by_its_id():
+    object_id = b"O" * 16
+    h = Harness(pipeline_depth=0)
+    h.storage[object_id] = b"shared"
+    argument = m.Argument("", m.ArgumentKind.OBJECT, object_id)
+    h.assign(make_task(1, arguments=[argument]), make_task(2, arguments=[argument]), make_task(3))
+    h.answer_gets()
+    assert h.top().arguments == [("", b"shared", object_id)]
+    h.finish()
+    assert h.top().arguments == [("", None, object_id)]  # the processor holds it
+    assert h.gets == []  # and it was fetched once
+    h.die("processor was killed by signal SIGKILL")  # task 2 dies; a new processor has an empty cache
+    h.assign(make_task(4, arguments=[argument]))
+    h.answer_gets()
+    h.finish()
+    assert h.top().arguments == [("", b"shared", object_id)]
+
+
+@pytest.mark.parametrize("value", [b"b" * 100_000, bytearray(100_000), "not a pickle"])
+def test_an_object_of_several_frames_crosses_to_the_processor_out_of_band_read_only_where_it_is_read(value):
+    object_id = b"O" * 16
+    if value == "not a pickle":  # a client's bug, or worse: the processor's deserialization will say so
+        frames: List[Any] = [b"\x80\x05garbage", bytearray(100_000)]
+    else:
+        frames = serialize_payload(DefaultSerializer(), value)
+    h = Harness(pipeline_depth=0)
+    h.storage[object_id] = frames
+    h.assign(make_task(1, arguments=[m.Argument("", m.ArgumentKind.OBJECT, object_id)]))
+    h.answer_gets()
+    [(_, sent, _)] = h.top().arguments
+    assert len(sent) == 2 and sent[0] == frames[0]
+    buffer = sent[1].raw()  # what the Pipe writes out of band
+    assert bytes(buffer) == bytes(memoryview(frames[1]))
+    assert buffer.readonly == isinstance(value, bytes)  # a bytes value is read into bytes, the rest writable
+
+
+def test_the_object_cache_mirror_is_bounded_by_bytes():
+    first, second = b"A" * 16, b"B" * 16
+    h = Harness(pipeline_depth=0, object_cache_bytes=10)
+    h.storage.update({first: b"123456", second: b"7890ab"})
+    tasks = [(1, first), (2, second), (3, first)]
+    h.assign(*[make_task(n, arguments=[m.Argument("", m.ArgumentKind.OBJECT, o)]) for n, o in tasks])
+    sent = []
+    for _ in tasks:
+        h.answer_gets()
+        sent.append(h.top().arguments[0][1])
+        h.finish()
+    assert sent == [b"123456", b"7890ab", b"123456"]  # the second evicted the first (6 + 6 > 10 bytes)
+
+
+def test_sized_lru_cache_evicts_least_recently_used_by_size():
+    cache: SizedLRUCache[str, int] = SizedLRUCache(10)
+    cache.put("a", 1, 4)
+    cache.put("b", 2, 4)
+    assert cache.get("a") == 1  # now the most recently used
+    cache.put("c", 3, 4)
+    assert "b" not in cache and cache.get("a") == 1 and cache.size == 8
+    cache.put("big", 4, 11)  # larger than the whole cache: not kept

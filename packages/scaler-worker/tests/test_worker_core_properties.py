@@ -1,0 +1,251 @@
+"""Property tests: the worker core driven with random interleavings of everything that can happen to it.
+
+Hypothesis drives a `core_harness.Harness` (the scheduler, the storage server and a model of the processor
+around a real `WorkerCore` + `ProcessorRunner`) with task batches, repeated assignments, cancels, balance
+requests, storage answers (found, missing, refused, never), results, tasks waiting and resuming in the
+client, races with the pipe, processor deaths, time passing (timeouts, results held for company, storage
+silence), and the scheduler or a stop signal ending the worker. After every step: no task is answered twice
+(a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), a result
+answers the task's latest attempt, the core's books agree with themselves and with the runner's, and the
+runner's view of the processor is the processor's own. At the end, everything left is let finish: every
+task assigned has then been answered exactly once, unless the worker left (then it says nothing more,
+and the scheduler runs its tasks elsewhere).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Set
+
+from core_harness import FUNCTION, Harness, make_task, task_id
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from scaler.protocol import messages as m
+from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.task_lifecycle import TaskState
+from scaler.worker.worker_events import FromScheduler, StopRequested
+
+MISSING_FUNCTION = b"M" * 16
+OBJECT = b"O" * 16
+TIMEOUT_SECONDS = 5.0
+STORAGE_TIMEOUT_SECONDS = 20.0
+_HELD_BY_RUNNER = {TaskState.RUNNING, TaskState.CANCELLING, TaskState.TIMING_OUT}
+_QUEUED = {TaskState.QUEUED, TaskState.STAGED}
+
+
+class WorkerCoreMachine(RuleBasedStateMachine):
+    @initialize(
+        inline=st.sampled_from([0, 4, 1 << 20]),
+        prefetch=st.integers(1, 4),
+        depth=st.sampled_from([0, 1, 2, 4]),
+        batch_seconds=st.sampled_from([0.0, 0.005]),
+    )
+    def start(self, inline: int, prefetch: int, depth: int, batch_seconds: float) -> None:
+        self.h = Harness(
+            inline_threshold_bytes=inline,
+            prefetch_tasks=prefetch,
+            pipeline_depth=depth,
+            storage_timeout_seconds=STORAGE_TIMEOUT_SECONDS,
+            result_batch_seconds=batch_seconds,
+        )
+        self.h.storage[OBJECT] = b"object payload"
+        self.batch_seconds = batch_seconds
+        self.next_number = 1
+        self.attempts: Dict[bytes, int] = {}  # task -> its latest attempt, while not answered
+        self.answered: Dict[bytes, int] = {}
+        self.assigned: Set[bytes] = set()
+
+    # ------------------------------------------------------------------------- the scheduler
+
+    @rule(
+        specs=st.lists(
+            st.tuples(
+                st.integers(0, 2),  # priority
+                st.sampled_from([FUNCTION, FUNCTION, FUNCTION, MISSING_FUNCTION]),
+                st.sampled_from([0.0, 0.0, TIMEOUT_SECONDS]),
+                st.booleans(),  # an object-storage argument
+                st.booleans(),  # store the result
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    def assign(self, specs) -> None:
+        tasks = []
+        for priority, function_id, timeout, with_object, store_result in specs:
+            arguments = [m.Argument("", m.ArgumentKind.OBJECT, OBJECT)] if with_object else []
+            task = make_task(self.next_number, priority, function_id=function_id, timeout_seconds=timeout)
+            if arguments:
+                task.arguments = arguments
+            task.store_result = store_result
+            tasks.append(task)
+            self.attempts[task.task_id] = task.attempt
+            self.assigned.add(task.task_id)
+            self.next_number += 1
+        self.h.assign(*tasks)
+
+    @precondition(lambda self: self.h.core.task_states())
+    @rule(data=st.data())
+    def assign_again(self, data) -> None:
+        """The scheduler assigns a task this worker holds again, with a new attempt."""
+        held = data.draw(st.sampled_from(sorted(self.h.core.task_states())))
+        self.attempts[held] += 1
+        task = make_task(int.from_bytes(held, "big"), attempt=self.attempts[held])
+        self.h.assign(task)
+
+    @rule(data=st.data())
+    def cancel(self, data) -> None:
+        known = sorted(self.assigned) + [task_id(10_000)]
+        ids = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3))
+        self.h.handle(FromScheduler(m.TaskCancel(ids)))
+
+    @rule(count=st.integers(0, 3))
+    def balance(self, count: int) -> None:
+        self.h.handle(FromScheduler(m.BalanceRequest(count)))
+
+    @rule(how=st.sampled_from(["disconnect", "refusal", "stop", "silence"]))
+    def worker_ends(self, how: str) -> None:
+        h = self.h
+        if how == "disconnect":
+            h.handle(FromScheduler(m.DisconnectRequest("scheduler shutting down")))
+        elif how == "refusal":
+            h.handle(FromScheduler(m.Refusal(PROTOCOL_VERSION, "who are you?")))
+        elif how == "stop":
+            h.handle(StopRequested("received SIGTERM"))
+        else:  # the scheduler goes away: nothing heard from it for longer than the worker timeout
+            last = h.now
+            while h.exit_code is None:
+                h.tick(max(h.wake, h.now + 0.001))
+                assert h.now - last < 3 * STORAGE_TIMEOUT_SECONDS
+        assert h.exit_code is not None
+
+    # ------------------------------------------------------------------------- the storage server
+
+    @rule()
+    def answer_gets(self) -> None:
+        self.h.answer_gets()
+
+    @rule(status=st.sampled_from([m.ObjectStatus.OK, m.ObjectStatus.OK, m.ObjectStatus.STORAGE_FULL]))
+    def answer_puts(self, status: m.ObjectStatus) -> None:
+        self.h.answer_puts(status)
+
+    # ------------------------------------------------------------------------- the processor
+
+    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "running")
+    @rule(status=st.sampled_from([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED]), quick=st.booleans())
+    def finish(self, status: m.TaskStatus, quick: bool) -> None:
+        result = self.h.processor_finishes(status, payload=b"abcdef")
+        self.h.tell(result._replace(seconds=0.001 if quick else 1.0))
+
+    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "running")
+    @rule()
+    def wait(self) -> None:
+        self.h.wait()
+
+    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "waiting")
+    @rule()
+    def resume(self) -> None:
+        self.h.resume()
+
+    @rule()
+    def toggle_hold(self) -> None:
+        self.h.hold = not self.h.hold
+        self.h.pump()
+
+    @rule()
+    def processor_dies(self) -> None:
+        self.h.die("processor was killed by signal SIGKILL")
+
+    # ------------------------------------------------------------------------- time
+
+    @rule(seconds=st.sampled_from([0.001, 0.005, 1.0, TIMEOUT_SECONDS, STORAGE_TIMEOUT_SECONDS]))
+    def time_passes(self, seconds: float) -> None:
+        """Time passes; the scheduler is alive (its heartbeat echo arrives)."""
+        h = self.h
+        h.tick(h.now + seconds)
+        h.handle(FromScheduler(m.WorkerHeartbeatEcho()))
+
+    # ------------------------------------------------------------------------- checks
+
+    def _collect(self) -> None:
+        h = self.h
+        answered = self.answered
+        for result in h.results():
+            assert result.task_id in self.attempts, "answered twice, or never assigned"
+            assert result.attempt == self.attempts.pop(result.task_id), "a result answers the latest attempt"
+            answered[result.task_id] = answered.get(result.task_id, 0) + 1
+        for confirm in h.take(m.TaskCancelConfirm):
+            for cancelled_id, cancelled in zip(confirm.task_ids, confirm.cancelled, strict=True):
+                if cancelled:
+                    assert self.attempts.pop(cancelled_id, None) is not None, "cancelled twice, or answered"
+                    answered[cancelled_id] = answered.get(cancelled_id, 0) + 1
+        for response in h.take(m.BalanceResponse):
+            for given in response.task_ids:
+                assert self.attempts.pop(given, None) is not None, "given back twice, or answered"
+                answered[given] = answered.get(given, 0) + 1
+
+    @invariant()
+    def every_task_is_answered_at_most_once(self) -> None:
+        self._collect()
+        assert all(count == 1 for count in self.answered.values()), self.answered
+
+    @invariant()
+    def the_books_agree(self) -> None:
+        h = self.h
+        if h.exit_code is not None:
+            return
+        states = h.core.task_states()
+        # the core holds the tasks not answered yet, but those whose result waits for company
+        assert set(states) <= set(self.attempts)
+        if self.batch_seconds == 0:
+            assert set(states) == set(self.attempts)
+        held = {tid for tid, state in states.items() if state in _HELD_BY_RUNNER}
+        assert held == set(h.runner.stack) | set(h.runner.inbox)
+        queued = sum(1 for state in states.values() if state in _QUEUED)
+        assert h.core.queued_count == queued + len(h.runner.inbox)
+        if not h.hold and not h.pipe:
+            assert h.runner.stack == h.stack_ids()
+            assert h.runner.inbox == h.fifo_ids()
+
+    @invariant()
+    def a_worker_that_left_says_nothing_more(self) -> None:
+        h = self.h
+        if h.exit_code is None:
+            return
+        before = (len(h.to_scheduler), len(h.gets), len(h.puts), len(h.pipe))
+        h.handle(FromScheduler(m.TaskBatch([make_task(99_999)])))
+        h.tick(h.now + 100)
+        assert (len(h.to_scheduler), len(h.gets), len(h.puts), len(h.pipe)) == before
+
+    def teardown(self) -> None:
+        """Let everything still here finish: then every task assigned has its one answer."""
+        h = getattr(self, "h", None)
+        if h is None or h.exit_code is not None:
+            return
+        h.hold = False
+        h.pump()
+        for _ in range(2000):
+            h.answer_gets()
+            h.answer_puts()
+            if h.stack:
+                top = h.stack[-1]
+                if top.state == "running":
+                    h.finish()
+                elif top.state == "waiting":
+                    h.resume()
+            h.tick(h.now + 0.01)
+            h.handle(FromScheduler(m.WorkerHeartbeatEcho()))
+            self._collect()
+            if not self.attempts:
+                break
+        assert not self.attempts, f"never answered: {sorted(t.hex() for t in self.attempts)}"
+        assert all(count == 1 for count in self.answered.values())
+        assert set(self.answered) == self.assigned
+        assert h.runner.stack == [] and h.pipe == []
+
+
+WorkerCoreMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_worker_core_state_machine = WorkerCoreMachine.TestCase
