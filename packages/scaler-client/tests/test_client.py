@@ -583,7 +583,7 @@ def test_functions_forgotten_by_the_cache_are_deleted_from_storage(
     running_client, executing_scheduler, storage, monkeypatch
 ):
     import scaler.client.client as client_module
-    import scaler.client.client_state as state_module
+    import scaler.client.storage_requests as state_module
 
     monkeypatch.setattr(client_module, "_FUNCTION_CACHE_LIMIT", 2)
     monkeypatch.setattr(state_module, "RELEASE_GRACE_SECONDS", 0.0)
@@ -615,11 +615,11 @@ def test_build_fills_every_task_field_on_both_construction_paths(monkeypatch, po
     monkeypatch.setattr(client_module, "_POSITIONAL_MESSAGES", positional)
     client = _offline_client()
     capabilities = [Capability(name="gpu", value=1)]
-    submission = client._build(math.sqrt, (4, b"x" * (INLINE_ARGUMENT_LIMIT + 1)), {"k": 2}, capabilities)
-    task = submission.task
+    puts: dict = {}
+    task = client._build(math.sqrt, (4, b"x" * (INLINE_ARGUMENT_LIMIT + 1)), {"k": 2}, capabilities, puts)
     stored_id = task.arguments[1].data
     assert task == Task(
-        task_id=submission.future.task_id,
+        task_id=task.task_id,
         client_id=b"C|offline|1|0",
         function_id=b"f" * 16,
         arguments=[
@@ -630,7 +630,7 @@ def test_build_fills_every_task_field_on_both_construction_paths(monkeypatch, po
         capabilities=capabilities,
         profiling=True,
     )
-    assert [object_id for object_id, _ in submission.puts] == [stored_id]
-    assert list(submission.requires) == [b"f" * 16, stored_id] and list(submission.temporary_objects) == [stored_id]
-    plain = client._build(math.sqrt, (4,), {}, [])
-    assert plain.puts == [] and tuple(plain.requires) == (b"f" * 16,) and plain.temporary_objects == ()
+    # the large argument is put before the task goes (what the task then waits for: test_client_core.py)
+    assert [object_id for object_id, _ in puts[task.task_id]] == [stored_id]
+    plain = client._build(math.sqrt, (4,), {}, [], puts)
+    assert plain.task_id != task.task_id and list(puts) == [task.task_id]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optio
 import cloudpickle
 
 from scaler.client.agent import ClientAgent
-from scaler.client.client_state import GraphSubmission, Submission
+from scaler.client.client_events import Cancel, Clear, PutObject, Release, Shutdown, Submit, SubmitGraph
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
@@ -139,7 +139,11 @@ class Client:
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run ``fn(*args, **kwargs)`` on a worker; returns its future."""
-        return self.submit_verbose(fn, args, kwargs)
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        task = self._build(fn, args, kwargs, [], puts)
+        future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        self._agent.send(Submit([task], puts), {task.task_id: future})
+        return future
 
     def submit_verbose(
         self,
@@ -160,12 +164,14 @@ class Client:
         """
         if timeout_seconds < 0 or retries < 0:
             raise ValueError("timeout_seconds and retries must not be negative")
-        submission = self._build(fn, tuple(args), kwargs or {}, _capabilities(capabilities))
-        submission.task.priority = priority
-        submission.task.timeout_seconds = float(timeout_seconds)
-        submission.task.retries = retries
-        self._agent.submit([submission])
-        return submission.future
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        task = self._build(fn, tuple(args), kwargs or {}, _capabilities(capabilities), puts)
+        task.priority = priority
+        task.timeout_seconds = float(timeout_seconds)
+        task.retries = retries
+        future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        self._agent.send(Submit([task], puts), {task.task_id: future})
+        return future
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
@@ -180,9 +186,12 @@ class Client:
         if not callable(fn):
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
         futures: List[ScalerFuture] = []
-        chunk: List[Submission] = []
+        chunk: List[Task] = []
+        chunk_futures: Dict[bytes, ScalerFuture] = {}
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
         batch = FutureBatch()  # the map waits on this one condition, not on each future
         bar = start_progress(progress, "map")
+        serializer, profiling, bounded_wait = self._serializer, self._profiling, self._bounded_wait
         try:
             for arguments in iterable:
                 if not isinstance(arguments, (tuple, list)):
@@ -191,16 +200,18 @@ class Client:
                         f"got an element of type {type(arguments).__name__}. For single values, as in the "
                         f"built-in map(f, values), use client.executor().map(f, values)"
                     )
-                submission = self._build(fn, tuple(arguments), {}, [], batch)
-                chunk.append(submission)
-                futures.append(submission.future)
+                task = self._build(fn, tuple(arguments), {}, [], puts)
+                future = ScalerFuture(task.task_id, self, serializer, profiling, bounded_wait, batch)
+                chunk.append(task)
+                futures.append(future)
+                chunk_futures[task.task_id] = future
                 if len(chunk) >= MAP_CHUNK:
-                    self._agent.submit(chunk)
+                    self._agent.send(Submit(chunk, puts), chunk_futures)
                     if bar is not None:
                         bar.watch(futures[-len(chunk) :])
-                    chunk = []
+                    chunk, chunk_futures, puts = [], {}, {}
             if chunk:
-                self._agent.submit(chunk)
+                self._agent.send(Submit(chunk, puts), chunk_futures)
                 if bar is not None:
                     bar.watch(futures[-len(chunk) :])
                 chunk = []
@@ -215,7 +226,7 @@ class Client:
             pending = [future.task_id for future in sent if not future.done()]
             if pending and not self._agent.closed:
                 try:
-                    self._agent.cancel(pending)
+                    self._agent.send(Cancel(pending))
                 except DisconnectedError:
                     pass
             raise
@@ -273,7 +284,7 @@ class Client:
             pending = [future.task_id for future in distinct if future.task_id and not future.done()]
             if pending and not self._agent.closed:
                 try:
-                    self._agent.cancel(pending)
+                    self._agent.send(Cancel(pending))
                 except DisconnectedError:
                     pass
             raise
@@ -321,9 +332,7 @@ class Client:
                 task.profiling = self._profiling
             temporary = [object_id for object_id, _ in built.puts]
             requires = [*built.function_ids, *temporary, *([serializer_id] if serializer_id else [])]
-            self._agent.submit_graph(
-                GraphSubmission(message, targets, built.puts, requires, temporary, built.function_ids)
-            )
+            self._agent.send(SubmitGraph(message, built.puts, requires, temporary, built.function_ids), targets)
         return futures
 
     # --- objects ---------------------------------------------------------------------------------------------
@@ -332,7 +341,7 @@ class Client:
         """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object."""
         data = serialize_payload(self._serializer, obj)
         object_id = self._ids.next_id()
-        self._wait(self._agent.put_object(object_id, data), "the object storage server")
+        self._wait(self._agent.ask(PutObject, object_id, data), "the object storage server")
         return ObjectReference(
             object_id=object_id, name=name if name is not None else type(obj).__name__, size=object_frames.size(data)
         )
@@ -342,7 +351,7 @@ class Client:
         with self._objects_lock:
             self._functions.clear()
             self._serializer_id = b""
-        self._wait(self._agent.clear(), "the scheduler")
+        self._wait(self._agent.ask(Clear), "the scheduler")
 
     # --- leaving -------------------------------------------------------------------------------------------
 
@@ -358,7 +367,7 @@ class Client:
 
     def shutdown(self) -> bool:
         """Ask the scheduler to shut down (with its workers). False, with a warning, when it refuses."""
-        accepted, reason = self._wait(self._agent.shutdown(), "the scheduler")
+        accepted, reason = self._wait(self._agent.ask(Shutdown), "the scheduler")
         if not accepted:
             logger.warning(f"Client: the scheduler at {self._address} refused to shut down: {reason}")
             return False
@@ -369,7 +378,7 @@ class Client:
     # --- internals ---------------------------------------------------------------------------------------------
 
     def _cancel_tasks(self, task_ids: Sequence[bytes]) -> None:
-        self._agent.cancel(task_ids)
+        self._agent.send(Cancel(task_ids))
 
     def _in_agent_thread(self) -> bool:
         return self._agent.in_agent_thread()
@@ -386,54 +395,46 @@ class Client:
         args: Tuple[Any, ...],
         kwargs: Mapping[str, Any],
         capabilities: List[Capability],
-        batch: Optional[FutureBatch] = None,
-    ) -> Submission:
+        puts: Dict[bytes, List[Tuple[bytes, Any]]],
+    ) -> Task:
+        """The task running ``fn(*args, **kwargs)``; its arguments too large to go inline are added to ``puts``
+        (task ID -> (object ID, payload)): the core puts them in storage before the task goes."""
         if not callable(fn):
             raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
         # The hot path of every submit and map item (docs/performance.md, hot spot 5): messages are built
         # with positional arguments (half the cost of keywords; `_POSITIONAL_MESSAGES` checks the order),
         # and few objects are allocated per task (each one also costs the garbage collector).
-        puts: List[Tuple[bytes, Any]] = []  # (object ID, payload) of the arguments too large to go inline
+        task_id = self._ids.next_id()
         function_id = self._function_id(fn)
         serializer_id = self._custom_serializer_id()
         arguments = []
         for value in args:
-            arguments.append(self._argument("", value, puts))
+            arguments.append(self._argument("", value, task_id, puts))
         for name, value in kwargs.items():
-            arguments.append(self._argument(name, value, puts))
-        task_id = self._ids.next_id()
-        profiling = self._profiling
+            arguments.append(self._argument(name, value, task_id, puts))
         if _POSITIONAL_MESSAGES:
-            task = Task(
-                task_id, self._client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, profiling, serializer_id
-            )
-        else:
-            task = Task(
-                task_id=task_id,
-                client_id=self._client_id,
-                function_id=function_id,
-                arguments=arguments,
-                capabilities=capabilities,
-                profiling=profiling,
-                serializer_id=serializer_id,
-            )
-        temporary: Sequence[bytes] = ()
-        if puts or serializer_id:
-            temporary = [object_id for object_id, _ in puts]
-            requires: Sequence[bytes] = [function_id, *temporary, *([serializer_id] if serializer_id else [])]
-        else:
-            requires = (function_id,)
-        future = ScalerFuture(task_id, self, self._serializer, profiling, self._bounded_wait, batch)
-        return Submission(task, future, puts, requires, temporary)
+            return Task(
+                task_id, self._client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, self._profiling,
+                serializer_id,
+            )  # fmt: skip
+        return Task(
+            task_id=task_id,
+            client_id=self._client_id,
+            function_id=function_id,
+            arguments=arguments,
+            capabilities=capabilities,
+            profiling=self._profiling,
+            serializer_id=serializer_id,
+        )
 
-    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, Any]]) -> Argument:
+    def _argument(self, name: str, value: Any, task_id: bytes, puts: Dict[bytes, List[Tuple[bytes, Any]]]) -> Argument:
         if isinstance(value, ObjectReference):
             return _make_argument(name, ArgumentKind.OBJECT, value.object_id)
         data = serialize_payload(self._serializer, value)
         if type(data) is not list and len(data) <= INLINE_ARGUMENT_LIMIT:  # a list of frames: too large
             return _make_argument(name, ArgumentKind.INLINE, data)
         object_id = self._ids.next_id()
-        puts.append((object_id, data))
+        puts.setdefault(task_id, []).append((object_id, data))
         return _make_argument(name, ArgumentKind.OBJECT, object_id)
 
     def _function_id(self, fn: Callable[..., Any]) -> bytes:
@@ -446,10 +447,10 @@ class Client:
                 return entry[1]
             object_id = self._ids.next_id()
             # Queued under the lock: a task naming this function (from any thread) is queued after its put.
-            self._agent.put_object(object_id, cloudpickle.dumps(fn), wait=False)
+            self._agent.send(PutObject(0, object_id, cloudpickle.dumps(fn)))
             if len(self._functions) >= _FUNCTION_CACHE_LIMIT:  # forget the oldest; storage drops it once unused
                 _, evicted_id = self._functions.pop(next(iter(self._functions)))
-                self._agent.release([evicted_id])
+                self._agent.send(Release([evicted_id]))
             self._functions[id(fn)] = (fn, object_id)  # the strong reference keeps id(fn) unique
             return object_id
 
@@ -459,7 +460,7 @@ class Client:
         with self._objects_lock:
             if not self._serializer_id:
                 object_id = self._ids.next_id()
-                self._agent.put_object(object_id, cloudpickle.dumps(self._custom_serializer), wait=False)
+                self._agent.send(PutObject(0, object_id, cloudpickle.dumps(self._custom_serializer)))
                 self._serializer_id = object_id
             return self._serializer_id
 
