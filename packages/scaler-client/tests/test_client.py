@@ -36,7 +36,7 @@ from scaler import (
 )
 from scaler.client import client as client_module
 from scaler.client.client import INLINE_ARGUMENT_LIMIT
-from scaler.client.future import RemoteTraceback
+from scaler.client.remote_errors import RemoteTraceback
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.ids import IDGenerator

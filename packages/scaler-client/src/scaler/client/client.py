@@ -16,7 +16,7 @@ import cloudpickle
 from scaler.client.agent import ClientAgent
 from scaler.client.client_events import Cancel, Clear, PutObject, Release, Shutdown, Submit, SubmitGraph
 from scaler.client.executor import ScalerExecutor
-from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
+from scaler.client.future import FutureBatch, ScalerFuture
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress_bar import ProgressOption, start_progress
@@ -26,6 +26,7 @@ from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import IDGenerator, new_client_id, show
 from scaler.protocol.messages import Argument, ArgumentKind, Capability, Task
+from scaler.protocol.wait_hook import wait_with_hook
 
 logger = logging.getLogger(__name__)
 
