@@ -52,6 +52,7 @@ from scaler.protocol.messages import ClientHeartbeat
 logger = logging.getLogger(__name__)
 
 _MAX_MESSAGES_PER_SOCKET = 1000  # per loop turn, so one busy peer cannot starve the others
+_PEERS = {False: "scheduler", True: "object storage server"}
 
 
 class ClientAgent:
@@ -170,77 +171,71 @@ class ClientAgent:
     # --- agent thread ------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        core, scheduler, poller = self._core, self._scheduler, self._poller
+        """Each turn: take the user's events and what the peers sent, hand each to the core and then a Tick,
+        perform every effect in order; wait (bounded) for more. Until the core says it stopped."""
+        core, perform, scheduler, poller = self._core, self._perform, self._scheduler, self._poller
         wake = self._context.socket(zmq.PAIR)
         for sock in (scheduler, wake):
             sock.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._client_id)
         scheduler.setsockopt(zmq.SNDHWM, 0)
         scheduler.setsockopt(zmq.RCVHWM, 0)
+        turn: List[Event] = []  # this turn's events, in order
+        ready: Dict[Any, int] = {}
         try:
             wake.bind(self._wake_address)
             scheduler.connect(self._address)
             poller.register(scheduler, zmq.POLLIN)
             poller.register(wake, zmq.POLLIN)
-            self._handle_events(time.monotonic())
             while True:
-                self._handle(TICK, time.monotonic())
-                if self._stopped is not None:
-                    break
-                wait = core.next_wakeup - time.monotonic()
-                ready = dict(poller.poll(max(1, int(min(wait, 1.0) * 1000))))
-                now = time.monotonic()
                 if wake in ready:
                     while _recv_nowait(wake) is not None:
                         pass
                     with self._lock:
                         self._wake_pending = False
-                    self._handle_events(now)
-                if scheduler in ready:
-                    self._receive(scheduler, FromScheduler, "scheduler", now)
-                storage = self._storage
-                if storage is not None and storage in ready:
-                    self._receive(storage, FromStorage, "object storage server", now)
-        except Exception as error:  # a bug here must still resolve every future
+                events = self._events
+                while events:
+                    turn.append(events.popleft())
+                for peer, from_storage in ((scheduler, False), (self._storage, True)):
+                    if peer is None or peer not in ready:
+                        continue
+                    for _ in range(_MAX_MESSAGES_PER_SOCKET):
+                        frames = _recv_nowait(peer, copy=not from_storage)  # large results: read where they arrived
+                        if frames is None:
+                            break
+                        try:
+                            message, blobs = codec.decode(frames)
+                        except ProtocolError as error:
+                            logger.warning(f"Client: dropped malformed message from {_PEERS[from_storage]}: {error}")
+                            continue
+                        if from_storage:
+                            turn.append(FromStorage(message, codec.received_blobs(blobs)))
+                        else:
+                            turn.append(FromScheduler(message))
+                turn.append(TICK)
+                now = time.monotonic()
+                for event in turn:
+                    try:
+                        effects = core.handle(event, now)
+                    except Exception:  # a bug: one event is lost, not the client
+                        logger.exception(f"Client: handling {type(event).__name__} failed; dropped it")
+                        continue
+                    for effect in effects:
+                        try:
+                            perform[type(effect)](effect)
+                        except Exception:
+                            logger.exception(f"Client: performing {type(effect).__name__} failed")
+                turn.clear()
+                if self._stopped is not None:
+                    break
+                ready = dict(poller.poll(max(1, int(min(core.next_wakeup - time.monotonic(), 1.0) * 1000))))
+        except Exception as error:  # a bug here must still end every future
             logger.exception("Client: agent thread failed")
-            self._handle(Abort(DisconnectedError(f"the client's agent thread failed: {type(error).__name__}: {error}")))
+            self._events.appendleft(
+                Abort(DisconnectedError(f"the client's agent thread failed: {type(error).__name__}: {error}"))
+            )
         finally:
             self._close(wake)
-
-    def _handle(self, event: Event, now: float = 0.0) -> None:
-        """Hand ``event`` to the core and perform its effects; one failing effect does not stop the others."""
-        perform = self._perform
-        for effect in self._core.handle(event, now):
-            try:
-                perform[type(effect)](effect)
-            except Exception:
-                logger.exception(f"Client: performing {type(effect).__name__} failed")
-
-    def _handle_events(self, now: float) -> None:
-        events = self._events
-        while events:
-            event = events.popleft()
-            try:
-                self._handle(event, now)
-            except Exception:
-                logger.exception(f"Client: command {type(event).__name__} failed")
-
-    def _receive(self, sock: zmq.Socket, source: Callable[..., Event], peer: str, now: float) -> None:
-        storage = source is FromStorage  # large results are deserialized from the frames they arrived in
-        for _ in range(_MAX_MESSAGES_PER_SOCKET):
-            frames = _recv_nowait(sock, copy=not storage)
-            if frames is None:
-                return
-            try:
-                message, blobs = codec.decode(frames)
-            except ProtocolError as error:
-                logger.warning(f"Client: dropped malformed message from {peer}: {error}")
-                continue
-            event = FromStorage(message, codec.received_blobs(blobs)) if storage else FromScheduler(message)
-            try:
-                self._handle(event, now)
-            except Exception:
-                logger.exception(f"Client: handling {type(message).__name__} from {peer} failed; dropped it")
 
     # --- effects -----------------------------------------------------------------------------------------
 
@@ -292,15 +287,27 @@ class ClientAgent:
     def _on_stopped(self, effect: Stopped) -> None:
         self._stopped = effect
 
-    def _close(self, wake: zmq.Socket) -> None:
+    def _stop_error(self) -> Exception:
         stopped = self._stopped
-        error = (stopped.error if stopped is not None else None) or DisconnectedError("the client is disconnected")
+        return (stopped.error if stopped is not None else None) or DisconnectedError("the client is disconnected")
+
+    def _close(self, wake: zmq.Socket) -> None:
+        with self._lock:  # no event joins the queue after this
+            self._closed_error = self._stop_error()
+            self._wake_sender.close(linger=0)
+        # Events queued before the door closed (and the Abort of a failed loop): the core ends what waits.
+        now = time.monotonic()
+        while self._events:
+            event = self._events.popleft()
+            try:
+                for effect in self._core.handle(event, now):
+                    self._perform[type(effect)](effect)
+            except Exception:
+                logger.exception(f"Client: handling {type(event).__name__} while closing failed")
+        error = self._stop_error()
         with self._lock:
             self._closed_error = error
-            self._wake_sender.close(linger=0)
-        # Events queued before the door closed: the stopped core answers each with the error.
-        self._handle_events(time.monotonic())
-        # Whatever is still waiting (only after a bug) must not hang.
+        # Whatever still waits (only after a bug) must not hang.
         for future in list(self._futures.values()):
             future._set_error(_fresh(error))
         self._futures.clear()

@@ -72,6 +72,10 @@ logger = logging.getLogger(__name__)
 TASK_BATCH_SIZE = 1000
 ARGUMENT_BYTES_IN_STORAGE = 128 * 1024 * 1024  # large arguments of tasks in flight, per client
 _STORY_LENGTH = 8  # session events told when a transition is illegal
+_REFUSALS = {
+    SessionAction.REFUSE_COMMAND_EARLY: "the client is not connected yet",
+    SessionAction.REFUSE_COMMAND: "the client is disconnected",
+}
 
 
 class ClientCore:
@@ -115,13 +119,6 @@ class ClientCore:
         self._session_actions: Dict[SessionAction, Callable[[Any, float], None]] = {
             SessionAction.SAY_HELLO: self._say_hello,
             SessionAction.JOIN: self._join,
-            SessionAction.RUN_COMMAND: self._run_command,
-            SessionAction.REFUSE_COMMAND_EARLY: lambda event, now: self._refuse(
-                event, DisconnectedError("the client is not connected yet")
-            ),
-            SessionAction.REFUSE_COMMAND: lambda event, now: self._refuse(
-                event, DisconnectedError("the client is disconnected")
-            ),
             SessionAction.SAY_GOODBYE: self._say_goodbye,
             SessionAction.ANSWER_DISCONNECT: lambda disconnect, now: self._out.append(
                 Reply(disconnect.command_id, None)
@@ -151,14 +148,8 @@ class ClientCore:
             ),
         }
 
-        on_command = self._on_command
-        self._handlers: Dict[type, Callable[[Any, float], None]] = {
+        always: Dict[type, Callable[[Any, float], None]] = {
             Connect: lambda event, now: self._session(SessionEvent.CONNECT, event, now),
-            Submit: on_command,
-            SubmitGraph: on_command,
-            PutObject: on_command,
-            Clear: on_command,
-            Shutdown: on_command,
             Release: lambda event, now: self._storage.release(event.object_ids, now),
             Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
             Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
@@ -185,12 +176,19 @@ class ClientCore:
             Shutdown: reply_error,
             Connect: reply_error,
         }
-        # After the client stopped: commands are answered with the error, the rest is dropped.
-        self._stopped_handlers: Dict[type, Callable[[Any, float], None]] = {
-            **{event_type: _ignore for event_type in self._handlers},
+        # The dispatch table of each session state: what the commands do there is the SESSION table's
+        # answer for COMMAND, looked up here once. After the client stopped, commands are answered with
+        # the error and the rest is dropped.
+        self._handlers_by_state = {
+            state: {**always, **{kind: self._command_in(state, run) for kind, run in self._commands.items()}}
+            for state in SessionState
+        }
+        self._handlers_by_state[SessionState.STOPPED] = {
+            **{event_type: _ignore for event_type in always},
             **{event_type: self._refuse_stopped for event_type in self._refusals},
             Disconnect: lambda disconnect, now: self._out.append(Reply(disconnect.command_id, None)),
         }
+        self._handlers = self._handlers_by_state[self._state]
         self._scheduler_handlers: Dict[type, Callable[[Any, float], None]] = {
             HelloAck: lambda message, now: self._session(SessionEvent.HELLO_ACK, message, now),
             Refusal: lambda message, now: self._session(SessionEvent.REFUSED, message, now),
@@ -237,14 +235,21 @@ class ClientCore:
         transition = SESSION.step(self._state, event, f"of {show(self._client_id)}", self._story)
         self._story.append(event)
         self._state = transition.next_state
+        self._handlers = self._handlers_by_state[self._state]
         for action in transition.actions:
             self._session_actions[action](detail, now)
 
-    def _on_command(self, event: Any, now: float) -> None:
-        self._session(SessionEvent.COMMAND, event, now)
-
-    def _run_command(self, event: Any, now: float) -> None:
-        self._commands[type(event)](event, now)
+    def _command_in(self, state: SessionState, run: Callable[[Any, float], None]) -> Callable[[Any, float], None]:
+        """What a command does in ``state``: run, or be refused, as the SESSION table says."""
+        transition = SESSION.get(state, SessionEvent.COMMAND)
+        if transition is None:  # before Connect (a bug of the caller), or stopped (replaced after)
+            return lambda event, now: self._session(SessionEvent.COMMAND, event, now)  # raises, with the story
+        assert transition.next_state is state  # a command never moves the session
+        (action,) = transition.actions
+        if action is SessionAction.RUN_COMMAND:
+            return run
+        error = _REFUSALS[action]
+        return lambda event, now: self._refuse(event, DisconnectedError(error))
 
     def _refuse(self, event: Any, error: Exception) -> None:
         """A command the client cannot run now: its tasks fail, or its caller gets ``error``."""
@@ -305,7 +310,6 @@ class ClientCore:
         self._shutdown_commands.clear()
         self._echo_barriers.clear()
         self._silent_after = self._next_heartbeat = self._closing_deadline = math.inf
-        self._handlers = self._stopped_handlers
         out.append(Stopped(self._error))
 
     # --- commands that need the scheduler -------------------------------------------------------------------

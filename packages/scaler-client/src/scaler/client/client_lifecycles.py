@@ -1,7 +1,8 @@
 """The two lifecycles of the client's core, each one table: ``(state, event) -> (next state, actions)``.
 
-- `SESSION`: the client's conversation with its scheduler (handshake, ready, closing, stopped). Every
-  command that needs a connected client is a `SessionEvent.COMMAND`: the table says whether it runs.
+- `SESSION`: the client's conversation with its scheduler (handshake, ready, closing, stopped). What a
+  command that needs a connected client does in each state (run, or be refused) is the table's entry for
+  `SessionEvent.COMMAND`; the core compiles it into the dispatch table of each state.
 - `TASK`: one task of this client, from its submission to its one end: a result (`DONE`), an error on the
   client's side (`FAILED`), or `CANCELLED`. A graph's targets are tasks too.
 
