@@ -63,11 +63,12 @@ FUTURE = Lifecycle(
     },
     always_possible=[FutureEvent.FINISH],
 )
-# (state, event) -> (next state, whether it wakes): a future ends once; a second outcome finds no entry and
-# is ignored (the agent's side), or refused like any Future's (set_result, set_exception).
-_STEPS: Dict[Tuple[str, FutureEvent], Tuple[str, bool]] = {
-    pair: (transition.next_state, FutureAction.WAKE in transition.actions) for pair, transition in FUTURE.table.items()
-}
+# The table by event: state -> (next state, whether it wakes). A future ends once: a second outcome finds no
+# entry and is ignored (the agent's side), or refused like any Future's (set_result, set_exception).
+_ON: Dict[FutureEvent, Dict[str, Tuple[str, bool]]] = {event: {} for event in FutureEvent}
+for (_state, _event), _transition in FUTURE.table.items():
+    _ON[_event][_state] = (_transition.next_state, FutureAction.WAKE in _transition.actions)
+_ON_RUN, _ON_FINISH, _ON_CANCEL = _ON[FutureEvent.RUN], _ON[FutureEvent.FINISH], _ON[FutureEvent.CANCEL]
 
 # One lock guards the state of every ScalerFuture of the process (its state, outcome, waiters and
 # callbacks). A pending future therefore owns no lock and no Condition: it is a small slotted object,
@@ -363,7 +364,7 @@ class ScalerFuture(concurrent.futures.Future):
 
     def set_running_or_notify_cancel(self) -> bool:
         with _LOCK:
-            step = _STEPS.get((self._state, FutureEvent.RUN))
+            step = _ON_RUN.get(self._state)
             if step is None:
                 raise RuntimeError(f"Future in unexpected state: {self._state}")
             self._state = step[0]
@@ -377,12 +378,31 @@ class ScalerFuture(concurrent.futures.Future):
         if not self._finish(None, exception):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
-    def _finish(
-        self, value: Any, error: Optional[BaseException], payload: Optional[bytes] = None, profiling: Any = None
-    ) -> bool:
+    def _finish(self, value: Any, error: Optional[BaseException]) -> bool:
         """End with a result or an exception; False when the future had already ended."""
+        return self._end(_ON_FINISH, value, error)
+
+    def _set_cancelled(self) -> bool:
+        """The task is cancelled (the scheduler confirmed, or it never left): end the future so.
+
+        Unlike `concurrent.futures.Future.cancel`, which leaves the waiters to the executor's
+        ``set_running_or_notify_cancel``, this is the executor's side too: waiters hear of it at once.
+        """
+        return self._end(_ON_CANCEL, None, None) or self._state in _CANCELLED_STATES
+
+    def _end(
+        self,
+        on: Dict[str, Tuple[str, bool]],
+        value: Any,
+        error: Optional[BaseException],
+        payload: Optional[bytes] = None,
+        profiling: Any = None,
+    ) -> bool:
+        """Move on FINISH or CANCEL (``on``: that event's part of the table) and carry out WAKE: tell whoever
+        waits (its Condition, concurrent.futures.wait, its batch), then run the callbacks. False when the
+        future had ended already (its second outcome is ignored)."""
         with _LOCK:
-            step = _STEPS.get((self._state, FutureEvent.FINISH))
+            step = on.get(self._state)
             if step is None:
                 return False
             if payload is not None:
@@ -391,44 +411,26 @@ class ScalerFuture(concurrent.futures.Future):
                 self._profiling = profiling
             self._result = value
             self._exception = error
-            self._state = step[0]
-            callbacks = self._wake(FutureEvent.FINISH, error)
+            self._state, wakes = step
+            if wakes:
+                condition = self._own_condition
+                if condition is not None:
+                    condition.notify_all()
+                cancelled = on is _ON_CANCEL
+                for waiter in self._waiter_list or ():
+                    if cancelled:
+                        waiter.add_cancelled(self)
+                    elif error is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+                batch = self._batch
+                if batch is not None:
+                    batch._future_ended(cancelled or error is not None)
+            callbacks = self._callback_list
         if callbacks:
             self._invoke_callbacks()
         return True
-
-    def _set_cancelled(self) -> bool:
-        """The task is cancelled (the scheduler confirmed, or it never left): end the future so.
-
-        Unlike `concurrent.futures.Future.cancel`, which leaves the waiters to the executor's
-        ``set_running_or_notify_cancel``, this is the executor's side too: waiters hear of it at once.
-        """
-        with _LOCK:
-            step = _STEPS.get((self._state, FutureEvent.CANCEL))
-            if step is None:  # finished or running: too late; cancelled: cancelled it stays
-                return self._state in _CANCELLED_STATES
-            self._state = step[0]
-            callbacks = self._wake(FutureEvent.CANCEL, None)
-        if callbacks:
-            self._invoke_callbacks()
-        return True
-
-    def _wake(self, event: FutureEvent, error: Optional[BaseException]) -> bool:
-        """The table's WAKE (with _LOCK held): tell whoever waits; True when callbacks are to run (outside it)."""
-        condition = self._own_condition
-        if condition is not None:
-            condition.notify_all()
-        for waiter in self._waiter_list or ():
-            if event is FutureEvent.CANCEL:
-                waiter.add_cancelled(self)
-            elif error is None:
-                waiter.add_result(self)
-            else:
-                waiter.add_exception(self)
-        batch = self._batch
-        if batch is not None:
-            batch._future_ended(event is FutureEvent.CANCEL or error is not None)
-        return bool(self._callback_list)
 
     def _invoke_callbacks(self) -> None:
         for callback in self._callback_list or ():
@@ -441,14 +443,14 @@ class ScalerFuture(concurrent.futures.Future):
         status = result.status
         profiling = result.profiling if self._profiling_enabled else None
         if status == TaskStatus.SUCCESS:
-            self._finish(_UNDECODED, None, result.payload, profiling)
+            self._end(_ON_FINISH, _UNDECODED, None, result.payload, profiling)
         elif status == TaskStatus.CANCELLED:
             if profiling is not None:
                 with _LOCK:
                     self._profiling = profiling
             self._set_cancelled()
         else:
-            self._finish(None, exception_from_result(result), None, profiling)
+            self._end(_ON_FINISH, None, exception_from_result(result), None, profiling)
 
     def _set_value(self, value: Any) -> None:
         self._finish(value, None)

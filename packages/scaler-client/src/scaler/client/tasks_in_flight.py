@@ -111,11 +111,14 @@ class TasksInFlight:
             TaskAction.GIVE_CANCELLED: self._give_cancelled,
             TaskAction.TELL_CANCEL_REFUSED: self._tell_cancel_refused,
         }
-        # The table with each action bound to the method that carries it out, looked up once per event.
-        self._steps: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, int, Tuple[Callable[..., None], ...]]] = {
-            pair: (transition.next_state, _CODES[pair[1]], tuple(carry_out[action] for action in transition.actions))
-            for pair, transition in TASK.table.items()
+        # The table by event (event -> state -> (next state, event code, the actions' bound methods)), looked
+        # up once per event of a task.
+        self._on: Dict[TaskEvent, Dict[TaskState, Tuple[TaskState, int, Tuple[Callable[..., None], ...]]]] = {
+            event: {} for event in TaskEvent
         }
+        for (state, event), transition in TASK.table.items():
+            actions = tuple(carry_out[action] for action in transition.actions)
+            self._on[event][state] = (transition.next_state, _CODES[event], actions)
 
     @property
     def count(self) -> int:
@@ -126,7 +129,7 @@ class TasksInFlight:
 
     def step(self, task_id: bytes, record: _TaskRecord, event: TaskEvent, value: Any = None) -> None:
         """Move the task on ``event`` and carry out the table's actions (``value``: the result or the error)."""
-        found = self._steps.get((record.state, event))
+        found = self._on[event].get(record.state)
         if found is None:  # a bug: raises, naming the task's recent events
             TASK.step(record.state, event, show(task_id), story_of(record.story))
             return
