@@ -40,7 +40,7 @@ from scaler.client.client_events import (
     ToScheduler,
     ToStorage,
 )
-from scaler.client.client_lifecycles import SESSION, TASK, SessionEvent, SessionState, TaskEvent, TaskState
+from scaler.client.client_lifecycles import ANY_TIME, LIVE, SESSION, TASK, SessionEvent, SessionState, TaskState
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.messages import (
     Argument,
@@ -312,12 +312,14 @@ def test_every_task_ends_once_and_every_command_is_answered_once(script, ending)
     assert world.replies == {command_id: 1 for command_id in world.commands}, "every command is answered once"
 
 
-def test_every_live_task_state_handles_every_answer_from_the_peers():
-    """A result, a confirm or a refusal may arrive in any state but NEW (bad or late input included):
-    the table has an entry for each, so a peer's message is dropped, never raised."""
-    peer_events = [TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED]
-    for state in TASK.states - TASK.terminal - {TaskState.NEW}:
-        for event in peer_events:
+def test_every_live_task_state_has_an_entry_for_everything_that_can_come_at_any_time():
+    """The user's cancel, a failure, clear, the client's end, and any answer of the scheduler (bad or late
+    input included) may come to a task in any state but NEW: the table has an entry for each, so a peer's
+    message is dropped, never raised, and every task can still end."""
+    assert set(LIVE) == TASK.states - TASK.terminal - {TaskState.NEW}
+    for state in LIVE:
+        for event in ANY_TIME:
             assert TASK.get(state, event) is not None, (state, event)
     for state in SESSION.states - SESSION.terminal - {SessionState.IDLE}:
-        assert SESSION.get(state, SessionEvent.SCHEDULER_LEAVING) is not None
+        for event in (SessionEvent.SCHEDULER_LEAVING, SessionEvent.DISCONNECT, SessionEvent.ABORT):
+            assert SESSION.get(state, event) is not None, (state, event)

@@ -98,8 +98,8 @@ class ClientAgent:
             TaskFailed: lambda effect: self._end_future(effect.task_id)._set_error(_fresh(effect.error)),
             TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
             CancelRefused: self._tell_cancel_refused,
-            Reply: self._reply,
-            ReplyError: self._reply,
+            Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
+            ReplyError: lambda effect: self._reply(effect.command_id).set_exception(_fresh(effect.error)),
             ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
             Stopped: self._on_stopped,
         }
@@ -137,7 +137,7 @@ class ClientAgent:
         try:
             self.send(command(command_id, *args))
         except DisconnectedError:
-            del self._replies[command_id]
+            self._replies.pop(command_id, None)
             raise
         return reply
 
@@ -275,14 +275,9 @@ class ClientAgent:
         if future is not None:
             future._set_cancel_refused()
 
-    def _reply(self, effect: Any) -> None:
-        reply = self._replies.pop(effect.command_id, None)
-        if reply is None or reply.done():
-            return
-        if type(effect) is Reply:
-            reply.set_result(effect.value)
-        else:
-            reply.set_exception(_fresh(effect.error))
+    def _reply(self, command_id: int) -> concurrent.futures.Future:
+        """The future waiting for the reply to this command (the core answers each command once)."""
+        return self._replies.pop(command_id)
 
     def _on_stopped(self, effect: Stopped) -> None:
         self._stopped = effect

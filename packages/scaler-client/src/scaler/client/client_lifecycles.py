@@ -106,7 +106,7 @@ SESSION = Lifecycle(
 
 
 class TaskState(enum.Enum):
-    NEW = "new"  # being submitted (never seen outside the submission)
+    NEW = "new"  # being submitted: it leaves NEW before the Submit is handled
     HELD = "held"  # waiting for room in storage for its large arguments (nothing put yet)
     STORING = "storing"  # waiting for the acknowledgements of the objects it needs
     SENT = "sent"  # at the scheduler
@@ -153,7 +153,13 @@ class TaskAction(enum.Enum):
     __hash__ = object.__hash__
 
 
-FROM_PEERS = (TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED)
+# A task is NEW only while its Submit is handled: then it is in one of these, until it ends.
+LIVE = (TaskState.HELD, TaskState.STORING, TaskState.SENT, TaskState.CANCELLING, TaskState.FETCHING)
+# What may come to any live task, whatever its state: each has an entry in every state of LIVE.
+ANY_TIME = (
+    TaskEvent.CANCEL, TaskEvent.FAIL, TaskEvent.CLEAR, TaskEvent.STOP,  # the user, storage, the client's end
+    TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED,  # the scheduler
+)  # fmt: skip
 
 
 def _task_table():
@@ -172,14 +178,14 @@ def _task_table():
         (S.FETCHING, E.CANCEL): Transition(S.FETCHING),  # its result is being read: too late to cancel
         (S.FETCHING, E.FETCHED): Transition(S.DONE, give_result),
     }
-    # Nothing of a task not yet stored is at the scheduler: it ends here. Held, it has put nothing.
+    # Nothing of a task not yet stored is at the scheduler: it ends here. New or held, it has put nothing.
     for state in (S.NEW, S.HELD):
-        table[(state, E.CANCEL)] = Transition(S.CANCELLED, (A.FORGET, A.GIVE_CANCELLED))
         table[(state, E.FAIL)] = Transition(S.FAILED, (A.FORGET, A.GIVE_ERROR))
+    table[(S.HELD, E.CANCEL)] = Transition(S.CANCELLED, (A.FORGET, A.GIVE_CANCELLED))
     table[(S.STORING, E.CANCEL)] = Transition(S.CANCELLED, give_cancelled)
     for state in (S.STORING, S.SENT, S.CANCELLING, S.FETCHING):
         table[(state, E.FAIL)] = Transition(S.FAILED, give_error)
-    for state in (S.NEW, S.HELD, S.STORING, S.SENT, S.CANCELLING, S.FETCHING):
+    for state in LIVE:
         # clear: scheduler and storage forget this client's tasks and objects themselves
         table[(state, E.CLEAR)] = Transition(S.CANCELLED, (A.FORGET, A.GIVE_CANCELLED))
         table[(state, E.STOP)] = Transition(S.FAILED, (A.FORGET, A.GIVE_ERROR))
@@ -203,5 +209,5 @@ TASK = Lifecycle(
     states=TaskState,
     terminal=[TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED],
     table=_task_table(),
-    always_possible=[TaskEvent.CANCEL, TaskEvent.FAIL, TaskEvent.CLEAR, TaskEvent.STOP],
+    always_possible=[TaskEvent.FAIL],  # NEW too: a new task whose function's put failed
 )

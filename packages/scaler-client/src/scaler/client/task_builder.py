@@ -50,7 +50,7 @@ class TaskBuilder:
         """The task running ``fn(*args, **kwargs)``; its arguments too large to go inline are added to ``puts``."""
         if not callable(fn):
             raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
-        # The hot path of every submit and map item (docs/performance.md, hot spot 5): messages are built
+        # The hot path of every submit and map item (docs/performance.md, "A tiny task"): messages are built
         # with positional arguments (half the cost of keywords; `_POSITIONAL_MESSAGES` checks the order),
         # and few objects are allocated per task (each one also costs the garbage collector).
         task_id = self.ids.next_id()

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 _EVENTS = list(TaskEvent)
 _CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits each in a task's story
 _STORY_MASK = (1 << 24) - 1  # the last six events
+_SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
 
 
 @dataclass(slots=True)
@@ -141,7 +142,7 @@ class TasksInFlight:
     # --- commands ------------------------------------------------------------------------------------------------
 
     def submit(self, event: Submit, now: float) -> None:
-        tasks, users, objects, step = self._tasks, self.function_users, self._storage.objects, self.step
+        tasks, users, objects, step, send = self._tasks, self.function_users, self._storage.objects, self.step, _SEND
         all_puts = event.puts
         for task in event.tasks:
             task_id, function_id = task.task_id, task.function_id
@@ -150,7 +151,7 @@ class TasksInFlight:
             users[function_id] = users.get(function_id, 0) + 1
             puts = all_puts.get(task_id) if all_puts else None
             if puts is None and not objects:  # nothing is being put and no put failed: its objects are stored
-                step(task_id, record, TaskEvent.SEND)
+                step(task_id, record, send)
             else:
                 self._admit(task_id, record, puts)
 
@@ -199,7 +200,7 @@ class TasksInFlight:
                 logger.debug(f"Client: dropped result of unknown or finished task {show(task_id)}")
                 self._drop_result(task_id, None, result)
             elif result.payload_kind != PayloadKind.OBJECT:
-                step(task_id, record, TaskEvent.RESULT, result)
+                step(task_id, record, _RESULT, result)
             elif storage.error is None:
                 step(task_id, record, TaskEvent.RESULT_STORED, result)
             else:
@@ -344,7 +345,7 @@ class TasksInFlight:
             self._storage.delete((result.payload,))
 
     def _end(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
-        self._forget(task_id, record, value, delete=True)
+        self._forget(task_id, record, value, True)
 
     def _forget(self, task_id: bytes, record: _TaskRecord, value: Any, delete: bool = False) -> None:
         del self._tasks[task_id]
