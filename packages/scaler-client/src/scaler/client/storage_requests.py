@@ -237,22 +237,19 @@ class StorageRequests:
 
     def clear(self) -> None:
         """Client.clear: storage deletes every object of this client; what waited for a put will not get it."""
-        cleared = ObjectNotFoundError("the object was deleted by Client.clear() before storage acknowledged it")
-        for command_id in self._replies.values():
-            self._out.append(ReplyError(command_id, cleared))
-        self._replies.clear()
-        self.objects.clear()
-        self._reads.clear()
-        self._released.clear()
+        self._forget(ObjectNotFoundError("the object was deleted by Client.clear() before storage acknowledged it"))
 
     def stop(self, error: Exception) -> None:
+        self._forget(error)
+        self._requests.clear()
+        self._puts.clear()
+        self._gets.clear()
+        self._deletes.clear()
+
+    def _forget(self, error: Exception) -> None:
         for command_id in self._replies.values():
             self._out.append(ReplyError(command_id, error))
         self._replies.clear()
         self.objects.clear()
         self._reads.clear()
         self._released.clear()
-        self._requests.clear()
-        self._puts.clear()
-        self._gets.clear()
-        self._deletes.clear()

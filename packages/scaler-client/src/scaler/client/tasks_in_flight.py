@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 _EVENTS = list(TaskEvent)
 _CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits each in a task's story
+assert len(_CODES) < 16
 _STORY_MASK = (1 << 24) - 1  # the last six events
 _SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
 
@@ -75,7 +76,7 @@ class _TaskRecord:
     fetching: Optional[TaskResult] = None  # its result, while the payload is read from storage
 
 
-def story_of(story: int) -> List[TaskEvent]:
+def _story_of(story: int) -> List[TaskEvent]:
     events: List[TaskEvent] = []
     while story:
         events.append(_EVENTS[(story & 15) - 1])
@@ -132,7 +133,7 @@ class TasksInFlight:
         """Move the task on ``event`` and carry out the table's actions (``value``: the result or the error)."""
         found = self._on[event].get(record.state)
         if found is None:  # a bug: raises, naming the task's recent events
-            TASK.step(record.state, event, show(task_id), story_of(record.story))
+            TASK.step(record.state, event, show(task_id), _story_of(record.story))
             return
         record.state, code, actions = found
         record.story = (record.story << 4 | code) & _STORY_MASK
