@@ -33,12 +33,11 @@ from scaler import (
     TaskRejectedError,
     WorkerDiedError,
 )
-from scaler.client import client as client_module
-from scaler.client.client import INLINE_ARGUMENT_LIMIT
-from scaler.client.future import RemoteTraceback
+from scaler.client import task_builder as builder_module
+from scaler.client.remote_errors import RemoteTraceback
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
+from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
 from scaler.protocol.addresses import free_tcp_port
-from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import (
     Argument,
     ArgumentKind,
@@ -577,10 +576,9 @@ def test_map_raises_a_late_task_failure_without_waiting_for_earlier_tasks(schedu
 def test_functions_forgotten_by_the_cache_are_deleted_from_storage(
     running_client, executing_scheduler, storage, monkeypatch
 ):
-    import scaler.client.client as client_module
-    import scaler.client.client_state as state_module
+    import scaler.client.storage_requests as state_module
 
-    monkeypatch.setattr(client_module, "_FUNCTION_CACHE_LIMIT", 2)
+    monkeypatch.setattr(builder_module, "_FUNCTION_CACHE_LIMIT", 2)
     monkeypatch.setattr(state_module, "RELEASE_GRACE_SECONDS", 0.0)
     functions = [lambda n=n: n for n in range(3)]  # three distinct function objects
     assert [running_client.submit(function).result(timeout=10) for function in functions] == [0, 1, 2]
@@ -589,32 +587,25 @@ def test_functions_forgotten_by_the_cache_are_deleted_from_storage(
     assert running_client.submit(functions[0]).result(timeout=10) == 0  # put again when needed again
 
 
-def _offline_client() -> Client:
-    """A Client with what `_build` reads and no agent (its function is cached, so nothing is put)."""
-    client = Client.__new__(Client)
-    client._functions = {id(math.sqrt): (math.sqrt, b"f" * 16)}
-    client._ids = IDGenerator()
-    client._client_id = b"C|offline|1|0"
-    client._serializer = DefaultSerializer()
-    client._custom_serializer = None
-    client._serializer_id = b""
-    client._profiling = True
-    client._bounded_wait = 1.0
-    client._objects_lock = threading.Lock()
-    return client
+def _offline_builder() -> TaskBuilder:
+    """A TaskBuilder with no agent behind it (its function is cached, so nothing is put)."""
+    builder = TaskBuilder(b"C|offline|1|0", None, True)
+    builder._functions = {id(math.sqrt): (math.sqrt, b"f" * 16)}
+    builder.send = lambda event: pytest.fail(f"an offline builder sent {event!r}")
+    return builder
 
 
 @pytest.mark.parametrize("positional", [True, False])
 def test_build_fills_every_task_field_on_both_construction_paths(monkeypatch, positional):
-    assert client_module._POSITIONAL_MESSAGES  # the fast path is the one taken with today's messages
-    monkeypatch.setattr(client_module, "_POSITIONAL_MESSAGES", positional)
-    client = _offline_client()
+    assert builder_module._POSITIONAL_MESSAGES  # the fast path is the one taken with today's messages
+    monkeypatch.setattr(builder_module, "_POSITIONAL_MESSAGES", positional)
+    builder = _offline_builder()
     capabilities = [Capability(name="gpu", value=1)]
-    submission = client._build(math.sqrt, (4, b"x" * (INLINE_ARGUMENT_LIMIT + 1)), {"k": 2}, capabilities)
-    task = submission.task
+    puts: dict = {}
+    task = builder.build(math.sqrt, (4, b"x" * (INLINE_ARGUMENT_LIMIT + 1)), {"k": 2}, capabilities, puts)
     stored_id = task.arguments[1].data
     assert task == Task(
-        task_id=submission.future.task_id,
+        task_id=task.task_id,
         client_id=b"C|offline|1|0",
         function_id=b"f" * 16,
         arguments=[
@@ -625,7 +616,7 @@ def test_build_fills_every_task_field_on_both_construction_paths(monkeypatch, po
         capabilities=capabilities,
         profiling=True,
     )
-    assert [object_id for object_id, _ in submission.puts] == [stored_id]
-    assert list(submission.requires) == [b"f" * 16, stored_id] and list(submission.temporary_objects) == [stored_id]
-    plain = client._build(math.sqrt, (4,), {}, [])
-    assert plain.puts == [] and tuple(plain.requires) == (b"f" * 16,) and plain.temporary_objects == ()
+    # the large argument is put before the task goes (what the task then waits for: test_client_core.py)
+    assert [object_id for object_id, _ in puts[task.task_id]] == [stored_id]
+    plain = builder.build(math.sqrt, (4,), {}, [], puts)
+    assert plain.task_id != task.task_id and list(puts) == [task.task_id]

@@ -1,31 +1,58 @@
 """The client's agent thread: the only code that touches the scheduler and storage sockets.
 
-User threads hand it commands through a deque and wake it through an inproc
-socket (only when it is not already awake). Its loop polls the scheduler
-DEALER, the storage DEALER and the wake-up socket, feeds what arrives to the
-sans-I/O `ClientState`, and performs the effects: sends, then future
-resolutions. Sockets close with linger 0; every wait is bounded.
+User threads hand it events (`client_events.py`) through a deque and wake it through an inproc socket
+(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER and the
+wake-up socket, feeds what arrives to the sans-I/O `ClientCore`, one event per command or received
+message, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands,
+named by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with
+linger 0; every wait is bounded.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import itertools
 import logging
 import os
+import socket
 import threading
 import time
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 import zmq
 
-from scaler.client.client_state import ClientState, Effects, GraphSubmission, Outcome, Submission
+from scaler.client.client_core import ClientCore
+from scaler.client.client_events import (
+    TICK,
+    Abort,
+    CancelRefused,
+    Connect,
+    ConnectStorage,
+    Disconnect,
+    Event,
+    FromScheduler,
+    FromStorage,
+    Heartbeat,
+    ObjectsFailed,
+    Reply,
+    ReplyError,
+    Stopped,
+    TaskCancelled,
+    TaskFailed,
+    TaskResults,
+    ToScheduler,
+    ToStorage,
+)
+from scaler.client.future import ScalerFuture
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.messages import ClientHeartbeat
 
 logger = logging.getLogger(__name__)
 
 _MAX_MESSAGES_PER_SOCKET = 1000  # per loop turn, so one busy peer cannot starve the others
+_PEERS = {False: "scheduler", True: "object storage server"}
 
 
 class ClientAgent:
@@ -41,65 +68,83 @@ class ClientAgent:
         self._client_id = client_id
         self._address = address
         self._on_objects_failed = on_objects_failed
-        self._state = ClientState(
-            client_id,
-            address,
-            timeout_seconds,
-            heartbeat_interval_seconds,
-            time.monotonic(),
+        self._core = ClientCore(
+            client_id, address, timeout_seconds, heartbeat_interval_seconds, os.getpid(), socket.gethostname(),
             disconnect_wait_seconds=disconnect_wait_seconds,
-            usage=_ProcessUsage(),
-        )
-        self._commands: Deque[Tuple[Callable[..., None], Tuple[Any, ...]]] = collections.deque()
+        )  # fmt: skip
+        self._events: Deque[Event] = collections.deque()
+        self._futures: Dict[bytes, ScalerFuture] = {}  # task ID -> its future, until the core ends the task
+        self._replies: Dict[int, concurrent.futures.Future] = {}  # command ID -> its caller's future
+        self._command_ids = itertools.count(1)
         self._lock = threading.Lock()  # guards _wake_pending, _closed_error and the wake-up sender
         self._wake_pending = False
         self._closed_error: Optional[Exception] = None
+        self._stopped: Optional[Stopped] = None
+        self._usage = _ProcessUsage()
         self._context = zmq.Context()
         self._wake_address = f"inproc://scaler-client-wake-{os.urandom(8).hex()}"
         self._wake_sender = self._context.socket(zmq.PAIR)  # user side: used only under _lock
         self._wake_sender.setsockopt(zmq.LINGER, 0)
         self._wake_sender.connect(self._wake_address)
+        self._scheduler = self._context.socket(zmq.DEALER)
+        self._storage: Optional[zmq.Socket] = None
+        self._poller = zmq.Poller()
+        self._perform: Dict[type, Callable[[Any], Any]] = {
+            ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
+            ToStorage: self._send_to_storage,
+            ConnectStorage: self._connect_storage,
+            Heartbeat: self._send_heartbeat,
+            TaskResults: self._give_results,
+            TaskFailed: lambda effect: self._end_future(effect.task_id)._set_error(_fresh(effect.error)),
+            TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
+            CancelRefused: self._tell_cancel_refused,
+            Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
+            ReplyError: lambda effect: self._reply(effect.command_id).set_exception(_fresh(effect.error)),
+            ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
+            Stopped: self._on_stopped,
+        }
         self._thread = threading.Thread(target=self._run, name="ScalerClientAgent", daemon=True)
 
     # --- user-thread API --------------------------------------------------------------------------------
 
     def start(self) -> concurrent.futures.Future:
         """Start the thread; the returned future resolves with the HelloAck (or the handshake's error)."""
-        ready: concurrent.futures.Future = concurrent.futures.Future()
-        self._commands.append((ClientState.start, (ready,)))
+        ready = self.ask(Connect)
         self._thread.start()
         return ready
 
-    def submit(self, submissions: Sequence[Submission]) -> None:
-        self._send(ClientState.submit, submissions)
+    def send(self, event: Event, futures: Optional[Mapping[bytes, ScalerFuture]] = None) -> None:
+        """Queue ``event`` for the agent thread, with the futures of the tasks it submits (by task ID).
+        DisconnectedError when the client is closed."""
+        with self._lock:
+            if self._closed_error is not None:
+                raise DisconnectedError(str(self._closed_error))
+            if futures:
+                self._futures.update(futures)
+            self._events.append(event)
+            if not self._wake_pending:
+                try:
+                    self._wake_sender.send(b"", zmq.NOBLOCK)
+                    self._wake_pending = True
+                except zmq.Again:  # not bound yet: the agent drains the queue once it has bound
+                    pass
 
-    def submit_graph(self, submission: GraphSubmission) -> None:
-        self._send(ClientState.submit_graph, submission)
-
-    def put_object(self, object_id: bytes, data: Any, wait: bool = True) -> Optional[concurrent.futures.Future]:
-        """Put an object (a payload: a frame, or a list of frames); with ``wait`` the returned future resolves once
-        storage acknowledged it."""
-        if wait:
-            return self._ask(ClientState.put_object, object_id, data)
-        self._send(ClientState.put_object, object_id, data, None)
-        return None
-
-    def release(self, object_ids: Sequence[bytes]) -> None:
-        self._send(ClientState.release, object_ids)
-
-    def cancel(self, task_ids: Sequence[bytes]) -> None:
-        self._send(ClientState.cancel, task_ids)
-
-    def clear(self) -> concurrent.futures.Future:
-        return self._ask(ClientState.clear)
-
-    def shutdown(self) -> concurrent.futures.Future:
-        return self._ask(ClientState.shutdown)
+    def ask(self, command: Callable[..., Event], *args: Any) -> concurrent.futures.Future:
+        """Queue ``command(command_id, *args)``; the returned future resolves with the core's reply."""
+        reply: concurrent.futures.Future = concurrent.futures.Future()
+        command_id = next(self._command_ids)
+        self._replies[command_id] = reply
+        try:
+            self.send(command(command_id, *args))
+        except DisconnectedError:
+            self._replies.pop(command_id, None)
+            raise
+        return reply
 
     def disconnect(self) -> concurrent.futures.Future:
         """Ask for a graceful disconnect; resolves when done (at once when already closed)."""
         try:
-            return self._ask(ClientState.disconnect)
+            return self.ask(Disconnect)
         except DisconnectedError:
             done: concurrent.futures.Future = concurrent.futures.Future()
             done.set_result(None)
@@ -107,7 +152,7 @@ class ClientAgent:
 
     def abort(self, error: Exception) -> None:
         try:
-            self._send(ClientState.abort, error)
+            self.send(Abort(error))
         except DisconnectedError:
             pass
 
@@ -123,158 +168,160 @@ class ClientAgent:
     def in_agent_thread(self) -> bool:
         return threading.current_thread() is self._thread
 
-    def _ask(self, command: Callable[..., None], *args: Any) -> concurrent.futures.Future:
-        reply: concurrent.futures.Future = concurrent.futures.Future()
-        self._send(command, *args, reply)
-        return reply
-
-    def _send(self, command: Callable[..., None], *args: Any) -> None:
-        with self._lock:
-            if self._closed_error is not None:
-                raise DisconnectedError(str(self._closed_error))
-            self._commands.append((command, args))
-            if not self._wake_pending:
-                try:
-                    self._wake_sender.send(b"", zmq.NOBLOCK)
-                    self._wake_pending = True
-                except zmq.Again:  # not bound yet: the agent drains the queue once it has bound
-                    pass
-
     # --- agent thread ------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        state = self._state
-        scheduler = self._context.socket(zmq.DEALER)
-        storage: Optional[zmq.Socket] = None
+        """Each turn: take the user's events and what the peers sent, hand each to the core and then a Tick,
+        perform every effect in order; wait (bounded) for more. Until the core says it stopped."""
+        core, perform, scheduler, poller = self._core, self._perform, self._scheduler, self._poller
         wake = self._context.socket(zmq.PAIR)
         for sock in (scheduler, wake):
             sock.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._client_id)
         scheduler.setsockopt(zmq.SNDHWM, 0)
         scheduler.setsockopt(zmq.RCVHWM, 0)
-        poller = zmq.Poller()
+        turn: List[Event] = []  # this turn's events, in order
+        ready: Dict[Any, int] = {}
         try:
             wake.bind(self._wake_address)
             scheduler.connect(self._address)
             poller.register(scheduler, zmq.POLLIN)
             poller.register(wake, zmq.POLLIN)
-            self._drain_commands(time.monotonic())
             while True:
-                wait = state.tick(time.monotonic())
-                storage = self._perform(state.take_effects(time.monotonic()), scheduler, storage, poller)
-                if state.stopped:
-                    break
-                events = dict(poller.poll(max(1, int(min(wait, 1.0) * 1000))))
-                now = time.monotonic()
-                if wake in events:
+                if wake in ready:
                     while _recv_nowait(wake) is not None:
                         pass
                     with self._lock:
                         self._wake_pending = False
-                    self._drain_commands(now)
-                if scheduler in events:
-                    self._receive(scheduler, state.on_scheduler_message, "scheduler", now)
-                if storage is not None and storage in events:
-                    self._receive(storage, state.on_storage_message, "object storage server", now, copy=False)
-                storage = self._perform(state.take_effects(now), scheduler, storage, poller)
-        except Exception as error:  # a bug here must still resolve every future
+                events = self._events
+                while events:
+                    turn.append(events.popleft())
+                for peer, from_storage in ((scheduler, False), (self._storage, True)):
+                    if peer is None or peer not in ready:
+                        continue
+                    for _ in range(_MAX_MESSAGES_PER_SOCKET):
+                        frames = _recv_nowait(peer, copy=not from_storage)  # large results: read where they arrived
+                        if frames is None:
+                            break
+                        try:
+                            message, blobs = codec.decode(frames)
+                        except ProtocolError as error:
+                            logger.warning(f"Client: dropped malformed message from {_PEERS[from_storage]}: {error}")
+                            continue
+                        if from_storage:
+                            turn.append(FromStorage(message, codec.received_blobs(blobs)))
+                        else:
+                            turn.append(FromScheduler(message))
+                turn.append(TICK)
+                now = time.monotonic()
+                for event in turn:
+                    try:
+                        effects = core.handle(event, now)
+                    except Exception:  # a bug: one event is lost, not the client
+                        logger.exception(f"Client: handling {type(event).__name__} failed; dropped it")
+                        continue
+                    for effect in effects:
+                        try:
+                            perform[type(effect)](effect)
+                        except Exception:
+                            logger.exception(f"Client: performing {type(effect).__name__} failed")
+                turn.clear()
+                if self._stopped is not None:
+                    break
+                ready = dict(poller.poll(max(1, int(min(core.next_wakeup - time.monotonic(), 1.0) * 1000))))
+        except Exception as error:  # a bug here must still end every future
             logger.exception("Client: agent thread failed")
-            state.abort(DisconnectedError(f"the client's agent thread failed: {type(error).__name__}: {error}"), 0.0)
+            self._events.appendleft(
+                Abort(DisconnectedError(f"the client's agent thread failed: {type(error).__name__}: {error}"))
+            )
         finally:
-            self._close(scheduler, storage, wake)
+            self._close(wake)
 
-    def _drain_commands(self, now: float) -> None:
-        commands = self._commands
-        while commands:
-            command, args = commands.popleft()
-            try:
-                command(self._state, *args, now)
-            except Exception:
-                logger.exception(f"Client: command {command.__name__} failed")
+    # --- effects -----------------------------------------------------------------------------------------
 
-    def _receive(
-        self,
-        sock: zmq.Socket,
-        handle: Callable[[Any, List[Any], float], None],
-        peer: str,
-        now: float,
-        copy: bool = True,
-    ) -> None:
-        for _ in range(_MAX_MESSAGES_PER_SOCKET):
-            frames = _recv_nowait(sock, copy)
-            if frames is None:
-                return
-            try:
-                message, blobs = codec.decode(frames)
-            except ProtocolError as error:
-                logger.warning(f"Client: dropped malformed message from {peer}: {error}")
-                continue
-            if not copy:
-                blobs = codec.received_blobs(blobs)  # large results are deserialized from where they arrived
-            try:
-                handle(message, blobs, now)
-            except Exception:
-                logger.exception(f"Client: handling {type(message).__name__} from {peer} failed; dropped it")
+    def _send_to_storage(self, effect: ToStorage) -> None:
+        if self._storage is not None:
+            self._storage.send_multipart(codec.encode(effect.message, effect.blobs), copy=False)
 
-    def _perform(
-        self, effects: Effects, scheduler: zmq.Socket, storage: Optional[zmq.Socket], poller: zmq.Poller
-    ) -> Optional[zmq.Socket]:
-        if effects.connect_storage is not None and storage is None:
-            storage = self._context.socket(zmq.DEALER)
-            storage.setsockopt(zmq.LINGER, 0)
-            storage.setsockopt(zmq.IDENTITY, self._client_id)
-            storage.setsockopt(zmq.SNDHWM, 0)
-            storage.setsockopt(zmq.RCVHWM, 0)
-            storage.connect(effects.connect_storage)
-            poller.register(storage, zmq.POLLIN)
-        for message in effects.to_scheduler:
-            scheduler.send_multipart(codec.encode(message), copy=False)
-        if storage is not None:
-            for message, blobs in effects.to_storage:
-                storage.send_multipart(codec.encode(message, blobs), copy=False)
-        if effects.failed_objects:
-            self._on_objects_failed(effects.failed_objects)
-        for target, outcome, value in effects.resolutions:
+    def _connect_storage(self, effect: ConnectStorage) -> None:
+        if self._storage is not None:
+            return
+        storage = self._storage = self._context.socket(zmq.DEALER)
+        storage.setsockopt(zmq.LINGER, 0)
+        storage.setsockopt(zmq.IDENTITY, self._client_id)
+        storage.setsockopt(zmq.SNDHWM, 0)
+        storage.setsockopt(zmq.RCVHWM, 0)
+        storage.connect(effect.address)
+        self._poller.register(storage, zmq.POLLIN)
+
+    def _send_heartbeat(self, effect: Heartbeat) -> None:
+        cpu, rss = self._usage()
+        message = ClientHeartbeat(cpu=cpu, rss_bytes=rss, pending_tasks=effect.pending_tasks)
+        self._scheduler.send_multipart(codec.encode(message), copy=False)
+
+    def _give_results(self, effect: TaskResults) -> None:
+        futures = self._futures
+        for result in effect.results:
             try:
-                _apply(target, outcome, value)
+                futures.pop(result.task_id)._set_task_result(result)
             except Exception:
                 logger.exception("Client: resolving a future failed")
-        return storage
 
-    def _close(self, scheduler: zmq.Socket, storage: Optional[zmq.Socket], wake: zmq.Socket) -> None:
-        state = self._state
-        error = state.error or DisconnectedError("the client is disconnected")
+    def _end_future(self, task_id: bytes) -> ScalerFuture:
+        return self._futures.pop(task_id)
+
+    def _tell_cancel_refused(self, effect: CancelRefused) -> None:
+        future = self._futures.get(effect.task_id)
+        if future is not None:
+            future._set_cancel_refused()
+
+    def _reply(self, command_id: int) -> concurrent.futures.Future:
+        """The future waiting for the reply to this command (the core answers each command once)."""
+        return self._replies.pop(command_id)
+
+    def _on_stopped(self, effect: Stopped) -> None:
+        self._stopped = effect
+
+    def _stop_error(self) -> Exception:
+        stopped = self._stopped
+        return (stopped.error if stopped is not None else None) or DisconnectedError("the client is disconnected")
+
+    def _close(self, wake: zmq.Socket) -> None:
+        with self._lock:  # no event joins the queue after this
+            self._closed_error = self._stop_error()
+            self._wake_sender.close(linger=0)
+        # Events queued before the door closed (and the Abort of a failed loop): the core ends what waits.
+        now = time.monotonic()
+        while self._events:
+            event = self._events.popleft()
+            try:
+                for effect in self._core.handle(event, now):
+                    self._perform[type(effect)](effect)
+            except Exception:
+                logger.exception(f"Client: handling {type(event).__name__} while closing failed")
+        error = self._stop_error()
         with self._lock:
             self._closed_error = error
-            self._wake_sender.close(linger=0)
-        # Commands queued before the door closed: the stopped state answers each with the error.
-        self._drain_commands(time.monotonic())
-        effects = state.take_effects(time.monotonic())
-        for target, outcome, value in effects.resolutions:
-            try:
-                _apply(target, outcome, value)
-            except Exception:
-                logger.exception("Client: resolving a future failed")
-        for sock in (scheduler, storage, wake):
+        # Whatever still waits (only after a bug) must not hang.
+        for future in list(self._futures.values()):
+            future._set_error(_fresh(error))
+        self._futures.clear()
+        for reply in list(self._replies.values()):
+            if not reply.done():
+                reply.set_exception(_fresh(error))
+        self._replies.clear()
+        for sock in (self._scheduler, self._storage, wake):
             if sock is not None:
                 sock.close(linger=0)
         self._context.term()
 
 
-def _apply(target: Any, outcome: Outcome, value: Any) -> None:
-    if outcome is Outcome.TASK_RESULT:
-        target._set_task_result(value)
-    elif outcome is Outcome.TASK_ERROR:
-        target._set_error(value)
-    elif outcome is Outcome.TASK_CANCELLED:
-        target._set_cancelled()
-    elif outcome is Outcome.CANCEL_REFUSED:
-        target._set_cancel_refused()
-    elif not target.done():
-        if outcome is Outcome.REPLY_VALUE:
-            target.set_result(value)
-        else:
-            target.set_exception(value)
+def _fresh(error: Exception) -> Exception:
+    """A fresh exception of the same type and message: one object raised in many threads grows tracebacks."""
+    try:
+        return type(error)(*error.args)
+    except Exception:
+        return error
 
 
 def _recv_nowait(sock: zmq.Socket, copy: bool = True) -> Optional[List[Any]]:

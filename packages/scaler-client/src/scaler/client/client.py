@@ -3,36 +3,32 @@
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import functools
 import logging
 import os
-import threading
 import weakref
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-import cloudpickle
-
 from scaler.client.agent import ClientAgent
-from scaler.client.client_state import GraphSubmission, Submission
+from scaler.client.client_events import Cancel, Clear, PutObject, Shutdown, Submit, SubmitGraph
 from scaler.client.executor import ScalerExecutor
-from scaler.client.future import FutureBatch, ScalerFuture, wait_with_hook
+from scaler.client.future import FutureBatch, ScalerFuture
 from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress_bar import ProgressOption, start_progress
-from scaler.client.serializer import DefaultSerializer, check_serializer, serialize_payload
+from scaler.client.serializer import check_serializer, serialize_payload
+from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
-from scaler.protocol.ids import IDGenerator, new_client_id, show
-from scaler.protocol.messages import Argument, ArgumentKind, Capability, Task
+from scaler.protocol.ids import new_client_id, show
+from scaler.protocol.messages import Capability, Task
+from scaler.protocol.wait_hook import wait_with_hook
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_ADDRESS_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
-INLINE_ARGUMENT_LIMIT = 64 * 1024  # larger serialized arguments travel through object storage
 MAP_CHUNK = 1000  # map() hands tasks to the agent this many at a time
-_FUNCTION_CACHE_LIMIT = 1024  # distinct function objects remembered per client
 
 
 class Client:
@@ -75,23 +71,16 @@ class Client:
         self._timeout = float(timeout_seconds)
         self._heartbeat_interval = float(heartbeat_interval_seconds)
         self._custom_serializer = serializer
-        self._serializer = serializer if serializer is not None else DefaultSerializer()
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
 
         self._client_id = new_client_id()
-        self._ids = IDGenerator()
-        self._functions: Dict[int, Tuple[Any, bytes]] = {}  # id(function) -> (function, object ID)
-        self._serializer_id: bytes = b""
-        self._objects_lock = threading.Lock()  # guards _functions and _serializer_id
-
+        self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling)
+        self._serializer = builder.serializer  # the futures decode results with it
         self._agent = ClientAgent(
-            self._client_id,
-            address,
-            self._timeout,
-            self._heartbeat_interval,
-            self._bounded_wait,
-            on_objects_failed=_forget_through(weakref.WeakMethod(self._forget_objects)),
-        )
+            self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
+            on_objects_failed=builder.forget,  # the next task puts the failed functions again
+        )  # fmt: skip
+        builder.send = self._agent.send
         ready = self._agent.start()
         try:
             ready.result(timeout=self._timeout + 5)
@@ -139,7 +128,11 @@ class Client:
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
         """Run ``fn(*args, **kwargs)`` on a worker; returns its future."""
-        return self.submit_verbose(fn, args, kwargs)
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        task = self._builder.build(fn, args, kwargs, [], puts)
+        future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        self._agent.send(Submit([task], puts), {task.task_id: future})
+        return future
 
     def submit_verbose(
         self,
@@ -160,12 +153,14 @@ class Client:
         """
         if timeout_seconds < 0 or retries < 0:
             raise ValueError("timeout_seconds and retries must not be negative")
-        submission = self._build(fn, tuple(args), kwargs or {}, _capabilities(capabilities))
-        submission.task.priority = priority
-        submission.task.timeout_seconds = float(timeout_seconds)
-        submission.task.retries = retries
-        self._agent.submit([submission])
-        return submission.future
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        task = self._builder.build(fn, tuple(args), kwargs or {}, _capabilities(capabilities), puts)
+        task.priority = priority
+        task.timeout_seconds = float(timeout_seconds)
+        task.retries = retries
+        future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
+        self._agent.send(Submit([task], puts), {task.task_id: future})
+        return future
 
     def map(
         self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
@@ -180,9 +175,12 @@ class Client:
         if not callable(fn):
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
         futures: List[ScalerFuture] = []
-        chunk: List[Submission] = []
+        chunk: List[Task] = []
+        chunk_futures: Dict[bytes, ScalerFuture] = {}
+        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
         batch = FutureBatch()  # the map waits on this one condition, not on each future
         bar = start_progress(progress, "map")
+        build, serializer, profiling, wait = self._builder.build, self._serializer, self._profiling, self._bounded_wait
         try:
             for arguments in iterable:
                 if not isinstance(arguments, (tuple, list)):
@@ -191,16 +189,18 @@ class Client:
                         f"got an element of type {type(arguments).__name__}. For single values, as in the "
                         f"built-in map(f, values), use client.executor().map(f, values)"
                     )
-                submission = self._build(fn, tuple(arguments), {}, [], batch)
-                chunk.append(submission)
-                futures.append(submission.future)
+                task = build(fn, tuple(arguments), {}, [], puts)
+                future = ScalerFuture(task.task_id, self, serializer, profiling, wait, batch)
+                chunk.append(task)
+                futures.append(future)
+                chunk_futures[task.task_id] = future
                 if len(chunk) >= MAP_CHUNK:
-                    self._agent.submit(chunk)
+                    self._agent.send(Submit(chunk, puts), chunk_futures)
                     if bar is not None:
                         bar.watch(futures[-len(chunk) :])
-                    chunk = []
+                    chunk, chunk_futures, puts = [], {}, {}
             if chunk:
-                self._agent.submit(chunk)
+                self._agent.send(Submit(chunk, puts), chunk_futures)
                 if bar is not None:
                     bar.watch(futures[-len(chunk) :])
                 chunk = []
@@ -215,7 +215,7 @@ class Client:
             pending = [future.task_id for future in sent if not future.done()]
             if pending and not self._agent.closed:
                 try:
-                    self._agent.cancel(pending)
+                    self._agent.send(Cancel(pending))
                 except DisconnectedError:
                     pass
             raise
@@ -273,7 +273,7 @@ class Client:
             pending = [future.task_id for future in distinct if future.task_id and not future.done()]
             if pending and not self._agent.closed:
                 try:
-                    self._agent.cancel(pending)
+                    self._agent.send(Cancel(pending))
                 except DisconnectedError:
                     pass
             raise
@@ -296,9 +296,10 @@ class Client:
     def _submit_graph(
         self, graph: Mapping[Any, Any], keys: List[Any], batch: Optional[FutureBatch] = None
     ) -> Dict[Any, ScalerFuture]:
-        serializer_id = self._custom_serializer_id()
+        builder = self._builder
+        serializer_id = builder.serializer_id()
         encoder = GraphEncoder(
-            self._ids.next_id, self._function_id, functools.partial(serialize_payload, self._serializer),
+            builder.ids.next_id, builder.function_id, functools.partial(serialize_payload, self._serializer),
             serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
         )  # fmt: skip
         built = build_graph(graph, keys, encoder)
@@ -321,9 +322,7 @@ class Client:
                 task.profiling = self._profiling
             temporary = [object_id for object_id, _ in built.puts]
             requires = [*built.function_ids, *temporary, *([serializer_id] if serializer_id else [])]
-            self._agent.submit_graph(
-                GraphSubmission(message, targets, built.puts, requires, temporary, built.function_ids)
-            )
+            self._agent.send(SubmitGraph(message, built.puts, requires, temporary, built.function_ids), targets)
         return futures
 
     # --- objects ---------------------------------------------------------------------------------------------
@@ -331,18 +330,16 @@ class Client:
     def send_object(self, obj: Any, name: Optional[str] = None) -> ObjectReference:
         """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object."""
         data = serialize_payload(self._serializer, obj)
-        object_id = self._ids.next_id()
-        self._wait(self._agent.put_object(object_id, data), "the object storage server")
+        object_id = self._builder.ids.next_id()
+        self._wait(self._agent.ask(PutObject, object_id, data), "the object storage server")
         return ObjectReference(
             object_id=object_id, name=name if name is not None else type(obj).__name__, size=object_frames.size(data)
         )
 
     def clear(self) -> None:
         """Cancel every task of this client and delete every object it sent; pending futures become cancelled."""
-        with self._objects_lock:
-            self._functions.clear()
-            self._serializer_id = b""
-        self._wait(self._agent.clear(), "the scheduler")
+        self._builder.forget()
+        self._wait(self._agent.ask(Clear), "the scheduler")
 
     # --- leaving -------------------------------------------------------------------------------------------
 
@@ -358,7 +355,7 @@ class Client:
 
     def shutdown(self) -> bool:
         """Ask the scheduler to shut down (with its workers). False, with a warning, when it refuses."""
-        accepted, reason = self._wait(self._agent.shutdown(), "the scheduler")
+        accepted, reason = self._wait(self._agent.ask(Shutdown), "the scheduler")
         if not accepted:
             logger.warning(f"Client: the scheduler at {self._address} refused to shut down: {reason}")
             return False
@@ -369,7 +366,7 @@ class Client:
     # --- internals ---------------------------------------------------------------------------------------------
 
     def _cancel_tasks(self, task_ids: Sequence[bytes]) -> None:
-        self._agent.cancel(task_ids)
+        self._agent.send(Cancel(task_ids))
 
     def _in_agent_thread(self) -> bool:
         return self._agent.in_agent_thread()
@@ -380,99 +377,6 @@ class Client:
         except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             raise DisconnectedError(f"{peer} did not answer within {self._timeout:g}s") from None
 
-    def _build(
-        self,
-        fn: Callable[..., Any],
-        args: Tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        capabilities: List[Capability],
-        batch: Optional[FutureBatch] = None,
-    ) -> Submission:
-        if not callable(fn):
-            raise TypeError(f"a task needs a callable, got {type(fn).__name__}")
-        # The hot path of every submit and map item (docs/performance.md, hot spot 5): messages are built
-        # with positional arguments (half the cost of keywords; `_POSITIONAL_MESSAGES` checks the order),
-        # and few objects are allocated per task (each one also costs the garbage collector).
-        puts: List[Tuple[bytes, Any]] = []  # (object ID, payload) of the arguments too large to go inline
-        function_id = self._function_id(fn)
-        serializer_id = self._custom_serializer_id()
-        arguments = []
-        for value in args:
-            arguments.append(self._argument("", value, puts))
-        for name, value in kwargs.items():
-            arguments.append(self._argument(name, value, puts))
-        task_id = self._ids.next_id()
-        profiling = self._profiling
-        if _POSITIONAL_MESSAGES:
-            task = Task(
-                task_id, self._client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, profiling, serializer_id
-            )
-        else:
-            task = Task(
-                task_id=task_id,
-                client_id=self._client_id,
-                function_id=function_id,
-                arguments=arguments,
-                capabilities=capabilities,
-                profiling=profiling,
-                serializer_id=serializer_id,
-            )
-        temporary: Sequence[bytes] = ()
-        if puts or serializer_id:
-            temporary = [object_id for object_id, _ in puts]
-            requires: Sequence[bytes] = [function_id, *temporary, *([serializer_id] if serializer_id else [])]
-        else:
-            requires = (function_id,)
-        future = ScalerFuture(task_id, self, self._serializer, profiling, self._bounded_wait, batch)
-        return Submission(task, future, puts, requires, temporary)
-
-    def _argument(self, name: str, value: Any, puts: List[Tuple[bytes, Any]]) -> Argument:
-        if isinstance(value, ObjectReference):
-            return _make_argument(name, ArgumentKind.OBJECT, value.object_id)
-        data = serialize_payload(self._serializer, value)
-        if type(data) is not list and len(data) <= INLINE_ARGUMENT_LIMIT:  # a list of frames: too large
-            return _make_argument(name, ArgumentKind.INLINE, data)
-        object_id = self._ids.next_id()
-        puts.append((object_id, data))
-        return _make_argument(name, ArgumentKind.OBJECT, object_id)
-
-    def _function_id(self, fn: Callable[..., Any]) -> bytes:
-        entry = self._functions.get(id(fn))
-        if entry is not None and entry[0] is fn:
-            return entry[1]
-        with self._objects_lock:
-            entry = self._functions.get(id(fn))
-            if entry is not None and entry[0] is fn:
-                return entry[1]
-            object_id = self._ids.next_id()
-            # Queued under the lock: a task naming this function (from any thread) is queued after its put.
-            self._agent.put_object(object_id, cloudpickle.dumps(fn), wait=False)
-            if len(self._functions) >= _FUNCTION_CACHE_LIMIT:  # forget the oldest; storage drops it once unused
-                _, evicted_id = self._functions.pop(next(iter(self._functions)))
-                self._agent.release([evicted_id])
-            self._functions[id(fn)] = (fn, object_id)  # the strong reference keeps id(fn) unique
-            return object_id
-
-    def _custom_serializer_id(self) -> bytes:
-        if self._custom_serializer is None or self._serializer_id:
-            return self._serializer_id
-        with self._objects_lock:
-            if not self._serializer_id:
-                object_id = self._ids.next_id()
-                self._agent.put_object(object_id, cloudpickle.dumps(self._custom_serializer), wait=False)
-                self._serializer_id = object_id
-            return self._serializer_id
-
-    def _forget_objects(self, object_ids: List[bytes]) -> None:
-        """Called by the agent when puts failed: the next task re-sends those functions."""
-        failed = set(object_ids)
-        with self._objects_lock:
-            for key, (_, object_id) in list(self._functions.items()):
-                if object_id in failed:
-                    del self._functions[key]
-            if self._serializer_id in failed:
-                self._serializer_id = b""
-
 
 def _raise_first_failure(futures: List[ScalerFuture], batch: FutureBatch) -> None:
     """After a batch wait: raise the exception (or CancelledError) of the first failed future, in order."""
@@ -481,29 +385,6 @@ def _raise_first_failure(futures: List[ScalerFuture], batch: FutureBatch) -> Non
     for future in futures:
         if future.cancelled() or (future.done() and future._exception is not None):
             future.result()  # raises
-
-
-# `Client._build` builds Task and Argument positionally when their fields are in the order it expects
-# (twice as fast as keywords, measured); if scaler-protocol ever reorders them, it falls back to keywords.
-_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:11] == [
-    "task_id",
-    "client_id",
-    "function_id",
-    "arguments",
-    "priority",
-    "capabilities",
-    "attempt",
-    "timeout_seconds",
-    "retries",
-    "profiling",
-    "serializer_id",
-] and [field.name for field in dataclasses.fields(Argument)][:3] == ["name", "kind", "data"]
-
-
-def _make_argument(name: str, kind: ArgumentKind, data: bytes) -> Argument:
-    if _POSITIONAL_MESSAGES:
-        return Argument(name, kind, data)
-    return Argument(name=name, kind=kind, data=data)
 
 
 def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:
@@ -528,17 +409,6 @@ def _requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
         except TypeError:
             single = False
     return list(dict.fromkeys([keys] if single else keys))
-
-
-def _forget_through(method: weakref.WeakMethod) -> Callable[[List[bytes]], None]:
-    """The agent must not keep its client alive (so an unreferenced client gets closed)."""
-
-    def forget(object_ids: List[bytes]) -> None:
-        bound = method()
-        if bound is not None:
-            bound(object_ids)
-
-    return forget
 
 
 def _close_unreferenced(agent: ClientAgent) -> None:

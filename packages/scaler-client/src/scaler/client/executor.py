@@ -15,7 +15,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
-from scaler.client.future import RemoteTraceback, ScalerFuture
+from scaler.client.future import ScalerFuture
+from scaler.client.remote_errors import RemoteTraceback
 
 if TYPE_CHECKING:
     from scaler.client.client import Client

@@ -1,21 +1,24 @@
-"""`ScalerFuture`: a concurrent.futures.Future for one task, and how a TaskResult becomes its outcome."""
+"""`ScalerFuture`: a concurrent.futures.Future for one task, and how a TaskResult becomes its outcome.
+
+The client's agent thread ends each future once, with what the client's core decided for its task (a
+result, an error, cancelled: see client_lifecycles.py); the future's own states are those of
+`concurrent.futures`, moved by one table, `FUTURE`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import io
+import enum
 import os
-import pickle
 import threading
 from concurrent.futures import _base as _futures_base
-from typing import Any, Callable, Generator, List, Optional
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
-import cloudpickle
-
+from scaler.client.remote_errors import exception_from_result
 from scaler.client.serializer import deserialize_payload
-from scaler.protocol.errors import RemoteTaskError, TaskRejectedError, WorkerDiedError
 from scaler.protocol.ids import show
+from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
 from scaler.protocol.wait_hook import wait_with_hook
 
@@ -23,90 +26,49 @@ from scaler.protocol.wait_hook import wait_with_hook
 _UNDECODED = object()
 
 
-class RemoteTraceback(Exception):
-    """The ``__cause__`` of a task's exception: its traceback, as text, from the worker."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def exception_from_result(result: TaskResult) -> BaseException:
-    """The exception a failed, died or rejected task raises on the client."""
-    status = result.status
-    if status == TaskStatus.FAILED:
-        if not result.payload:
-            return RemoteTaskError(result.error_text or "the task failed and its exception could not be sent back")
-        return _remote_exception(result.payload, result.error_text)
-    if status == TaskStatus.WORKER_DIED:
-        return WorkerDiedError(result.error_text or "the worker process running the task died")
-    if status == TaskStatus.REJECTED:
-        return TaskRejectedError(result.error_text or "the scheduler rejected the task")
-    return RemoteTaskError(f"task {show(result.task_id)} ended with unknown status {status!r}")
-
-
-def _remote_exception(payload: bytes, error_text: str) -> BaseException:
-    try:
-        exception, traceback_text = cloudpickle.loads(payload)
-    except Exception as error:
-        return _unloadable_exception(payload, error, error_text)
-    if not isinstance(exception, BaseException):
-        return RemoteTaskError(f"the task failed with a non-exception {exception!r}: {error_text}")
-    if traceback_text:
-        exception.__cause__ = RemoteTraceback(str(traceback_text))
-    return exception
-
-
-class _Missing:
-    """Stands for a class or function the client cannot import, so the rest of the pickle still loads."""
-
-    qualified_name = ""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:
-        pass
-
-
-class _LenientUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return super().find_class(module, name)
-        except Exception:
-            return type(name, (_Missing,), {"qualified_name": f"{module}.{name}"})
-
-
-def _unloadable_exception(payload: bytes, error: Exception, error_text: str) -> RemoteTaskError:
-    """A RemoteTaskError that names the exception the client cannot recreate, with its remote traceback."""
-    name, traceback_text = "", error_text
-    try:
-        exception, remote_traceback = _LenientUnpickler(io.BytesIO(payload)).load()
-        name = getattr(exception, "qualified_name", "") or type(exception).__qualname__
-        traceback_text = str(remote_traceback) or traceback_text
-    except Exception:
-        pass
-    what = f"exception {name}" if name else "an exception"
-    problem = RemoteTaskError(
-        f"the task raised {what}, which cannot be recreated on the client ({type(error).__name__}: {error})"
-    )
-    if traceback_text:
-        problem.__cause__ = RemoteTraceback(traceback_text)
-    return problem
-
-
 # The states of concurrent.futures (the same strings on Python 3.10 to 3.13), so that `wait` and
 # `as_completed`, which read ``_state`` directly, see a ScalerFuture exactly as they see any Future.
 _PENDING = _futures_base.PENDING
 _RUNNING = _futures_base.RUNNING
-_CANCELLED = _futures_base.CANCELLED
+_CANCELLED = _futures_base.CANCELLED  # never entered: a ScalerFuture is cancelled and notified at once
 _CANCELLED_AND_NOTIFIED = _futures_base.CANCELLED_AND_NOTIFIED
 _FINISHED = _futures_base.FINISHED
 _DONE_STATES = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED))
 _CANCELLED_STATES = frozenset((_CANCELLED, _CANCELLED_AND_NOTIFIED))
+
+
+class FutureEvent(enum.Enum):
+    RUN = "run"  # set_running_or_notify_cancel, the executor's protocol
+    FINISH = "finish"  # a result or an exception
+    CANCEL = "cancel"  # the task was cancelled (the scheduler confirmed, or it never left)
+
+    __hash__ = object.__hash__
+
+
+class FutureAction(enum.Enum):
+    WAKE = "wake"  # the future is done: wake whoever waits on it (its Condition, wait(), its batch, callbacks)
+
+    __hash__ = object.__hash__
+
+
+FUTURE = Lifecycle(
+    "future",
+    states=[_PENDING, _RUNNING, _CANCELLED_AND_NOTIFIED, _FINISHED],
+    terminal=[_CANCELLED_AND_NOTIFIED, _FINISHED],
+    table={
+        (_PENDING, FutureEvent.RUN): Transition(_RUNNING),
+        (_PENDING, FutureEvent.FINISH): Transition(_FINISHED, (FutureAction.WAKE,)),
+        (_RUNNING, FutureEvent.FINISH): Transition(_FINISHED, (FutureAction.WAKE,)),
+        (_PENDING, FutureEvent.CANCEL): Transition(_CANCELLED_AND_NOTIFIED, (FutureAction.WAKE,)),
+    },
+    always_possible=[FutureEvent.FINISH],
+)
+# The table by event: state -> (next state, whether it wakes). A future ends once: a second outcome finds no
+# entry and is ignored (the agent's side), or refused like any Future's (set_result, set_exception).
+_ON: Dict[FutureEvent, Dict[str, Tuple[str, bool]]] = {event: {} for event in FutureEvent}
+for (_state, _event), _transition in FUTURE.table.items():
+    _ON[_event][_state] = (_transition.next_state, FutureAction.WAKE in _transition.actions)
+_ON_RUN, _ON_FINISH, _ON_CANCEL = _ON[FutureEvent.RUN], _ON[FutureEvent.FINISH], _ON[FutureEvent.CANCEL]
 
 # One lock guards the state of every ScalerFuture of the process (its state, outcome, waiters and
 # callbacks). A pending future therefore owns no lock and no Condition: it is a small slotted object,
@@ -402,15 +364,11 @@ class ScalerFuture(concurrent.futures.Future):
 
     def set_running_or_notify_cancel(self) -> bool:
         with _LOCK:
-            if self._state == _CANCELLED:
-                self._state = _CANCELLED_AND_NOTIFIED
-                for waiter in self._waiter_list or ():
-                    waiter.add_cancelled(self)
-                return False
-            if self._state == _PENDING:
-                self._state = _RUNNING
-                return True
-            raise RuntimeError(f"Future in unexpected state: {self._state}")
+            step = _ON_RUN.get(self._state)
+            if step is None:
+                raise RuntimeError(f"Future in unexpected state: {self._state}")
+            self._state = step[0]
+            return True
 
     def set_result(self, result: Any) -> None:
         if not self._finish(result, None):
@@ -420,37 +378,9 @@ class ScalerFuture(concurrent.futures.Future):
         if not self._finish(None, exception):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
-    def _finish(
-        self, value: Any, error: Optional[BaseException], payload: Optional[bytes] = None, profiling: Any = None
-    ) -> bool:
-        """Move to FINISHED and wake whoever waits; False when the future had already ended."""
-        with _LOCK:
-            if self._state in _DONE_STATES:
-                return False
-            if payload is not None:
-                self._payload = payload
-            if profiling is not None:
-                self._profiling = profiling
-            self._result = value
-            self._exception = error
-            self._state = _FINISHED
-            condition = self._own_condition
-            if condition is not None:
-                condition.notify_all()
-            waiters = self._waiter_list
-            if waiters:
-                for waiter in waiters:
-                    if error is None:
-                        waiter.add_result(self)
-                    else:
-                        waiter.add_exception(self)
-            batch = self._batch
-            if batch is not None:
-                batch._future_ended(error is not None)
-            callbacks = self._callback_list
-        if callbacks:
-            self._invoke_callbacks()
-        return True
+    def _finish(self, value: Any, error: Optional[BaseException]) -> bool:
+        """End with a result or an exception; False when the future had already ended."""
+        return self._end(_ON_FINISH, value, error)
 
     def _set_cancelled(self) -> bool:
         """The task is cancelled (the scheduler confirmed, or it never left): end the future so.
@@ -458,21 +388,45 @@ class ScalerFuture(concurrent.futures.Future):
         Unlike `concurrent.futures.Future.cancel`, which leaves the waiters to the executor's
         ``set_running_or_notify_cancel``, this is the executor's side too: waiters hear of it at once.
         """
+        return self._end(_ON_CANCEL, None, None) or self._state in _CANCELLED_STATES
+
+    def _end(
+        self,
+        on: Dict[str, Tuple[str, bool]],
+        value: Any,
+        error: Optional[BaseException],
+        payload: Optional[bytes] = None,
+        profiling: Any = None,
+    ) -> bool:
+        """Move on FINISH or CANCEL (``on``: that event's part of the table) and carry out WAKE: tell whoever
+        waits (its Condition, concurrent.futures.wait, its batch), then run the callbacks. False when the
+        future had ended already (its second outcome is ignored)."""
         with _LOCK:
-            state = self._state
-            if state == _FINISHED or state == _RUNNING:
+            step = on.get(self._state)
+            if step is None:
                 return False
-            if state in _CANCELLED_STATES:
-                return True
-            self._state = _CANCELLED_AND_NOTIFIED
-            condition = self._own_condition
-            if condition is not None:
-                condition.notify_all()
-            for waiter in self._waiter_list or ():
-                waiter.add_cancelled(self)
-            batch = self._batch
-            if batch is not None:
-                batch._future_ended(True)
+            if payload is not None:
+                self._payload = payload
+            if profiling is not None:
+                self._profiling = profiling
+            self._result = value
+            self._exception = error
+            self._state, wakes = step
+            if wakes:
+                condition = self._own_condition
+                if condition is not None:
+                    condition.notify_all()
+                cancelled = on is _ON_CANCEL
+                for waiter in self._waiter_list or ():
+                    if cancelled:
+                        waiter.add_cancelled(self)
+                    elif error is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+                batch = self._batch
+                if batch is not None:
+                    batch._future_ended(cancelled or error is not None)
             callbacks = self._callback_list
         if callbacks:
             self._invoke_callbacks()
@@ -489,14 +443,14 @@ class ScalerFuture(concurrent.futures.Future):
         status = result.status
         profiling = result.profiling if self._profiling_enabled else None
         if status == TaskStatus.SUCCESS:
-            self._finish(_UNDECODED, None, result.payload, profiling)
+            self._end(_ON_FINISH, _UNDECODED, None, result.payload, profiling)
         elif status == TaskStatus.CANCELLED:
             if profiling is not None:
                 with _LOCK:
                     self._profiling = profiling
             self._set_cancelled()
         else:
-            self._finish(None, exception_from_result(result), None, profiling)
+            self._end(_ON_FINISH, None, exception_from_result(result), None, profiling)
 
     def _set_value(self, value: Any) -> None:
         self._finish(value, None)

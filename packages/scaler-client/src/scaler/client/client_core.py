@@ -1,0 +1,393 @@
+"""The client agent's decisions, without I/O: `ClientCore.handle(event, now) -> effects`.
+
+The agent thread (`agent.py`) feeds it the user threads' commands, what the scheduler and the object
+storage server send, and a `Tick` at the end of each turn of its loop; it performs the effects in order:
+sends, and the ends of tasks and commands, named by ID (the agent maps the IDs to the futures). Nothing
+here touches a socket, a clock, a future, or the process (the pid and hostname of Hello are given).
+
+This module holds the session with the scheduler, one `SESSION` table (client_lifecycles.py): the
+handshake, heartbeats and their echoes, the scheduler's silence, disconnecting, `clear` and `shutdown`, and
+the end of everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
+graphs in graph_submissions.py), the objects `StorageRequests`' (storage_requests.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from scaler.client.client_events import (
+    Abort,
+    Cancel,
+    Clear,
+    Connect,
+    ConnectStorage,
+    Disconnect,
+    Effect,
+    Event,
+    FromScheduler,
+    FromStorage,
+    Heartbeat,
+    PutObject,
+    Release,
+    Reply,
+    ReplyError,
+    Shutdown,
+    Stopped,
+    Submit,
+    SubmitGraph,
+    TaskFailed,
+    Tick,
+    ToScheduler,
+    ToStorage,
+)
+from scaler.client.client_lifecycles import SESSION, SessionAction, SessionEvent, SessionState
+from scaler.client.storage_requests import StorageRequests
+from scaler.client.tasks_in_flight import TasksInFlight
+from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.ids import show
+from scaler.protocol.messages import (
+    ClientHeartbeatEcho,
+    ClientShutdownRequest,
+    ClientShutdownResponse,
+    DisconnectRequest,
+    DisconnectResponse,
+    Hello,
+    HelloAck,
+    ObjectInstruction,
+    ObjectInstructionKind,
+    ObjectResponse,
+    PeerRole,
+    Refusal,
+    TaskCancelConfirm,
+    TaskResultBatch,
+)
+from scaler.protocol.version import PROTOCOL_VERSION
+
+logger = logging.getLogger(__name__)
+
+TASK_BATCH_SIZE = 1000
+ARGUMENT_BYTES_IN_STORAGE = 128 * 1024 * 1024  # large arguments of tasks in flight, per client
+_STORY_LENGTH = 8  # session events told when a transition is illegal
+_REFUSALS = {
+    SessionAction.REFUSE_COMMAND_EARLY: "the client is not connected yet",
+    SessionAction.REFUSE_COMMAND: "the client is disconnected",
+}
+
+
+class ClientCore:
+    def __init__(
+        self,
+        client_id: bytes,
+        scheduler_address: str,
+        timeout_seconds: float,
+        heartbeat_interval_seconds: float,
+        pid: int,
+        hostname: str,
+        batch_size: int = TASK_BATCH_SIZE,
+        disconnect_wait_seconds: float = 5.0,
+        argument_bytes_in_storage: int = ARGUMENT_BYTES_IN_STORAGE,
+    ) -> None:
+        self._client_id = client_id
+        self._address = scheduler_address
+        self._timeout = timeout_seconds
+        self._heartbeat_interval = heartbeat_interval_seconds
+        self._disconnect_wait = disconnect_wait_seconds
+        self._hello = Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT, pid=pid, hostname=hostname)
+
+        self._out: List[Effect] = []  # what the event being handled decided
+        self._storage = StorageRequests(client_id, timeout_seconds, self._out)
+        self._tasks = TasksInFlight(self._storage, self._out, batch_size, argument_bytes_in_storage)
+        self._storage.tasks = self._tasks
+
+        self._state = SessionState.IDLE
+        self._story: Deque[SessionEvent] = collections.deque(maxlen=_STORY_LENGTH)
+        self._error: Optional[Exception] = None  # why the client stopped, when it stopped on an error
+        self._silent_after = math.inf  # the scheduler is lost if nothing comes by then
+        self._next_heartbeat = math.inf  # while READY
+        self._closing_deadline = math.inf  # while CLOSING
+        self._ready_command = 0
+        self._disconnect_command = 0
+        self._shutdown_commands: Deque[int] = collections.deque()
+        self._heartbeats_sent = 0
+        self._echoes_received = 0
+        self._echo_barriers: Deque[Tuple[int, int]] = collections.deque()  # (heartbeats sent, Clear command)
+
+        self._session_actions: Dict[SessionAction, Callable[[Any, float], None]] = {
+            SessionAction.SAY_HELLO: self._say_hello,
+            SessionAction.JOIN: self._join,
+            SessionAction.SAY_GOODBYE: self._say_goodbye,
+            SessionAction.ANSWER_DISCONNECT: lambda disconnect, now: self._out.append(
+                Reply(disconnect.command_id, None)
+            ),
+            SessionAction.STOP_REFUSED: lambda refusal, now: self._stop(
+                ProtocolError(f"scheduler at {self._address} refused the client: {refusal.reason}")
+            ),
+            SessionAction.STOP_EXPELLED: lambda refusal, now: self._stop(
+                DisconnectedError(f"scheduler at {self._address} refused the client: {refusal.reason}")
+            ),
+            SessionAction.STOP_UNANSWERED: lambda detail, now: self._stop(
+                DisconnectedError(f"no scheduler answered at {self._address} within {self._timeout:g}s")
+            ),
+            SessionAction.STOP_LOST: lambda detail, now: self._stop(
+                DisconnectedError(f"the scheduler at {self._address} sent nothing for {self._timeout:g}s: lost it")
+            ),
+            SessionAction.STOP_LEFT: lambda request, now: self._stop(
+                DisconnectedError(
+                    f"the scheduler at {self._address} closed the connection"
+                    + (f": {request.reason}" if request.reason else "")
+                )
+            ),
+            SessionAction.STOP_DISCONNECTED: self._stop_disconnected,
+            SessionAction.STOP_ABORTED: lambda abort, now: self._stop(abort.error),
+            SessionAction.FINISH_DISCONNECT: lambda detail, now: self._stop(
+                DisconnectedError("the client disconnected before the task finished"), cause=False
+            ),
+        }
+
+        always: Dict[type, Callable[[Any, float], None]] = {
+            Connect: lambda event, now: self._session(SessionEvent.CONNECT, event, now),
+            Release: lambda event, now: self._storage.release(event.object_ids, now),
+            Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
+            Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
+            Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
+            FromScheduler: self._on_scheduler,
+            FromStorage: self._on_storage,
+            Tick: self._on_tick,
+        }
+        self._commands: Dict[type, Callable[[Any, float], None]] = {
+            Submit: self._tasks.submit,
+            SubmitGraph: self._tasks.graphs.submit,
+            PutObject: lambda event, now: self._storage.put_for_command(event.object_id, event.data, event.command_id),
+            Clear: self._clear,
+            Shutdown: self._shutdown,
+        }
+        reply_error = self._reply_error
+        self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
+            Submit: lambda submit, error: self._out.extend(TaskFailed(task.task_id, error) for task in submit.tasks),
+            SubmitGraph: lambda submit, error: self._out.extend(
+                TaskFailed(target, error) for target in submit.graph.targets
+            ),
+            PutObject: reply_error,
+            Clear: reply_error,
+            Shutdown: reply_error,
+            Connect: reply_error,
+        }
+        # The dispatch table of each session state: what the commands do there is the SESSION table's
+        # answer for COMMAND, looked up here once. After the client stopped, commands are answered with
+        # the error and the rest is dropped.
+        self._handlers_by_state = {
+            state: {**always, **{kind: self._command_in(state, run) for kind, run in self._commands.items()}}
+            for state in SessionState
+        }
+        self._handlers_by_state[SessionState.STOPPED] = {
+            **{event_type: _ignore for event_type in always},
+            **{event_type: self._refuse_stopped for event_type in self._refusals},
+            Disconnect: lambda disconnect, now: self._out.append(Reply(disconnect.command_id, None)),
+        }
+        self._handlers = self._handlers_by_state[self._state]
+        self._scheduler_handlers: Dict[type, Callable[[Any, float], None]] = {
+            HelloAck: lambda message, now: self._session(SessionEvent.HELLO_ACK, message, now),
+            Refusal: lambda message, now: self._session(SessionEvent.REFUSED, message, now),
+            ClientHeartbeatEcho: self._on_heartbeat_echo,
+            TaskResultBatch: self._tasks.on_results,
+            TaskCancelConfirm: self._tasks.on_cancel_confirm,
+            ClientShutdownResponse: self._on_shutdown_response,
+            DisconnectResponse: lambda message, now: self._session(SessionEvent.DISCONNECT_RESPONSE, message, now),
+            DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),
+        }
+        self._storage_handlers: Dict[type, Callable[[Any, Any], None]] = {
+            HelloAck: _ignore,
+            Refusal: self._storage.on_refusal,
+            ObjectResponse: self._storage.on_response,
+        }
+
+    # --- the one entry point ----------------------------------------------------------------------------------
+
+    def handle(self, event: Event, now: float) -> List[Effect]:
+        """What ``event`` makes the client do, in order. Sends that batch (tasks, cancels, storage requests)
+        leave with the next `Tick`'s effects."""
+        self._handlers[type(event)](event, now)
+        out = self._out
+        effects = out.copy()
+        out.clear()
+        return effects
+
+    @property
+    def next_wakeup(self) -> float:
+        """When the core next wants a `Tick` (monotonic seconds, as ``now``)."""
+        return min(self._silent_after, self._next_heartbeat, self._closing_deadline, self._storage.next_deadline)
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def pending_tasks(self) -> int:
+        return self._tasks.count
+
+    # --- the session's table --------------------------------------------------------------------------------
+
+    def _session(self, event: SessionEvent, detail: Any, now: float) -> None:
+        transition = SESSION.step(self._state, event, f"of {show(self._client_id)}", self._story)
+        self._story.append(event)
+        self._state = transition.next_state
+        self._handlers = self._handlers_by_state[self._state]
+        for action in transition.actions:
+            self._session_actions[action](detail, now)
+
+    def _command_in(self, state: SessionState, run: Callable[[Any, float], None]) -> Callable[[Any, float], None]:
+        """What a command does in ``state``: run, or be refused, as the SESSION table says."""
+        transition = SESSION.get(state, SessionEvent.COMMAND)
+        if transition is None:  # before Connect (a bug of the caller), or stopped (replaced after)
+            return lambda event, now: self._session(SessionEvent.COMMAND, event, now)  # raises, with the story
+        assert transition.next_state is state  # a command never moves the session
+        (action,) = transition.actions
+        if action is SessionAction.RUN_COMMAND:
+            return run
+        error = _REFUSALS[action]
+        return lambda event, now: self._refuse(event, DisconnectedError(error))
+
+    def _refuse(self, event: Any, error: Exception) -> None:
+        """A command the client cannot run now: its tasks fail, or its caller gets ``error``."""
+        self._refusals[type(event)](event, error)
+
+    def _refuse_stopped(self, event: Any, now: float) -> None:
+        self._refuse(event, self._error or DisconnectedError("the client is disconnected"))
+
+    def _reply_error(self, command: Any, error: Exception) -> None:
+        if command.command_id:
+            self._out.append(ReplyError(command.command_id, error))
+
+    # --- the session's actions ------------------------------------------------------------------------------
+
+    def _say_hello(self, connect: Connect, now: float) -> None:
+        self._ready_command = connect.command_id
+        self._silent_after = now + self._timeout
+        self._out.append(ToScheduler(self._hello))
+
+    def _join(self, message: HelloAck, now: float) -> None:
+        if message.timeout_seconds > 0:  # be heard well within the scheduler's own patience
+            self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
+        self._next_heartbeat = now + self._heartbeat_interval
+        address = message.object_storage_address
+        if not address:
+            address = default_storage_address(self._address)
+            logger.warning(f"Client: scheduler named no object storage server; using {address}")
+        self._storage.address = address
+        self._out.append(ConnectStorage(address))
+        self._out.append(ToStorage(self._hello))
+        self._out.append(Reply(self._ready_command, message))
+        self._ready_command = 0
+
+    def _say_goodbye(self, disconnect: Disconnect, now: float) -> None:
+        """Send DisconnectRequest and wait (bounded) for DisconnectResponse; then fail what is left."""
+        self._disconnect_command = disconnect.command_id
+        self._out.append(ToScheduler(DisconnectRequest(reason="client disconnects")))
+        self._next_heartbeat = math.inf
+        self._closing_deadline = now + self._disconnect_wait
+
+    def _stop_disconnected(self, disconnect: Disconnect, now: float) -> None:
+        """A disconnect before the scheduler answered the Hello: done at once."""
+        self._disconnect_command = disconnect.command_id
+        self._stop(DisconnectedError("the client disconnected before the scheduler answered"))
+
+    def _stop(self, error: Exception, cause: bool = True) -> None:
+        """Every task and every command still waiting ends with ``error``; the client stops."""
+        if cause:
+            self._error = error
+        self._tasks.stop(error)
+        self._storage.stop(error)
+        out = self._out
+        waiting = [self._ready_command, *self._shutdown_commands, *(command for _, command in self._echo_barriers)]
+        out.extend(ReplyError(command_id, error) for command_id in waiting if command_id)
+        if self._disconnect_command:
+            out.append(Reply(self._disconnect_command, None))
+        self._ready_command = self._disconnect_command = 0
+        self._shutdown_commands.clear()
+        self._echo_barriers.clear()
+        self._silent_after = self._next_heartbeat = self._closing_deadline = math.inf
+        out.append(Stopped(self._error))
+
+    # --- commands that need the scheduler -------------------------------------------------------------------
+
+    def _clear(self, clear: Clear, now: float) -> None:
+        """Cancel every task of this client and delete its objects; reply once the scheduler has seen it."""
+        self._out.append(ToScheduler(ObjectInstruction(kind=ObjectInstructionKind.CLEAR, owner_id=self._client_id)))
+        self._tasks.clear()
+        self._storage.clear()
+        # A heartbeat after the instruction: its echo tells that the scheduler has handled the clear.
+        self._heartbeat(now)
+        self._echo_barriers.append((self._heartbeats_sent, clear.command_id))
+
+    def _shutdown(self, shutdown: Shutdown, now: float) -> None:
+        self._out.append(ToScheduler(ClientShutdownRequest()))
+        self._shutdown_commands.append(shutdown.command_id)
+
+    # --- messages and time ------------------------------------------------------------------------------------
+
+    def _on_scheduler(self, event: FromScheduler, now: float) -> None:
+        self._silent_after = now + self._timeout
+        message = event.message
+        handler = self._scheduler_handlers.get(type(message))
+        if handler is None:
+            logger.warning(f"Client: dropped unexpected {type(message).__name__} from scheduler {self._address}")
+            return
+        handler(message, now)
+
+    def _on_storage(self, event: FromStorage, now: float) -> None:
+        message = event.message
+        handler = self._storage_handlers.get(type(message))
+        if handler is None:
+            logger.warning(
+                f"Client: dropped unexpected {type(message).__name__} from object storage {self._storage.address}"
+            )
+            return
+        handler(message, event.blobs)
+
+    def _on_heartbeat_echo(self, message: ClientHeartbeatEcho, now: float) -> None:
+        self._echoes_received += 1
+        barriers = self._echo_barriers
+        while barriers and barriers[0][0] <= self._echoes_received:
+            _, command_id = barriers.popleft()
+            if command_id:
+                self._out.append(Reply(command_id, None))
+
+    def _on_shutdown_response(self, message: ClientShutdownResponse, now: float) -> None:
+        if not self._shutdown_commands:
+            logger.warning(f"Client: dropped unexpected ClientShutdownResponse from scheduler {self._address}")
+            return
+        command_id = self._shutdown_commands.popleft()
+        if command_id:
+            self._out.append(Reply(command_id, (message.accepted, message.reason)))
+
+    def _on_tick(self, tick: Tick, now: float) -> None:
+        """The deadlines that passed, then the batches of the turn."""
+        if now >= self._silent_after:
+            self._session(SessionEvent.SILENT, None, now)
+            return
+        if now >= self._closing_deadline:
+            logger.debug(f"Client: no DisconnectResponse from {self._address}; closing anyway")
+            self._session(SessionEvent.CLOSING_EXPIRED, None, now)
+            return
+        if now >= self._next_heartbeat:
+            self._heartbeat(now)
+        storage = self._storage
+        if storage.next_deadline <= now:
+            storage.expire(now)
+        if storage.released:
+            storage.delete_released(now, self._tasks.function_users)
+        storage.flush(now)
+        self._tasks.flush()
+
+    def _heartbeat(self, now: float) -> None:
+        self._out.append(Heartbeat(self._tasks.count))
+        self._heartbeats_sent += 1
+        self._next_heartbeat = now + self._heartbeat_interval
+
+
+def _ignore(*args: Any) -> None:
+    pass

@@ -1,0 +1,216 @@
+"""What the client's core (`ClientCore.handle`) takes in and gives back: small typed records.
+
+Events are the user threads' commands (queued by the agent thread, `agent.py`), the messages the agent
+receives from the scheduler and from object storage, and `Tick`. Effects are what the agent then does, in
+order: sends, and the ends of tasks and commands, named by task ID or command ID. The core holds no
+future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures its callers wait on.
+
+One event per command or received message, never one per task: a `Submit` carries a whole chunk of a
+`map`, a `TaskResults` effect every result of one `TaskResultBatch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+
+from scaler.protocol.messages import GraphTask, Task, TaskResult
+
+# --- commands from the user threads ------------------------------------------------------------------------
+# ``command_id`` names the caller waiting for the reply (`Reply` or `ReplyError`); 0 means nobody waits.
+
+
+@dataclass(slots=True)
+class Connect:
+    """Say Hello to the scheduler; the reply is its HelloAck (or the handshake's error)."""
+
+    command_id: int
+
+
+@dataclass(slots=True)
+class Submit:
+    """Tasks, serialized; each goes once every object it needs is acknowledged by object storage.
+
+    A task needs its function (``task.function_id``), its serializer (``task.serializer_id``, if any) and its
+    arguments too large to travel inline: ``puts`` maps the IDs of the tasks that have some to their
+    ``(object ID, payload)`` pairs, put by the core and deleted once the task ends.
+    """
+
+    tasks: List[Task]
+    puts: Mapping[bytes, Sequence[Tuple[bytes, Any]]]
+
+
+@dataclass(slots=True)
+class SubmitGraph:
+    """A graph (see graph_builder.py): its targets are tasks; it is sent whole once its objects are stored."""
+
+    graph: GraphTask
+    puts: Sequence[Tuple[bytes, Any]]  # (object ID, payload): large literals and templates
+    requires: Sequence[bytes]  # object IDs that must be acknowledged before the graph is sent
+    temporary_objects: Sequence[bytes]  # deleted from storage once every target has ended
+    function_ids: Sequence[bytes]  # functions the graph's tasks name (kept while the graph runs)
+
+
+@dataclass(slots=True)
+class PutObject:
+    """Put one object (a function, a serializer, a sent object); tasks that need it wait for its ack."""
+
+    command_id: int  # replied with the object ID once stored
+    object_id: bytes
+    data: Any  # a payload: a frame, or a list of frames
+
+
+@dataclass(slots=True)
+class Release:
+    """The client forgot these function objects: delete each once no task names it."""
+
+    object_ids: Sequence[bytes]
+
+
+@dataclass(slots=True)
+class Cancel:
+    task_ids: Sequence[bytes]
+
+
+@dataclass(slots=True)
+class Clear:
+    """Cancel every task of this client and delete its objects; replied once the scheduler has seen it."""
+
+    command_id: int
+
+
+@dataclass(slots=True)
+class Shutdown:
+    """Ask the scheduler to shut down; replied with ``(accepted, reason)``."""
+
+    command_id: int
+
+
+@dataclass(slots=True)
+class Disconnect:
+    """Leave the scheduler (bounded wait for its answer); replied once the client has stopped."""
+
+    command_id: int
+
+
+@dataclass(slots=True)
+class Abort:
+    """Stop at once, without telling the scheduler (it is gone, or shutting down)."""
+
+    error: Exception
+
+
+# --- what the agent received, and time -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class FromScheduler:
+    message: Any
+
+
+@dataclass(slots=True)
+class FromStorage:
+    message: Any
+    blobs: Sequence[Any]  # the frames after the message (object payloads)
+
+
+@dataclass(slots=True)
+class Tick:
+    """A turn of the agent's loop ended (everything that had arrived is handled) or a deadline came: send
+    what waits to be batched, and act on the deadlines that passed (`ClientCore.next_wakeup`)."""
+
+
+TICK = Tick()
+
+Event = Union[
+    Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, Disconnect, Abort,
+    FromScheduler, FromStorage, Tick,
+]  # fmt: skip
+
+# --- effects, carried out by the agent in order ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ToScheduler:
+    message: Any
+
+
+@dataclass(slots=True)
+class ToStorage:
+    message: Any
+    blobs: Sequence[Any] = ()
+
+
+@dataclass(slots=True)
+class ConnectStorage:
+    """Connect to the object storage server at this address (before the `ToStorage` effects that follow)."""
+
+    address: str
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """Send a ClientHeartbeat; the agent adds its process's CPU share and resident memory."""
+
+    pending_tasks: int
+
+
+@dataclass(slots=True)
+class TaskResults:
+    """These tasks ended with these results (payload inline): each future decodes its own."""
+
+    results: List[TaskResult]
+
+
+@dataclass(slots=True)
+class TaskFailed:
+    """The task ended with this error of the client's side (storage refused, scheduler lost, disconnected).
+    One error may end many tasks: the agent raises a fresh copy in each future."""
+
+    task_id: bytes
+    error: Exception
+
+
+@dataclass(slots=True)
+class TaskCancelled:
+    task_id: bytes
+
+
+@dataclass(slots=True)
+class CancelRefused:
+    """The scheduler could not cancel the task (it runs on): not an end, its result will come."""
+
+    task_id: bytes
+
+
+@dataclass(slots=True)
+class Reply:
+    command_id: int
+    value: Any
+
+
+@dataclass(slots=True)
+class ReplyError:
+    command_id: int
+    error: Exception
+
+
+@dataclass(slots=True)
+class ObjectsFailed:
+    """These puts failed: the client forgets the function IDs it cached for them, so they are put again."""
+
+    object_ids: List[bytes]
+
+
+@dataclass(slots=True)
+class Stopped:
+    """The client stopped: the agent closes its sockets (after this event's other effects).
+    ``error`` is why, or None after a disconnect the user asked for."""
+
+    error: Optional[Exception]
+
+
+Effect = Union[
+    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskResults, TaskFailed, TaskCancelled, CancelRefused,
+    Reply, ReplyError, ObjectsFailed, Stopped,
+]  # fmt: skip

@@ -1,0 +1,213 @@
+"""The two lifecycles of the client's core, each one table: ``(state, event) -> (next state, actions)``.
+
+- `SESSION`: the client's conversation with its scheduler (handshake, ready, closing, stopped). What a
+  command that needs a connected client does in each state (run, or be refused) is the table's entry for
+  `SessionEvent.COMMAND`; the core compiles it into the dispatch table of each state.
+- `TASK`: one task of this client, from its submission to its one end: a result (`DONE`), an error on the
+  client's side (`FAILED`), or `CANCELLED`. A graph's targets are tasks too.
+
+The core (`client_core.py`, `tasks_in_flight.py`) looks the pair up, moves the subject to the next state and
+carries out the actions in order; it never re-checks the state after the table answered. A pair missing
+from a table is a bug: `Lifecycle.step` raises naming the subject's recent events. Messages from the peers
+that make no sense in a state (a result for a task the scheduler never got) have entries that drop them,
+so bad input is dropped, never raised.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from scaler.protocol.lifecycle import Lifecycle, Transition
+
+
+class SessionState(enum.Enum):
+    IDLE = "idle"  # not started
+    CONNECTING = "connecting"  # Hello sent, waiting for HelloAck
+    READY = "ready"
+    CLOSING = "closing"  # DisconnectRequest sent, waiting (bounded) for DisconnectResponse
+    STOPPED = "stopped"
+
+    __hash__ = object.__hash__  # members are singletons: identity hashing, in C
+
+
+class SessionEvent(enum.Enum):
+    CONNECT = "connect"
+    HELLO_ACK = "hello_ack"
+    REFUSED = "refused"  # the scheduler sent a Refusal
+    SILENT = "silent"  # nothing heard from the scheduler for the timeout
+    SCHEDULER_LEAVING = "scheduler_leaving"  # the scheduler sent a DisconnectRequest
+    COMMAND = "command"  # submit, submit graph, put object, clear, shutdown
+    DISCONNECT = "disconnect"
+    DISCONNECT_RESPONSE = "disconnect_response"
+    CLOSING_EXPIRED = "closing_expired"  # no DisconnectResponse within its bound
+    ABORT = "abort"
+
+    __hash__ = object.__hash__
+
+
+class SessionAction(enum.Enum):
+    SAY_HELLO = "say_hello"
+    JOIN = "join"  # reply to Connect, connect storage, start heartbeats
+    RUN_COMMAND = "run_command"
+    REFUSE_COMMAND_EARLY = "refuse_command_early"  # not connected yet
+    REFUSE_COMMAND = "refuse_command"  # disconnected
+    SAY_GOODBYE = "say_goodbye"  # send DisconnectRequest, wait (bounded) for the answer
+    ANSWER_DISCONNECT = "answer_disconnect"  # a second disconnect while closing: answered at once
+    # each way to stop has its own error
+    STOP_REFUSED = "stop_refused"  # ProtocolError: refused in the handshake (another protocol version)
+    STOP_EXPELLED = "stop_expelled"  # refused later
+    STOP_UNANSWERED = "stop_unanswered"  # no scheduler answered the Hello
+    STOP_LOST = "stop_lost"  # the scheduler went silent
+    STOP_LEFT = "stop_left"  # the scheduler closed the connection
+    STOP_DISCONNECTED = "stop_disconnected"  # the user disconnected before the scheduler answered
+    STOP_ABORTED = "stop_aborted"  # the error the Abort carries
+    FINISH_DISCONNECT = "finish_disconnect"  # the disconnect the user asked for is done
+
+    __hash__ = object.__hash__
+
+
+def _session_table():
+    S, E, A = SessionState, SessionEvent, SessionAction
+    table = {
+        (S.IDLE, E.CONNECT): Transition(S.CONNECTING, (A.SAY_HELLO,)),
+        (S.IDLE, E.DISCONNECT): Transition(S.STOPPED, (A.STOP_DISCONNECTED,)),
+        (S.IDLE, E.ABORT): Transition(S.STOPPED, (A.STOP_ABORTED,)),
+        (S.CONNECTING, E.HELLO_ACK): Transition(S.READY, (A.JOIN,)),
+        (S.CONNECTING, E.REFUSED): Transition(S.STOPPED, (A.STOP_REFUSED,)),
+        (S.CONNECTING, E.SILENT): Transition(S.STOPPED, (A.STOP_UNANSWERED,)),
+        (S.CONNECTING, E.COMMAND): Transition(S.CONNECTING, (A.REFUSE_COMMAND_EARLY,)),
+        (S.CONNECTING, E.DISCONNECT): Transition(S.STOPPED, (A.STOP_DISCONNECTED,)),
+        (S.READY, E.COMMAND): Transition(S.READY, (A.RUN_COMMAND,)),
+        (S.READY, E.DISCONNECT): Transition(S.CLOSING, (A.SAY_GOODBYE,)),
+        (S.CLOSING, E.COMMAND): Transition(S.CLOSING, (A.REFUSE_COMMAND,)),
+        (S.CLOSING, E.DISCONNECT): Transition(S.CLOSING, (A.ANSWER_DISCONNECT,)),
+        (S.CLOSING, E.DISCONNECT_RESPONSE): Transition(S.STOPPED, (A.FINISH_DISCONNECT,)),
+        (S.CLOSING, E.CLOSING_EXPIRED): Transition(S.STOPPED, (A.FINISH_DISCONNECT,)),
+    }
+    for state in (S.CONNECTING, S.READY, S.CLOSING):
+        table[(state, E.SCHEDULER_LEAVING)] = Transition(S.STOPPED, (A.STOP_LEFT,))
+        table[(state, E.ABORT)] = Transition(S.STOPPED, (A.STOP_ABORTED,))
+    for state in (S.READY, S.CLOSING):
+        table[(state, E.HELLO_ACK)] = Transition(state)  # a duplicate: nothing to do
+        table[(state, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))
+        table[(state, E.SILENT)] = Transition(S.STOPPED, (A.STOP_LOST,))
+    for state in (S.CONNECTING, S.READY):
+        table[(state, E.DISCONNECT_RESPONSE)] = Transition(state)  # not asked for: nothing to do
+    return table
+
+
+SESSION = Lifecycle(
+    "client session",
+    states=SessionState,
+    terminal=[SessionState.STOPPED],
+    table=_session_table(),
+    always_possible=[SessionEvent.DISCONNECT, SessionEvent.ABORT],
+)
+
+
+class TaskState(enum.Enum):
+    NEW = "new"  # being submitted: it leaves NEW before the Submit is handled
+    HELD = "held"  # waiting for room in storage for its large arguments (nothing put yet)
+    STORING = "storing"  # waiting for the acknowledgements of the objects it needs
+    SENT = "sent"  # at the scheduler
+    CANCELLING = "cancelling"  # cancel sent, waiting for the confirmation (or the result)
+    FETCHING = "fetching"  # its result's payload is being read from storage
+    DONE = "done"  # ended with a result from the scheduler (success, failure, cancelled, ...)
+    FAILED = "failed"  # ended with an error on the client's side
+    CANCELLED = "cancelled"
+
+    __hash__ = object.__hash__
+
+
+class TaskEvent(enum.Enum):
+    HOLD = "hold"  # no room in storage for its large arguments yet
+    STORE = "store"  # some object it needs is not acknowledged yet
+    SEND = "send"  # every object it needs is stored
+    SENT_IN_GRAPH = "sent_in_graph"  # a graph's target: the graph was sent
+    RESULT = "result"  # its result, payload inline
+    RESULT_STORED = "result_stored"  # its result, payload in object storage
+    FETCHED = "fetched"  # that payload was read
+    CANCEL = "cancel"
+    CANCEL_CONFIRMED = "cancel_confirmed"
+    CANCEL_REFUSED = "cancel_refused"
+    FAIL = "fail"  # a put it needs failed, storage refused the client, its result could not be read
+    CLEAR = "clear"  # Client.clear: storage and scheduler forget everything of this client
+    STOP = "stop"  # the client stopped (scheduler lost, disconnected)
+
+    __hash__ = object.__hash__
+
+
+class TaskAction(enum.Enum):
+    HOLD = "hold"  # queue it for room in storage
+    SEND = "send"  # add it to the next TaskBatch
+    SEND_CANCEL = "send_cancel"  # add it to the next TaskCancel
+    FETCH = "fetch"  # read the result's payload from storage
+    DROP_RESULT = "drop_result"  # a result it cannot have: delete its payload from storage, if stored
+    END = "end"  # forget the task and delete its temporary objects from storage
+    FORGET = "forget"  # forget the task, leave its objects (none put yet, or storage forgets them anyway)
+    GIVE_RESULT = "give_result"
+    GIVE_ERROR = "give_error"
+    GIVE_CANCELLED = "give_cancelled"
+    TELL_CANCEL_REFUSED = "tell_cancel_refused"
+
+    __hash__ = object.__hash__
+
+
+# A task is NEW only while its Submit is handled: then it is in one of these, until it ends.
+LIVE = (TaskState.HELD, TaskState.STORING, TaskState.SENT, TaskState.CANCELLING, TaskState.FETCHING)
+# What may come to any live task, whatever its state: each has an entry in every state of LIVE.
+ANY_TIME = (
+    TaskEvent.CANCEL, TaskEvent.FAIL, TaskEvent.CLEAR, TaskEvent.STOP,  # the user, storage, the client's end
+    TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED,  # the scheduler
+)  # fmt: skip
+
+
+def _task_table():
+    S, E, A = TaskState, TaskEvent, TaskAction
+    give_result, give_error, give_cancelled = (A.END, A.GIVE_RESULT), (A.END, A.GIVE_ERROR), (A.END, A.GIVE_CANCELLED)
+    table = {
+        (S.NEW, E.HOLD): Transition(S.HELD, (A.HOLD,)),
+        (S.NEW, E.STORE): Transition(S.STORING),
+        (S.NEW, E.SEND): Transition(S.SENT, (A.SEND,)),
+        (S.NEW, E.SENT_IN_GRAPH): Transition(S.SENT),
+        (S.HELD, E.STORE): Transition(S.STORING),
+        (S.STORING, E.SEND): Transition(S.SENT, (A.SEND,)),
+        (S.STORING, E.SENT_IN_GRAPH): Transition(S.SENT),
+        (S.SENT, E.CANCEL): Transition(S.CANCELLING, (A.SEND_CANCEL,)),
+        (S.CANCELLING, E.CANCEL): Transition(S.CANCELLING),
+        (S.FETCHING, E.CANCEL): Transition(S.FETCHING),  # its result is being read: too late to cancel
+        (S.FETCHING, E.FETCHED): Transition(S.DONE, give_result),
+    }
+    # Nothing of a task not yet stored is at the scheduler: it ends here. New or held, it has put nothing.
+    for state in (S.NEW, S.HELD):
+        table[(state, E.FAIL)] = Transition(S.FAILED, (A.FORGET, A.GIVE_ERROR))
+    table[(S.HELD, E.CANCEL)] = Transition(S.CANCELLED, (A.FORGET, A.GIVE_CANCELLED))
+    table[(S.STORING, E.CANCEL)] = Transition(S.CANCELLED, give_cancelled)
+    for state in (S.STORING, S.SENT, S.CANCELLING, S.FETCHING):
+        table[(state, E.FAIL)] = Transition(S.FAILED, give_error)
+    for state in LIVE:
+        # clear: scheduler and storage forget this client's tasks and objects themselves
+        table[(state, E.CLEAR)] = Transition(S.CANCELLED, (A.FORGET, A.GIVE_CANCELLED))
+        table[(state, E.STOP)] = Transition(S.FAILED, (A.FORGET, A.GIVE_ERROR))
+    # At the scheduler: a result wins over a cancel that crossed it on the wire.
+    for state in (S.SENT, S.CANCELLING):
+        table[(state, E.RESULT)] = Transition(S.DONE, give_result)
+        table[(state, E.RESULT_STORED)] = Transition(S.FETCHING, (A.FETCH,))
+        table[(state, E.CANCEL_CONFIRMED)] = Transition(S.CANCELLED, give_cancelled)
+        table[(state, E.CANCEL_REFUSED)] = Transition(S.SENT, (A.TELL_CANCEL_REFUSED,))
+    # Answers it cannot have (never sent, or its result already here): dropped.
+    for state in (S.HELD, S.STORING, S.FETCHING):
+        table[(state, E.RESULT)] = Transition(state)
+        table[(state, E.RESULT_STORED)] = Transition(state, (A.DROP_RESULT,))
+        table[(state, E.CANCEL_CONFIRMED)] = Transition(state)
+        table[(state, E.CANCEL_REFUSED)] = Transition(state)
+    return table
+
+
+TASK = Lifecycle(
+    "client task",
+    states=TaskState,
+    terminal=[TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED],
+    table=_task_table(),
+    always_possible=[TaskEvent.FAIL],  # NEW too: a new task whose function's put failed
+)

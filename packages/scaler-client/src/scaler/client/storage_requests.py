@@ -1,0 +1,255 @@
+"""The client core's conversation with the object storage server, without I/O.
+
+It puts objects (functions, serializers, large arguments, sent objects) and keeps each until its
+acknowledgement, reads the results whose payload the workers left in storage (then deletes them there),
+deletes what tasks no longer need, and gives every request a deadline: a storage server that does not
+answer within the client's timeout fails what waits on it. What a settled put or a read result means for
+the tasks is `TasksInFlight`'s business: this module tells it (`object_stored`, `object_failed`,
+`result_read`, `result_lost`).
+
+Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from scaler.client.client_events import Effect, ObjectsFailed, Reply, ReplyError, ToStorage
+from scaler.protocol import object_frames
+from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
+from scaler.protocol.ids import show
+from scaler.protocol.messages import ObjectRequest, ObjectRequestKind, ObjectResponse, ObjectStatus, Refusal
+
+if TYPE_CHECKING:
+    from scaler.client.tasks_in_flight import TasksInFlight
+
+logger = logging.getLogger(__name__)
+
+RELEASE_GRACE_SECONDS = 10.0  # a released function may still be named by tasks built before its release
+
+PUTTING = object()  # the state of an object whose put is not acknowledged yet
+
+
+@dataclass(slots=True)
+class _Request:
+    kind: ObjectRequestKind
+    object_ids: List[bytes]
+    deadline: float
+
+
+class StorageRequests:
+    def __init__(self, client_id: bytes, timeout_seconds: float, out: List[Effect]) -> None:
+        self.address: Optional[str] = None  # named by the scheduler's HelloAck
+        self.error: Optional[Exception] = None  # the storage server refused this client
+        # object ID -> PUTTING, or the error of its failed put; acknowledged objects are not kept
+        self.objects: Dict[bytes, Any] = {}
+        self.tasks: TasksInFlight  # told what settled puts and reads mean (set by the core)
+        self._client_id = client_id
+        self._timeout = timeout_seconds
+        self._out = out
+        self._replies: Dict[bytes, int] = {}  # object ID -> command waiting for its put
+        self._reads: Dict[bytes, bytes] = {}  # result object ID -> task ID
+        self._requests: Dict[int, _Request] = {}  # awaiting an answer, in deadline order
+        self._request_ids = itertools.count(1)
+        self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
+        self._puts: List[Tuple[bytes, Any]] = []  # (object ID, payload: a frame or a list of frames)
+        self._gets: List[bytes] = []
+        self._deletes: List[bytes] = []
+
+    @property
+    def next_deadline(self) -> float:
+        """The deadline of the oldest request awaiting an answer."""
+        return next(iter(self._requests.values())).deadline if self._requests else math.inf
+
+    @property
+    def released(self) -> bool:
+        """Released functions wait for their deletion (checked at each tick: there are few)."""
+        return bool(self._released)
+
+    # --- what the tasks and commands ask for ----------------------------------------------------------------
+
+    def put(self, object_id: bytes, data: Any, command_id: int = 0) -> None:
+        if command_id:
+            self._replies[object_id] = command_id
+        self.objects[object_id] = PUTTING
+        self._puts.append((object_id, data))
+
+    def put_for_command(self, object_id: bytes, data: Any, command_id: int) -> None:
+        """A put the user asked for (`Client.send_object`, or a function): refused at once if storage refused us."""
+        if self.error is None:
+            self.put(object_id, data, command_id)
+            return
+        self.objects[object_id] = self.error  # tasks naming it fail with this error
+        if command_id:
+            self._out.append(ReplyError(command_id, self.error))
+
+    def read(self, object_id: bytes, task_id: bytes) -> None:
+        """Get a result's payload (then delete it there): `tasks.result_read` or `result_lost` follows."""
+        self._reads[object_id] = task_id
+        self._gets.append(object_id)
+
+    def delete(self, object_ids: Sequence[bytes]) -> None:
+        self._deletes.extend(object_ids)
+
+    def release(self, object_ids: Sequence[bytes], now: float) -> None:
+        """The client forgot these function objects: delete each once no task names it (`delete_released`)."""
+        for object_id in object_ids:
+            self._released[object_id] = now + RELEASE_GRACE_SECONDS
+
+    # --- answers -----------------------------------------------------------------------------------------------
+
+    def on_refusal(self, message: Refusal, blobs: Sequence[Any]) -> None:
+        error = ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}")
+        self.error = error
+        self._requests.clear()
+        self._fail_puts([object_id for object_id, state in self.objects.items() if state is PUTTING], error)
+        reads, self._reads = self._reads, {}
+        for task_id in reads.values():
+            self.tasks.result_lost(task_id, error)
+
+    def on_response(self, message: ObjectResponse, blobs: Sequence[Any]) -> None:
+        request = self._requests.pop(message.request_id, None)
+        if request is None:  # a delete's answer, or one that came after its deadline
+            return
+        if request.kind == ObjectRequestKind.PUT:
+            self._on_put_response(request, message)
+        elif request.kind == ObjectRequestKind.GET:
+            self._on_get_response(request, message, blobs)
+
+    def _on_put_response(self, request: _Request, message: ObjectResponse) -> None:
+        statuses = dict(zip(message.object_ids, message.statuses, strict=False))
+        refused: List[Tuple[bytes, Exception]] = []
+        for object_id in request.object_ids:
+            status = statuses.get(object_id)
+            if status != ObjectStatus.OK:
+                what = "gave no status" if status is None else f"answered {status.name.lower()}"
+                reason = f": {message.reason}" if message.reason else ""
+                text = f"object storage server at {self.address} refused object {show(object_id)} ({what}){reason}"
+                refused.append((object_id, ObjectStorageRefusedError(text)))
+                continue
+            self.objects.pop(object_id, None)
+            command_id = self._replies.pop(object_id, 0)
+            if command_id:
+                self._out.append(Reply(command_id, object_id))
+            self.tasks.object_stored(object_id)
+        for object_id, error in refused:
+            self._fail_puts([object_id], error)
+
+    def _on_get_response(self, request: _Request, message: ObjectResponse, blobs: Sequence[Any]) -> None:
+        payloads = object_frames.found(message, blobs)
+        for object_id, status, payload in zip(message.object_ids, message.statuses, payloads, strict=False):
+            if payload is not None:
+                self._deletes.append(object_id)
+            task_id = self._reads.pop(object_id, None)
+            if task_id is None:
+                continue
+            if payload is None:
+                self._lost(task_id, object_id, f"it answered {status.name.lower()}")
+            else:  # a frame (or a list of frames), deserialized from where it was received
+                self.tasks.result_read(task_id, payload)
+        for object_id in request.object_ids:
+            task_id = self._reads.pop(object_id, None)
+            if task_id is not None:
+                self._lost(task_id, object_id, "it gave no answer for it")
+
+    def _lost(self, task_id: bytes, object_id: bytes, what: str) -> None:
+        self.tasks.result_lost(
+            task_id,
+            ObjectNotFoundError(
+                f"the result of task {show(task_id)} (object {show(object_id)}) could not be read from "
+                f"object storage at {self.address}: {what}"
+            ),
+        )
+
+    def _fail_puts(self, object_ids: List[bytes], error: Exception) -> None:
+        if not object_ids:
+            return
+        self._out.append(ObjectsFailed(object_ids))
+        for object_id in object_ids:
+            self.objects[object_id] = error
+            command_id = self._replies.pop(object_id, 0)
+            if command_id:
+                self._out.append(ReplyError(command_id, error))
+            self.tasks.object_failed(object_id, error)
+
+    # --- time ----------------------------------------------------------------------------------------------------
+
+    def expire(self, now: float) -> None:
+        """Fail what waits on requests storage did not answer in time (the first ones: in deadline order)."""
+        requests = self._requests
+        while requests:
+            request_id, request = next(iter(requests.items()))
+            if request.deadline > now:
+                return
+            del requests[request_id]
+            error = DisconnectedError(
+                f"object storage server at {self.address} did not answer within {self._timeout:g}s"
+            )
+            if request.kind == ObjectRequestKind.PUT:
+                self._fail_puts([oid for oid in request.object_ids if self.objects.get(oid) is PUTTING], error)
+                continue
+            for object_id in request.object_ids:
+                task_id = self._reads.pop(object_id, None)
+                if task_id is not None:
+                    self.tasks.result_lost(task_id, error)
+
+    def delete_released(self, now: float, in_use: Dict[bytes, int]) -> None:
+        """Delete the released functions whose grace is over and that no task names any more."""
+        for object_id, not_before in list(self._released.items()):
+            if now < not_before or object_id in in_use:
+                continue
+            state = self.objects.get(object_id)
+            if state is PUTTING:
+                continue
+            del self._released[object_id]
+            if state is None:  # stored (a failed put left nothing to delete)
+                self._deletes.append(object_id)
+
+    def flush(self, now: float) -> None:
+        """Send what the turn decided: one put, one get, one delete request at most."""
+        if self._puts:
+            object_ids = [object_id for object_id, _ in self._puts]
+            blobs, frame_counts = object_frames.pack([data for _, data in self._puts])
+            self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts)
+            self._puts = []
+        if self._gets:
+            self._request(ObjectRequestKind.GET, self._gets, now)
+            self._gets = []
+        if self._deletes:
+            request = ObjectRequest(next(self._request_ids), ObjectRequestKind.DELETE, self._client_id, self._deletes)
+            self._out.append(ToStorage(request))  # its answer is not awaited
+            self._deletes = []
+
+    def _request(
+        self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),
+        frame_counts: Sequence[int] = (),
+    ) -> None:  # fmt: skip
+        request_id = next(self._request_ids)
+        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout)
+        request = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
+        self._out.append(ToStorage(request, blobs))
+
+    # --- the end of everything ---------------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Client.clear: storage deletes every object of this client; what waited for a put will not get it."""
+        self._forget(ObjectNotFoundError("the object was deleted by Client.clear() before storage acknowledged it"))
+
+    def stop(self, error: Exception) -> None:
+        self._forget(error)
+        self._requests.clear()
+        self._puts.clear()
+        self._gets.clear()
+        self._deletes.clear()
+
+    def _forget(self, error: Exception) -> None:
+        for command_id in self._replies.values():
+            self._out.append(ReplyError(command_id, error))
+        self._replies.clear()
+        self.objects.clear()
+        self._reads.clear()
+        self._released.clear()

@@ -1,0 +1,393 @@
+"""The client core's tasks in flight, each following the `TASK` table of client_lifecycles.py.
+
+Ordering rules it keeps:
+
+- a task is sent only after every object it needs (function, serializer, large arguments) has been
+  acknowledged by the object storage server;
+- the large arguments of this client's tasks take at most ``argument_bytes_in_storage`` of the storage
+  server's memory at a time (one task's, whatever their size, when no other task holds any): the tasks
+  beyond wait here (`HELD`), in submission order, holding their arguments where the user's data lies, until
+  tasks end and their argument objects are deleted. So a burst of large arguments does not make the
+  storage server hold them all (the memory it reuses is far cheaper than fresh memory), and no put is ever
+  refused for a burst alone;
+- tasks that become ready in one turn of the agent's loop leave in one TaskBatch (split every
+  ``batch_size`` tasks);
+- a result whose payload is in object storage is read (then deleted there) before the task ends; a task's
+  temporary argument objects are deleted once it ends.
+
+Nothing resends a task: the scheduler owns retries and re-dispatch.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+
+from scaler.client.client_events import (
+    CancelRefused,
+    Effect,
+    Submit,
+    TaskCancelled,
+    TaskFailed,
+    TaskResults,
+    ToScheduler,
+)
+from scaler.client.client_lifecycles import TASK, TaskAction, TaskEvent, TaskState
+from scaler.client.graph_submissions import GraphSubmissions
+from scaler.client.storage_requests import PUTTING, StorageRequests
+from scaler.protocol import object_frames
+from scaler.protocol.ids import show
+from scaler.protocol.messages import (
+    PayloadKind,
+    Task,
+    TaskBatch,
+    TaskCancel,
+    TaskCancelConfirm,
+    TaskResult,
+    TaskResultBatch,
+)
+
+logger = logging.getLogger(__name__)
+
+_EVENTS = list(TaskEvent)
+_CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits each in a task's story
+assert len(_CODES) < 16
+_STORY_MASK = (1 << 24) - 1  # the last six events
+_SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
+
+
+@dataclass(slots=True)
+class _TaskRecord:
+    """What the core keeps of a task in flight (one per pending future: keep it small).
+
+    The `Task` message is kept only until it is sent; then only what its end needs: the function whose use
+    count drops, the temporary objects to delete, the room its large arguments take in storage.
+    """
+
+    task: Optional[Task]  # the message, until it is sent (None for a graph's target)
+    function_id: bytes  # b"" for a graph's target: its graph counts the uses of its functions
+    state: TaskState = TaskState.NEW
+    story: int = 0  # its last events (TaskEvent codes, four bits each): told when a transition is illegal
+    temporary_objects: Sequence[bytes] = ()  # its large arguments' objects, deleted once it ends
+    argument_bytes: int = 0  # of its large arguments in storage
+    missing: int = 0  # objects it waits for
+    fetching: Optional[TaskResult] = None  # its result, while the payload is read from storage
+
+
+def _story_of(story: int) -> List[TaskEvent]:
+    events: List[TaskEvent] = []
+    while story:
+        events.append(_EVENTS[(story & 15) - 1])
+        story >>= 4
+    return events[::-1]
+
+
+class TasksInFlight:
+    def __init__(
+        self, storage: StorageRequests, out: List[Effect], batch_size: int, argument_bytes_in_storage: int
+    ) -> None:
+        self._storage = storage
+        self._out = out
+        self._batch_size = batch_size
+        self._tasks: Dict[bytes, _TaskRecord] = {}
+        self._waiting: Dict[bytes, List[bytes]] = {}  # object ID -> tasks waiting for its put acknowledgement
+        self.function_users: Dict[bytes, int] = {}  # function object ID -> tasks in flight naming it
+        self._argument_bytes_limit = argument_bytes_in_storage
+        self._argument_bytes = 0  # of the large arguments put for tasks in flight, not deleted yet
+        self._held: Deque[Tuple[bytes, Sequence[Tuple[bytes, Any]], int]] = collections.deque()  # (ID, puts, bytes)
+        self._out_tasks: List[Task] = []
+        self._out_cancels: List[bytes] = []
+        self.graphs = GraphSubmissions(self, storage, out)
+        carry_out: Dict[TaskAction, Callable[[bytes, Any, Any], None]] = {
+            TaskAction.HOLD: self._hold,
+            TaskAction.SEND: self._send,
+            TaskAction.SEND_CANCEL: self._send_cancel,
+            TaskAction.FETCH: self._fetch,
+            TaskAction.DROP_RESULT: self._drop_result,
+            TaskAction.END: self._end,
+            TaskAction.FORGET: self._forget,
+            TaskAction.GIVE_RESULT: self._give_result,
+            TaskAction.GIVE_ERROR: self._give_error,
+            TaskAction.GIVE_CANCELLED: self._give_cancelled,
+            TaskAction.TELL_CANCEL_REFUSED: self._tell_cancel_refused,
+        }
+        # The table by event (event -> state -> (next state, event code, the actions' bound methods)), looked
+        # up once per event of a task.
+        self._on: Dict[TaskEvent, Dict[TaskState, Tuple[TaskState, int, Tuple[Callable[..., None], ...]]]] = {
+            event: {} for event in TaskEvent
+        }
+        for (state, event), transition in TASK.table.items():
+            actions = tuple(carry_out[action] for action in transition.actions)
+            self._on[event][state] = (transition.next_state, _CODES[event], actions)
+
+    @property
+    def count(self) -> int:
+        return len(self._tasks)
+
+    def record(self, task_id: bytes) -> Optional[_TaskRecord]:
+        return self._tasks.get(task_id)
+
+    def step(self, task_id: bytes, record: _TaskRecord, event: TaskEvent, value: Any = None) -> None:
+        """Move the task on ``event`` and carry out the table's actions (``value``: the result or the error)."""
+        found = self._on[event].get(record.state)
+        if found is None:  # a bug: raises, naming the task's recent events
+            TASK.step(record.state, event, show(task_id), _story_of(record.story))
+            return
+        record.state, code, actions = found
+        record.story = (record.story << 4 | code) & _STORY_MASK
+        for action in actions:
+            action(task_id, record, value)
+
+    # --- commands ------------------------------------------------------------------------------------------------
+
+    def submit(self, event: Submit, now: float) -> None:
+        tasks, users, objects, step, send = self._tasks, self.function_users, self._storage.objects, self.step, _SEND
+        all_puts = event.puts
+        for task in event.tasks:
+            task_id, function_id = task.task_id, task.function_id
+            record = _TaskRecord(task, function_id)
+            tasks[task_id] = record
+            users[function_id] = users.get(function_id, 0) + 1
+            puts = all_puts.get(task_id) if all_puts else None
+            if puts is None and not objects:  # nothing is being put and no put failed: its objects are stored
+                step(task_id, record, send)
+            else:
+                self._admit(task_id, record, puts)
+
+    def add_target(self, task_id: bytes) -> _TaskRecord:
+        """A graph's target: a task whose message travels in its graph."""
+        record = self._tasks[task_id] = _TaskRecord(None, b"")
+        return record
+
+    def cancel(self, task_ids: Sequence[bytes]) -> None:
+        tasks = self._tasks
+        for task_id in task_ids:
+            record = tasks.get(task_id)
+            if record is not None:
+                self.step(task_id, record, TaskEvent.CANCEL)
+
+    def clear(self) -> None:
+        """Client.clear: every task ends cancelled; scheduler and storage forget this client's tasks and objects."""
+        self._held.clear()  # first: no held task may start while the others end
+        for task_id, record in list(self._tasks.items()):
+            self.step(task_id, record, TaskEvent.CLEAR)
+        self._forget_all()
+
+    def stop(self, error: Exception) -> None:
+        """The client stopped: every task ends with ``error``."""
+        self._held.clear()
+        for task_id, record in list(self._tasks.items()):
+            self.step(task_id, record, TaskEvent.STOP, error)
+        self._forget_all()
+
+    def _forget_all(self) -> None:
+        self._argument_bytes = 0
+        self._waiting.clear()
+        self.function_users.clear()
+        self._out_tasks.clear()
+        self._out_cancels.clear()
+        self.graphs.clear()
+
+    # --- messages from the scheduler ----------------------------------------------------------------------------
+
+    def on_results(self, message: TaskResultBatch, now: float) -> None:
+        tasks, step, storage = self._tasks, self.step, self._storage
+        for result in message.results:
+            task_id = result.task_id
+            record = tasks.get(task_id)
+            if record is None:
+                logger.debug(f"Client: dropped result of unknown or finished task {show(task_id)}")
+                self._drop_result(task_id, None, result)
+            elif result.payload_kind != PayloadKind.OBJECT:
+                step(task_id, record, _RESULT, result)
+            elif storage.error is None:
+                step(task_id, record, TaskEvent.RESULT_STORED, result)
+            else:
+                step(task_id, record, TaskEvent.FAIL, storage.error)
+
+    def on_cancel_confirm(self, message: TaskCancelConfirm, now: float) -> None:
+        tasks = self._tasks
+        for task_id, cancelled in zip(message.task_ids, message.cancelled, strict=False):
+            record = tasks.get(task_id)
+            if record is not None:
+                self.step(task_id, record, TaskEvent.CANCEL_CONFIRMED if cancelled else TaskEvent.CANCEL_REFUSED)
+
+    # --- what storage answered (see StorageRequests) ----------------------------------------------------------
+
+    def object_stored(self, object_id: bytes) -> None:
+        for task_id in self._waiting.pop(object_id, ()):
+            record = self._tasks.get(task_id)
+            if record is None:  # it ended meanwhile
+                continue
+            record.missing -= 1
+            if record.missing == 0:
+                self.step(task_id, record, TaskEvent.SEND)
+        if self.graphs.waiting:
+            self.graphs.object_stored(object_id)
+
+    def object_failed(self, object_id: bytes, error: Exception) -> None:
+        for task_id in self._waiting.pop(object_id, ()):
+            record = self._tasks.get(task_id)
+            if record is not None:
+                self.step(task_id, record, TaskEvent.FAIL, error)
+        if self.graphs.waiting:
+            self.graphs.object_failed(object_id, error)
+
+    def result_read(self, task_id: bytes, payload: Any) -> None:
+        record = self._tasks.get(task_id)
+        if record is None:
+            return
+        result = record.fetching
+        assert result is not None  # a result is read only for a task FETCHING it
+        result.payload = payload
+        result.payload_kind = PayloadKind.INLINE
+        self.step(task_id, record, TaskEvent.FETCHED, result)
+
+    def result_lost(self, task_id: bytes, error: Exception) -> None:
+        record = self._tasks.get(task_id)
+        if record is not None:
+            self.step(task_id, record, TaskEvent.FAIL, error)
+
+    # --- the way in: what a new task waits for -----------------------------------------------------------------
+
+    def _admit(self, task_id: bytes, record: _TaskRecord, puts: Optional[Sequence[Tuple[bytes, Any]]]) -> None:
+        """A new task while some object is being put (or failed), or with large arguments."""
+        error = self._failed_need(record)
+        if error is None and puts and self._storage.error is not None:
+            error = self._storage.error
+        if error is not None:
+            self.step(task_id, record, TaskEvent.FAIL, error)
+            return
+        if not puts:
+            self.step(task_id, record, self._await(task_id, record))
+            return
+        record.temporary_objects = [object_id for object_id, _ in puts]
+        size = sum(object_frames.size(data) for _, data in puts)
+        if size and (self._held or not self._room_for(size)):
+            self.step(task_id, record, TaskEvent.HOLD, (puts, size))
+            return
+        self._start(task_id, record, puts, size)
+        self.step(task_id, record, self._await(task_id, record))
+
+    def _failed_need(self, record: _TaskRecord) -> Optional[Exception]:
+        """The error of a failed put of the task's function or serializer, if one failed."""
+        task = record.task
+        assert task is not None
+        objects = self._storage.objects
+        for object_id in (task.function_id, task.serializer_id):
+            state = objects.get(object_id)
+            if state is not None and state is not PUTTING:
+                return state
+        return None
+
+    def _room_for(self, size: int) -> bool:
+        return self._argument_bytes == 0 or self._argument_bytes + size <= self._argument_bytes_limit
+
+    def _start(self, task_id: bytes, record: _TaskRecord, puts: Sequence[Tuple[bytes, Any]], size: int) -> None:
+        """Put the task's large arguments (it goes once every object it needs is acknowledged)."""
+        record.argument_bytes = size
+        self._argument_bytes += size
+        for object_id, data in puts:
+            self._storage.put(object_id, data)
+
+    def _await(self, task_id: bytes, record: _TaskRecord) -> TaskEvent:
+        """Wait for the objects of the task still being put: `STORE`, or `SEND` when none is."""
+        task = record.task
+        assert task is not None
+        objects = self._storage.objects
+        missing = 0
+        for object_id in (task.function_id, task.serializer_id, *record.temporary_objects):
+            if objects.get(object_id) is PUTTING:
+                missing += 1
+                self._waiting.setdefault(object_id, []).append(task_id)
+        record.missing = missing
+        return TaskEvent.STORE if missing else TaskEvent.SEND
+
+    def _start_held(self) -> None:
+        """Start the tasks held for room in storage, in order, as far as the room now goes."""
+        held = self._held
+        while held:
+            task_id, puts, size = held[0]
+            record = self._tasks.get(task_id)
+            if record is None:  # it ended (cancelled) while held
+                held.popleft()
+                continue
+            if not self._room_for(size):
+                return
+            held.popleft()
+            error = self._failed_need(record) or self._storage.error
+            if error is not None:
+                self.step(task_id, record, TaskEvent.FAIL, error)
+            else:
+                self._start(task_id, record, puts, size)
+                self.step(task_id, record, self._await(task_id, record))
+
+    # --- the table's actions ------------------------------------------------------------------------------------
+
+    def _hold(self, task_id: bytes, record: _TaskRecord, held: Tuple[Sequence[Tuple[bytes, Any]], int]) -> None:
+        puts, size = held
+        self._held.append((task_id, puts, size))
+
+    def _send(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        self._out_tasks.append(record.task)  # type: ignore[arg-type]  # a sent task has its message
+        record.task = None
+
+    def _send_cancel(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        self._out_cancels.append(task_id)
+
+    def _fetch(self, task_id: bytes, record: _TaskRecord, result: TaskResult) -> None:
+        record.fetching = result
+        self._storage.read(result.payload, task_id)
+
+    def _drop_result(self, task_id: bytes, record: Optional[_TaskRecord], result: TaskResult) -> None:
+        if result.payload_kind == PayloadKind.OBJECT and result.payload:
+            self._storage.delete((result.payload,))
+
+    def _end(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        self._forget(task_id, record, value, True)
+
+    def _forget(self, task_id: bytes, record: _TaskRecord, value: Any, delete: bool = False) -> None:
+        del self._tasks[task_id]
+        function_id = record.function_id
+        if function_id:  # a graph's targets count their functions per graph
+            users = self.function_users.pop(function_id, 1) - 1
+            if users > 0:
+                self.function_users[function_id] = users
+        if delete and record.temporary_objects:
+            self._storage.delete(record.temporary_objects)
+        if record.argument_bytes:
+            self._argument_bytes -= record.argument_bytes
+            if self._held:
+                self._start_held()
+        if self.graphs.targets:
+            self.graphs.target_ended(task_id, delete)
+
+    def _give_result(self, task_id: bytes, record: _TaskRecord, result: TaskResult) -> None:
+        out = self._out
+        if out and type(out[-1]) is TaskResults:  # the results of one message end in one effect
+            out[-1].results.append(result)  # type: ignore[union-attr]
+        else:
+            out.append(TaskResults([result]))
+
+    def _give_error(self, task_id: bytes, record: _TaskRecord, error: Exception) -> None:
+        self._out.append(TaskFailed(task_id, error))
+
+    def _give_cancelled(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        self._out.append(TaskCancelled(task_id))
+
+    def _tell_cancel_refused(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        self._out.append(CancelRefused(task_id))
+
+    # --- the turn's batches -------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        if self._out_tasks:
+            tasks, size = self._out_tasks, self._batch_size
+            for start in range(0, len(tasks), size):
+                self._out.append(ToScheduler(TaskBatch(tasks=tasks[start : start + size])))
+            self._out_tasks = []
+        if self._out_cancels:
+            self._out.append(ToScheduler(TaskCancel(task_ids=self._out_cancels)))
+            self._out_cancels = []
