@@ -53,13 +53,13 @@ FAULTS = [
         "the scheduler ignores every cancel",
         [
             (
-                f"{SCHEDULER}/scheduler_state.py",
+                f"{SCHEDULER}/scheduler_core.py",
                 "            m.TaskCancel: self._on_cancel_request,\n",
                 "            m.TaskCancel: lambda source, message, now, out: None,\n",
             )
         ],
         [
-            "packages/scaler-scheduler/tests/test_scheduler_state.py",
+            "packages/scaler-scheduler/tests/test_scheduler_core.py",
             "tests/test_cancel.py",
         ],
     ),
@@ -67,15 +67,13 @@ FAULTS = [
         "the scheduler never queues again the tasks of a worker that died",
         [
             (
-                f"{SCHEDULER}/scheduler_state.py",
-                "            if record.state is TaskState.QUEUED:\n"
-                "                self._enqueue(record)\n"
-                "                requeued += 1\n",
-                "            if record.state is TaskState.QUEUED:\n                requeued += 1\n",
+                f"{SCHEDULER}/task_lifecycle.py",
+                "        (S.ASSIGNED, E.WORKER_GONE): T(S.QUEUED, (A.REQUEUE,)),\n",
+                "        (S.ASSIGNED, E.WORKER_GONE): T(S.QUEUED),\n",
             )
         ],
         [
-            "packages/scaler-scheduler/tests/test_scheduler_state.py",
+            "packages/scaler-scheduler/tests/test_scheduler_core.py",
             "tests/test_faults.py::test_killing_a_worker_mid_run_loses_no_task",
         ],
     ),
@@ -83,17 +81,17 @@ FAULTS = [
         "the client drops one result in a thousand",
         [
             (
-                f"{CLIENT}/client_state.py",
-                "    def _on_task_results(self, message: TaskResultBatch, now: float) -> None:\n"
-                "        for result in message.results:\n",
-                "    def _on_task_results(self, message: TaskResultBatch, now: float) -> None:\n"
+                f"{CLIENT}/tasks_in_flight.py",
                 "        for result in message.results:\n"
+                "            task_id = result.task_id\n",
+                "        for result in message.results:\n"
+                "            task_id = result.task_id\n"
                 "            _RECEIVED[0] += 1\n"
                 "            if _RECEIVED[0] % 1000 == 0:\n"
                 "                continue\n",
             ),
             (
-                f"{CLIENT}/client_state.py",
+                f"{CLIENT}/tasks_in_flight.py",
                 "\nlogger = logging.getLogger(__name__)\n",
                 "\nlogger = logging.getLogger(__name__)\n_RECEIVED = [0]\n",
             ),
@@ -108,14 +106,14 @@ FAULTS = [
         [
             (
                 f"{SCHEDULER}/graph_tasks.py",
-                "        for i in index.roots():\n            self._release(graph, i, actions)\n",
-                "        for i in range(len(tasks)):\n            self._release(graph, i, actions)\n",
+                "        for i in index.roots():\n",
+                "        for i in range(len(graph.task_ids)):\n",
             ),
             (
                 f"{SCHEDULER}/graph_tasks.py",
-                "                result = graph.results[graph.positions[argument.data]]\n",
-                "                result = graph.results.get(graph.positions[argument.data])\n"
-                "                if result is None:\n"
+                "                needed = graph.results[graph.positions[argument.data]]\n",
+                "                needed = graph.results.get(graph.positions[argument.data])\n"
+                "                if needed is None:\n"
                 "                    continue\n",
             ),
         ],
