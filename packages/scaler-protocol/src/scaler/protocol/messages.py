@@ -178,6 +178,11 @@ class Profiling:
     cpu_seconds: float = 0.0
     peak_memory_bytes: int = 0
 
+    # The earlier engine's names of the same values (its ProfileResult; docs/compatibility.md).
+    duration_s = property(lambda self: self.duration_seconds)
+    cpu_time_s = property(lambda self: self.cpu_seconds)
+    memory_peak = property(lambda self: self.peak_memory_bytes)
+
 
 @dataclass(slots=True)
 class TaskResult:

@@ -43,7 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         config = WorkerConfig.from_arguments(args)
     except (ScalerError, ValueError) as error:
         parser.error(str(error))
-    setup_logging(config.logging_level, config.logging_paths)
+    setup_logging(config.logging_level, config.logging_paths, config.logging_config_file)
     try:
         return run_worker(config)
     except KeyboardInterrupt:  # SIGINT before the event loop took over the signal
