@@ -357,3 +357,16 @@ def test_snapshots_go_each_second_while_a_monitor_is_subscribed_or_metrics_are_s
     metrics = core_with(snapshot_every_second=True)
     (published,) = [e for e in metrics.handle(Tick(), 1.0) if type(e) is Publish]
     assert not published.to_monitors  # kept for --metrics-port only
+
+
+def test_task_output_goes_to_each_client_still_here():
+    core = core_with()
+    other = b"C|host|9|zz"
+    printed = [
+        m.TaskOutput(b"t1", CLIENT, m.OutputStream.STDOUT, "one\n"),
+        m.TaskOutput(b"t2", other, m.OutputStream.STDOUT, "gone\n"),
+        m.TaskOutput(b"t1", CLIENT, m.OutputStream.STDERR, "two\n"),
+    ]
+    effects = core.handle(FromPeer(WORKER_A, m.TaskOutputBatch(printed)), 1.0)
+    assert sent(effects, to=CLIENT) == [m.TaskOutputBatch([printed[0], printed[2]])]
+    assert sent(effects, to=other) == []

@@ -42,6 +42,9 @@ class Client:
     A client that hears nothing from the scheduler for ``timeout_seconds``
     fails every pending future with `DisconnectedError`.
 
+    ``stream_output=True`` shows what each task prints, on this process's stdout
+    and stderr as the task prints it, each line prefixed with the task.
+
     A client pickles as its address and options: unpickling it (for example
     inside a task) connects a new client to the same scheduler.
     """
@@ -53,6 +56,7 @@ class Client:
         timeout_seconds: float = 60,
         heartbeat_interval_seconds: float = 2,
         serializer: Any = None,
+        stream_output: bool = False,
     ) -> None:
         if address is None:
             address = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
@@ -71,10 +75,11 @@ class Client:
         self._timeout = float(timeout_seconds)
         self._heartbeat_interval = float(heartbeat_interval_seconds)
         self._custom_serializer = serializer
+        self._stream_output = bool(stream_output)
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
 
         self._client_id = new_client_id()
-        self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling)
+        self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling, self._stream_output)
         self._serializer = builder.serializer  # the futures decode results with it
         self._agent = ClientAgent(
             self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
@@ -119,7 +124,14 @@ class Client:
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (
             Client,
-            (self._address, self._profiling, self._timeout, self._heartbeat_interval, self._custom_serializer),
+            (
+                self._address,
+                self._profiling,
+                self._timeout,
+                self._heartbeat_interval,
+                self._custom_serializer,
+                self._stream_output,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -344,6 +356,7 @@ class Client:
         if targets:
             for task in message.tasks:
                 task.profiling = self._profiling
+                task.stream_output = self._stream_output
                 if capabilities:
                     task.capabilities = capabilities
             temporary = [object_id for object_id, _ in built.puts]

@@ -113,6 +113,7 @@ class SchedulerCore:
             m.TaskCancelConfirm: routing.on_cancel_confirm,
             m.BalanceResponse: routing.on_balance_response,
             m.DisconnectRequest: self._on_worker_disconnect,
+            m.TaskOutputBatch: self._on_task_output,
         }
 
     # ----------------------------------------------------------------- the entry point
@@ -262,6 +263,15 @@ class SchedulerCore:
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
         self._workers[source].heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho()))
+
+    def _on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
+        """What tasks printed (their clients asked for it): on to each client still here, in the order printed."""
+        by_client: Dict[bytes, List[m.TaskOutput]] = {}
+        for output in message.outputs:
+            by_client.setdefault(output.client_id, []).append(output)
+        for client_id, outputs in by_client.items():
+            if client_id in self._clients:
+                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: client {show(source)} disconnected")
