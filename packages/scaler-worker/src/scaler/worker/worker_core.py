@@ -368,6 +368,8 @@ class WorkerCore:
         if entry is None:  # printed by a thread of a task that ended: its client has its result already
             logger.debug(f"{self._name}: dropped output of task {task_id.hex()}: not known here")
             return
+        if not self._session.scheduler_reads_output:  # older than protocol 1.3: it could not read it
+            return
         output = m.TaskOutput(task_id, entry.task.client_id, m.OutputStream(stream), text)
         out = self._out
         last = out[-1] if out else None
