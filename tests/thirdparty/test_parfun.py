@@ -81,9 +81,10 @@ def test_count_bigrams(backend, sources, remote_cluster, tmp_path):
 API_EXAMPLES = ["per_argument", "all_arguments", "custom_generators", "partition_size", "profiling"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("example", API_EXAMPLES)
-def test_api_usage_examples(example, backend, sources, remote_cluster, tmp_path):
+def test_api_usage_examples(example, sources, remote_cluster, tmp_path, backend="scaler_remote"):
+    """On the remote backend only (the other tests run both): each of them on a new local cluster would double
+    this suite's time for no path of ours that the others do not take."""
     root = sources["opengris_parfun"]
     code = open(os.path.join(root, "examples", "api_usage", f"{example}.py")).read()
     program = tmp_path / f"{example}.py"
