@@ -44,15 +44,18 @@ def _short(distribution: str) -> str:
 
 # The CI selection: every distribution alone on 3.11, the client (the one distribution that
 # promises every platform and version) also on the oldest and newest Python, the integration
-# suite, the client installed alone against a cluster, lint, and the mutation check (6 of the
-# 13 to 17 minutes the selection takes on the 2-core development machine; CI allows 30). The
-# rest of the matrix is one `dev.py test ENV` away.
+# suite, the client installed alone against a cluster, the last release and a peer of another
+# protocol major against the current sources, Parfun and Pargraph from PyPI, lint, and the
+# mutation check (6 of the minutes the selection takes on the 2-core development machine; CI
+# allows 30: docs/testing.md has the count). The rest of the matrix is one `dev.py test ENV` away.
 CI_ENVS = [
     *(f"py311-{_short(name)}" for name in DISTRIBUTIONS),
     "py310-client",
     "py313-client",
     "py311-integration",
     "client-alone",  # after py311-integration: it runs the cluster from that environment
+    "crossversion",
+    "thirdparty",
     "lint",
     "mutants",
 ]

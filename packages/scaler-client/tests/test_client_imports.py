@@ -34,7 +34,7 @@ def test_public_names():
     )
     from scaler.client._version import __version__
 
-    assert scaler.__version__ == __version__ == "0.1.0"
+    assert scaler.__version__ == __version__ == "0.2.0"
     assert scaler.Client is scaler.client.Client
     assert scaler.DisconnectedError is scaler.protocol.errors.DisconnectedError
 

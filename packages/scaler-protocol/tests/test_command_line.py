@@ -109,6 +109,28 @@ def test_log_lines_have_the_project_format(tmp_path):
     assert re.fullmatch(pattern, lines[1]), lines[1]
 
 
+def test_a_logging_config_file_replaces_level_and_paths(tmp_path):
+    log, config = tmp_path / "file.log", tmp_path / "logging.conf"
+    config.write_text(
+        "[loggers]\nkeys=root\n[handlers]\nkeys=file\n[formatters]\nkeys=plain\n[logger_root]\nlevel=DEBUG\n"
+        f"handlers=file\n[handler_file]\nclass=FileHandler\nformatter=plain\nargs=({str(log)!r},)\n"
+        "[formatter_plain]\nformat=CONFIGURED %(levelname)s %(message)s\n"
+    )
+    try:
+        setup_logging("ERROR", [str(tmp_path / "unused.log")], str(config))
+        logging.debug("shown at DEBUG")
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.close()
+        logging.basicConfig(force=True)
+    assert "CONFIGURED DEBUG shown at DEBUG" in log.read_text() and not (tmp_path / "unused.log").exists()
+    for bad in (tmp_path / "missing.conf", tmp_path / "log.toml"):
+        if bad.name == "log.toml":
+            bad.write_text("[section]\nkey = 1\n")
+        with pytest.raises(ConfigError, match=f"cannot use logging config file {bad}"):
+            setup_logging("INFO", ["/dev/stdout"], str(bad))
+
+
 def test_run_event_loop_builtin():
     async def main():
         await asyncio.sleep(0)

@@ -39,12 +39,14 @@ FROZEN = {
     "1.0": "69a3850171c8160235356d836fcdaf361884a5544fd65cb45310fb4b19f5b6a5",
     "1.1": "d326e031389d691bbaa1dc63b0942cec543c191f37133ce09310beffc3b31109",
     "1.2": "5d325b06524dab17f7aff68d5c590b769f7bd13fddbe6c4934ea5916e375a330",
+    "1.3": "50189c6aa17e6c32f23cdcc4c8f48d8bc4a740c61a285d352067f380bad00061",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector.
 ADDED_IN: Dict[str, List[Tuple[type, str]]] = {
     "1.1": [(m.ObjectRequest, "frame_counts"), (m.ObjectResponse, "frame_counts")],
     "1.2": [(m.WorkerHeartbeat, "functions"), (m.StateSnapshot, "client_snapshots")],
+    "1.3": [(m.Task, "stream_output")],
 }
 
 
@@ -81,6 +83,7 @@ _TASK = m.Task(
     profiling=True,
     serializer_id=b"serializer-object",
     store_result=True,
+    stream_output=True,
 )
 
 GOLDEN = [
@@ -172,6 +175,12 @@ GOLDEN = [
     ),
     m.WorkerManagerHeartbeat(max_workers=64, running_workers=12),
     m.WorkerManagerCommand(kind=m.WorkerManagerCommandKind.STOP_WORKERS, count=2, worker_ids=[_WORKER_ID]),
+    m.TaskOutputBatch(
+        outputs=[
+            m.TaskOutput(task_id=_TASK_ID, client_id=_CLIENT_ID, stream=m.OutputStream.STDOUT, text="step 1 of 3\n"),
+            m.TaskOutput(task_id=_TASK_ID, client_id=_CLIENT_ID, stream=m.OutputStream.STDERR, text="warning: é\n"),
+        ]
+    ),
 ]
 
 
@@ -300,10 +309,23 @@ def test_fields_added_since_an_older_version_read_as_their_defaults(version):
     """New fields are optional: an older peer's message, which lacks them, decodes with each at its default."""
     later = [(kind, name) for added, fields in ADDED_IN.items() if _key(added) > _key(version) for kind, name in fields]
     assert later, f"nothing was added after {version}: its vectors would equal {CURRENT}'s"
-    for kind, name in later:
-        decoded, _ = codec.decode([golden_path(version, kind).read_bytes()])
-        assert getattr(decoded, name) == getattr(kind(), name), f"{kind.__name__}.{name}"
-        assert getattr(expected_values(CURRENT)[kind], name) != getattr(kind(), name), "GOLDEN must set it"
+    decoded = [codec.decode([golden_path(version, kind).read_bytes()])[0] for _, kind in _vectors() if _ == version]
+    for kind, name in later:  # a message type, or a struct inside messages (Task inside TaskBatch, ...)
+        found = [each for message in decoded for each in _instances(message, kind)]
+        assert found, f"no {kind.__name__} in the vectors of {version}"
+        assert all(getattr(each, name) == getattr(kind(), name) for each in found), f"{kind.__name__}.{name}"
+        current = [each for message in GOLDEN for each in _instances(message, kind)]
+        assert any(getattr(each, name) != getattr(kind(), name) for each in current), "GOLDEN must set it"
+
+
+def _instances(value, kind: type) -> List:
+    """Every ``kind`` inside ``value`` (a message, a struct or a list of them), ``value`` included."""
+    if isinstance(value, list):
+        return [found for item in value for found in _instances(item, kind)]
+    if not dataclasses.is_dataclass(value):
+        return []
+    own = [value] if type(value) is kind else []
+    return own + [found for f in dataclasses.fields(value) for found in _instances(getattr(value, f.name), kind)]
 
 
 @pytest.mark.parametrize("message", GOLDEN, ids=_ids)

@@ -18,3 +18,11 @@ def test_other_major_version_is_refused_with_both_versions_named():
 
 def test_show_version():
     assert show_version(Version(1, 12)) == "1.12"
+
+
+def test_a_message_added_in_a_minor_version_goes_only_to_peers_that_know_it():
+    from scaler.protocol.messages import Version
+    from scaler.protocol.version import TASK_OUTPUT_VERSION, knows
+
+    assert knows(Version(1, 3), TASK_OUTPUT_VERSION) and knows(Version(1, 7), TASK_OUTPUT_VERSION)
+    assert not knows(Version(1, 2), TASK_OUTPUT_VERSION) and not knows(Version(2, 5), TASK_OUTPUT_VERSION)

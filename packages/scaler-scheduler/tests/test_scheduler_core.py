@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
-from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
@@ -357,3 +357,20 @@ def test_snapshots_go_each_second_while_a_monitor_is_subscribed_or_metrics_are_s
     metrics = core_with(snapshot_every_second=True)
     (published,) = [e for e in metrics.handle(Tick(), 1.0) if type(e) is Publish]
     assert not published.to_monitors  # kept for --metrics-port only
+
+
+def test_task_output_goes_to_each_client_still_here_that_reads_it():
+    core = core_with()  # CLIENT says protocol 1.0: it cannot read TaskOutputBatch
+    reader, gone = b"C|host|8|yy", b"C|host|9|zz"
+    client_hello = hello(m.PeerRole.CLIENT)
+    client_hello.version = TASK_OUTPUT_VERSION
+    core.handle(FromPeer(reader, client_hello), 0.0)
+    printed = [
+        m.TaskOutput(b"t1", reader, m.OutputStream.STDOUT, "one\n"),
+        m.TaskOutput(b"t2", gone, m.OutputStream.STDOUT, "gone\n"),
+        m.TaskOutput(b"t1", reader, m.OutputStream.STDERR, "two\n"),
+        m.TaskOutput(b"t3", CLIENT, m.OutputStream.STDOUT, "too old\n"),
+    ]
+    effects = core.handle(FromPeer(WORKER_A, m.TaskOutputBatch(printed)), 1.0)
+    assert sent(effects, to=reader) == [m.TaskOutputBatch([printed[0], printed[2]])]
+    assert sent(effects, to=gone) == [] and sent(effects, to=CLIENT) == []

@@ -449,3 +449,18 @@ def test_an_event_a_state_has_no_transition_for_raises_with_the_recent_events():
     expected = f"worker task {task_id(2).hex()}: no transition from staged on result; recent events: stage"
     with pytest.raises(TransitionError, match=expected):
         h.core.finished(task_id(2), m.TaskStatus.SUCCESS, b"", "", None, "", 0.0)  # a result of what never ran
+
+
+def test_what_a_task_prints_goes_to_its_client_in_one_batch_per_processor_message():
+    from scaler.worker.processor_protocol import TaskOutputText
+
+    h = Harness()
+    h.assign(make_task(1))
+    h.answer_gets()
+    out, err = m.OutputStream.STDOUT, m.OutputStream.STDERR
+    h.tell([TaskOutputText(task_id(1), out, "a\n"), TaskOutputText(task_id(1), err, "b\n")])
+    (batch,) = h.take(m.TaskOutputBatch)
+    assert batch.outputs == [m.TaskOutput(task_id(1), CLIENT, out, "a\n"), m.TaskOutput(task_id(1), CLIENT, err, "b\n")]
+    h.finish()
+    h.tell(TaskOutputText(task_id(1), out, "printed by a thread after the end\n"))  # dropped: the task is gone
+    assert h.take(m.TaskOutputBatch) == [] and [r.task_id for r in h.results()] == [task_id(1)]

@@ -40,11 +40,13 @@ from scaler.client.client_events import (
     Stopped,
     TaskCancelled,
     TaskFailed,
+    TaskPrinted,
     TaskResults,
     ToScheduler,
     ToStorage,
 )
 from scaler.client.future import ScalerFuture
+from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import ClientHeartbeat
@@ -95,6 +97,7 @@ class ClientAgent:
             ConnectStorage: self._connect_storage,
             Heartbeat: self._send_heartbeat,
             TaskResults: self._give_results,
+            TaskPrinted: lambda effect: self._printer.print(effect.outputs),
             TaskFailed: lambda effect: self._end_future(effect.task_id)._set_error(_fresh(effect.error)),
             TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
             CancelRefused: self._tell_cancel_refused,
@@ -103,6 +106,7 @@ class ClientAgent:
             ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
             Stopped: self._on_stopped,
         }
+        self._printer = OutputPrinter()
         self._thread = threading.Thread(target=self._run, name="ScalerClientAgent", daemon=True)
 
     # --- user-thread API --------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ class Client:
     A client that hears nothing from the scheduler for ``timeout_seconds``
     fails every pending future with `DisconnectedError`.
 
+    ``stream_output=True`` shows what each task prints, on this process's stdout
+    and stderr as the task prints it, each line prefixed with the task.
+
     A client pickles as its address and options: unpickling it (for example
     inside a task) connects a new client to the same scheduler.
     """
@@ -53,6 +56,7 @@ class Client:
         timeout_seconds: float = 60,
         heartbeat_interval_seconds: float = 2,
         serializer: Any = None,
+        stream_output: bool = False,
     ) -> None:
         if address is None:
             address = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
@@ -71,10 +75,11 @@ class Client:
         self._timeout = float(timeout_seconds)
         self._heartbeat_interval = float(heartbeat_interval_seconds)
         self._custom_serializer = serializer
+        self._stream_output = bool(stream_output)
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
 
         self._client_id = new_client_id()
-        self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling)
+        self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling, self._stream_output)
         self._serializer = builder.serializer  # the futures decode results with it
         self._agent = ClientAgent(
             self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
@@ -104,6 +109,8 @@ class Client:
     def client_id(self) -> bytes:
         return self._client_id
 
+    identity = client_id  # the earlier engine's name (docs/compatibility.md)
+
     @property
     def connected(self) -> bool:
         return not self._agent.closed
@@ -117,7 +124,14 @@ class Client:
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (
             Client,
-            (self._address, self._profiling, self._timeout, self._heartbeat_interval, self._custom_serializer),
+            (
+                self._address,
+                self._profiling,
+                self._timeout,
+                self._heartbeat_interval,
+                self._custom_serializer,
+                self._stream_output,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -163,17 +177,26 @@ class Client:
         return future
 
     def map(
-        self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[Sequence[Any]],
+        *iterables: Iterable[Any],
+        progress: ProgressOption = False,
+        capabilities: Optional[Mapping[str, int]] = None,
     ) -> List[Any]:
         """Run ``fn(*arguments)`` for each tuple of arguments; return the results in order.
 
-        ``client.map(math.sqrt, [(i,) for i in range(100)])``. The first failing
-        task's exception is raised here and the map's other tasks are cancelled.
-        For ``map(fn, values)`` over single values, as the built-in ``map``, use
-        ``client.executor().map``. ``progress=True`` shows a bar (docs/interfaces.md).
+        ``client.map(math.sqrt, [(i,) for i in range(100)])``. With several iterables, each gives one
+        argument, as in the built-in ``map``: ``client.map(add, [1, 2], [10, 20])`` is ``[11, 22]``. The first
+        failing task's exception is raised here and the map's other tasks are cancelled. For
+        ``map(fn, values)`` over single values use ``client.executor().map``. ``progress=True`` shows a
+        bar (docs/interfaces.md); ``capabilities`` as in `submit_verbose`.
         """
         if not callable(fn):
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
+        if iterables:
+            iterable = zip(iterable, *iterables, strict=False)
+        needs = _capabilities(capabilities)
         futures: List[ScalerFuture] = []
         chunk: List[Task] = []
         chunk_futures: Dict[bytes, ScalerFuture] = {}
@@ -189,7 +212,7 @@ class Client:
                         f"got an element of type {type(arguments).__name__}. For single values, as in the "
                         f"built-in map(f, values), use client.executor().map(f, values)"
                     )
-                task = build(fn, tuple(arguments), {}, [], puts)
+                task = build(fn, tuple(arguments), {}, needs, puts)
                 future = ScalerFuture(task.task_id, self, serializer, profiling, wait, batch)
                 chunk.append(task)
                 futures.append(future)
@@ -224,10 +247,14 @@ class Client:
                 bar.close()
 
     def starmap(
-        self, fn: Callable[..., Any], iterable: Iterable[Sequence[Any]], progress: ProgressOption = False
+        self,
+        fn: Callable[..., Any],
+        iterable: Iterable[Sequence[Any]],
+        progress: ProgressOption = False,
+        capabilities: Optional[Mapping[str, int]] = None,
     ) -> List[Any]:
-        """Same as `map` (the name itertools uses for this contract)."""
-        return self.map(fn, iterable, progress)
+        """`map` of one iterable of argument tuples (the name itertools uses for this contract)."""
+        return self.map(fn, iterable, progress=progress, capabilities=capabilities)
 
     def executor(self, **task_options: Any) -> ScalerExecutor:
         """A `concurrent.futures.Executor` over this client (``shutdown`` leaves the client connected).
@@ -239,7 +266,12 @@ class Client:
     # --- graphs ----------------------------------------------------------------------------------------------
 
     def get(
-        self, graph: Mapping[Any, Any], keys: Any, block: bool = True, progress: ProgressOption = False
+        self,
+        graph: Mapping[Any, Any],
+        keys: Any,
+        block: bool = True,
+        progress: ProgressOption = False,
+        capabilities: Optional[Mapping[str, int]] = None,
     ) -> Dict[Any, Any]:
         """Run a Dask-style graph; return ``{key: result}`` for each requested key.
 
@@ -252,13 +284,13 @@ class Client:
         ``block=False`` returns ``{key: future}`` at once. With ``block=True`` the first failure is
         raised as the failing node's own exception (every key downstream of it fails with it) and the
         graph's other keys are cancelled. ``progress=True`` (with ``block=True``) shows a bar of the requested
-        keys' results.
+        keys' results. ``capabilities`` (as in `submit_verbose`) apply to every task of the graph.
         """
         if progress and not block:
             raise ValueError("progress needs block=True; for the futures of block=False use scaler.progress(futures)")
         bar = start_progress(progress, "graph")  # a bad option is refused before anything is sent
         batch = FutureBatch() if block else None
-        futures = self._submit_graph(graph, _requested_keys(graph, keys), batch)
+        futures = self._submit_graph(graph, _requested_keys(graph, keys), batch, _capabilities(capabilities))
         if batch is None:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
@@ -294,7 +326,11 @@ class Client:
         return pack_results(keys, values)
 
     def _submit_graph(
-        self, graph: Mapping[Any, Any], keys: List[Any], batch: Optional[FutureBatch] = None
+        self,
+        graph: Mapping[Any, Any],
+        keys: List[Any],
+        batch: Optional[FutureBatch] = None,
+        capabilities: Optional[List[Capability]] = None,
     ) -> Dict[Any, ScalerFuture]:
         builder = self._builder
         serializer_id = builder.serializer_id()
@@ -320,6 +356,9 @@ class Client:
         if targets:
             for task in message.tasks:
                 task.profiling = self._profiling
+                task.stream_output = self._stream_output
+                if capabilities:
+                    task.capabilities = capabilities
             temporary = [object_id for object_id, _ in built.puts]
             requires = [*built.function_ids, *temporary, *([serializer_id] if serializer_id else [])]
             self._agent.send(SubmitGraph(message, built.puts, requires, temporary, built.function_ids), targets)

@@ -39,6 +39,7 @@ from scaler.client.client_events import (
     Submit,
     SubmitGraph,
     TaskFailed,
+    TaskPrinted,
     Tick,
     ToScheduler,
     ToStorage,
@@ -63,6 +64,7 @@ from scaler.protocol.messages import (
     PeerRole,
     Refusal,
     TaskCancelConfirm,
+    TaskOutputBatch,
     TaskResultBatch,
 )
 from scaler.protocol.version import PROTOCOL_VERSION
@@ -195,6 +197,7 @@ class ClientCore:
             ClientHeartbeatEcho: self._on_heartbeat_echo,
             TaskResultBatch: self._tasks.on_results,
             TaskCancelConfirm: self._tasks.on_cancel_confirm,
+            TaskOutputBatch: lambda message, now: self._out.append(TaskPrinted(message.outputs)),
             ClientShutdownResponse: self._on_shutdown_response,
             DisconnectResponse: lambda message, now: self._session(SessionEvent.DISCONNECT_RESPONSE, message, now),
             DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),

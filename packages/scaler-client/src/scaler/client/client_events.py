@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from scaler.protocol.messages import GraphTask, Task, TaskResult
+from scaler.protocol.messages import GraphTask, Task, TaskOutput, TaskResult
 
 # --- commands from the user threads ------------------------------------------------------------------------
 # ``command_id`` names the caller waiting for the reply (`Reply` or `ReplyError`); 0 means nobody waits.
@@ -163,6 +163,13 @@ class TaskResults:
 
 
 @dataclass(slots=True)
+class TaskPrinted:
+    """What tasks printed (the client asked for it: ``stream_output``): the agent shows it."""
+
+    outputs: List[TaskOutput]
+
+
+@dataclass(slots=True)
 class TaskFailed:
     """The task ended with this error of the client's side (storage refused, scheduler lost, disconnected).
     One error may end many tasks: the agent raises a fresh copy in each future."""
@@ -211,6 +218,6 @@ class Stopped:
 
 
 Effect = Union[
-    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskResults, TaskFailed, TaskCancelled, CancelRefused,
-    Reply, ReplyError, ObjectsFailed, Stopped,
+    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskResults, TaskPrinted, TaskFailed, TaskCancelled,
+    CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
 ]  # fmt: skip

@@ -279,8 +279,8 @@ class ScalerFuture(concurrent.futures.Future):
         except Exception:
             _futures_base.LOGGER.exception("exception calling callback for %r", self)
 
-    def cancel(self) -> bool:
-        """Ask the scheduler to cancel the task and wait (a few seconds at most) for its answer.
+    def cancel(self, timeout: Optional[float] = None) -> bool:
+        """Ask the scheduler to cancel the task and wait for its answer: ``timeout`` seconds, or by default a few.
 
         True when the task was cancelled; False when it had finished (or its
         result arrived first, or no answer came in time).
@@ -300,7 +300,8 @@ class ScalerFuture(concurrent.futures.Future):
             return self.cancelled()
         with _LOCK:
             self._wait_condition().wait_for(
-                lambda: self._state in _DONE_STATES or self._cancel_refused, timeout=self._cancel_wait_seconds
+                lambda: self._state in _DONE_STATES or self._cancel_refused,
+                timeout=self._cancel_wait_seconds if timeout is None else timeout,
             )
         return self.cancelled()
 

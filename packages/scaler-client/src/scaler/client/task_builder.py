@@ -28,12 +28,13 @@ Puts = Dict[bytes, List[Tuple[bytes, Any]]]  # task ID -> (object ID, payload) o
 
 
 class TaskBuilder:
-    def __init__(self, client_id: bytes, serializer: Any, profiling: bool) -> None:
+    def __init__(self, client_id: bytes, serializer: Any, profiling: bool, stream_output: bool = False) -> None:
         self.client_id = client_id
         self.ids = IDGenerator()
         self.custom_serializer = serializer
         self.serializer = serializer if serializer is not None else DefaultSerializer()
         self.profiling = profiling
+        self.stream_output = stream_output
         self.send: Callable[[Event], None] = lambda event: None  # the agent's: puts and releases functions
         self._functions: Dict[int, Tuple[Any, bytes]] = {}  # id(function) -> (function, object ID)
         self._serializer_id = b""
@@ -64,7 +65,7 @@ class TaskBuilder:
         if _POSITIONAL_MESSAGES:
             return Task(
                 task_id, self.client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, self.profiling,
-                serializer_id,
+                serializer_id, False, self.stream_output,
             )  # fmt: skip
         return Task(
             task_id=task_id,
@@ -74,6 +75,7 @@ class TaskBuilder:
             capabilities=capabilities,
             profiling=self.profiling,
             serializer_id=serializer_id,
+            stream_output=self.stream_output,
         )
 
     def _argument(self, name: str, value: Any, task_id: bytes, puts: Puts) -> Argument:
@@ -132,7 +134,7 @@ class TaskBuilder:
 
 # `TaskBuilder.build` builds Task and Argument positionally when their fields are in the order it expects
 # (twice as fast as keywords, measured); if scaler-protocol ever reorders them, it falls back to keywords.
-_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:11] == [
+_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:13] == [
     "task_id",
     "client_id",
     "function_id",
@@ -144,6 +146,8 @@ _POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:11] =
     "retries",
     "profiling",
     "serializer_id",
+    "store_result",
+    "stream_output",
 ] and [field.name for field in dataclasses.fields(Argument)][:3] == ["name", "kind", "data"]
 
 

@@ -273,7 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parse_arguments(parser, CONFIG_SECTION, argv)
     except ConfigError as error:
         parser.error(str(error))
-    setup_logging(args.logging_level, args.logging_paths)
+    setup_logging(args.logging_level, args.logging_paths, args.logging_config_file)
 
     from scaler.monitor.subscription import SnapshotSubscription  # pyzmq only when running
 

@@ -59,7 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(error))
     if not 0 <= args.port <= 65535:
         parser.error(f"argument --port: {args.port} is not a port number (0 to 65535)")
-    setup_logging(args.logging_level, args.logging_paths)
+    setup_logging(args.logging_level, args.logging_paths, args.logging_config_file)
 
     from scaler.monitor.dashboard_state import DashboardState  # prometheus_client and pyzmq only when running
     from scaler.monitor.subscription import SnapshotSubscription

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib.util
 import logging
+import logging.config
 import sys
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
@@ -40,6 +41,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
     )
     parser.add_argument(
         "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH", help="where logs go"
+    )
+    parser.add_argument(
+        "--logging-config-file",
+        "-lcf",
+        default=None,
+        metavar="FILE",
+        help="a logging configuration in Python's fileConfig format; it replaces --logging-level and --logging-paths",
     )
 
 
@@ -80,7 +88,17 @@ def load_config_section(path: str, section: str) -> Dict[str, Any]:
     return content
 
 
-def setup_logging(level: str = "INFO", paths: Sequence[str] = ("/dev/stdout",)) -> None:
+def setup_logging(
+    level: str = "INFO", paths: Sequence[str] = ("/dev/stdout",), config_file: Optional[str] = None
+) -> None:
+    """Log at ``level`` to ``paths``; or, given ``config_file`` (`logging.config.fileConfig`'s format), as it says."""
+    if config_file:
+        try:
+            logging.config.fileConfig(config_file, disable_existing_loggers=False)
+        except Exception as error:  # fileConfig raises many kinds (missing file, bad section, unknown class)
+            raise ConfigError(f"cannot use logging config file {config_file}: {error}") from None
+        logging.info(f"logging configured by {config_file}")
+        return
     handlers: List[logging.Handler] = []
     for path in paths:
         if path in ("/dev/stdout", "-"):

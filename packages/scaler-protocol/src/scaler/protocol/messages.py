@@ -165,6 +165,7 @@ class Task:
     profiling: bool = False
     serializer_id: bytes = b""
     store_result: bool = False
+    stream_output: bool = False
 
 
 @dataclass(slots=True)
@@ -177,6 +178,11 @@ class Profiling:
     duration_seconds: float = 0.0
     cpu_seconds: float = 0.0
     peak_memory_bytes: int = 0
+
+    # The earlier engine's names of the same values (its ProfileResult; docs/compatibility.md).
+    duration_s = property(lambda self: self.duration_seconds)
+    cpu_time_s = property(lambda self: self.cpu_seconds)
+    memory_peak = property(lambda self: self.peak_memory_bytes)
 
 
 @dataclass(slots=True)
@@ -322,6 +328,24 @@ class WorkerManagerCommand:
 
 
 # The members of the `Message` union, in schema order.
+class OutputStream(enum.IntEnum):
+    STDOUT = 0
+    STDERR = 1
+
+
+@dataclass(slots=True)
+class TaskOutput:
+    task_id: bytes = b""
+    client_id: bytes = b""
+    stream: OutputStream = OutputStream.STDOUT
+    text: str = ""
+
+
+@dataclass(slots=True)
+class TaskOutputBatch:
+    outputs: List[TaskOutput] = field(default_factory=list)
+
+
 MESSAGE_TYPES = (
     Hello,
     HelloAck,
@@ -347,4 +371,5 @@ MESSAGE_TYPES = (
     StateSnapshot,
     WorkerManagerHeartbeat,
     WorkerManagerCommand,
+    TaskOutputBatch,
 )

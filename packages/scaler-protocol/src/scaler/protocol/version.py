@@ -12,7 +12,18 @@ from scaler.protocol.messages import Version
 
 # 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
 # 1.2: monitoring: WorkerHeartbeat.functions, StateSnapshot.clientSnapshots
-PROTOCOL_VERSION = Version(major=1, minor=2)
+# 1.3: task output streamed to its client: Task.streamOutput, TaskOutputBatch
+PROTOCOL_VERSION = Version(major=1, minor=3)
+
+
+# The first version of each message that a peer of an older minor version cannot read (a new union member):
+# it goes only to peers whose Hello or HelloAck says this version or later.
+TASK_OUTPUT_VERSION = Version(major=1, minor=3)  # TaskOutputBatch
+
+
+def knows(theirs: Version, since: Version) -> bool:
+    """Whether a peer of version ``theirs`` reads what was added in ``since`` (same major as ours)."""
+    return theirs.major == since.major and theirs.minor >= since.minor
 
 
 def show_version(version: Version) -> str:

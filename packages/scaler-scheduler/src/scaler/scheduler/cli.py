@@ -64,6 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=tuple(args.logging_paths),
+            logging_config_file=args.logging_config_file,
             object_storage_address=args.object_storage_address,
             monitor_address=args.monitor_address,
             metrics_port=args.metrics_port,

@@ -29,10 +29,11 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat")
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "reads_output")
 
-    def __init__(self, client_id: bytes, now: float) -> None:
+    def __init__(self, client_id: bytes, now: float, reads_output: bool = True) -> None:
         self.client_id = client_id
+        self.reads_output = reads_output  # its protocol version knows TaskOutputBatch
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors

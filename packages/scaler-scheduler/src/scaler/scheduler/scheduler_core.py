@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, incompatibility, knows
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
@@ -113,6 +113,7 @@ class SchedulerCore:
             m.TaskCancelConfirm: routing.on_cancel_confirm,
             m.BalanceResponse: routing.on_balance_response,
             m.DisconnectRequest: self._on_worker_disconnect,
+            m.TaskOutputBatch: self._on_task_output,
         }
 
     # ----------------------------------------------------------------- the entry point
@@ -244,7 +245,7 @@ class SchedulerCore:
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.CLIENT:
             if source not in self._clients:
-                self._clients[source] = Client(source, now)
+                self._clients[source] = Client(source, now, knows(hello.version, TASK_OUTPUT_VERSION))
                 logger.info(f"Scheduler: client {show(source)} connected")
             timeout = self.settings.client_timeout_seconds
         else:
@@ -262,6 +263,18 @@ class SchedulerCore:
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
         self._workers[source].heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho()))
+
+    def _on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
+        """What tasks printed (their clients asked for it): on to each client still here that reads it, in the
+        order printed."""
+        by_client: Dict[bytes, List[m.TaskOutput]] = {}
+        for output in message.outputs:
+            by_client.setdefault(output.client_id, []).append(output)
+        clients = self._clients
+        for client_id, outputs in by_client.items():
+            client = clients.get(client_id)
+            if client is not None and client.reads_output:
+                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: client {show(source)} disconnected")

@@ -378,11 +378,12 @@ def run_scheduler(
     event_loop: str = "auto",
     logging_level: str = "INFO",
     logging_paths: tuple = ("/dev/stdout",),
+    logging_config_file: Optional[str] = None,
     **options: Any,
 ) -> None:
     """Run a scheduler until SIGTERM/SIGINT or an accepted client shutdown (blocking)."""
     from scaler.protocol.command_line import run_event_loop, setup_logging
 
-    setup_logging(logging_level, logging_paths)
+    setup_logging(logging_level, logging_paths, logging_config_file)
     server = SchedulerServer(address, **options)
     run_event_loop(server.run, event_loop)

@@ -102,6 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,
+            logging_config_file=args.logging_config_file,
         )
     except (ScalerError, ValueError, OSError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

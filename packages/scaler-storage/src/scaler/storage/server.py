@@ -189,6 +189,7 @@ def run_object_storage_server(
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
+    logging_config_file: Optional[str] = None,
 ) -> None:
     """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
 
@@ -199,7 +200,7 @@ def run_object_storage_server(
     `scaler.protocol.command_line.ConfigError` for an unknown or unavailable event loop.
     """
     if logging_level is not None:
-        setup_logging(logging_level, logging_paths)
+        setup_logging(logging_level, logging_paths, logging_config_file)
     reuse_payload_memory()
     store = ObjectStore(
         max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory

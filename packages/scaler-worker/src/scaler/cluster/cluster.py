@@ -62,6 +62,7 @@ def run_cluster(
     event_loop: str = "auto",
     logging_level: str = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
+    logging_config_file: Optional[str] = None,
     die_with_parent_process: bool = True,
 ) -> int:
     """Keep ``n_workers`` workers of the scheduler at ``address`` alive until SIGTERM or SIGINT. Blocks.
@@ -72,7 +73,7 @@ def run_cluster(
     """
     if die_with_parent_process:
         die_with_parent(signal.SIGTERM, os.getppid())
-    setup_logging(logging_level, tuple(logging_paths))
+    setup_logging(logging_level, tuple(logging_paths), logging_config_file)
     if n_workers < 1:
         raise ValueError(f"number of workers must be at least 1, not {n_workers}")
     config = WorkerConfig(
@@ -85,6 +86,7 @@ def run_cluster(
         event_loop=event_loop,
         logging_level=logging_level,
         logging_paths=tuple(logging_paths),
+        logging_config_file=logging_config_file,
     )
     return ClusterSupervisor(config, n_workers).run()
 

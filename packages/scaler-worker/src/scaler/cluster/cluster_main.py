@@ -66,6 +66,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,
+            logging_config_file=args.logging_config_file,
             die_with_parent_process=False,  # a cluster started from a shell outlives the shell (nohup, &)
         )
     except (ScalerError, ValueError) as error:

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 import zmq
 
@@ -19,6 +19,7 @@ from scaler.protocol.addresses import check_address, default_storage_address, fr
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import die_with_parent
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.worker_config import format_capabilities, parse_capabilities
 
 logger = logging.getLogger(__name__)
 
@@ -49,31 +50,42 @@ class SchedulerClusterCombo:
     ``if __name__ == "__main__"`` guard. ``address=None`` picks a free local
     port. `shutdown` stops everything and is idempotent; it also runs at
     interpreter exit, and the children die with this process if it is killed.
+
+    ``protected`` (the default, as in the earlier engine) makes the scheduler refuse a client's
+    `Client.shutdown`: the cluster belongs to this object. ``per_worker_task_queue_size`` is the
+    earlier engine's name of ``per_worker_queue_size`` (docs/compatibility.md).
     """
 
     def __init__(
         self,
-        address: Optional[str] = None,
         n_workers: int = max(1, (os.cpu_count() or 2) - 1),
+        address: Optional[str] = None,
         event_loop: str = "auto",
         object_storage_address: Optional[str] = None,
         monitor_address: Optional[str] = None,
-        protected: bool = False,
+        protected: bool = True,
         allocate_policy: str = "even",
         max_task_deaths: int = 3,
-        per_worker_capabilities: str = "",
+        per_worker_capabilities: Union[str, Mapping[str, int]] = "",
         per_worker_queue_size: int = 1000,
         heartbeat_interval_seconds: float = 2.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         logging_level: str = "INFO",
         logging_paths: Sequence[str] = ("/dev/stdout",),
+        logging_config_file: Optional[str] = None,
+        per_worker_task_queue_size: Optional[int] = None,
     ) -> None:
+        if per_worker_task_queue_size is not None:
+            per_worker_queue_size = per_worker_task_queue_size
+        capabilities = format_capabilities(parse_capabilities(per_worker_capabilities))
         self._address = check_address(address) if address else _free_local_address()
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
         self._processes: List[subprocess.Popen] = []
         self._stopped = False
         common = ["--event-loop", event_loop, "--logging-level", logging_level, "--logging-paths", *logging_paths]
+        if logging_config_file:
+            common += ["--logging-config-file", logging_config_file]
         atexit.register(self.shutdown)
         try:
             self._start("scaler.storage", self._storage_address, *common)
@@ -96,7 +108,7 @@ class SchedulerClusterCombo:
                 "--per-worker-queue-size", str(per_worker_queue_size),
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
-                *(["--per-worker-capabilities", per_worker_capabilities] if per_worker_capabilities else []),
+                *(["--per-worker-capabilities", capabilities] if capabilities else []),
             )  # fmt: skip
         except BaseException:
             self.shutdown()

@@ -57,6 +57,7 @@ from scaler.worker.processor_protocol import (
     WaitEnded,
 )
 from scaler.worker.task_failure import failure_payload
+from scaler.worker.task_output import OutputCapture
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
@@ -164,6 +165,9 @@ class _Processor:
         self._held_since = 0.0
         self._wait_ended: Set[bytes] = set()  # tasks the agent let resume (read by a wait above theirs, maybe)
         self._main_thread_id = threading.main_thread().ident
+        self._output: Optional[OutputCapture] = None  # made when a task first asks for its output (task_output.py)
+        self._streamed = 0  # tasks on the stack whose output is captured
+        self._plain_streams = (sys.stdout, sys.stderr)
         self._handlers: Dict[type, Callable[[Any], None]] = {
             list: self._on_list,
             ProcessorTask: self._on_task,
@@ -370,17 +374,42 @@ class _Processor:
             return _failed(task.task_id, error, traceback.format_exc())._replace(function=function.name)
 
         self._start_profile(frame, task.profiling)
+        swapped = self._capture_output(task) if task.stream_output or self._streamed else None
         failure: Optional[BaseException] = None
         try:
             value = function.value(*positional, **named)
         except BaseException as raised:  # SystemExit and KeyboardInterrupt of a task are its failure, not ours
             failure, value = raised, None
+        if swapped is not None:
+            self._restore_output(task, swapped)
         profiling = self._end_profile(frame, task.profiling)
         if failure is not None:
             result = _failed(task.task_id, failure, _user_traceback(failure), profiling)
         else:
             result = _success(task.task_id, value, serializer, profiling)
         return result._replace(seconds=time.perf_counter() - frame.started, function=function.name)
+
+    def _capture_output(self, task: ProcessorTask) -> Tuple[Any, Any]:
+        """Give the task the standard streams it asked for: captured, or plain for a task nested in one that is
+        captured. Returns the streams to restore."""
+        swapped = (sys.stdout, sys.stderr)
+        if task.stream_output:
+            if self._output is None:
+                self._output = OutputCapture(self._pipe.send)
+            sys.stdout, sys.stderr = self._output.streams(task.task_id)
+            self._streamed += 1
+        else:
+            sys.stdout, sys.stderr = self._plain_streams
+        return swapped
+
+    def _restore_output(self, task: ProcessorTask, swapped: Tuple[Any, Any]) -> None:
+        sys.stdout, sys.stderr = swapped
+        if task.stream_output and self._output is not None:
+            self._streamed -= 1
+            try:
+                self._output.flush()  # before the result: the client prints the output, then the result arrives
+            except (OSError, ValueError):
+                _agent_gone()
 
     @staticmethod
     def _load(cache: LRUCache, key: bytes, payload: Optional[bytes], what: str) -> _Loaded:

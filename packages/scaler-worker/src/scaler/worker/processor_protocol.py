@@ -18,6 +18,10 @@ at once when its FIFO is empty, in a wait, or when the task that just finished t
 oldest held one is `RESULT_HOLD_SECONDS` old. A held result thus waits for at most one further task, and
 only while the tasks run quickly.
 
+Output. A task submitted with ``stream_output`` runs with its ``sys.stdout`` and ``sys.stderr`` captured: what
+it prints travels as lists of `TaskOutputText`, every `task_output.FLUSH_SECONDS` while it runs (from a thread
+of the processor) and when it ends, before its result.
+
 Caches. A function, a serializer or an object-storage argument travels as bytes only the first time the
 processor needs it; afterwards its ID alone refers to the processor's cached copy (`lru_cache`). The
 processor updates its caches when it reads a task from the Pipe (not when it runs it), so the agent, which
@@ -42,6 +46,7 @@ import pickle
 import select
 import socket
 import struct
+import threading
 from multiprocessing.connection import Connection
 from typing import Any, List, NamedTuple, Optional, Tuple
 
@@ -77,6 +82,7 @@ class ProcessorTask(NamedTuple):
     # of several frames is a list of them (scaler.protocol.payload)
     arguments: List[Tuple[str, Any, bytes]]
     profiling: bool
+    stream_output: bool = False  # capture what it prints and send it as `TaskOutputText` (task_output.py)
 
 
 class Drop(NamedTuple):
@@ -113,6 +119,14 @@ class ProcessorResult(NamedTuple):
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
     function: str = ""  # the task's function as module.qualname (for monitors); "" if it could not be loaded
+
+
+class TaskOutputText(NamedTuple):
+    """From the processor: text a task printed (``Client(stream_output=True)``), sent before its result."""
+
+    task_id: bytes
+    stream: int  # scaler.protocol.messages.OutputStream
+    text: str
 
 
 # Framing. Both ends use the Pipe as a byte stream (a socket pair). A message is pickled (protocol 5) and the
@@ -161,15 +175,18 @@ class PipeEnd:
         self.connection = connection  # kept open: it owns the descriptor the socket below duplicates
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(connection.fileno()))
         self._socket.setblocking(True)
+        self._send_lock = threading.Lock()
 
     def poll(self, timeout: float) -> bool:
         """Whether a message (or the end of the Pipe) is readable within ``timeout`` seconds."""
         return bool(select.select([self._socket], [], [], timeout)[0])
 
     def send(self, message: Any) -> None:
-        """Raise OSError when the agent is gone."""
-        for frame in encode(message):
-            self._socket.sendall(frame)
+        """Raise OSError when the agent is gone. Any thread may send (a task's output is sent from another)."""
+        frames = encode(message)
+        with self._send_lock:
+            for frame in frames:
+                self._socket.sendall(frame)
 
     def receive(self) -> Any:
         """The next message, waiting for it; raise EOFError when the agent closed the Pipe."""

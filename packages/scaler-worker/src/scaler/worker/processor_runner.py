@@ -53,6 +53,7 @@ from scaler.worker.processor_protocol import (
     Dropped,
     ProcessorResult,
     ProcessorTask,
+    TaskOutputText,
     TaskWaiting,
     WaitEnded,
 )
@@ -146,6 +147,7 @@ class ProcessorRunner:
             ProcessorResult: self._on_result,
             TaskWaiting: self._on_waiting,
             Dropped: self._on_dropped,
+            TaskOutputText: self._on_task_output,
         }
         A = SentAction
         self._actions: Dict[SentAction, Callable[[_Sent, RunnerOwner, List[Any]], None]] = {
@@ -324,6 +326,9 @@ class ProcessorRunner:
             result.seconds,
         )
 
+    def _on_task_output(self, owner: RunnerOwner, output: TaskOutputText, out: List[Any]) -> None:
+        owner.printed(output.task_id, output.stream, output.text)
+
     def _on_waiting(self, owner: RunnerOwner, notice: TaskWaiting, out: List[Any]) -> None:
         sent = self._tasks.get(notice.task_id)
         on_stack = sent is not None and sent in self._stack
@@ -463,8 +468,9 @@ class ProcessorRunner:
                     sent_arguments.append((name, None, object_id))
             arguments = sent_arguments
         return ProcessorTask(
-            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling
-        )
+            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
+            task.stream_output,
+        )  # fmt: skip
 
 
 def _out_of_band(payload: Any) -> Any:

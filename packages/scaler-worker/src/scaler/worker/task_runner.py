@@ -68,6 +68,10 @@ class RunnerOwner(Protocol):
         ``function`` its function's ``module.qualname`` ("" if it could not be loaded) and ``seconds`` how long
         it ran, for the per-function totals of the heartbeats."""
 
+    def printed(self, task_id: bytes, stream: int, text: str) -> None:
+        """Text the task printed (``stream`` an `OutputStream`), for a task that asked for it (``stream_output``):
+        sent to its client as it comes, before the task's result."""
+
     def died(self, task_id: bytes, reason: str) -> None: ...
 
     def returned(self, task_ids: List[bytes]) -> None:

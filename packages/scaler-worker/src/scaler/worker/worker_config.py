@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.messages import Capability
@@ -74,6 +74,7 @@ class WorkerConfig:
     event_loop: str = "auto"
     logging_level: str = "INFO"
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
+    logging_config_file: Optional[str] = None  # Python's fileConfig format: replaces level and paths
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -99,6 +100,7 @@ class WorkerConfig:
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=tuple(args.logging_paths),
+            logging_config_file=args.logging_config_file,
         )
 
     def to_arguments(self) -> List[str]:
@@ -121,6 +123,7 @@ class WorkerConfig:
             self.logging_level,
             "--logging-paths",
             *self.logging_paths,
+            *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
         ]
 
 

@@ -363,6 +363,21 @@ class WorkerCore:
         event = _E.LARGE_RESULT if stored and status == m.TaskStatus.SUCCESS else _E.RESULT
         self._apply(entry, event, (status, payload, error_text, profiling))
 
+    def printed(self, task_id: bytes, stream: int, text: str) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is None:  # printed by a thread of a task that ended: its client has its result already
+            logger.debug(f"{self._name}: dropped output of task {task_id.hex()}: not known here")
+            return
+        if not self._session.scheduler_reads_output:  # older than protocol 1.3: it could not read it
+            return
+        output = m.TaskOutput(task_id, entry.task.client_id, m.OutputStream(stream), text)
+        out = self._out
+        last = out[-1] if out else None
+        if type(last) is SendToScheduler and type(last.message) is m.TaskOutputBatch:  # one batch per message
+            last.message.outputs.append(output)
+        else:
+            out.append(SendToScheduler(m.TaskOutputBatch([output])))
+
     def died(self, task_id: bytes, reason: str) -> None:
         entry = self._tasks.get(task_id)
         if entry is None:

@@ -41,9 +41,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = parse_arguments(parser, CONFIG_SECTION, argv)
         config = WorkerConfig.from_arguments(args)
+        setup_logging(config.logging_level, config.logging_paths, config.logging_config_file)
     except (ScalerError, ValueError) as error:
         parser.error(str(error))
-    setup_logging(config.logging_level, config.logging_paths)
     try:
         return run_worker(config)
     except KeyboardInterrupt:  # SIGINT before the event loop took over the signal

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List
 
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
-from scaler.protocol.version import PROTOCOL_VERSION, show_version
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
     EXIT_FAILURE,
@@ -55,6 +55,7 @@ class WorkerSession:
             m.WorkerInfo(slots=1, queue_capacity=config.queue_capacity, capabilities=config.capabilities),
         )
         self.connected = False  # the scheduler's HelloAck came
+        self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self._storage_address = ""
         self._storage_accepted = False
         self._heartbeat_interval = config.heartbeat_interval_seconds
@@ -138,6 +139,7 @@ class WorkerSession:
             logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
             return
         self.connected = True
+        self.scheduler_reads_output = knows(ack.version, TASK_OUTPUT_VERSION)
         self._hello_deadline = math.inf
         if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
             self._heartbeat_interval = ack.heartbeat_interval_seconds

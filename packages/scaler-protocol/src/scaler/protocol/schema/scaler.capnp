@@ -113,6 +113,7 @@ struct Task {
   serializerId @10 :Data;                 # object ID of the client's serializer; empty: cloudpickle
   storeResult @11 :Bool;                  # put a successful result in object storage whatever its size
                                           # (set by the scheduler on graph nodes that other nodes need)
+  streamOutput @12 :Bool;                 # send what the task prints to its client as it prints it (1.3)
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
@@ -287,6 +288,24 @@ enum WorkerManagerCommandKind {
   stopWorkers @1;
 }
 
+enum OutputStream {
+  stdout @0;
+  stderr @1;
+}
+
+# What a task printed (1.3), for a client that asked (Task.streamOutput).
+struct TaskOutput {
+  taskId @0 :Data;
+  clientId @1 :Data;                      # the task's client: the scheduler routes by it
+  stream @2 :OutputStream;
+  text @3 :Text;
+}
+
+# Worker -> scheduler -> client: what tasks printed since the last batch, in the order printed (1.3).
+struct TaskOutputBatch {
+  outputs @0 :List(TaskOutput);
+}
+
 struct WorkerManagerCommand {
   kind @0 :WorkerManagerCommandKind;
   count @1 :UInt32;
@@ -319,5 +338,6 @@ struct Message {
     stateSnapshot @21 :StateSnapshot;
     workerManagerHeartbeat @22 :WorkerManagerHeartbeat;
     workerManagerCommand @23 :WorkerManagerCommand;
+    taskOutputBatch @24 :TaskOutputBatch;
   }
 }

@@ -1,0 +1,3 @@
+"""The earlier engine's module of this name, its names pointing at ours (docs/compatibility.md)."""
+
+from scaler.config.defaults import *  # noqa: F403

@@ -1,0 +1,1 @@
+"""The earlier engine's module of this name, its names pointing at ours (docs/compatibility.md)."""
