@@ -6,16 +6,13 @@ from typing import Optional
 
 
 class SoamException(Exception):
-    def __init__(self, message: str = "", embedded: Optional[BaseException] = None, error_code: int = 0) -> None:
-        super().__init__(message)
-        self._embedded = embedded
-        self._error_code = error_code
+    """Constructed like any exception; the grid attaches what it embeds (`soam_exception`)."""
 
     def get_embedded_exception(self) -> Optional[BaseException]:
-        return self._embedded
+        return getattr(self, "_embedded", None)
 
     def get_error_code(self) -> int:
-        return self._error_code
+        return 0
 
 
 class FailureException(SoamException):
@@ -34,3 +31,9 @@ class EmbeddedServiceException(Exception):
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
+
+
+def soam_exception(text: str, embedded: Optional[BaseException]) -> SoamException:
+    error = SoamException(text)
+    error._embedded = embedded  # type: ignore[attr-defined]
+    return error

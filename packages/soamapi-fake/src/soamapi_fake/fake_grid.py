@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Tuple, Union
 
-from soamapi_fake.errors import SoamException
+from soamapi_fake.errors import SoamException, soam_exception
 from soamapi_fake.streams import Record
 
 CONFIG_VARIABLE = "SOAMAPI_FAKE_CONFIG"
@@ -387,7 +387,7 @@ class SessionState:
         self._outputs.put(("exception", SoamException(f"session {self.session_id} aborted: {reason}")))
 
     def failed_output(self, task: FakeTask, text: str, embedded: Optional[BaseException]) -> None:
-        self.deliver(task, None, SoamException(text, embedded))
+        self.deliver(task, None, soam_exception(text, embedded))
         if self.application.abort_session_if_task_fail:
             self.fail(f"task {task.task_id} failed and the application aborts a session when a task fails")
 

@@ -27,4 +27,5 @@ def run_symphony_worker(config: WorkerConfig, settings: SymphonySettings) -> int
     from scaler.protocol.command_line import run_event_loop
 
     agent = WorkerAgent(config, runner=symphony_runner(settings))
-    return run_event_loop(agent.run, config.event_loop)
+    code: int = run_event_loop(agent.run, config.event_loop)
+    return code

@@ -119,9 +119,10 @@ def run_task(payload: bytes) -> bytes:
     except BaseException as error:  # SystemExit or KeyboardInterrupt of a task are its failure, not the service's
         return _tagged_exception(error)
     try:
-        return cloudpickle.dumps((RESULT, value))
+        output: bytes = cloudpickle.dumps((RESULT, value))
     except Exception as error:  # the result does not pickle: the client gets why
         return _tagged_exception(error)
+    return output
 
 
 def _tagged_exception(error: BaseException) -> bytes:
@@ -130,12 +131,12 @@ def _tagged_exception(error: BaseException) -> bytes:
         note = "Traceback in the Symphony service (most recent call last):\n" + "".join(frames).rstrip()
         error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]  # (3.10 typing)
     try:
-        payload = cloudpickle.dumps((EXCEPTION, error))
-        cloudpickle.loads(payload)  # the worker must be able to load it
-        return payload
+        output: bytes = cloudpickle.dumps((EXCEPTION, error))
+        cloudpickle.loads(output)  # the worker must be able to load it
     except Exception:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        return cloudpickle.dumps((UNSERIALIZABLE_EXCEPTION, text))
+        output = cloudpickle.dumps((UNSERIALIZABLE_EXCEPTION, text))
+    return output
 
 
 # ----------------------------------------------------------------------------- back in the worker
