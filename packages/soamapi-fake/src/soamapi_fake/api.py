@@ -346,4 +346,3 @@ class ServiceContainer:
         if channel is None or threading.current_thread() is not threading.main_thread():
             raise SoamException("ServiceContainer.run: this process was not started by Symphony as a service instance")
         serve_grid(self, int(channel))
-

@@ -461,4 +461,3 @@ def install(new_grid: Optional[FakeGrid]) -> Optional[FakeGrid]:
 def _stop_at_exit() -> None:  # no service-instance process outlives this one
     if _grid is not None:
         _grid.shutdown()
-

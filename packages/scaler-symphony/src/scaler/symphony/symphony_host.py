@@ -150,9 +150,12 @@ class SymphonyHost:
     def _create_session(self) -> soamapi.Session:
         settings = self._settings
         if self._connection is None:
+            logger.info(
+                f"{self._name}: connecting to Symphony application {settings.application!r} as {settings.user}, "
+                f"session type {settings.session_type}, base concurrency {settings.base_concurrency}"
+            )
             security = soamapi.DefaultSecurityCallback(settings.user, settings.password)
             self._connection = soamapi.connect(settings.application, security)
-            logger.info(f"{self._name}: connected to Symphony application {settings.application!r}")
         callback = _Callback(self)
         attributes = soamapi.SessionCreationAttributes()
         attributes.set_session_type(settings.session_type)
