@@ -10,9 +10,11 @@ common data, as it does on an ordinary worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+from typing import ContextManager
 
 import soamapi
 
@@ -39,7 +41,12 @@ class ScalerService(soamapi.ServiceContainer):
     def on_invoke(self, task_context: soamapi.TaskContext) -> None:
         task_input = PayloadMessage()
         task_context.populate_task_input(task_input)
-        with clients_made_in(task_origin(task_context.get_session_id(), task_context.get_task_id())):
+        made_here: ContextManager[None]
+        try:
+            made_here = clients_made_in(task_origin(task_context.get_session_id(), task_context.get_task_id()))
+        except AttributeError:  # a soamapi that cannot name the task: the tasks its clients submit are not nested
+            made_here = contextlib.nullcontext()
+        with made_here:
             output = run_task(task_input.payload)
         task_context.set_task_output(PayloadMessage(output))
 

@@ -162,9 +162,12 @@ class SymphonyHost:
         attributes.set_session_name(self._name)
         attributes.set_session_flags(soamapi.SessionFlags.PARTIAL_ASYNC)
         attributes.set_session_callback(callback)
-        common = soamapi.DefaultTextMessage()
-        common.set_text(json.dumps({"scheduler_address": self._scheduler_address}))
-        attributes.set_common_data(common)
+        try:  # what Client() without an address reaches inside a task
+            common = soamapi.DefaultTextMessage()
+            common.set_text(json.dumps({"scheduler_address": self._scheduler_address}))
+            attributes.set_common_data(common)
+        except AttributeError:  # a soamapi without them: tasks name their scheduler themselves
+            logger.warning(f"{self._name}: this soamapi cannot give the session common data")
         session = self._connection.create_session(attributes)
         callback.session_id = session.get_id()
         return session
