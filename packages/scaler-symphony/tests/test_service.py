@@ -10,15 +10,17 @@ from scaler.symphony.task_payload import RESULT, parent_task
 
 
 def _context_of(soamapi, function, session_id="7", task_id="3"):
-    from scaler.symphony.soam_message import PayloadMessage
     from soamapi_fake.streams import serialize
+
+    from scaler.symphony.soam_message import PayloadMessage
 
     return soamapi.TaskContext(session_id, task_id, serialize(PayloadMessage(cloudpickle.dumps((function,)))))
 
 
 def _output(soamapi, context):
-    from scaler.symphony.soam_message import PayloadMessage
     from soamapi_fake.streams import deserialize
+
+    from scaler.symphony.soam_message import PayloadMessage
 
     message = PayloadMessage()
     deserialize(message, context.output)
