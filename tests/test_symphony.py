@@ -25,7 +25,7 @@ from cluster_processes import next_snapshot, wait_until, worker_count
 
 from scaler import Client
 from scaler.protocol.addresses import default_monitor_address
-from scaler.protocol.errors import RemoteTaskError, WorkerDiedError
+from scaler.protocol.errors import RemoteTaskError, TaskTimeoutError, WorkerDiedError
 
 APPLICATION = "ScalerApp"
 THREAD_SERVICE = "scaler.symphony.service:ScalerService"
@@ -100,6 +100,10 @@ def fibonacci(client: Client, n: int) -> int:
     return a.result() + b.result()
 
 
+def _keywords(a: int, b: bytes = b"") -> Any:
+    return a, b
+
+
 def hold(directory: str, tag: str) -> str:
     """Mark this task started, then wait for the release file of ``directory`` (a minute at most)."""
     open(os.path.join(directory, "started", tag), "a").close()
@@ -165,6 +169,17 @@ def test_tasks_wait_for_room_under_the_base_concurrency(cluster, address, tmp_pa
     assert worker.max_running() == 2  # two ran together while held, never more
 
 
+def test_object_references_large_arguments_and_large_results_go_through_object_storage(cluster, address):
+    cluster(2)
+    large = bytes(range(256)) * 4096  # 1 MiB: stored, not inline
+    with Client(address=address, timeout_seconds=60) as client:
+        reference = client.send_object(list(range(1000)), name="numbers")
+        assert client.submit(sum, reference).result(timeout=60) == sum(range(1000))
+        assert client.submit(len, large).result(timeout=60) == len(large)
+        assert client.submit(bytes.upper, large).result(timeout=60) == large.upper()
+        assert client.submit_verbose(_keywords, (1,), {"b": large[:5]}).result(timeout=60) == (1, large[:5])
+
+
 def test_a_graph_runs_on_symphony(cluster, address):
     cluster(2)
     graph = {"a": 2, "b": (square, "a"), "c": (add, "a", "b"), "d": (add, "c", "c")}
@@ -197,6 +212,18 @@ def test_cancel_removes_a_queued_task_and_aborts_a_running_one(cluster, address,
     assert _started(held) == ["running"]  # the queued task never ran
     [submitted, _] = worker.events("submit")
     assert [event["task"] for event in worker.events("abort")] == [submitted["task"]]
+
+
+def test_a_task_that_outlives_its_timeout_is_aborted_in_symphony(cluster, address, tmp_path):
+    worker = cluster(1, "process")
+    held = _holding(tmp_path)
+    with Client(address=address, timeout_seconds=60) as client:
+        late = client.submit_verbose(hold, (str(held), "late"), timeout_seconds=1)
+        with pytest.raises(TaskTimeoutError):
+            late.result(timeout=60)
+        wait_until(lambda: worker.events("abort"), 60, "the task to be aborted in Symphony")
+        assert client.submit(square, 6).result(timeout=60) == 36  # its place is free again
+    assert _started(held) == ["late"]
 
 
 def test_exceptions_and_results_that_cannot_travel_reach_the_client_as_errors(cluster, address):

@@ -248,3 +248,17 @@ def test_a_grid_is_configured_from_the_environment(tmp_path):
             [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60
         )
         assert json.loads(output.stdout) == [3, "maintenance"], output.stderr
+
+
+@pytest.mark.parametrize("mode", ["thread"])
+def test_a_slow_grid_starts_each_run_late_and_a_task_aborted_meanwhile_never_runs(grid):
+    application = grid.applications["Echo"]
+    application.slots, application.task_delay_seconds = 1, 600  # one instance, which waits before each run
+    callback = Collector()
+    _, session = _session(callback)
+    late = _send(session, b"late")
+    session.abort_tasks([late])  # the instance stops waiting at once
+    application.task_delay_seconds = 0
+    prompt = _send(session, b"prompt")
+    callback.wait(lambda: prompt in callback.outputs, "the next task, on the same instance")
+    assert sorted(callback.outputs) == [prompt] and grid.invocations == 1

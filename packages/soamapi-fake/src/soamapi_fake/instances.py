@@ -80,12 +80,25 @@ class Dispatcher:
                         task.state = "running"
                         task.attempts += 1
                         task.instance = instance
-                        self._grid.run_started(task)
                         return task
                 self._idle += 1
                 self._ready.wait()
                 self._idle -= 1
             return None
+
+    def delay(self, task: FakeTask) -> bool:
+        """Wait the application's delay before a run (a slow grid); whether the task is still to run."""
+        with self._ready:
+            self._ready.wait_for(
+                lambda: task.state != "running" or self._stopping, self._application.task_delay_seconds
+            )
+            if task.state == "running" and not self._stopping:
+                return True
+            task.instance = None
+            return False
+
+    def started(self, task: FakeTask) -> None:
+        self._grid.run_started(task)
 
     def finished(self, task: FakeTask, outcome: Outcome) -> None:
         self._grid.run_ended(task)
@@ -115,6 +128,7 @@ class Dispatcher:
         with self._ready:
             was, task.state = task.state, "aborted"
             instance = task.instance
+            self._ready.notify_all()  # a task waiting out the application's delay is not run
         if was == "running" and instance is not None:
             instance.abort_running()
 
@@ -139,8 +153,9 @@ class _Instance(threading.Thread):
                 task = self._dispatcher.take(self)
                 if task is None:
                     return
-                if self._application.task_delay_seconds:
-                    time.sleep(self._application.task_delay_seconds)
+                if self._application.task_delay_seconds and not self._dispatcher.delay(task):
+                    continue
+                self._dispatcher.started(task)
                 self._dispatcher.finished(task, self.invoke(task))
         finally:
             self.destroy()
