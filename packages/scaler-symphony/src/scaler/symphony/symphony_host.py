@@ -1,6 +1,7 @@
 """The Symphony runner's I/O half (`scaler.worker.task_runner.RunnerHost`): the worker's Symphony session.
 
-Every call into ``soamapi`` but the callbacks runs on one thread of its own, in the order the runner asked
+Every call into ``soamapi`` but the callbacks runs on one thread of its own (a daemon: a call Symphony never
+answers cannot keep the worker from exiting), in the order the runner asked
 (`OpenSession`, `SubmitTask`, `AbortTask`), so the worker's event loop never blocks on Symphony (sending to a
 recoverable session waits for Symphony to persist the input). Outputs arrive on Symphony's callback thread,
 which reads each one (`task_payload.task_result`) and hands it to the event loop. A lock held across
@@ -18,6 +19,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import queue
 import threading
 import time
 import traceback
@@ -64,7 +66,8 @@ class SymphonyHost:
         self._settings = settings
         self._scheduler_address = scheduler_address  # told to the service: tasks may connect clients to it
         self._name = worker_name
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="symphony")
+        self._calls: queue.Queue[Any] = queue.Queue()  # (function, arguments) for the Symphony thread; None: stop
+        self._thread = threading.Thread(target=self._serve_calls, name="symphony", daemon=True)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._deliver: Callable[[Any], None] = _not_open
         self._lock = threading.Lock()  # guards what the callback thread reads: _submissions, _symphony_ids
@@ -89,15 +92,17 @@ class SymphonyHost:
     def open(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[Any], None]) -> None:
         self._loop = loop
         self._deliver = deliver
+        self._thread.start()
 
     async def close(self) -> None:
-        loop = asyncio.get_running_loop()
+        closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._on_thread(self._close_all, closed)
+        self._calls.put(None)
         try:
-            await asyncio.wait_for(loop.run_in_executor(self._thread, self._close_all), CLOSE_SECONDS)
+            await asyncio.wait_for(asyncio.wrap_future(closed), CLOSE_SECONDS)
         except asyncio.TimeoutError:
             logger.error(f"{self._name}: closing the Symphony session took longer than {CLOSE_SECONDS:g}s; leaving")
         self._deliver = _discard
-        self._thread.shutdown(wait=False)
 
     def usage(self) -> Tuple[float, int]:
         return 0.0, 0  # the tasks run on the Symphony grid, not here
@@ -105,17 +110,19 @@ class SymphonyHost:
     # ------------------------------------------------------------------------- the Symphony thread
 
     def _on_thread(self, function: Callable[..., None], *arguments: Any) -> None:
-        try:
-            self._thread.submit(self._guarded, function, *arguments)
-        except RuntimeError:  # the worker is leaving: the thread is shut down
-            pass
+        self._calls.put((function, arguments))
 
-    def _guarded(self, function: Callable[..., None], *arguments: Any) -> None:
-        try:
-            function(*arguments)
-        except Exception as error:  # a bug here must stop the worker, not leave its tasks hanging
-            logger.exception(f"{self._name}: internal error in the Symphony thread")
-            self._post_event(Broken(f"internal error in the Symphony thread: {type(error).__name__}: {error}"))
+    def _serve_calls(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            function, arguments = call
+            try:
+                function(*arguments)
+            except Exception as error:  # a bug here must stop the worker, not leave its tasks hanging
+                logger.exception(f"{self._name}: internal error in the Symphony thread")
+                self._post_event(Broken(f"internal error in the Symphony thread: {type(error).__name__}: {error}"))
 
     def _open_session(self) -> None:
         settings = self._settings
@@ -220,7 +227,7 @@ class SymphonyHost:
             self._submissions.pop(key, None)
         self._post(TaskAborted(effect.serial))
 
-    def _close_all(self) -> None:
+    def _close_all(self, closed: concurrent.futures.Future[None]) -> None:
         session, self._session = self._session, None
         connection, self._connection = self._connection, None
         if session is not None:
@@ -230,6 +237,7 @@ class SymphonyHost:
         if self._initialized:
             self._initialized = False
             _attempt(soamapi.uninitialize, "uninitialize the library")
+        closed.set_result(None)
 
     def _function_name(self, function_id: bytes, function: Optional[bytes]) -> str:
         name = self._function_names.get(function_id)

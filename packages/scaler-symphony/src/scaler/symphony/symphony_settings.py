@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_SESSION_TYPE = "RecoverableAllHistoricalData"
 DEFAULT_USER = "Guest"
@@ -14,7 +14,7 @@ class SymphonySettings:
     base_concurrency: int
     session_type: str = DEFAULT_SESSION_TYPE  # a <SessionTypes><Type name=...> of the application's profile
     user: str = DEFAULT_USER
-    password: str = DEFAULT_USER
+    password: str = field(default=DEFAULT_USER, repr=False)
 
     def __post_init__(self) -> None:
         if not self.application:
