@@ -243,7 +243,7 @@ class SymphonyHost:
         name = self._function_names.get(function_id)
         if name is None:
             try:
-                loaded = cloudpickle.loads(function) if function is not None else _unknown
+                loaded = cloudpickle.loads(function)
                 name = f"{loaded.__module__}.{loaded.__qualname__}"
             except Exception:
                 name = ""  # it loads where it runs, maybe not here
@@ -341,10 +341,6 @@ def _attempt(step: Callable[[], Any], what: str) -> None:
         step()
     except Exception as error:
         logger.warning(f"Symphony: could not {what}: {_describe(error)}")
-
-
-def _unknown() -> None:  # the name of a function that is not here
-    pass
 
 
 def _not_open(event: Any) -> None:
