@@ -139,20 +139,13 @@ class SessionCallback:
         pass
 
 
-class SessionCreationAttributes:
+class _SessionAttributes:
+    """What creating a session and opening one again both set."""
+
     def __init__(self) -> None:
-        self.session_type = ""
         self.session_name = ""
         self.flags = 0
         self.callback: Optional[SessionCallback] = None
-        self.common_data: Optional[List[Record]] = None
-        self.priority = 1
-        self.tag = ""
-        self.service_name = ""
-        self.max_services = 0
-
-    def set_session_type(self, session_type: str) -> None:
-        self.session_type = session_type
 
     def set_session_name(self, session_name: str) -> None:
         self.session_name = session_name
@@ -162,6 +155,20 @@ class SessionCreationAttributes:
 
     def set_session_callback(self, callback: SessionCallback) -> None:
         self.callback = callback
+
+
+class SessionCreationAttributes(_SessionAttributes):
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_type = ""
+        self.common_data: Optional[List[Record]] = None
+        self.priority = 1
+        self.tag = ""
+        self.service_name = ""
+        self.max_services = 0
+
+    def set_session_type(self, session_type: str) -> None:
+        self.session_type = session_type
 
     def set_common_data(self, message: Message) -> None:
         self.common_data = serialize(message)
@@ -181,24 +188,13 @@ class SessionCreationAttributes:
         self.max_services = count
 
 
-class SessionOpenAttributes:
+class SessionOpenAttributes(_SessionAttributes):
     def __init__(self) -> None:
+        super().__init__()
         self.session_id = ""
-        self.session_name = ""
-        self.flags = 0
-        self.callback: Optional[SessionCallback] = None
 
     def set_session_id(self, session_id: str) -> None:
         self.session_id = session_id
-
-    def set_session_name(self, session_name: str) -> None:
-        self.session_name = session_name
-
-    def set_session_flags(self, flags: int) -> None:
-        self.flags = flags
-
-    def set_session_callback(self, callback: SessionCallback) -> None:
-        self.callback = callback
 
 
 class TaskSubmissionAttributes:
