@@ -41,9 +41,6 @@ ALLOWED_SKIPS = {
     "packages/scaler-storage/tests/test_server.py::test_small_objects_do_not_pin_receive_buffers": (
         "reads the server's memory in Linux's /proc; CI runs on Linux"
     ),
-    "packages/scaler-symphony/tests/test_cli.py::test_missing_soamapi_is_explained": (
-        "the environment has IBM Spectrum Symphony's real soamapi (a Symphony host); CI has none"
-    ),
 }
 
 

@@ -35,6 +35,9 @@ DISTRIBUTIONS = [
 ]
 # Directories of packages/ that are not components: the lint environment installs them for mypy.
 TYPE_STUBS = ["soamapi-stubs"]
+# Test-only distributions, never shipped: each is installed in the environment of the distribution whose tests
+# need it, and in the integration environment; its own tests run in that distribution's environment.
+TEST_PACKAGES = {"soamapi-fake": "scaler-symphony"}  # a fake IBM Symphony (soamapi) for scaler-symphony
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]  # every version the distributions support (requires-python)
 
 
@@ -158,10 +161,11 @@ def _install_lists() -> dict[str, list[str]]:
     unlisted = sorted(
         path.parent.name
         for path in (ROOT / "packages").glob("*/pyproject.toml")
-        if path.parent.name not in DISTRIBUTIONS + TYPE_STUBS
+        if path.parent.name not in [*DISTRIBUTIONS, *TYPE_STUBS, *TEST_PACKAGES]
     )
     if unlisted:
-        sys.exit(f"dev.py sync: packages/{', packages/'.join(unlisted)} not in dev.py's DISTRIBUTIONS or TYPE_STUBS")
+        listed = "DISTRIBUTIONS, TYPE_STUBS or TEST_PACKAGES"
+        sys.exit(f"dev.py sync: packages/{', packages/'.join(unlisted)} not in dev.py's {listed}")
     local = {
         name: [dep for dep in map(_requirement_name, project.get("dependencies", [])) if dep in DISTRIBUTIONS]
         for name, project in projects.items()
@@ -179,8 +183,15 @@ def _install_lists() -> dict[str, list[str]]:
         if late:
             sys.exit(f"dev.py sync: {name} depends on {', '.join(late)}: list it after them in DISTRIBUTIONS")
         own = _with_extras(f"{{tox_root}}/packages/{name}", projects[name])
-        lists[name] = [f"{{tox_root}}/packages/{dep}" for dep in DISTRIBUTIONS if dep in closure] + [own]
+        for_tests = [f"{{tox_root}}/packages/{test}" for test, owner in TEST_PACKAGES.items() if owner == name]
+        lists[name] = [f"{{tox_root}}/packages/{dep}" for dep in DISTRIBUTIONS if dep in closure] + [own] + for_tests
     return lists
+
+
+def _test_directories(name: str) -> str:
+    """The test directories a distribution's environment runs: its own, and those of its test packages."""
+    owned = [test for test, owner in TEST_PACKAGES.items() if owner == name]
+    return " ".join(f"{{tox_root}}/packages/{directory}/tests" for directory in [name, *owned])
 
 
 def _generated_regions() -> dict[Path, dict[str, list[str]]]:
@@ -188,6 +199,7 @@ def _generated_regions() -> dict[Path, dict[str, list[str]]]:
     shorts = [_short(name) for name in DISTRIBUTIONS]
     installs = _install_lists()
     every = every_distribution("{tox_root}/packages") + ["{tox_root}"]
+    every += [f"{{tox_root}}/packages/{test}" for test in TEST_PACKAGES]
     versions = ",".join(version.replace(".", "") for version in PYTHONS)
     return {
         ROOT / "tox.ini": {
@@ -199,7 +211,7 @@ def _generated_regions() -> dict[Path, dict[str, list[str]]]:
             + [f"all = {' '.join(every)}"],
             "install": [f"    {short}: {{[testenv]install_local}} {{[dists]{short}}}" for short in shorts],
             "run": [
-                f"    {_short(name)}: python -m pytest {{tox_root}}/packages/{name}/tests {{posargs}}"
+                f"    {_short(name)}: python -m pytest {_test_directories(name)} {{posargs}}"
                 for name in DISTRIBUTIONS
             ],
         },

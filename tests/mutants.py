@@ -39,6 +39,7 @@ TIMEOUT_SECONDS = 60
 
 SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
 CLIENT = "packages/scaler-client/src/scaler/client"
+SYMPHONY = "packages/scaler-symphony/src/scaler/symphony"
 
 
 @dataclass
@@ -123,6 +124,20 @@ FAULTS = [
             "tests/test_graph_conformance.py",
         ],
     ),
+    Fault(
+        "the Symphony worker holds nested tasks back under its base concurrency",
+        [
+            (
+                f"{SYMPHONY}/symphony_runner.py",
+                "        return parent is not None and parent in self._parents\n",
+                "        return False\n",
+            )
+        ],
+        [
+            "packages/scaler-symphony/tests/test_symphony_runner.py",
+            "tests/test_symphony.py::test_nested_fibonacci_runs_past_the_base_concurrency[1]",
+        ],
+    ),
 ]
 
 
@@ -146,7 +161,9 @@ def copy_sources(tree: Path) -> None:
 
 
 def install_editable(tree: Path) -> None:
-    arguments = [item for target in dev.every_distribution(str(tree / "packages")) for item in ("-e", target)]
+    targets = dev.every_distribution(str(tree / "packages"))
+    targets += [str(tree / "packages" / name) for name in dev.TEST_PACKAGES]  # the fake Symphony
+    arguments = [item for target in targets for item in ("-e", target)]
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-build-isolation",
          *arguments],

@@ -1,7 +1,8 @@
 import os
 import socket
+import threading
 
-from scaler.protocol.ids import IDGenerator, new_client_id, new_worker_id, show
+from scaler.protocol.ids import IDGenerator, clients_made_in, made_in, new_client_id, new_worker_id, show
 
 
 def test_client_and_worker_ids_are_readable_and_unique():
@@ -29,3 +30,18 @@ def test_show_binary_ids_as_hex():
     identifier = bytes(range(16))
     assert show(identifier) == identifier.hex()
     assert show(b"C|\xff") == "C|\ufffd"  # never raises on a malformed readable ID
+
+
+def test_a_client_made_inside_a_task_names_it_and_only_there():
+    outside = new_client_id()
+    with clients_made_in("symphony:7:42"):
+        inside = new_client_id()
+        elsewhere: list = []
+        thread = threading.Thread(target=lambda: elsewhere.append(new_client_id()))  # another thread: no task
+        thread.start()
+        thread.join(10)
+    after = new_client_id()
+    assert inside.startswith(b"C|") and inside.endswith(b"|in:symphony:7:42")
+    assert made_in(inside) == "symphony:7:42"
+    assert [made_in(client_id) for client_id in (outside, after, *elsewhere)] == ["", "", ""]
+    assert made_in(b"W|host|1|abc") == ""

@@ -51,6 +51,20 @@ def test_a_task_arriving_with_a_higher_priority_overtakes_staged_tasks():
     assert h.run_all() == [task_id(n) for n in (1, 9, 2, 3, 4, 5)]
 
 
+def test_a_runner_may_take_the_first_task_it_accepts_and_the_others_keep_their_places():
+    """`next_ready` with ``accept``: how a runner with a limit takes the tasks allowed past it (Symphony's nested
+    tasks) out of queue order."""
+    h = Harness()
+    h.assign(make_task(1), make_task(2), make_task(3, priority=1), make_task(4))
+    h.answer_gets()
+    assert h.running_task() == task_id(3)
+    ready = h.core.next_ready(False, lambda task: task.task_id in (task_id(2), task_id(4)))
+    assert ready is not None and ready.task.task_id == task_id(2)  # the first accepted, in run order
+    assert h.core.task_states()[task_id(2)] == TaskState.RUNNING
+    assert h.core.next_ready(False, lambda task: False) is None
+    assert [h.core.next_ready(False).task.task_id for _ in range(2)] == [task_id(1), task_id(4)]
+
+
 def test_function_is_fetched_once_and_sent_to_the_processor_once():
     h = Harness()
     h.assign(*(make_task(n) for n in range(1, 6)))

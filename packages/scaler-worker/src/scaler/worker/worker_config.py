@@ -173,10 +173,13 @@ def _capabilities(text: str) -> str:
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of every program that runs workers (scaler_worker, scaler_cluster, scaler_symphony_cluster):
+    an option every worker takes is added here, once."""
     parser.add_argument("address", type=_address, help="scheduler address, tcp://HOST:PORT or ipc://PATH")
     parser.add_argument(
         "--per-worker-capabilities",
         "-pwc",
+        "--capabilities",
         type=_capabilities,
         default="",
         metavar="CAPABILITIES",

@@ -316,11 +316,16 @@ class WorkerCore:
     def best_priority(self) -> Optional[int]:
         return self._queue.best_priority
 
-    def next_ready(self, newest_first: bool) -> Optional[ReadyTask]:
+    def next_ready(
+        self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None
+    ) -> Optional[ReadyTask]:
         queue = self._queue
         storage = self._storage
         while True:
-            entry = queue.first(newest_first)
+            if accept is None:
+                entry = queue.first(newest_first)
+            else:
+                entry = next((each for each in queue.in_run_order(newest_first) if accept(each.task)), None)
             if entry is None:
                 return None
             if entry.state is _QUEUED:
