@@ -321,6 +321,12 @@ class WorkerManagerCommand:
     worker_ids: List[bytes] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class WaitingTasks:
+    task_ids: List[bytes] = field(default_factory=list)
+    waiting: List[bool] = field(default_factory=list)
+
+
 # The members of the `Message` union, in schema order.
 MESSAGE_TYPES = (
     Hello,
@@ -347,4 +353,5 @@ MESSAGE_TYPES = (
     StateSnapshot,
     WorkerManagerHeartbeat,
     WorkerManagerCommand,
+    WaitingTasks,
 )
