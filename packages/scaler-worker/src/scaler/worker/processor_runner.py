@@ -303,9 +303,9 @@ class ProcessorRunner:
             return
         if not self._step(sent, SentEvent.RESULT, owner, out):
             return
-        self._leave(sent, owner, out)
-        if not self._running and not self._waiting:
+        if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
+        self._leave(sent, owner, out)
         owner.finished(
             result.task_id,
             result.status,
