@@ -527,3 +527,16 @@ def test_sized_lru_cache_evicts_least_recently_used_by_size():
     cache.put("c", 3, 4)
     assert "b" not in cache and cache.get("a") == 1 and cache.size == 8
     cache.put("big", 4, 11)  # larger than the whole cache: not kept
+
+
+def test_a_scheduler_older_than_1_3_is_not_told_of_waits():
+    h = Harness(connect=False)
+    h.handle(FromScheduler(m.HelloAck(m.Version(1, 2), "tcp://127.0.0.1:2346", 2.0, 60.0)))
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    h.wait()
+    assert h.running_task() == task_id(2)  # the worker still runs other tasks while one waits
+    h.finish()
+    h.resume()
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)] and h.take(m.WaitingTasks) == []

@@ -374,12 +374,12 @@ class WorkerCore:
 
     def waiting(self, task_id: bytes) -> None:
         entry = self._tasks.get(task_id)
-        if entry is not None:
+        if entry is not None and self._session.tells_waits:  # (a scheduler older than 1.3 counts it as running)
             self._apply(entry, _E.WAIT)
 
     def resumed(self, task_id: bytes) -> None:
         entry = self._tasks.get(task_id)
-        if entry is not None:
+        if entry is not None and self._session.tells_waits:
             self._apply(entry, _E.RESUME)
 
     def returned(self, task_ids: List[bytes]) -> None:

@@ -55,6 +55,7 @@ class WorkerSession:
             m.WorkerInfo(slots=1, queue_capacity=config.queue_capacity, capabilities=config.capabilities),
         )
         self.connected = False  # the scheduler's HelloAck came
+        self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
         self._storage_address = ""
         self._storage_accepted = False
         self._heartbeat_interval = config.heartbeat_interval_seconds
@@ -138,6 +139,8 @@ class WorkerSession:
             logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
             return
         self.connected = True
+        # WaitingTasks is a union member of protocol 1.3: an older scheduler would drop the whole message
+        self.tells_waits = (ack.version.major, ack.version.minor) >= (1, 3)
         self._hello_deadline = math.inf
         if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
             self._heartbeat_interval = ack.heartbeat_interval_seconds
