@@ -157,7 +157,8 @@ class PipeEnd:
     def wait_readable(self, other: int, timeout: Optional[float]) -> bool:
         """Wait until the Pipe or the descriptor ``other`` is readable, or ``timeout`` seconds (None: no limit);
         whether the Pipe is."""
-        return self._socket in select.select([self._socket, other], [], [], timeout)[0]
+        pipe = self._socket.fileno()
+        return pipe in select.select([pipe, other], [], [], timeout)[0]
 
     def send(self, message: Any) -> None:
         """Raise OSError when the agent is gone."""
