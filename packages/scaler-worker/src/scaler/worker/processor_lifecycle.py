@@ -20,7 +20,7 @@ class SentState(enum.Enum):
     SENT = "sent"  # in the processor's FIFO, not started
     RECALLING = "recalling"  # sent, and a Drop is on its way to take it back to the queue
     DROPPING = "dropping"  # sent, and a Drop is on its way for a cancel
-    RUNNING = "running"  # started, on the stack
+    RUNNING = "running"  # started, running (not waiting)
     STARTED_DROPPING = "started, dropping"  # taken for started, but a Dropped may still say it never did
     WAITING = "waiting"  # started, waiting inside the Scaler client: the processor runs other tasks meanwhile
     FINISHED = "finished"
