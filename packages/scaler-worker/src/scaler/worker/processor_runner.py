@@ -293,8 +293,9 @@ class ProcessorRunner:
                 if type(each) is ProcessorResult:
                     self._on_result(owner, each, out)
         cause = ended.cause
-        running = ", ".join(sent.task_id.hex() for sent in self._running) or "none"
-        self._stop(owner, f"{cause}, while task {running} ran beside this one", out, running_reason=cause)
+        running = ", ".join(sent.task_id.hex() for sent in self._running)
+        reason = f"{cause}, while task {running} ran beside this one" if running else cause
+        self._stop(owner, reason, out, running_reason=cause)
 
     def _on_result(self, owner: RunnerOwner, result: ProcessorResult, out: List[Any]) -> None:
         sent = self._tasks.get(result.task_id)
