@@ -69,6 +69,7 @@ WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
 
 _DEFAULT_SERIALIZER = DefaultSerializer()  # of tasks whose client did not choose one
 _WAITS = object()  # what a task's greenlet hands the hub when it waits (a finished one hands its result)
+_SPARE_GREENLETS = 16  # greenlets kept for the next tasks once theirs ended (making one costs several µs)
 
 
 class _Loaded:
@@ -175,6 +176,7 @@ class _Processor:
         self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
         self._held_since = 0.0
         self._hub = greenlet.getcurrent()
+        self._spare: List[greenlet.greenlet] = []  # greenlets whose task ended, each ready for another
         self._current: Optional[_Started] = None  # the task whose greenlet runs now
         self._waiting = 0  # tasks switched out in a wait
         self._resumable: Deque[_Started] = deque()  # tasks whose wait is over, in the order they ended
@@ -213,7 +215,8 @@ class _Processor:
             if fifo:
                 accepted = fifo.popleft()
                 started = _Started(accepted.task.task_id, accepted.task.profiling)
-                started.greenlet = greenlet.greenlet(self._run)
+                spare = self._spare
+                started.greenlet = spare.pop() if spare else greenlet.greenlet(self._run_tasks)
                 outcome = self._switch_to(started, accepted)
             elif resumable:
                 started = resumable.popleft()
@@ -223,6 +226,8 @@ class _Processor:
                 continue
             if outcome is _WAITS:
                 continue
+            if len(self._spare) < _SPARE_GREENLETS:
+                self._spare.append(started.greenlet)
             _flush_standard_streams()
             now = time.perf_counter()
             self._emit(outcome, now)
@@ -410,8 +415,14 @@ class _Processor:
             resolved.append((name, payload, object_id))
         return resolved
 
+    def _run_tasks(self, accepted: _Accepted, started: _Started) -> None:
+        """The body of a greenlet: run a task, hand its result to the hub, and the next task the hub gives."""
+        hub = self._hub
+        while True:
+            accepted, started = hub.switch(self._run(accepted, started))
+
     def _run(self, accepted: _Accepted, started: _Started) -> ProcessorResult:
-        """The body of a task's greenlet: its result (`_switch_to` adds how long it took)."""
+        """One task, in its greenlet: its result."""
         task = accepted.task
         function = accepted.function
         serializer_entry = accepted.serializer
