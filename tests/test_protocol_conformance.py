@@ -71,7 +71,7 @@ def test_other_major_version_is_refused_naming_both_versions(scheduler):
     client.send(hello("client", major=7))
     which, body = receive(client)
     assert which == "refusal"
-    assert "7.0" in body["reason"] and "1.2" in body["reason"]
+    assert "7.0" in body["reason"] and "1.3" in body["reason"]
 
 
 def test_garbage_is_dropped_and_the_scheduler_keeps_serving(scheduler):
