@@ -140,3 +140,16 @@ def test_map_waits_through_the_hook(hooked, scheduler: FakeScheduler, client: Cl
 def client(scheduler: FakeScheduler) -> Iterator[Client]:
     with Client(scheduler.address, timeout_seconds=10, heartbeat_interval_seconds=0.5) as connected:
         yield connected
+
+
+def test_a_waiter_that_waits_again_after_a_timeout_is_registered_once():
+    woken: List[str] = []
+    waited = future()
+
+    def wake() -> None:
+        woken.append("once")
+
+    for _ in range(3):
+        waited.notify(wake)
+    waited._set_value(1)
+    assert woken == ["once"]

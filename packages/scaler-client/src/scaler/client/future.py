@@ -122,7 +122,8 @@ class FutureBatch:
         waiting on it may go on."""
         with _LOCK:
             if not self.finished():
-                self._wakers = [*(self._wakers or ()), wake]
+                if wake not in (self._wakers or ()):  # the same waiter, waiting again (a timeout passed)
+                    self._wakers = [*(self._wakers or ()), wake]
                 return
         wake()
 
@@ -302,7 +303,8 @@ class ScalerFuture(concurrent.futures.Future):
         processor hears that a task waiting on it may go on."""
         with _LOCK:
             if self._state not in _DONE_STATES:
-                self._wakers = [*(self._wakers or ()), wake]
+                if wake not in (self._wakers or ()):  # the same waiter, waiting again (a timeout passed)
+                    self._wakers = [*(self._wakers or ()), wake]
                 return
         wake()
 

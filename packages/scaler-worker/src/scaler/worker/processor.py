@@ -121,14 +121,15 @@ class _Started:
     """A task started on the processor: its greenlet, its wait, and what its profiling needs."""
 
     __slots__ = (
-        "task_id", "greenlet", "done", "waiting", "waits", "started", "cpu", "cpu_since", "profiled", "memory_base",
-        "memory_peak",
+        "task_id", "greenlet", "done", "wake", "waiting", "waits", "started", "cpu", "cpu_since", "profiled",
+        "memory_base", "memory_peak",
     )  # fmt: skip
 
     def __init__(self, task_id: bytes, profiled: bool) -> None:
         self.task_id = task_id
         self.greenlet: Any = None
         self.done: Callable[[], bool] = _never
+        self.wake: Optional[Callable[[], None]] = None  # what the waited-on objects call once their wait may be over
         self.waiting = False  # switched out in a wait that has not ended
         self.waits = 0  # how many waits it began (a timeout belongs to one of them)
         self.started = time.perf_counter()
@@ -248,7 +249,9 @@ class _Processor:
             return  # not a task's own wait (a thread of the task, or outside any task): wait as usual
         if timeout is not None and timeout <= 0:
             return
-        notify(functools.partial(self._wake, started))  # before the check: an end in between is not missed
+        if started.wake is None:
+            started.wake = functools.partial(self._wake, started)
+        notify(started.wake)  # before the check: an end in between is not missed
         if done():
             return
         started.done = done
