@@ -138,6 +138,21 @@ FAULTS = [
             "tests/test_symphony.py::test_nested_fibonacci_runs_past_the_base_concurrency[1]",
         ],
     ),
+    Fault(
+        "a task waiting for its children keeps its room at the scheduler",
+        [
+            (
+                f"{SCHEDULER}/peers.py",
+                "        return len(self.tasks) - len(self.waiting)\n",
+                "        return len(self.tasks)\n",
+            )
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_core.py",
+            "tests/test_nested_cores.py",
+            "tests/test_nested_tasks.py::test_fibonacci_on_one_worker_with_a_queue_of_one_or_two[1-18]",
+        ],
+    ),
 ]
 
 

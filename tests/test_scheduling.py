@@ -1,4 +1,7 @@
-"""Scheduling under the workloads users run: nesting, balancing, recovery, capabilities, timeouts."""
+"""Scheduling under the workloads users run: balancing, recovery, capabilities, timeouts.
+
+Nested tasks are in test_nested_tasks.py.
+"""
 
 from __future__ import annotations
 
@@ -16,29 +19,6 @@ from scaler.protocol.errors import TaskRejectedError, TaskTimeoutError
 
 def square(value: int) -> int:
     return value * value
-
-
-def fibonacci(client: Client, n: int) -> int:
-    if n < 2:
-        return n
-    a = client.submit(fibonacci, client, n - 1)
-    b = client.submit(fibonacci, client, n - 2)
-    return a.result() + b.result()
-
-
-def factorial(n: int) -> int:
-    if n <= 1:
-        return 1
-    with Client() as client:  # inside a worker: finds its scheduler
-        return n * client.submit(factorial, n - 1).result()
-
-
-def nested_map(client: Client, n: int) -> int:
-    return sum(client.map(inner_map, [(client, i) for i in range(n)]))
-
-
-def inner_map(client: Client, i: int) -> int:
-    return sum(client.map(square, [(j,) for j in range(i)]))
 
 
 def sleep_then(value, seconds):
@@ -69,22 +49,6 @@ def cluster():
 def client(cluster):
     with Client(address=cluster.get_address(), timeout_seconds=60) as client:
         yield client
-
-
-def test_nested_fibonacci_on_two_workers(client):
-    assert client.submit(fibonacci, client, 8).result(timeout=120) == 21
-    assert client.submit(fibonacci, client, 15).result(timeout=300) == 610
-
-
-def test_nested_map_inside_nested_map(client):
-    expected = sum(sum(j * j for j in range(i)) for i in range(6))
-    assert client.submit(nested_map, client, 6).result(timeout=120) == expected
-
-
-def test_deep_recursion_on_one_worker():
-    with SchedulerClusterCombo(n_workers=1, logging_level="WARNING") as combo:
-        with Client(address=combo.get_address()) as client:
-            assert client.submit(factorial, 50).result(timeout=300) == __import__("math").factorial(50)
 
 
 def where(value):

@@ -374,3 +374,67 @@ def test_task_output_goes_to_each_client_still_here_that_reads_it():
     effects = core.handle(FromPeer(WORKER_A, m.TaskOutputBatch(printed)), 1.0)
     assert sent(effects, to=reader) == [m.TaskOutputBatch([printed[0], printed[2]])]
     assert sent(effects, to=gone) == [] and sent(effects, to=CLIENT) == []
+
+
+# ----------------------------------------------------------------- nested tasks: a waiting task holds no room
+
+
+def assigned(effects, to=WORKER_A):
+    return [t.task_id for batch in sent(effects, to=to, kind=m.TaskBatch) for t in batch.tasks]
+
+
+def test_a_waiting_task_leaves_room_for_one_more_and_takes_it_back_when_it_runs_again():
+    core = core_with(capacity=1)
+    assert assigned(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2), task(3)])), 1.0)) == [task(1).task_id]
+    # task 1 waits (for tasks 2 and 3, say): task 2 takes its room
+    effects = core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(1).task_id], [True])), 2.0)
+    assert assigned(effects) == [task(2).task_id]
+    effects = core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(2).task_id], [True])), 2.0)
+    assert assigned(effects) == [task(3).task_id]
+    # task 1 runs again: the worker is full (three tasks, two running) until two of them end
+    assert assigned(core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(1).task_id], [False])), 3.0)) == []
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(4)])), 3.0)
+    assert assigned(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(3).task_id)])), 4.0)) == []
+    effects = core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(1).task_id)])), 4.0)
+    assert assigned(effects) == [task(4).task_id]  # task 2 still waits: it holds no room
+
+
+def test_a_worker_whose_every_task_waits_takes_more_tasks():
+    core = core_with(capacity=2)
+    first = [task(n) for n in range(1, 3)]
+    assert len(assigned(core.handle(FromPeer(CLIENT, m.TaskBatch(first + [task(3), task(4)])), 1.0))) == 2
+    effects = core.handle(FromPeer(WORKER_A, m.WaitingTasks([t.task_id for t in first], [True, True])), 2.0)
+    assert assigned(effects) == [task(3).task_id, task(4).task_id]
+
+
+def test_waits_of_tasks_the_worker_does_not_hold_change_nothing_and_a_malformed_notice_is_dropped():
+    core = core_with(workers=(WORKER_A, WORKER_B), capacity=1)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2), task(3)])), 1.0)
+    on_a, on_b = assigned(effects, WORKER_A), assigned(effects, WORKER_B)
+    assert len(on_a) == len(on_b) == 1
+    # B says A's task waits, then a task it never had, then a notice whose lists differ in length
+    assert assigned(core.handle(FromPeer(WORKER_B, m.WaitingTasks(on_a, [True])), 2.0), WORKER_B) == []
+    assert assigned(core.handle(FromPeer(WORKER_B, m.WaitingTasks([task(9).task_id], [True])), 2.0), WORKER_B) == []
+    assert assigned(core.handle(FromPeer(WORKER_B, m.WaitingTasks(on_b, [True, False])), 2.0), WORKER_B) == []
+    assert assigned(core.handle(FromPeer(WORKER_B, m.WaitingTasks(on_b, [True])), 2.0), WORKER_B) == [task(3).task_id]
+
+
+def test_a_waiting_task_of_a_worker_that_leaves_runs_again_elsewhere():
+    core = core_with(workers=(WORKER_A, WORKER_B), capacity=1)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
+    owner = WORKER_A if assigned(effects, WORKER_A) else WORKER_B
+    other = WORKER_B if owner == WORKER_A else WORKER_A
+    core.handle(FromPeer(owner, m.WaitingTasks([task(1).task_id], [True])), 2.0)
+    effects = core.handle(FromPeer(owner, m.DisconnectRequest("leaving")), 3.0)
+    [again] = [t for batch in sent(effects, to=other, kind=m.TaskBatch) for t in batch.tasks]
+    assert (again.task_id, again.attempt) == (task(1).task_id, 2)
+
+
+def test_balancing_counts_only_the_tasks_that_do_not_wait():
+    core = core_with(workers=(WORKER_A,), capacity=10)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(n) for n in range(1, 6)])), 1.0)
+    core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(1).task_id, task(2).task_id], [True, True])), 1.0)
+    core.handle(FromPeer(WORKER_B, hello(m.PeerRole.WORKER, 10)), 1.0)
+    # A holds five tasks, three of them work that could move: the mean is 1.5, so one goes (not two)
+    [request] = sent(core.handle(Tick(), 2.0), to=WORKER_A, kind=m.BalanceRequest)
+    assert request.count == 1

@@ -1,10 +1,11 @@
 """Drives the worker core (`WorkerCore` with a `ProcessorRunner`) through `handle`: no sockets, no processes.
 
 The harness plays the scheduler, the storage server and the processor. Its processor model reads its pipe
-when the real one does (when idle, between two tasks, or inside a task's wait), keeps the tasks sent ahead
-in a FIFO that it runs in order at the top of its stack, and answers a Drop of a task still in its FIFO, so
-the tests see the same interleavings as a real worker, including a task sent just before the processor asks
-to resume a waiting task. The clock moves only when a test moves it.
+when the real one does (whenever no task runs: idle, or between two switches), keeps the tasks sent in a
+FIFO whose head it starts whenever no task runs, switches out the tasks that wait, resumes a task whose wait
+is over when no task runs and its FIFO is empty, and answers a Drop of a task still in its FIFO, so the tests
+see the same interleavings as a real worker, including a task sent just as the processor resumes a waiting
+task. The clock moves only when a test moves it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
+from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
 from scaler.worker.processor_runner import (
     ProcessorEnded,
     ProcessorOutput,
@@ -82,16 +83,6 @@ def load_failure(result: m.TaskResult) -> Tuple[BaseException, str]:
     return cloudpickle.loads(result.payload)
 
 
-class _Frame:
-    """A task on the model processor's stack: running, waiting (in its wait loop) or resuming (asked to
-    resume, reading its pipe until WaitEnded)."""
-
-    def __init__(self, task: ProcessorTask) -> None:
-        self.task = task
-        self.state = "running"
-        self.wait_ended = False  # resuming, and WaitEnded came (read by a wait of a task above)
-
-
 class Harness:
     """A connected worker core; the scheduler's, the storage server's and the processor's parts by hand."""
 
@@ -118,8 +109,10 @@ class Harness:
         self.storage: Dict[bytes, Any] = {FUNCTION: b"function bytes"}
         self.processor = -1
         self.pipe: List[Any] = []  # sent to the model processor, not read yet
-        self.stack: List[_Frame] = []  # the model processor's stack, the top one last
-        self.fifo: List[ProcessorTask] = []  # the tasks sent ahead, not started
+        self.current: Optional[ProcessorTask] = None  # the task the model processor runs
+        self.waiting: List[ProcessorTask] = []  # switched out, waiting (in the order they began)
+        self.resumable: List[ProcessorTask] = []  # their wait is over: resumed when nothing runs, in this order
+        self.fifo: List[ProcessorTask] = []  # the tasks sent, not started
         self.notices: List[Any] = []  # Dropped notices written by the model processor, not handed over yet
         self.messages: List[Any] = []  # every Pipe message the model processor read
         self.hold = False  # the model processor does not read its pipe (to stage races)
@@ -149,7 +142,8 @@ class Harness:
                 assert effect.processor_id not in self.started, "processor IDs are not reused"
                 self.started.append(effect.processor_id)
                 self.processor = effect.processor_id
-                self.pipe, self.stack, self.fifo, self.notices = [], [], [], []  # the old one is killed
+                self.pipe, self.fifo, self.notices = [], [], []  # the old one is killed
+                self.current, self.waiting, self.resumable = None, [], []
             elif kind is SendToProcessor:
                 assert effect.processor_id == self.processor
                 self.pipe.append(effect.message)
@@ -180,43 +174,35 @@ class Harness:
         self.handle(Tick())
 
     def pump(self) -> None:
-        """The model processor reads its pipe while it can (idle, between two tasks, or inside a task's wait)
-        and starts the head of its FIFO when idle; then the notices it wrote reach the agent."""
-        while True:
-            if self.pipe and not self.hold and (not self.stack or self.stack[-1].state != "running"):
+        """While no task runs, the model processor reads its pipe, then starts the head of its FIFO, or resumes a
+        task whose wait is over (telling the agent); then the notices it wrote reach the agent."""
+        while self.current is None:
+            if self.pipe and not self.hold:
                 message = self.pipe.pop(0)
                 self.messages.append(message)
-                for each in message if isinstance(message, list) else [message]:
-                    self._read(each, ahead=isinstance(message, list))
-            elif not self.stack and self.fifo:
-                self.stack.append(_Frame(self.fifo.pop(0)))
+                assert isinstance(message, list), message
+                for each in message:
+                    self._read(each)
+            elif self.fifo:
+                self.current = self.fifo.pop(0)
+            elif self.resumable:  # (even while it does not read its pipe: a task sent may cross the resume)
+                self.current = self.resumable.pop(0)
+                self.notices.append(TaskWaiting(self.current.task_id, False))
             else:
                 break
         if self.notices:  # written together, read together
             notices, self.notices = self.notices, []
             self.tell(notices if len(notices) > 1 else notices[0])
 
-    def _read(self, message: Any, ahead: bool) -> None:
-        if isinstance(message, WaitEnded):
-            [frame] = [frame for frame in self.stack if frame.task.task_id == message.task_id]
-            assert frame.state == "resuming", message
-            frame.wait_ended = True
-            self._resume_top()
-        elif isinstance(message, Drop):
+    def _read(self, message: Any) -> None:
+        if isinstance(message, Drop):
             found = [task for task in self.fifo if task.task_id == message.task_id]
             if found:
                 self.fifo.remove(found[0])
                 self.notices.append(Dropped(message.task_id))
         else:
             assert isinstance(message, ProcessorTask)
-            if ahead or not self.stack:
-                self.fifo.append(message)
-            else:
-                self.stack.append(_Frame(message))  # a single task in a wait: it runs nested
-
-    def _resume_top(self) -> None:
-        if self.stack and self.stack[-1].wait_ended:
-            self.stack[-1].state, self.stack[-1].wait_ended = "running", False
+            self.fifo.append(message)
 
     # --- the scheduler and the storage server
 
@@ -260,29 +246,32 @@ class Harness:
     # --- the processor
 
     def top(self) -> Optional[ProcessorTask]:
-        return self.stack[-1].task if self.stack else None
+        """The task the processor runs."""
+        return self.current
 
     def fifo_ids(self) -> List[bytes]:
         return [task.task_id for task in self.fifo]
 
     def running_task(self) -> Optional[bytes]:
-        """The task that runs (on top of the stack, not waiting), if any."""
-        if self.stack and self.stack[-1].state == "running":
-            return self.stack[-1].task.task_id
-        return None
+        """The task that runs, if any."""
+        return self.current.task_id if self.current is not None else None
 
-    def stack_ids(self) -> List[bytes]:
-        return [frame.task.task_id for frame in self.stack]
+    def waiting_ids(self) -> List[bytes]:
+        return [task.task_id for task in self.waiting]
+
+    def started_ids(self) -> List[bytes]:
+        """The tasks started on the processor: running, waiting, or resumable."""
+        started = [*self.waiting, *self.resumable] + ([self.current] if self.current is not None else [])
+        return sorted(task.task_id for task in started)
 
     def processor_finishes(
         self, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: Any = b"ok", text: str = ""
     ) -> ProcessorResult:
-        """The top task returns: its result, not handed to the agent yet."""
-        frame = self.stack[-1]
-        assert frame.state == "running", "only a running task finishes"
-        self.stack.pop()
-        self._resume_top()
-        return ProcessorResult(frame.task.task_id, status, payload, text, None)
+        """The running task returns: its result, not handed to the agent yet."""
+        task = self.current
+        assert task is not None, "only a running task finishes"
+        self.current = None
+        return ProcessorResult(task.task_id, status, payload, text, None)
 
     def tell(self, message: Any, processor: Optional[int] = None) -> None:
         self.handle(FromRunner(ProcessorOutput(self.processor if processor is None else processor, message)))
@@ -291,18 +280,20 @@ class Harness:
         self.tell(self.processor_finishes(status, payload, text))
 
     def wait(self) -> None:
-        """The top task waits inside the client: it can take another task."""
-        frame = self.stack[-1]
-        assert frame.state == "running"
-        frame.state = "waiting"
-        self.tell(TaskWaiting(frame.task.task_id, True))
+        """The running task waits inside the client: it is switched out, and the processor is free."""
+        task = self.current
+        assert task is not None
+        self.current = None
+        self.waiting.append(task)
+        self.tell(TaskWaiting(task.task_id, True))
 
-    def resume(self) -> None:
-        """What the top task waited for is done: it asks to resume."""
-        frame = self.stack[-1]
-        assert frame.state == "waiting"
-        frame.state = "resuming"
-        self.tell(TaskWaiting(frame.task.task_id, False))
+    def resume(self, number: Optional[int] = None) -> None:
+        """What a waiting task (task ``number``, or the last to begin waiting) waits for is done: the processor
+        resumes it once no task runs."""
+        task = self.waiting[-1] if number is None else [t for t in self.waiting if t.task_id == task_id(number)][0]
+        self.waiting.remove(task)
+        self.resumable.append(task)
+        self.pump()
 
     def die(self, cause: str, last: Sequence[Any] = (), processor: Optional[int] = None) -> None:
         which = self.processor if processor is None else processor

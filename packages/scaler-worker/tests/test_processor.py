@@ -1,5 +1,5 @@
-"""A real processor subprocess, driven through its Pipe by the test playing the agent: nested tasks run on
-the stack of a task that waits inside the Scaler client."""
+"""A real processor subprocess, driven through its Pipe by the test playing the agent: a task that waits
+inside the Scaler client is switched out while other tasks run, and resumes once its wait is over."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from worker_harness import DEADLINE_SECONDS, wait_until
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting, WaitEnded
+from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting
 
 
 class Agent:
@@ -42,9 +42,7 @@ class Agent:
             self._sent_functions.add(function_id)
         arguments = [("", cloudpickle.dumps(argument), b"") for argument in args]
         task = ProcessorTask(task_id, function_id, payload, b"", None, arguments, profiling)
-        # while a task is on the processor (it waits: these tests send nothing ahead) a single task runs nested
-        # on it; otherwise tasks travel as a list, to the FIFO
-        if not self.link.send(task if self._unanswered else [task]):
+        if not self.link.send([task]):
             _flushed(self)  # a large task: the processor reads it bit by bit
         self._unanswered.add(task_id)
         return task_id
@@ -132,44 +130,44 @@ def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tm
     assert [a.task_id for a in answers] == [first, ahead[1].task_id, ahead[0].task_id, ahead[2].task_id]
 
 
-def test_a_task_waiting_in_the_client_runs_another_task_on_its_stack(agent: Agent, tmp_path):
+def test_a_task_waiting_in_the_client_lets_other_tasks_run_then_resumes(agent: Agent, tmp_path):
     release = str(tmp_path / "release")
     parent = agent.send(tasks.wait_in_client, release)
     agent.expect_waiting(parent, True)
     pid = agent.expect_result(agent.send(tasks.process_id))  # runs while the parent waits
     child = agent.send(tasks.create_file, release)  # what the parent waits for
     assert agent.expect_result(child) == "created"
-    agent.expect_waiting(parent, False)  # it asks to resume...
-    agent.link.send(WaitEnded(parent))  # ...and does once told that nothing else is on its way
+    agent.expect_waiting(parent, False)  # its wait is over: it runs again
     assert agent.expect_result(parent) == "released"
     assert agent.expect_result(agent.send(tasks.process_id)) == pid  # one process throughout
 
 
-def test_a_task_sent_before_the_answer_to_a_resume_runs_first(agent: Agent, tmp_path):
-    release = tmp_path / "release"
+def test_waits_end_in_any_order_and_each_task_resumes_when_its_own_ends(agent: Agent, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    older = agent.send(tasks.wait_in_client, str(first))
+    agent.expect_waiting(older, True)
+    newer = agent.send(tasks.wait_in_client, str(second))
+    agent.expect_waiting(newer, True)
+    first.touch()  # the older wait ends first: no stack keeps it under the newer one
+    agent.expect_waiting(older, False)
+    assert agent.expect_result(older) == "released"
+    second.touch()
+    agent.expect_waiting(newer, False)
+    assert agent.expect_result(newer) == "released"
+
+
+def test_a_task_sent_ahead_starts_before_a_waiting_task_resumes(agent: Agent, tmp_path):
+    release, unblock = tmp_path / "release", tmp_path / "unblock"
     parent = agent.send(tasks.wait_in_client, str(release))
     agent.expect_waiting(parent, True)
-    release.touch()
+    blocker = agent.send(tasks.block, str(tmp_path / "pid"), str(unblock), "blocked")
+    wait_until(lambda: (tmp_path / "pid").exists(), "the blocker runs")
+    release.touch()  # the parent's wait ends while the blocker runs: it resumes once the blocker is done
+    with pytest.raises(TimeoutError):
+        agent.receive(0.3)
+    unblock.touch()
+    assert agent.expect_result(blocker) == "blocked"
     agent.expect_waiting(parent, False)
-    late = agent.send(tasks.add, 1, 2)  # sent before the agent read the resume notice
-    assert agent.expect_result(late) == 3
-    agent.link.send(WaitEnded(parent))
-    assert agent.expect_result(parent) == "released"
-
-
-def test_a_late_task_may_itself_wait_and_nest(agent: Agent, tmp_path):
-    first, second = tmp_path / "first", str(tmp_path / "second")
-    parent = agent.send(tasks.wait_in_client, str(first))
-    agent.expect_waiting(parent, True)
-    first.touch()
-    agent.expect_waiting(parent, False)
-    late = agent.send(tasks.wait_in_client, second)
-    agent.link.send(WaitEnded(parent))  # read by the late task's wait, kept for the parent
-    agent.expect_waiting(late, True)
-    assert agent.expect_result(agent.send(tasks.create_file, second)) == "created"
-    agent.expect_waiting(late, False)
-    agent.link.send(WaitEnded(late))
-    assert agent.expect_result(late) == "released"
     assert agent.expect_result(parent) == "released"
 
 
@@ -177,7 +175,6 @@ def test_a_wait_with_a_timeout_returns_when_it_expires(agent: Agent, tmp_path):
     task = agent.send(tasks.wait_in_client, str(tmp_path / "never"), 0.2)
     agent.expect_waiting(task, True)
     agent.expect_waiting(task, False)
-    agent.link.send(WaitEnded(task))
     result = agent.receive()
     assert result.status == m.TaskStatus.FAILED
     error, _ = cloudpickle.loads(result.payload)
@@ -203,12 +200,11 @@ def test_recursion_of_depth_300_on_one_processor(agent: Agent, tmp_path):
     pids = {agent.expect_result(levels[-1])}
     for task in reversed(levels[:-1]):
         agent.expect_waiting(task, False)
-        agent.link.send(WaitEnded(task))
         pids.add(agent.expect_result(task))
     assert pids == {agent.link.pid}
 
 
-def test_profiling_of_a_waiting_task_leaves_out_the_tasks_nested_in_it(agent: Agent, tmp_path):
+def test_profiling_of_a_waiting_task_leaves_out_the_tasks_run_while_it_waits(agent: Agent, tmp_path):
     release = str(tmp_path / "release")
     parent = agent.send(tasks.burn_then_wait_in_client, 0.05, release, profiling=True)
     agent.expect_waiting(parent, True)
@@ -216,13 +212,13 @@ def test_profiling_of_a_waiting_task_leaves_out_the_tasks_nested_in_it(agent: Ag
     child_result = agent.receive()
     agent.expect_result(agent.send(tasks.create_file, release))
     agent.expect_waiting(parent, False)
-    agent.link.send(WaitEnded(parent))
     parent_result = agent.receive()
     assert child_result.task_id == child and parent_result.task_id == parent
     _, child_cpu, _ = child_result.profiling
-    _, parent_cpu, _ = parent_result.profiling
+    parent_seconds, parent_cpu, _ = parent_result.profiling
     assert child_cpu >= 0.5  # the child burned 0.5 s of CPU time (time.process_time) by itself
     assert parent_cpu < child_cpu  # the parent burned 0.05 s: the child's CPU time is the child's alone
+    assert parent_seconds >= child_result.profiling[0]  # its duration is from its start to its end
 
 
 def test_the_processor_exits_when_the_agent_goes_away_during_a_wait(agent: Agent, tmp_path):

@@ -1,5 +1,6 @@
 """The local processor runner (`ProcessorRunner`) inside the worker core, driven through `handle` (see
-`core_harness`): nested tasks on one stack, tasks sent ahead into the processor's FIFO, its cache mirrors."""
+`core_harness`): nested tasks waiting beside the running one, tasks sent ahead into the processor's FIFO, its
+cache mirrors."""
 
 from __future__ import annotations
 
@@ -13,31 +14,57 @@ from scaler.protocol import messages as m
 from scaler.protocol.errors import TaskTimeoutError
 from scaler.worker.lru_cache import SizedLRUCache
 from scaler.worker.processor_lifecycle import SentState
-from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, WaitEnded
+from scaler.worker.processor_protocol import Drop, ProcessorResult
+from scaler.worker.scheduler_answers import SchedulerAnswers
+from scaler.worker.task_lifecycle import TaskEntry
 from scaler.worker.worker_events import FromScheduler
 
 # ----------------------------------------------------------------------------- nested tasks
 
 
-def test_a_waiting_task_frees_the_slot_and_the_next_task_runs_on_top_of_it():
+def waits(h: Harness) -> List[Any]:
+    """What the scheduler heard of waits: (task number, waiting) in order."""
+    return [
+        (int.from_bytes(t, "big"), w)
+        for message in h.take(m.WaitingTasks)
+        for t, w in zip(message.task_ids, message.waiting, strict=True)
+    ]
+
+
+def test_a_waiting_task_frees_the_slot_and_the_next_task_runs_beside_it():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
     assert h.running_task() == task_id(1) and h.core.queued_count == 1
     h.wait()
-    assert h.stack_ids() == [task_id(1), task_id(2)] == h.runner.stack
+    assert h.running_task() == task_id(2) and h.waiting_ids() == [task_id(1)]
+    assert sorted(h.runner.started_tasks) == h.started_ids()
     assert h.top().function is None  # the same processor: it has the function already
     assert (h.runner.running, h.runner.suspended, h.core.queued_count) == (1, 1, 0)
+    assert waits(h) == [(1, True)]  # the scheduler hears it at once: task 1 holds no room there
     h.finish()
     assert (h.runner.running, h.runner.suspended) == (0, 1)  # task 1 still waits
     h.resume()
-    assert h.pipe == [] and h.running_task() == task_id(1)
+    assert h.pipe == [] and h.running_task() == task_id(1) and waits(h) == [(1, False)]
     h.finish()
     assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)]
     assert h.started == [0]  # never another processor
 
 
-def test_on_top_of_a_waiting_task_the_newest_task_runs_first():
+def test_a_wait_that_begins_and_ends_between_two_sends_is_no_news_to_the_scheduler():
+    answers = SchedulerAnswers(0.005)
+    entry = TaskEntry(make_task(1))
+    answers.tell_waiting(entry, None)
+    answers.tell_resumed(entry, None)
+    assert not answers.pending
+    answers.tell_waiting(entry, None)
+    assert not answers.may_hold(0.0, True)  # a wait goes at once
+    out: List[Any] = []
+    answers.send(out)
+    assert [effect.message for effect in out] == [m.WaitingTasks([task_id(1)], [True])]
+
+
+def test_while_tasks_wait_the_newest_task_runs_first():
     h = Harness(prefetch_tasks=1)
     h.assign(make_task(1))
     h.answer_gets()
@@ -54,7 +81,7 @@ def test_on_top_of_a_waiting_task_the_newest_task_runs_first():
 
 
 def test_recursion_of_depth_50_runs_on_one_processor():
-    """Each level submits its child and waits for it: each child runs on top of its parent."""
+    """Each level submits its child and waits for it: each child runs while its parents wait."""
     h = Harness()
     depth = 50
     h.assign(make_task(0))
@@ -63,62 +90,56 @@ def test_recursion_of_depth_50_runs_on_one_processor():
         h.assign(make_task(level))  # submitted by the running level - 1...
         h.wait()  # ...which now waits for it
         assert h.running_task() == task_id(level)
-    assert h.runner.suspended == depth - 1 and len(h.stack) == depth
+    assert h.runner.suspended == depth - 1 and len(h.waiting) == depth - 1
     for level in reversed(range(depth)):  # the deepest returns first, then each parent resumes and returns
         if level < depth - 1:
-            h.resume()
+            h.resume(level)
         assert h.running_task() == task_id(level)
         h.finish(payload=bytes([level]))
     results = h.results()
     assert [r.task_id for r in results] == [task_id(n) for n in reversed(range(depth))]
     assert [r.payload for r in results] == [bytes([n]) for n in reversed(range(depth))]
-    assert h.started == [0] and h.runner.stack == []
+    assert h.started == [0] and h.runner.started_tasks == []
 
 
-def test_a_task_sent_just_before_the_resume_notice_runs_first_then_the_waiting_task_resumes():
+def test_waiting_tasks_resume_in_the_order_their_waits_end():
+    h = Harness()
+    h.assign(make_task(1), make_task(2), make_task(3))
+    h.answer_gets()
+    h.wait()
+    h.wait()  # tasks 1 then 3 (the newest first while a task waits) wait; task 2 runs
+    assert h.running_task() == task_id(2) and h.waiting_ids() == [task_id(1), task_id(3)]
+    h.resume(1)  # task 1's wait ends first, though it began first: it resumes once task 2 is done
+    assert h.running_task() == task_id(2)
+    h.finish()
+    assert h.running_task() == task_id(1) and h.waiting_ids() == [task_id(3)]
+    h.finish()
+    h.resume(3)
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in (2, 1, 3)]
+    assert waits(h) == [(1, True), (3, True), (1, False), (3, False)]
+
+
+def test_a_task_sent_as_the_processor_resumes_a_waiting_one_runs_after_it():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
     h.wait()
-    h.hold = True  # the processor is busy checking its future...
-    h.assign(make_task(2))  # ...when the agent sends it a task
-    assert [type(message) for message in h.pipe] == [ProcessorTask]
-    h.resume()  # then it finds its future done and asks to resume
-    assert [type(message) for message in h.pipe] == [ProcessorTask, WaitEnded]
-    h.assign(make_task(3))  # the slot is taken again: nothing more is sent
-    assert len(h.pipe) == 2
+    h.hold = True  # the processor has not read its pipe yet...
+    h.assign(make_task(2))  # ...when the agent sends it a task (no task runs: it is taken for started)
+    h.resume()  # and the processor resumes task 1 first (its notice crosses task 2)
     h.hold = False
-    h.pump()
-    assert h.running_task() == task_id(2)  # it runs above the resuming task
-    h.finish()
-    assert h.running_task() == task_id(1) and h.pipe == []  # WaitEnded read: task 1 goes on
+    assert h.runner.running == 2 and h.running_task() == task_id(1)
+    sent = len(h.messages) + len(h.pipe)
+    h.assign(make_task(3))
+    assert len(h.messages) + len(h.pipe) == sent  # nothing more is sent while tasks run
+    h.finish()  # task 1 ends; the processor reads its pipe and starts task 2
+    assert h.running_task() == task_id(2) and h.runner.running == 1
     h.finish()
     h.answer_gets()
     assert h.running_task() == task_id(3)
     h.finish()
-    assert [r.task_id for r in h.results()] == [task_id(n) for n in (2, 1, 3)]
-
-
-def test_a_task_sent_before_the_resume_notice_may_wait_and_nest_in_turn():
-    h = Harness()
-    h.assign(make_task(1))
-    h.answer_gets()
-    h.wait()
-    h.hold = True
-    h.assign(make_task(2))
-    h.resume()
-    h.hold = False
-    h.pump()
-    h.assign(make_task(3))
-    assert h.running_task() == task_id(2)
-    h.wait()  # task 2 waits: WaitEnded of task 1 is still in the pipe, then task 3 comes
-    assert h.stack_ids() == [task_id(1), task_id(2), task_id(3)] == h.runner.stack
-    h.finish()
-    h.resume()
-    h.finish()
-    assert h.running_task() == task_id(1)
-    h.finish()
-    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in (1, 2, 3)]
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in (1, 2, 3)]
 
 
 def test_results_of_nested_tasks_answer_their_own_attempts():
@@ -136,13 +157,13 @@ def test_results_of_nested_tasks_answer_their_own_attempts():
     ]
 
 
-def test_a_result_that_is_not_the_top_of_the_stack_is_dropped():
+def test_a_result_of_a_task_that_does_not_run_is_dropped():
     h = Harness()
     h.assign(make_task(1), make_task(2))
     h.answer_gets()
     h.wait()
     h.tell(ProcessorResult(task_id(1), m.TaskStatus.SUCCESS, b"early", "", None))
-    assert h.results() == [] and h.runner.stack == [task_id(1), task_id(2)]
+    assert h.results() == [] and sorted(h.runner.started_tasks) == [task_id(1), task_id(2)]
 
 
 def test_messages_of_a_replaced_processor_are_dropped():
@@ -157,7 +178,7 @@ def test_messages_of_a_replaced_processor_are_dropped():
     assert h.results() == [] and h.running_task() == task_id(2) and h.started == [0, 1]
 
 
-def test_processor_death_ends_every_task_on_its_stack_with_worker_died():
+def test_processor_death_ends_every_started_task_with_worker_died():
     h = Harness()
     h.assign(make_task(1, attempt=2))
     h.answer_gets()
@@ -170,18 +191,18 @@ def test_processor_death_ends_every_task_on_its_stack_with_worker_died():
     assert results[task_id(2)].error_text == "processor was killed by signal SIGSEGV"
     assert (results[task_id(1)].status, results[task_id(1)].attempt) == (m.TaskStatus.WORKER_DIED, 2)
     assert results[task_id(1)].error_text == (
-        f"processor was killed by signal SIGSEGV, while task {task_id(2).hex()} ran above this one"
+        f"processor was killed by signal SIGSEGV, while task {task_id(2).hex()} ran beside this one"
     )
     assert h.started == [0, 1] and h.running_task() == task_id(3)  # the queued task runs on the new one
 
 
-def test_cancel_of_a_waiting_task_stops_the_processor_and_the_task_above_dies():
+def test_cancel_of_a_waiting_task_stops_the_processor_and_the_running_task_dies():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
     h.assign(make_task(2), make_task(3))
     h.wait()
-    assert h.runner.stack == [task_id(1), task_id(3)]
+    assert sorted(h.runner.started_tasks) == [task_id(1), task_id(3)]
     confirm = h.cancel(1)
     assert confirm.cancelled == [True]
     [died] = h.results()
@@ -190,7 +211,7 @@ def test_cancel_of_a_waiting_task_stops_the_processor_and_the_task_above_dies():
     assert h.started == [0, 1] and h.running_task() == task_id(2)
 
 
-def test_cancel_of_several_tasks_on_one_stack_cancels_them_all_at_once():
+def test_cancel_of_several_started_tasks_cancels_them_all_at_once():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
@@ -206,7 +227,7 @@ def test_cancel_of_several_tasks_on_one_stack_cancels_them_all_at_once():
     assert h.started == [0, 1]
 
 
-def test_timeout_of_a_waiting_task_fails_it_and_the_tasks_above_die():
+def test_timeout_of_a_waiting_task_fails_it_and_the_other_started_tasks_die():
     h = Harness()
     h.assign(make_task(1, timeout_seconds=2))
     h.answer_gets()
@@ -221,25 +242,25 @@ def test_timeout_of_a_waiting_task_fails_it_and_the_tasks_above_die():
     assert h.started == [0, 1]
 
 
-def test_timer_of_a_task_nested_then_finished_does_nothing():
+def test_timer_of_a_task_run_while_another_waits_then_finished_does_nothing():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
     h.assign(make_task(2, timeout_seconds=1))
-    h.wait()  # task 2 starts at 0, nested
+    h.wait()  # task 2 starts at 0, while task 1 waits
     h.finish()
     h.tick(1.0)
     assert h.started == [0] and [r.task_id for r in h.results()] == [task_id(2)]
 
 
-def test_balance_gives_back_queued_tasks_never_one_on_the_stack():
+def test_balance_gives_back_queued_tasks_never_a_started_one():
     h = Harness()
     h.assign(make_task(1))
     h.answer_gets()
     h.assign(make_task(2), make_task(3), make_task(4), make_task(5))
-    h.wait()  # task 5, the newest, now runs on top of task 1
-    assert h.runner.stack == [task_id(1), task_id(5)]
-    # on top of a waiting task the newest run first, so the oldest would run last: they go back
+    h.wait()  # task 5, the newest, now runs while task 1 waits
+    assert sorted(h.runner.started_tasks) == [task_id(1), task_id(5)]
+    # while a task waits the newest run first, so the oldest would run last: they go back
     assert h.balance(10) == [task_id(2), task_id(3), task_id(4)]
     assert h.core.queued_count == 0
     h.finish()
@@ -262,10 +283,10 @@ def test_a_balance_racing_with_a_result_a_cancel_and_a_death_strands_nothing():
     assert h.balance(5) == []
     statuses = {r.task_id: r.status for r in h.results()}
     assert statuses == {task_id(1): m.TaskStatus.SUCCESS, task_id(3): m.TaskStatus.WORKER_DIED}
-    assert h.core.queued_count == 0 and h.runner.stack == []
+    assert h.core.queued_count == 0 and h.runner.started_tasks == []
 
 
-def test_counts_for_heartbeats_with_a_stack():
+def test_counts_for_heartbeats_with_waiting_tasks():
     h = Harness()
     h.assign(make_task(1), make_task(2), make_task(3))
     h.answer_gets()
@@ -302,7 +323,7 @@ def test_while_a_task_runs_the_next_ones_are_sent_ahead_in_one_message():
     h = pipelined(6, depth=3)
     assert h.running_task() == task_id(2)
     assert h.runner.inbox == h.fifo_ids() == [task_id(3), task_id(4), task_id(5)]
-    assert h.messages[-1] == [h.stack[0].task, *h.fifo]  # task 2 and the three ahead: one Pipe message
+    assert h.messages[-1] == [h.current, *h.fifo]  # task 2 and the three ahead: one Pipe message
     assert h.core.queued_count == 4 and h.runner.state_of(task_id(3)) is SentState.SENT
     assert h.run_all() == [task_id(n) for n in range(2, 7)]
     assert [r.task_id for r in h.results()] == [task_id(n) for n in range(2, 7)]
@@ -311,15 +332,15 @@ def test_while_a_task_runs_the_next_ones_are_sent_ahead_in_one_message():
 def test_with_depth_zero_one_task_at_a_time():
     h = pipelined(4, depth=0)
     assert h.running_task() == task_id(2) and h.runner.inbox == [] and h.fifo == []
-    assert h.messages[-1] == [h.stack[0].task]
+    assert h.messages[-1] == [h.current]
 
 
 def test_a_slow_task_stops_the_sending_ahead():
     h = pipelined(8, depth=2)
     h.tell(h.processor_finishes()._replace(seconds=5.0))  # task 2 took long: task 3 starts, nothing more
-    assert h.runner.stack == [task_id(3)] and h.runner.inbox == [task_id(4)]
+    assert sorted(h.runner.started_tasks) == [task_id(3)] and h.runner.inbox == [task_id(4)]
     h.tell(h.processor_finishes())  # task 3 was quick again
-    assert h.runner.stack == [task_id(4)] and h.runner.inbox == [task_id(5), task_id(6)]
+    assert sorted(h.runner.started_tasks) == [task_id(4)] and h.runner.inbox == [task_id(5), task_id(6)]
 
 
 def test_results_in_one_message_are_read_one_by_one():
@@ -329,7 +350,7 @@ def test_results_in_one_message_are_read_one_by_one():
     second = h.processor_finishes()
     h.tell([first, second])
     assert [r.task_id for r in h.results()] == [task_id(2), task_id(3)]
-    assert h.runner.stack == h.stack_ids() == [task_id(4)]
+    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(4)]
     assert h.runner.inbox == h.fifo_ids() == [task_id(5), task_id(6)]
 
 
@@ -364,7 +385,9 @@ def test_cancel_of_a_task_sent_ahead_is_confirmed_once_the_processor_dropped_it(
     h.finish()
     assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(4)], [True])]
     assert h.started == [0]  # no processor was stopped
-    assert h.runner.stack == h.stack_ids() == [task_id(3)] and h.runner.inbox == h.fifo_ids() == [task_id(5)]
+    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(3)] and h.runner.inbox == h.fifo_ids() == [
+        task_id(5)
+    ]
     assert h.run_all() == [task_id(3), task_id(5)]
     assert [r.task_id for r in h.results()] == [task_id(2), task_id(3), task_id(5)]
 
@@ -374,7 +397,7 @@ def test_cancel_of_the_next_task_sent_ahead_taken_for_started_but_dropped():
     h.handle(FromScheduler(m.TaskCancel([task_id(3)])))
     h.finish()  # the agent takes task 3 for started, then reads that the processor dropped it
     assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3)], [True])]
-    assert h.runner.stack == h.stack_ids() == [task_id(4)]
+    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(4)]
     assert h.run_all() == [task_id(4), task_id(5)]
     assert task_id(3) not in [r.task_id for r in h.results()]
 
@@ -388,7 +411,7 @@ def test_cancel_of_a_task_sent_ahead_that_started_meanwhile_is_answered_by_its_r
     h.handle(FromScheduler(m.TaskCancel([task_id(3), task_id(5)])))  # 5: still queued
     assert h.take(m.TaskCancelConfirm) == []
     h.tell(finished)
-    assert h.runner.stack == [task_id(3)]  # taken for started: it was, the Drop comes too late
+    assert sorted(h.runner.started_tasks) == [task_id(3)]  # taken for started: it was, the Drop comes too late
     h.hold = False
     h.finish(payload=b"three")
     assert [(r.task_id, r.payload) for r in h.results()] == [(task_id(2), b"ok"), (task_id(3), b"three")]
@@ -419,23 +442,21 @@ def test_processor_death_kills_the_running_task_and_puts_the_tasks_sent_ahead_ba
     assert h.run_all() == [task_id(4), task_id(5)]
 
 
-def test_a_waiting_task_takes_back_what_was_sent_ahead_and_nests_one_task_at_a_time():
-    h = pipelined(5, depth=2)
-    h.wait()  # task 2 waits, maybe on task 3 or 4: they come back and may run nested
-    assert h.runner.inbox == [] and h.fifo == []
-    assert h.runner.stack == h.stack_ids() == [task_id(2), task_id(5)]  # newest first on a waiting task
-    h.wait()
-    assert h.runner.stack == h.stack_ids() == [task_id(2), task_id(5), task_id(4)]
-    assert isinstance(h.messages[-1], ProcessorTask)  # single tasks, never a list, while nesting
+def test_when_the_running_task_waits_the_tasks_sent_ahead_start_and_nothing_more_is_sent_ahead():
+    h = pipelined(6, depth=2)
+    assert h.runner.inbox == h.fifo_ids() == [task_id(3), task_id(4)]
+    h.wait()  # task 2 waits: the head of the FIFO starts at once
+    assert h.running_task() == task_id(3) and h.runner.inbox == h.fifo_ids() == [task_id(4)]
+    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(2), task_id(3)]
     h.finish()
-    assert h.runner.inbox == []  # nothing sent ahead above a waiting task
+    h.finish()  # tasks 3 and 4 end: while task 2 waits, one task at a time, the newest first
+    h.answer_gets()
+    assert h.running_task() == task_id(6) and h.runner.inbox == [] and h.fifo == []
     h.finish()
-    assert h.runner.stack == [task_id(2), task_id(5)]
-    h.resume()
-    h.finish()
-    h.resume()
-    assert h.run_all() == [task_id(2)]
-    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in range(2, 6)]
+    h.answer_gets()
+    h.resume()  # task 2's wait is over, but task 5 was sent as task 6 ended: task 5 first
+    assert h.run_all() == [task_id(5), task_id(2)]
+    assert sorted(r.task_id for r in h.results()) == [task_id(n) for n in range(2, 7)]
 
 
 def test_a_higher_priority_task_takes_back_the_lower_ones_sent_ahead():
@@ -506,3 +527,16 @@ def test_sized_lru_cache_evicts_least_recently_used_by_size():
     cache.put("c", 3, 4)
     assert "b" not in cache and cache.get("a") == 1 and cache.size == 8
     cache.put("big", 4, 11)  # larger than the whole cache: not kept
+
+
+def test_a_scheduler_older_than_1_3_is_not_told_of_waits():
+    h = Harness(connect=False)
+    h.handle(FromScheduler(m.HelloAck(m.Version(1, 2), "tcp://127.0.0.1:2346", 2.0, 60.0)))
+    h.assign(make_task(1), make_task(2))
+    h.answer_gets()
+    h.wait()
+    assert h.running_task() == task_id(2)  # the worker still runs other tasks while one waits
+    h.finish()
+    h.resume()
+    h.finish()
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(1)] and h.take(m.WaitingTasks) == []

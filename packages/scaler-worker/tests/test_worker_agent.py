@@ -204,7 +204,7 @@ def test_higher_priority_runs_first(driver: TaskDriver, tmp_path):
 
 
 def _heartbeat(driver: TaskDriver) -> m.WorkerHeartbeat:
-    _, heartbeat = driver.scheduler.expect(m.WorkerHeartbeat, skip=())
+    _, heartbeat = driver.scheduler.expect(m.WorkerHeartbeat, skip=(m.WaitingTasks,))
     return heartbeat
 
 
@@ -347,27 +347,31 @@ def test_a_task_waiting_in_the_client_runs_the_next_task_on_the_same_processor(d
     parent = driver.task(tasks.wait_in_client, release)
     child = driver.task(tasks.create_file, release)
     sibling = driver.task(tasks.process_id)
-    driver.send(parent, sibling, child)  # on top of a waiting task the newest runs first: child, then sibling
+    driver.send(parent, sibling, child)  # while a task waits the newest runs first: child, then sibling
     assert driver.value(child.task_id) == "created"
     assert driver.value(parent.task_id) == "released"
     pid = driver.value(sibling.task_id)
     assert driver.value(driver.submit(tasks.process_id)) == pid  # one processor throughout
 
 
-def test_heartbeat_counts_a_waiting_task_as_suspended(driver: TaskDriver, tmp_path):
+def test_the_scheduler_hears_when_a_task_waits_and_runs_again_and_heartbeats_count_it(driver: TaskDriver, tmp_path):
     release = tmp_path / "release"
     parent = driver.send(driver.task(tasks.wait_in_client, str(release)))[0]
+    assert driver.expect(m.WaitingTasks) == m.WaitingTasks([parent], [True])
     wait_until(lambda: (h := _heartbeat(driver)).suspended_tasks == 1 and h.running_tasks == 0, "a waiting task")
     release.touch()
     assert driver.value(parent) == "released"
+    # the notice that it runs again comes before its result, or in the same turn of the agent, after it
+    notices = [message for message in driver.other if isinstance(message, m.WaitingTasks)]
+    assert (notices or [driver.expect(m.WaitingTasks)]) == [m.WaitingTasks([parent], [False])]
 
 
-def test_cancel_of_a_waiting_task_stops_the_processor_and_what_runs_above_it_dies(driver: TaskDriver, tmp_path):
+def test_cancel_of_a_waiting_task_stops_the_processor_and_the_running_task_dies(driver: TaskDriver, tmp_path):
     pid_path = str(tmp_path / "pid")
     parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"))
     child = driver.task(tasks.block, pid_path, "", None, attempt=3)
     driver.send(parent, child)
-    pid = read_pid(pid_path)  # the child runs, on top of the waiting parent
+    pid = read_pid(pid_path)  # the child runs while the parent waits
     driver.scheduler.send(driver.worker_id, m.TaskCancel([parent.task_id]))
     confirm = driver.expect(m.TaskCancelConfirm)
     assert confirm.cancelled == [True]
@@ -379,7 +383,7 @@ def test_cancel_of_a_waiting_task_stops_the_processor_and_what_runs_above_it_die
     assert parent.task_id not in driver.results
 
 
-def test_timeout_of_a_waiting_task_fails_it_and_what_runs_above_it_dies(driver: TaskDriver, tmp_path):
+def test_timeout_of_a_waiting_task_fails_it_and_the_running_task_dies(driver: TaskDriver, tmp_path):
     parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"), timeout_seconds=1)
     child = driver.task(tasks.block, str(tmp_path / "pid"))
     driver.send(parent, child)
@@ -390,7 +394,7 @@ def test_timeout_of_a_waiting_task_fails_it_and_what_runs_above_it_dies(driver: 
     assert driver.value(driver.submit(tasks.add, 1, 1)) == 2
 
 
-def test_a_killed_processor_fails_every_task_on_its_stack(driver: TaskDriver, tmp_path):
+def test_a_killed_processor_fails_every_task_started_on_it(driver: TaskDriver, tmp_path):
     pid_path = str(tmp_path / "pid")
     parent = driver.task(tasks.wait_in_client, str(tmp_path / "never"))
     child = driver.task(tasks.block, pid_path)
@@ -400,7 +404,7 @@ def test_a_killed_processor_fails_every_task_on_its_stack(driver: TaskDriver, tm
     assert child_result.status == parent_result.status == m.TaskStatus.WORKER_DIED
     assert child_result.error_text == "processor was killed by signal SIGKILL"
     assert parent_result.error_text == (
-        f"processor was killed by signal SIGKILL, while task {child.task_id.hex()} ran above this one"
+        f"processor was killed by signal SIGKILL, while task {child.task_id.hex()} ran beside this one"
     )
     assert driver.value(driver.submit(tasks.add, 2, 2)) == 4
 

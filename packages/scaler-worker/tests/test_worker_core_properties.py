@@ -2,12 +2,13 @@
 
 Hypothesis drives a `core_harness.Harness` (the scheduler, the storage server and a model of the processor
 around a real `WorkerCore` + `ProcessorRunner`) with task batches, repeated assignments, cancels, balance
-requests, storage answers (found, missing, refused, never), results, tasks waiting and resuming in the
-client, races with the pipe, processor deaths, time passing (timeouts, results held for company, storage
-silence), and the scheduler or a stop signal ending the worker. After every step: no task is answered twice
-(a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), a result
-answers the task's latest attempt, the core's books agree with themselves and with the runner's, and the
-runner's view of the processor is the processor's own. At the end, everything left is let finish: every
+requests, storage answers (found, missing, refused, never), results, tasks waiting in the client and their
+waits ending in any order, races with the pipe, processor deaths, time passing (timeouts, results held for
+company, storage silence), and the scheduler or a stop signal ending the worker. After every step: no task is
+answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), a result
+answers the task's latest attempt, the core's books agree with themselves and with the runner's, the
+scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's view of the
+processor is the processor's own. At the end, everything left is let finish: every
 task assigned has then been answered exactly once, unless the worker left (then it says nothing more,
 and the scheduler runs its tasks elsewhere).
 """
@@ -23,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.processor_lifecycle import SentState
 from scaler.worker.task_lifecycle import TaskState
 from scaler.worker.worker_events import FromScheduler, StopRequested
 
@@ -55,6 +57,8 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         self.attempts: Dict[bytes, int] = {}  # task -> its latest attempt, while not answered
         self.answered: Dict[bytes, int] = {}
         self.assigned: Set[bytes] = set()
+        self.cancels_asked: Set[bytes] = set()
+        self.waiting_heard: Set[bytes] = set()  # the tasks the scheduler was told wait (WaitingTasks)
 
     # ------------------------------------------------------------------------- the scheduler
 
@@ -98,6 +102,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
     def cancel(self, data) -> None:
         known = sorted(self.assigned) + [task_id(10_000)]
         ids = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3))
+        self.cancels_asked.update(ids)
         self.h.handle(FromScheduler(m.TaskCancel(ids)))
 
     @rule(count=st.integers(0, 3))
@@ -132,21 +137,23 @@ class WorkerCoreMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------- the processor
 
-    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "running")
+    @precondition(lambda self: self.h.current is not None)
     @rule(status=st.sampled_from([m.TaskStatus.SUCCESS, m.TaskStatus.FAILED]), quick=st.booleans())
     def finish(self, status: m.TaskStatus, quick: bool) -> None:
         result = self.h.processor_finishes(status, payload=b"abcdef")
         self.h.tell(result._replace(seconds=0.001 if quick else 1.0))
 
-    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "running")
+    @precondition(lambda self: self.h.current is not None)
     @rule()
     def wait(self) -> None:
         self.h.wait()
 
-    @precondition(lambda self: self.h.stack and self.h.stack[-1].state == "waiting")
-    @rule()
-    def resume(self) -> None:
-        self.h.resume()
+    @precondition(lambda self: self.h.waiting)
+    @rule(data=st.data())
+    def wait_ends(self, data) -> None:
+        """The wait of any waiting task ends (waits end in any order); it resumes once no task runs."""
+        waiting = data.draw(st.sampled_from(self.h.waiting_ids()))
+        self.h.resume(int.from_bytes(waiting, "big"))
 
     @rule()
     def toggle_hold(self) -> None:
@@ -184,6 +191,15 @@ class WorkerCoreMachine(RuleBasedStateMachine):
             for given in response.task_ids:
                 assert self.attempts.pop(given, None) is not None, "given back twice, or answered"
                 answered[given] = answered.get(given, 0) + 1
+        for notice in h.take(m.WaitingTasks):
+            for waiting_id, waiting in zip(notice.task_ids, notice.waiting, strict=True):
+                if waiting:
+                    assert waiting_id not in self.waiting_heard, "told twice that it waits"
+                    self.waiting_heard.add(waiting_id)
+                else:
+                    assert waiting_id in self.waiting_heard, "told it runs again, never that it waited"
+                    self.waiting_heard.discard(waiting_id)
+        self.waiting_heard -= set(answered)  # an answered task holds nothing at the scheduler
 
     @invariant()
     def every_task_is_answered_at_most_once(self) -> None:
@@ -196,17 +212,23 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         if h.exit_code is not None:
             return
         states = h.core.task_states()
-        # the core holds the tasks not answered yet, but those whose result waits for company
+        # the core holds the tasks not answered yet, but those whose result waits for company and those
+        # cancelled whose confirm waits for the other tasks of their cancel
         assert set(states) <= set(self.attempts)
         if self.batch_seconds == 0:
-            assert set(states) == set(self.attempts)
+            assert set(self.attempts) - set(states) <= self.cancels_asked
         held = {tid for tid, state in states.items() if state in _HELD_BY_RUNNER}
-        assert held == set(h.runner.stack) | set(h.runner.inbox)
+        assert held == set(h.runner.started_tasks) | set(h.runner.inbox)
         queued = sum(1 for state in states.values() if state in _QUEUED)
         assert h.core.queued_count == queued + len(h.runner.inbox)
+        # the scheduler knows which of the tasks it holds wait: those take no room there
+        waiting = {tid for tid in held if h.runner.state_of(tid) is SentState.WAITING}
+        assert self.waiting_heard & set(states) == waiting
+        assert h.runner.suspended == len(waiting) and h.runner.running <= 2
         if not h.hold and not h.pipe:
-            assert h.runner.stack == h.stack_ids()
+            assert sorted(h.runner.started_tasks) == h.started_ids()
             assert h.runner.inbox == h.fifo_ids()
+            assert h.runner.running == (h.current is not None)
 
     @invariant()
     def a_worker_that_left_says_nothing_more(self) -> None:
@@ -228,12 +250,10 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         for _ in range(2000):
             h.answer_gets()
             h.answer_puts()
-            if h.stack:
-                top = h.stack[-1]
-                if top.state == "running":
-                    h.finish()
-                elif top.state == "waiting":
-                    h.resume()
+            if h.current is not None:
+                h.finish()
+            elif h.waiting:
+                h.resume()
             h.tick(h.now + 0.01)
             h.handle(FromScheduler(m.WorkerHeartbeatEcho()))
             self._collect()
@@ -242,7 +262,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         assert not self.attempts, f"never answered: {sorted(t.hex() for t in self.attempts)}"
         assert all(count == 1 for count in self.answered.values())
         assert set(self.answered) == self.assigned
-        assert h.runner.stack == [] and h.pipe == []
+        assert h.runner.started_tasks == [] and h.pipe == []
 
 
 WorkerCoreMachine.TestCase.settings = settings(

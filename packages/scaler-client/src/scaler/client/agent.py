@@ -111,11 +111,21 @@ class ClientAgent:
 
     # --- user-thread API --------------------------------------------------------------------------------
 
-    def start(self) -> concurrent.futures.Future:
-        """Start the thread; the returned future resolves with the HelloAck (or the handshake's error)."""
+    def connect(self, timeout_seconds: float, bounded_wait: float) -> None:
+        """Start the thread and wait for the scheduler's HelloAck: `DisconnectedError` when none comes within
+        ``timeout_seconds``, the handshake's error (`ProtocolError`) when the scheduler refuses."""
         ready = self.ask(Connect)
         self._thread.start()
-        return ready
+        try:
+            ready.result(timeout=timeout_seconds + 5)
+        except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
+            problem = f"no scheduler answered at {self._address} within {timeout_seconds:g}s"
+            self.abort(DisconnectedError(problem))
+            raise DisconnectedError(problem) from None
+        except BaseException:  # refused, or interrupted while waiting
+            self.abort(DisconnectedError("the client stopped before the scheduler answered"))
+            self.join(bounded_wait)
+            raise
 
     def send(self, event: Event, futures: Optional[Mapping[bytes, ScalerFuture]] = None) -> None:
         """Queue ``event`` for the agent thread, with the futures of the tasks it submits (by task ID).
@@ -355,3 +365,10 @@ def _resident_bytes() -> int:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError, IndexError):
         return 0
+
+
+def close_unreferenced(agent: ClientAgent) -> None:
+    """Its client was garbage collected (or the interpreter exits): leave the scheduler politely."""
+    agent.disconnect()
+    if not agent.in_agent_thread():
+        agent.join(1.0)

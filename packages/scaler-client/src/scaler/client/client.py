@@ -9,7 +9,7 @@ import os
 import weakref
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from scaler.client.agent import ClientAgent
+from scaler.client.agent import ClientAgent, close_unreferenced
 from scaler.client.client_events import Cancel, Clear, PutObject, Shutdown, Submit, SubmitGraph
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture
@@ -17,13 +17,14 @@ from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys,
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import check_serializer, serialize_payload
+from scaler.client.shared_connection import ClientView, shared_connection
 from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id, show
 from scaler.protocol.messages import Capability, Task
-from scaler.protocol.wait_hook import wait_with_hook
+from scaler.protocol.task_context import TaskContext, task_context, wait_with_hook
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,12 @@ class Client:
     ``stream_output=True`` shows what each task prints, on this process's stdout
     and stderr as the task prints it, each line prefixed with the task.
 
-    A client pickles as its address and options: unpickling it (for example
-    inside a task) connects a new client to the same scheduler.
+    A client pickles as its address and options: unpickling it connects a new
+    client to the same scheduler. Inside a task (a task received it, or made
+    a ``Client()`` without an address) every Client of the worker's processor
+    shares one connection to the scheduler that runs the task: there
+    `disconnect` stops only that Client, and `clear` cancels only the tasks
+    submitted through it.
     """
 
     def __init__(
@@ -58,7 +63,10 @@ class Client:
         serializer: Any = None,
         stream_output: bool = False,
     ) -> None:
-        if address is None:
+        context = task_context() if address is None else None
+        if context is not None:
+            address = context.scheduler_address
+        elif address is None:
             address = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
             if not address:
                 raise ValueError(
@@ -77,6 +85,9 @@ class Client:
         self._custom_serializer = serializer
         self._stream_output = bool(stream_output)
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
+        if context is not None:
+            self._share(context, self._profiling)
+            return
 
         self._client_id = new_client_id()
         self._builder = builder = TaskBuilder(self._client_id, serializer, self._profiling, self._stream_output)
@@ -86,18 +97,17 @@ class Client:
             on_objects_failed=builder.forget,  # the next task puts the failed functions again
         )  # fmt: skip
         builder.send = self._agent.send
-        ready = self._agent.start()
-        try:
-            ready.result(timeout=self._timeout + 5)
-        except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
-            self._agent.abort(DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s"))
-            raise DisconnectedError(f"no scheduler answered at {address} within {self._timeout:g}s") from None
-        except BaseException:  # refused, or interrupted while waiting
-            self._agent.abort(DisconnectedError("the client stopped before the scheduler answered"))
-            self._agent.join(self._bounded_wait)
-            raise
-        self._finalizer = weakref.finalize(self, _close_unreferenced, self._agent)
+        self._agent.connect(self._timeout, self._bounded_wait)
+        weakref.finalize(self, close_unreferenced, self._agent)
         logger.debug(f"Client: {show(self._client_id)} connected to {address}")
+
+    def _share(self, context: TaskContext, profiling: bool) -> None:
+        """Inside a processor: this Client is a view on the processor's one connection (`shared_connection`)."""
+        connection = shared_connection(context, self._timeout, self._heartbeat_interval, self._bounded_wait)
+        self._client_id = connection.client_id
+        self._builder = connection.builder(self._custom_serializer, profiling)
+        self._serializer = self._builder.serializer
+        self._agent = ClientView(connection.agent)  # type: ignore[assignment]
 
     # --- properties, context manager, pickling ----------------------------------------------------------
 
@@ -123,7 +133,7 @@ class Client:
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (
-            Client,
+            _unpickle_client,
             (
                 self._address,
                 self._profiling,
@@ -229,7 +239,7 @@ class Client:
                 chunk = []
             # Wake on the first failure, wherever it is in the map, not on the first in order.
             batch.close(len(futures))
-            wait_with_hook(batch.finished, None)
+            wait_with_hook(batch.finished, None, batch.notify)
             batch.wait()
             _raise_first_failure(futures, batch)
             return [future.result() for future in futures]
@@ -297,7 +307,7 @@ class Client:
         try:
             if bar is not None:
                 bar.watch(distinct)
-            wait_with_hook(batch.finished, None)  # inside a task: the worker helps
+            wait_with_hook(batch.finished, None, batch.notify)  # inside a task: the worker helps
             batch.wait()
             _raise_first_failure(distinct, batch)
             return {key: future.result() for key, future in futures.items()}
@@ -450,8 +460,16 @@ def _requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
     return list(dict.fromkeys([keys] if single else keys))
 
 
-def _close_unreferenced(agent: ClientAgent) -> None:
-    """The client was garbage collected (or the interpreter exits): leave the scheduler politely."""
-    agent.disconnect()
-    if not agent.in_agent_thread():
-        agent.join(1.0)
+def _unpickle_client(
+    address: str,
+    profiling: bool,
+    timeout_seconds: float,
+    heartbeat_interval_seconds: float,
+    serializer: Any,
+    stream_output: bool = False,
+) -> Client:
+    """A pickled Client comes back connected to the same scheduler; inside a processor (a task received it)
+    as a view on the processor's one connection to the scheduler that runs the task."""
+    if task_context() is not None:
+        address = None  # type: ignore[assignment]
+    return Client(address, profiling, timeout_seconds, heartbeat_interval_seconds, serializer, stream_output)

@@ -20,7 +20,7 @@ from scaler.client.serializer import deserialize_payload
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
-from scaler.protocol.wait_hook import wait_with_hook
+from scaler.protocol.task_context import Wake, wait_with_hook
 
 # Stands for a successful result whose payload is not deserialized yet.
 _UNDECODED = object()
@@ -101,20 +101,31 @@ class FutureBatch:
     cancelled. Each future names its batch from birth, so no end can be missed.
     """
 
-    __slots__ = ("_condition", "_ended", "_expected", "_failed")
+    __slots__ = ("_condition", "_ended", "_expected", "_failed", "_wakers")
 
     def __init__(self) -> None:
         self._condition = threading.Condition(_LOCK)
         self._ended = 0
         self._expected = -1  # unknown until close()
         self._failed = False
+        self._wakers: Optional[List[Wake]] = None  # of a task waiting in its processor (scaler.protocol.task_context)
 
     def close(self, expected: int) -> None:
         """No more futures join the batch: ``expected`` futures were created with it."""
         with _LOCK:
             self._expected = expected
             if self._ended >= expected:
-                self._condition.notify_all()
+                self._wake()
+
+    def notify(self, wake: Wake) -> None:
+        """Call ``wake()`` once the batch is finished (at once if it is): how a processor hears that a task
+        waiting on it may go on."""
+        with _LOCK:
+            if not self.finished():
+                if wake not in (self._wakers or ()):  # the same waiter, waiting again (a timeout passed)
+                    self._wakers = [*(self._wakers or ()), wake]
+                return
+        wake()
 
     def finished(self) -> bool:
         """True once every future ended, or one failed (or was cancelled)."""
@@ -133,7 +144,13 @@ class FutureBatch:
         if failed:
             self._failed = True
         if failed or self._ended == self._expected:
-            self._condition.notify_all()
+            self._wake()
+
+    def _wake(self) -> None:  # called with _LOCK held
+        self._condition.notify_all()
+        wakers, self._wakers = self._wakers, None
+        for wake in wakers or ():
+            wake()
 
 
 class ScalerFuture(concurrent.futures.Future):
@@ -166,6 +183,7 @@ class ScalerFuture(concurrent.futures.Future):
         "_decode_error",
         "_profiling",
         "_cancel_refused",
+        "_wakers",  # of tasks waiting on it in a processor (scaler.protocol.task_context)
     )
 
     def __init__(
@@ -193,6 +211,7 @@ class ScalerFuture(concurrent.futures.Future):
         self._decode_error: Optional[BaseException] = None
         self._profiling: Optional[Profiling] = None
         self._cancel_refused = False
+        self._wakers: Optional[List[Wake]] = None
 
     @property
     def task_id(self) -> bytes:
@@ -237,7 +256,7 @@ class ScalerFuture(concurrent.futures.Future):
 
     def result(self, timeout: Optional[float] = None) -> Any:
         if self._state not in _DONE_STATES:
-            self._wait(wait_with_hook(self.done, timeout))
+            self._wait(wait_with_hook(self.done, timeout, self.notify))
         with _LOCK:
             state, value, error = self._state, self._result, self._exception
         if state in _CANCELLED_STATES:
@@ -253,7 +272,7 @@ class ScalerFuture(concurrent.futures.Future):
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         if self._state not in _DONE_STATES:
-            self._wait(wait_with_hook(self.done, timeout))
+            self._wait(wait_with_hook(self.done, timeout, self.notify))
         with _LOCK:
             state, error = self._state, self._exception
         if state in _CANCELLED_STATES:
@@ -278,6 +297,16 @@ class ScalerFuture(concurrent.futures.Future):
             fn(self)
         except Exception:
             _futures_base.LOGGER.exception("exception calling callback for %r", self)
+
+    def notify(self, wake: Wake) -> None:
+        """Call ``wake()`` (from the thread that ends the future) once it is done, at once if it is: how a
+        processor hears that a task waiting on it may go on."""
+        with _LOCK:
+            if self._state not in _DONE_STATES:
+                if wake not in (self._wakers or ()):  # the same waiter, waiting again (a timeout passed)
+                    self._wakers = [*(self._wakers or ()), wake]
+                return
+        wake()
 
     def cancel(self, timeout: Optional[float] = None) -> bool:
         """Ask the scheduler to cancel the task and wait for its answer: ``timeout`` seconds, or by default a few.
@@ -314,7 +343,7 @@ class ScalerFuture(concurrent.futures.Future):
         if not self._profiling_enabled:
             raise ValueError("profiling is off for this task: create the Client with profiling=True")
         if self._state not in _DONE_STATES:
-            self._wait(wait_with_hook(self.done, timeout))
+            self._wait(wait_with_hook(self.done, timeout, self.notify))
         with _LOCK:
             profiling = self._profiling
         if profiling is None:
@@ -429,6 +458,12 @@ class ScalerFuture(concurrent.futures.Future):
                 if batch is not None:
                     batch._future_ended(cancelled or error is not None)
             callbacks = self._callback_list
+            wakers = self._wakers
+            if wakers is not None:
+                self._wakers = None
+        if wakers is not None:
+            for wake in wakers:
+                wake()
         if callbacks:
             self._invoke_callbacks()
         return True

@@ -327,6 +327,12 @@ class WorkerManagerCommand:
     worker_ids: List[bytes] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class WaitingTasks:
+    task_ids: List[bytes] = field(default_factory=list)
+    waiting: List[bool] = field(default_factory=list)
+
+
 # The members of the `Message` union, in schema order.
 class OutputStream(enum.IntEnum):
     STDOUT = 0
@@ -372,4 +378,5 @@ MESSAGE_TYPES = (
     WorkerManagerHeartbeat,
     WorkerManagerCommand,
     TaskOutputBatch,
+    WaitingTasks,
 )

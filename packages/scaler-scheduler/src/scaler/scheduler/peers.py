@@ -12,7 +12,7 @@ DEFAULT_QUEUE_CAPACITY = 1000
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending",
+        "balance_pending", "waiting",
     )  # fmt: skip
 
     def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
@@ -26,6 +26,12 @@ class Worker:
         self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
         self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
         self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
+        self.waiting: Set[bytes] = set()  # of its tasks, those that wait for tasks they submitted (no room held)
+
+    @property
+    def load(self) -> int:
+        """The tasks it holds that take room: queued there or running, not waiting."""
+        return len(self.tasks) - len(self.waiting)
 
 
 class Client:

@@ -112,6 +112,7 @@ class SchedulerCore:
             m.TaskResultBatch: routing.on_results,
             m.TaskCancelConfirm: routing.on_cancel_confirm,
             m.BalanceResponse: routing.on_balance_response,
+            m.WaitingTasks: routing.on_waiting_tasks,
             m.DisconnectRequest: self._on_worker_disconnect,
             m.TaskOutputBatch: self._on_task_output,
         }

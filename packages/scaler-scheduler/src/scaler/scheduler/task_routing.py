@@ -7,7 +7,9 @@ carries out the actions of the answer; what is sent is gathered in the event's `
 
 The handlers take one message (a batch of tasks, results, cancels, confirms...) from one peer; the
 scheduler core calls them through its dispatch table. `dispatch` runs after every event the core handles:
-it hands queued tasks to the least loaded workers with room, when something changed since.
+it hands queued tasks to the least loaded workers with room, when something changed since. A worker's load
+is the tasks it holds less those that wait for tasks they submitted (`WaitingTasks`): a waiting task holds
+no room, so a worker whose every task waits takes more, and nested tasks never deadlock (docs/scheduling.md).
 """
 
 from __future__ import annotations
@@ -176,6 +178,27 @@ class TaskRouting:
             if record is not None and record.worker_id == source:
                 self._step(record, TaskEvent.CANCEL_CONFIRMED, out)
 
+    def on_waiting_tasks(self, source: bytes, message: m.WaitingTasks, now: float, out: Outbox) -> None:
+        """Worker ``source``'s tasks that began or ended a wait for tasks they submitted: a waiting task takes
+        no room on its worker, so that its children (and any other task) can go there."""
+        if len(message.task_ids) != len(message.waiting):
+            logger.warning(
+                f"Scheduler: dropped WaitingTasks from {show(source)}: {len(message.task_ids)} task IDs but "
+                f"{len(message.waiting)} flags"
+            )
+            return
+        worker = self._workers[source]
+        tasks = self._tasks
+        for task_id, waiting in zip(message.task_ids, message.waiting, strict=True):
+            record = tasks.get(task_id)
+            if record is None or record.worker_id != source:
+                continue  # finished, or moved since: it holds nothing there
+            if waiting:
+                worker.waiting.add(task_id)
+            else:
+                worker.waiting.discard(task_id)
+        self._changed = True
+
     def on_balance_response(self, source: bytes, message: m.BalanceResponse, now: float, out: Outbox) -> None:
         """Worker ``source`` gives back tasks it had not started."""
         tasks = self._tasks
@@ -227,12 +250,12 @@ class TaskRouting:
         if len(self._workers) < 2 or self._queue:
             return
         workers = self._workers.values()
-        if not any(len(w.tasks) == 0 for w in workers):
+        if not any(w.load == 0 for w in workers):
             return
-        mean = sum(len(w.tasks) for w in workers) / len(self._workers)
+        mean = sum(w.load for w in workers) / len(self._workers)
         for worker in workers:
-            excess = len(worker.tasks) - math.ceil(mean)
-            if excess >= 1 and len(worker.tasks) >= 2 and not worker.balance_pending:
+            excess = worker.load - math.ceil(mean)
+            if excess >= 1 and worker.load >= 2 and not worker.balance_pending:
                 worker.balance_pending = True
                 out.sends.append(Send(worker.worker_id, m.BalanceRequest(excess)))
 
@@ -252,7 +275,7 @@ class TaskRouting:
             self._assign(self._queue, self._workers.values(), out)
 
     def _assign(self, queue: List[Tuple[int, int, bytes]], workers: Iterable[Worker], out: Outbox) -> None:
-        room = [(len(w.tasks), index, w) for index, w in enumerate(workers) if len(w.tasks) < w.capacity]
+        room = [(w.load, index, w) for index, w in enumerate(workers) if w.load < w.capacity]
         heapq.heapify(room)
         tasks = self._tasks
         step = self._step
@@ -323,6 +346,7 @@ class TaskRouting:
         worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
         if worker is not None:
             worker.tasks.pop(record.task.task_id, None)
+            worker.waiting.discard(record.task.task_id)
         record.worker_id = None
         self._enqueue(record)
 
@@ -352,4 +376,6 @@ class TaskRouting:
             worker = self._workers.get(record.worker_id)
             if worker is not None:
                 worker.tasks.pop(task_id, None)
+                if worker.waiting:
+                    worker.waiting.discard(task_id)
                 self._changed = True  # room on that worker

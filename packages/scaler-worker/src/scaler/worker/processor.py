@@ -2,21 +2,27 @@
 
 Started by the agent with the multiprocessing "spawn" context, so it inherits
 nothing of the agent's ZeroMQ state. It reads `ProcessorTask`s from its Pipe
-into a local FIFO (the agent sends a few ahead), runs them one after another in
+into a local FIFO (the agent sends a few ahead), runs them one at a time in
 its main thread and writes back their `ProcessorResult`s, several in one
 message during a run of quick tasks. It never talks to the scheduler or the
-storage server: a cancel, a timeout or a crash costs the agent only this
-process, which it replaces.
+storage server for the agent: a cancel, a timeout or a crash costs the agent
+only this process, which it replaces.
 
-Nested tasks: the processor installs a wait hook in the Scaler client
-(`scaler.protocol.wait_hook`). When a task waits there (on `result()` of a
-task it submitted, in `Client.map`, ...), the hook tells the agent, runs the
-tasks the agent sends meanwhile on the same stack (each may wait in turn), and
-checks between them, and every few milliseconds while it has none, whether
-what the task waits for is done; then the task goes on. A waiting task thus
-costs a few stack frames, not a process or a thread, and never holds the
-worker: its children (and anything else queued) run in its place. See
-`processor_protocol` for the conversation with the agent.
+Nested tasks. Each task runs in a greenlet of its own (`greenlet`: stack
+switching in one thread), under the hub (`_Processor.serve`, the main
+greenlet). The processor installs a task context for the Scaler client
+(`scaler.protocol.task_context`): when a task waits there (on `result()` of a
+task it submitted, in `Client.map`, ...), it tells the agent (`TaskWaiting`),
+asks what it waits for to wake the hub once done, and switches back to the
+hub, which runs the next task meanwhile. A task whose wait is over is resumed
+when the hub is free and no task sent ahead is pending, in whatever order the
+waits end; the hub tells the agent (`TaskWaiting(..., False)`). So a waiting
+task holds no slot, costs its greenlet's saved stack and its frames (no
+process, no thread, no depth of the main stack: a chain of 1,000 nested waits
+is 1,000 greenlets side by side), and every Client inside the processor
+shares one connection (`scaler.client.shared_connection`). The client's agent
+thread wakes the hub through a pipe the hub selects on beside the agent's.
+See `processor_protocol` for the conversation with the agent.
 
 Keep this module's imports light: every processor start imports it.
 """
@@ -24,49 +30,50 @@ Keep this module's imports light: every processor start imports it.
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import tracemalloc
 from collections import deque
 from multiprocessing.connection import Connection
 from pickle import PickleBuffer
-from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple
 
 import cloudpickle
+import greenlet
 
 from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
 from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
-from scaler.protocol.wait_hook import set_wait_hook
+from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
-    WAIT_CHECK_INTERVAL_SECONDS,
     Drop,
     Dropped,
     PipeEnd,
     ProcessorResult,
     ProcessorTask,
     TaskWaiting,
-    WaitEnded,
 )
 from scaler.worker.task_failure import failure_payload
 from scaler.worker.task_output import OutputCapture
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
-# Nested tasks stack up in the main thread, a few frames per level: allow deeper recursion than Python's 1000
-# (a level costs well under 1 KiB of C stack on Python 3.11+; 10,000 frames of C recursion fit the usual 8 MiB)
+# a task's own recursion may go deeper than Python's default 1000 frames, as it always could here (a frame of
+# Python code costs well under 1 KiB of C stack on Python 3.11+; 10,000 fit the usual 8 MiB)
 RECURSION_LIMIT = 10_000
 
-
 _DEFAULT_SERIALIZER = DefaultSerializer()  # of tasks whose client did not choose one
+_WAITS = object()  # what a task's greenlet hands the hub when it waits (a finished one hands its result)
+_SPARE_GREENLETS = 16  # greenlets kept for the next tasks once theirs ended (making one costs several µs)
 
 
 class _Loaded:
@@ -111,19 +118,32 @@ class _Accepted:
         self.problem: Optional[BaseException] = None
 
 
-class _Frame:
-    """A task on the processor's stack, with what its profiling needs."""
+class _Started:
+    """A task started on the processor: its greenlet, its wait, and what its profiling needs."""
 
-    __slots__ = ("task_id", "started", "cpu_started", "nested_cpu", "memory_base", "memory_peak", "traces")
+    __slots__ = (
+        "task_id", "greenlet", "done", "wake", "waiting", "waits", "started", "cpu", "cpu_since", "profiled",
+        "memory_base", "memory_peak", "streams",
+    )  # fmt: skip
 
-    def __init__(self, task_id: bytes) -> None:
+    def __init__(self, task_id: bytes, profiled: bool) -> None:
         self.task_id = task_id
+        self.greenlet: Any = None
+        self.done: Callable[[], bool] = _never
+        self.wake: Optional[Callable[[], None]] = None  # what the waited-on objects call once their wait may be over
+        self.waiting = False  # switched out in a wait that has not ended
+        self.waits = 0  # how many waits it began (a timeout belongs to one of them)
         self.started = time.perf_counter()
-        self.cpu_started = time.process_time()
-        self.nested_cpu = 0.0  # CPU seconds of the tasks that ran nested in this one
+        self.cpu = 0.0  # CPU seconds while it ran (not while it waited)
+        self.cpu_since = 0.0
+        self.profiled = profiled
         self.memory_base = 0
-        self.memory_peak = 0
-        self.traces = False  # this task started tracemalloc (the outermost profiled task does)
+        self.memory_peak = 0  # the highest traced memory above its base while it ran
+        self.streams: Optional[Tuple[Any, Any]] = None  # its captured stdout and stderr (it streams its output)
+
+
+def _never() -> bool:
+    return False
 
 
 def run_processor(
@@ -143,7 +163,7 @@ def run_processor(
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
-    set_wait_hook(processor.help_while_waiting)
+    set_task_context(TaskContext(scheduler_address, processor.wait))
     processor.serve()
 
 
@@ -159,30 +179,41 @@ class _Processor:
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
-        self._stack: List[_Frame] = []  # the tasks running here, the top one last
-        self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they run at the top, in order
+        self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they start in order
         self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
         self._held_since = 0.0
-        self._wait_ended: Set[bytes] = set()  # tasks the agent let resume (read by a wait above theirs, maybe)
-        self._main_thread_id = threading.main_thread().ident
+        self._hub = greenlet.getcurrent()
+        self._spare: List[greenlet.greenlet] = []  # greenlets whose task ended, each ready for another
+        self._current: Optional[_Started] = None  # the task whose greenlet runs now
+        self._waiting = 0  # tasks switched out in a wait
+        self._resumable: Deque[_Started] = deque()  # tasks whose wait is over, in the order they ended
+        self._woken: Deque[_Started] = deque()  # appended from any thread: a task's wait may be over
+        self._deadlines: List[Tuple[float, int, int, _Started]] = []  # of waits with a timeout: (when, _, wait, task)
+        self._sequence = itertools.count()
+        self._wake_pending = False  # a byte is on its way through the wake pipe
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._profiled = 0  # profiled tasks started and not ended: tracemalloc traces while there are some
         self._output: Optional[OutputCapture] = None  # made when a task first asks for its output (task_output.py)
-        self._streamed = 0  # tasks on the stack whose output is captured
         self._plain_streams = (sys.stdout, sys.stderr)
         self._handlers: Dict[type, Callable[[Any], None]] = {
             list: self._on_list,
-            ProcessorTask: self._on_task,
             Drop: self._on_drop,
-            WaitEnded: self._on_wait_ended,
         }
 
     def serve(self) -> None:
-        """Run the tasks the agent sends until it closes the Pipe."""
+        """The hub: run the tasks the agent sends, and resume the waiting ones, until the agent closes the Pipe."""
         pipe = self._pipe
         fifo = self._fifo
+        resumable = self._resumable
         handlers = self._handlers
         while True:
-            if not fifo:
+            if not fifo and not resumable:
                 self._flush()
+                if self._waiting:
+                    self._idle()
+                    continue
                 try:
                     message = pipe.receive()
                 except (EOFError, OSError):  # the agent closed the pipe or is gone
@@ -190,54 +221,120 @@ class _Processor:
                 handlers[type(message)](message)
                 continue
             self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
-            if not fifo:
+            if fifo:
+                accepted = fifo.popleft()
+                started = _Started(accepted.task.task_id, accepted.task.profiling)
+                spare = self._spare
+                started.greenlet = spare.pop() if spare else greenlet.greenlet(self._run_tasks)
+                outcome = self._switch_to(started, accepted)
+            elif resumable:
+                started = resumable.popleft()
+                self._send(TaskWaiting(started.task_id, False))
+                outcome = self._switch_to(started, None)
+            else:
                 continue
-            accepted = fifo.popleft()
-            frame = _Frame(accepted.task.task_id)
-            self._stack.append(frame)
-            try:
-                result = self._run(accepted, frame)
-            finally:
-                self._stack.pop()
+            if outcome is _WAITS:
+                continue
+            if len(self._spare) < _SPARE_GREENLETS:
+                self._spare.append(started.greenlet)
             _flush_standard_streams()
             now = time.perf_counter()
-            self._emit(result, now)
+            self._emit(outcome, now)
             # hold the result for company only during a run of quick tasks, and never long
-            if fifo and result.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
+            if fifo and outcome.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
                 continue
             self._flush()
 
-    def help_while_waiting(self, done: Callable[[], bool], timeout: Optional[float]) -> None:
-        """The Scaler client's wait hook: run the agent's tasks here until ``done()`` or ``timeout``."""
-        if not self._stack or threading.get_ident() != self._main_thread_id:
+    def wait(self, done: Callable[[], bool], timeout: Optional[float], notify: Notify) -> None:
+        """The task context's wait hook: switch to the hub until ``done()`` or ``timeout``; the hub runs other
+        tasks meanwhile."""
+        started = self._current
+        if started is None or greenlet.getcurrent() is not started.greenlet:
             return  # not a task's own wait (a thread of the task, or outside any task): wait as usual
         if timeout is not None and timeout <= 0:
             return
-        deadline = None if timeout is None else time.monotonic() + timeout
-        task_id = self._stack[-1].task_id
-        pipe = self._pipe
-        self._send(TaskWaiting(task_id, True))
+        if started.wake is None:
+            started.wake = functools.partial(self._wake, started)
+        notify(started.wake)  # before the check: an end in between is not missed
+        if done():
+            return
+        started.done = done
+        started.waiting = True
+        started.waits += 1
+        self._waiting += 1
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            heapq.heappush(self._deadlines, (deadline, next(self._sequence), started.waits, started))
+        self._send(TaskWaiting(started.task_id, True))
+        self._hub.switch(_WAITS)  # back here once the hub resumes it
+
+    # ------------------------------------------------------------------------- switching
+
+    def _switch_to(self, started: _Started, accepted: Optional[_Accepted]) -> Any:
+        """Run ``started`` until it ends (its `ProcessorResult`) or waits (`_WAITS`)."""
+        self._current = started
+        if started.streams is not None:  # a task that streams its output, resumed
+            sys.stdout, sys.stderr = started.streams
+        if started.profiled:
+            self._start_profile(started, accepted is not None)
+        started.cpu_since = time.process_time()
         try:
-            while True:
-                checked = time.perf_counter()
-                if done():
-                    break
-                # a check costs at most a tenth of the wait (a map of 100,000 futures checks them all)
-                interval = max(WAIT_CHECK_INTERVAL_SECONDS, 10 * (time.perf_counter() - checked))
-                if deadline is not None:
-                    interval = min(interval, deadline - time.monotonic())
-                    if interval <= 0:
-                        break
-                if pipe.poll(interval):
-                    self._handle(self._receive())
-                    self._flush()  # Dropped answers: the tasks taken back may be what this task waits for
+            outcome = started.greenlet.switch(accepted, started) if accepted is not None else started.greenlet.switch()
         finally:
-            self._send(TaskWaiting(task_id, False))
-            wait_ended = self._wait_ended
-            while task_id not in wait_ended:  # what the agent sent before it read our notice runs first
-                self._handle(self._receive())
-                self._flush()
-            wait_ended.discard(task_id)
+            self._current = None
+            if started.streams is not None:
+                sys.stdout, sys.stderr = self._plain_streams
+        started.cpu += time.process_time() - started.cpu_since
+        if started.profiled:
+            outcome = self._pause_profile(started, outcome)
+        return outcome
+
+    def _wake(self, started: _Started) -> None:
+        """From any thread (the client's agent thread, as a future ends): ``started``'s wait may be over."""
+        self._woken.append(started)
+        if not self._wake_pending:
+            self._wake_pending = True
+            try:
+                os.write(self._wake_write, b"\0")
+            except (BlockingIOError, OSError):  # full: the hub is woken anyway
+                pass
+
+    def _collect_wakes(self, read: bool = False) -> None:
+        """Tasks whose wait is over (they were woken, or their timeout passed) become resumable. The wake pipe is
+        read when a wake wrote to it (or ``read``: it was seen readable)."""
+        if self._wake_pending or read:
+            self._wake_pending = False  # before the reads below: a wake from now on writes again
+            try:
+                os.read(self._wake_read, 4096)
+            except BlockingIOError:
+                pass
+        woken = self._woken
+        while woken:
+            started = woken.popleft()
+            if started.waiting and started.done():
+                self._end_wait(started)
+        deadlines = self._deadlines
+        if deadlines:
+            now = time.monotonic()
+            while deadlines and deadlines[0][0] <= now:
+                _, _, wait, started = heapq.heappop(deadlines)
+                if started.waiting and started.waits == wait:
+                    self._end_wait(started)
+
+    def _end_wait(self, started: _Started) -> None:
+        started.waiting = False
+        started.done = _never
+        self._waiting -= 1
+        self._resumable.append(started)
+
+    def _idle(self) -> None:
+        """Nothing to run and tasks wait: sleep until the agent writes, a wait ends or a wait's timeout passes."""
+        timeout = None
+        if self._deadlines:
+            timeout = max(0.0, self._deadlines[0][0] - time.monotonic())
+        if self._pipe.wait_readable(self._wake_read, timeout):
+            self._handle(self._receive())
+        self._collect_wakes(read=True)
 
     # ------------------------------------------------------------------------- the pipe
 
@@ -254,6 +351,8 @@ class _Processor:
                 self._handle(self._receive())
         except (EOFError, OSError):
             _agent_gone()
+        if self._woken or self._deadlines:
+            self._collect_wakes()
 
     def _emit(self, message: Any, now: Optional[float] = None) -> None:
         """Queue ``message`` for the agent (sent by the next `_flush`)."""
@@ -280,7 +379,7 @@ class _Processor:
         self._handlers[type(message)](message)
 
     def _on_list(self, messages: List[Any]) -> None:
-        """Tasks sent ahead (and maybe other messages): tasks go to the FIFO, to run at the top in order."""
+        """Tasks for the FIFO, to start in order (and maybe other messages)."""
         handlers = self._handlers
         fifo = self._fifo
         for message in messages:
@@ -288,21 +387,6 @@ class _Processor:
                 fifo.append(self._accept(message))
             else:
                 handlers[type(message)](message)
-
-    def _on_task(self, task: ProcessorTask) -> None:
-        """A single task: inside a wait it runs now, nested on the waiting task; idle, it goes to the FIFO."""
-        accepted = self._accept(task)
-        if not self._stack:
-            self._fifo.append(accepted)
-            return
-        frame = _Frame(task.task_id)
-        self._stack.append(frame)
-        try:
-            result = self._run(accepted, frame)
-        finally:
-            self._stack.pop()
-        _flush_standard_streams()
-        self._send(result)
 
     def _on_drop(self, drop: Drop) -> None:
         fifo = self._fifo
@@ -312,9 +396,6 @@ class _Processor:
                 self._emit(Dropped(drop.task_id))
                 return
         # started already (or unknown): its result answers the agent
-
-    def _on_wait_ended(self, message: WaitEnded) -> None:
-        self._wait_ended.add(message.task_id)
 
     # ------------------------------------------------------------------------- one task
 
@@ -349,7 +430,14 @@ class _Processor:
             resolved.append((name, payload, object_id))
         return resolved
 
-    def _run(self, accepted: _Accepted, frame: _Frame) -> ProcessorResult:
+    def _run_tasks(self, accepted: _Accepted, started: _Started) -> None:
+        """The body of a greenlet: run a task, hand its result to the hub, and the next task the hub gives."""
+        hub = self._hub
+        while True:
+            accepted, started = hub.switch(self._run(accepted, started))
+
+    def _run(self, accepted: _Accepted, started: _Started) -> ProcessorResult:
+        """One task, in its greenlet: its result."""
         task = accepted.task
         function = accepted.function
         serializer_entry = accepted.serializer
@@ -373,43 +461,34 @@ class _Processor:
         except Exception as error:
             return _failed(task.task_id, error, traceback.format_exc())._replace(function=function.name)
 
-        self._start_profile(frame, task.profiling)
-        swapped = self._capture_output(task) if task.stream_output or self._streamed else None
+        if task.stream_output:
+            started.streams = self._task_streams(task.task_id)
+            sys.stdout, sys.stderr = started.streams
         failure: Optional[BaseException] = None
         try:
             value = function.value(*positional, **named)
         except BaseException as raised:  # SystemExit and KeyboardInterrupt of a task are its failure, not ours
             failure, value = raised, None
-        if swapped is not None:
-            self._restore_output(task, swapped)
-        profiling = self._end_profile(frame, task.profiling)
+        if started.streams is not None:
+            self._flush_output()  # before the result: the client prints the output, then the result arrives
         if failure is not None:
-            result = _failed(task.task_id, failure, _user_traceback(failure), profiling)
+            result = _failed(task.task_id, failure, _user_traceback(failure))
         else:
-            result = _success(task.task_id, value, serializer, profiling)
-        return result._replace(seconds=time.perf_counter() - frame.started, function=function.name)
+            result = _success(task.task_id, value, serializer, None)
+        return result._replace(seconds=time.perf_counter() - started.started, function=function.name)
 
-    def _capture_output(self, task: ProcessorTask) -> Tuple[Any, Any]:
-        """Give the task the standard streams it asked for: captured, or plain for a task nested in one that is
-        captured. Returns the streams to restore."""
-        swapped = (sys.stdout, sys.stderr)
-        if task.stream_output:
-            if self._output is None:
-                self._output = OutputCapture(self._pipe.send)
-            sys.stdout, sys.stderr = self._output.streams(task.task_id)
-            self._streamed += 1
-        else:
-            sys.stdout, sys.stderr = self._plain_streams
-        return swapped
+    def _task_streams(self, task_id: bytes) -> Tuple[Any, Any]:
+        """The ``sys.stdout`` and ``sys.stderr`` of a task that asked for its output: captured for it. They are
+        the task's own while its greenlet runs (`_switch_to` swaps them in and out)."""
+        if self._output is None:
+            self._output = OutputCapture(self._pipe.send)
+        return self._output.streams(task_id)
 
-    def _restore_output(self, task: ProcessorTask, swapped: Tuple[Any, Any]) -> None:
-        sys.stdout, sys.stderr = swapped
-        if task.stream_output and self._output is not None:
-            self._streamed -= 1
-            try:
-                self._output.flush()  # before the result: the client prints the output, then the result arrives
-            except (OSError, ValueError):
-                _agent_gone()
+    def _flush_output(self) -> None:
+        try:
+            self._output.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            _agent_gone()
 
     @staticmethod
     def _load(cache: LRUCache, key: bytes, payload: Optional[bytes], what: str) -> _Loaded:
@@ -426,36 +505,27 @@ class _Processor:
 
     # ------------------------------------------------------------------------- profiling
 
-    def _start_profile(self, frame: _Frame, profiling: bool) -> None:
-        """Memory is traced while a profiled task is on the stack; a task's peak leaves out what ran nested."""
-        if tracemalloc.is_tracing():
-            outer = self._stack[-2] if len(self._stack) > 1 else None
-            current, peak = tracemalloc.get_traced_memory()
-            if outer is not None:
-                outer.memory_peak = max(outer.memory_peak, peak)
-            tracemalloc.reset_peak()
-            frame.memory_base = current
-        elif profiling:
-            tracemalloc.start()
-            frame.traces = True
-        frame.started = time.perf_counter()
-        frame.cpu_started = time.process_time()
+    def _start_profile(self, started: _Started, first: bool) -> None:
+        """A profiled task starts or resumes. Memory is traced while profiled tasks are started; a task's peak
+        counts what it allocated above the memory of each of its starts, while it ran (not while it waited)."""
+        if first:
+            self._profiled += 1
+            if not tracemalloc.is_tracing():
+                tracemalloc.start()
+        tracemalloc.reset_peak()
+        started.memory_base = tracemalloc.get_traced_memory()[0]
 
-    def _end_profile(self, frame: _Frame, profiling: bool) -> Optional[Tuple[float, float, int]]:
-        duration = time.perf_counter() - frame.started
-        cpu = time.process_time() - frame.cpu_started
-        if len(self._stack) > 1:
-            self._stack[-2].nested_cpu += cpu
-        result = None
-        if tracemalloc.is_tracing():
-            peak = max(frame.memory_peak, tracemalloc.get_traced_memory()[1])
-            if frame.traces:
-                tracemalloc.stop()
-            else:
-                tracemalloc.reset_peak()  # the task beneath measures its own peak from here
-            if profiling:
-                result = (duration, max(0.0, cpu - frame.nested_cpu), max(0, peak - frame.memory_base))
-        return result
+    def _pause_profile(self, started: _Started, outcome: Any) -> Any:
+        """It waits or ended: note its peak; if it ended, its result carries (duration, CPU, peak memory)."""
+        peak = tracemalloc.get_traced_memory()[1]
+        started.memory_peak = max(started.memory_peak, peak - started.memory_base)
+        if outcome is _WAITS:
+            return outcome
+        self._profiled -= 1
+        if self._profiled == 0:
+            tracemalloc.stop()
+        duration = time.perf_counter() - started.started
+        return outcome._replace(profiling=(duration, started.cpu, started.memory_peak))
 
 
 def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> ProcessorResult:

@@ -1,11 +1,12 @@
 """The life of a task in the local processor, as the agent models it (`processor_runner`), as one table.
 
-A task the processor was given is SENT (into its FIFO, ahead of time) or RUNNING (on its stack) at once.
-A task sent ahead STARTs when the one before it ends; until then a ``Drop`` may take it back (RECALLING: it
-returns to the queue; DROPPING: for a cancel), which the processor answers ``Dropped``, or not at all if it
-had started (STARTED_DROPPING: taken for started, a ``Dropped`` may still say it never did). A task on the
-stack may WAIT inside the Scaler client and RESUME. It ends FINISHED (its result), DIED (the processor died or
-was stopped) or RETURNED (it never started). Every non-terminal state has a way out on CANCEL and STOP.
+A task the processor was given is SENT (into its FIFO, ahead of time) or RUNNING at once. A task sent ahead
+STARTs when the processor is free and it is the head of the FIFO; until then a ``Drop`` may take it back
+(RECALLING: it returns to the queue; DROPPING: for a cancel), which the processor answers ``Dropped``, or not
+at all if it had started (STARTED_DROPPING: taken for started, a ``Dropped`` may still say it never did). A
+started task may WAIT inside the Scaler client (its greenlet switched out: it holds no slot) and RESUME. It
+ends FINISHED (its result), DIED (the processor died or was stopped) or RETURNED (it never started). Every
+non-terminal state has a way out on CANCEL and STOP.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ class SentState(enum.Enum):
     SENT = "sent"  # in the processor's FIFO, not started
     RECALLING = "recalling"  # sent, and a Drop is on its way to take it back to the queue
     DROPPING = "dropping"  # sent, and a Drop is on its way for a cancel
-    RUNNING = "running"  # started, on the stack
+    RUNNING = "running"  # started, running (not waiting)
     STARTED_DROPPING = "started, dropping"  # taken for started, but a Dropped may still say it never did
-    WAITING = "waiting"  # started, waiting inside the Scaler client: the processor may run another task above it
+    WAITING = "waiting"  # started, waiting inside the Scaler client: the processor runs other tasks meanwhile
     FINISHED = "finished"
     DIED = "died"
     RETURNED = "returned"
@@ -31,7 +32,7 @@ class SentState(enum.Enum):
 
 class SentEvent(enum.Enum):
     START = "start"  # the task before it in the FIFO ended: the processor started it
-    RECALL = "recall"  # take it back (a higher-priority task came, or the running task waits)
+    RECALL = "recall"  # take it back (a higher-priority task came)
     CANCEL = "cancel"
     DROPPED = "dropped"  # the processor took it out of its FIFO unstarted
     RESULT = "result"
@@ -45,8 +46,7 @@ class SentEvent(enum.Enum):
 class SentAction(enum.Enum):
     SEND_DROP = "send drop"
     LEAVE_INBOX = "leave inbox"
-    LEAVE_STACK = "leave stack"  # it was taken for started; the next one in the FIFO is
-    RECALL_INBOX = "recall inbox"  # take back every task sent ahead
+    LEAVE_RUNNING = "leave running"  # it was taken for started; the next one in the FIFO is
     STOP_PROCESSOR = "stop processor"
 
     __hash__ = object.__hash__
@@ -79,12 +79,12 @@ PROCESSOR_TASK_LIFECYCLE: Lifecycle[SentState, SentEvent] = Lifecycle(
         (_S.DROPPING, _E.DROPPED): _t(_S.RETURNED, _A.LEAVE_INBOX),
         (_S.DROPPING, _E.STOP): _t(_S.RETURNED),
         (_S.RUNNING, _E.RESULT): _t(_S.FINISHED),
-        (_S.RUNNING, _E.WAIT): _t(_S.WAITING, _A.RECALL_INBOX),
+        (_S.RUNNING, _E.WAIT): _t(_S.WAITING),
         (_S.RUNNING, _E.CANCEL): _t(_S.RUNNING, _A.STOP_PROCESSOR),
         (_S.RUNNING, _E.STOP): _t(_S.DIED),
         (_S.STARTED_DROPPING, _E.RESULT): _t(_S.FINISHED),  # it had started: the Drop came too late
-        (_S.STARTED_DROPPING, _E.WAIT): _t(_S.WAITING, _A.RECALL_INBOX),
-        (_S.STARTED_DROPPING, _E.DROPPED): _t(_S.RETURNED, _A.LEAVE_STACK),
+        (_S.STARTED_DROPPING, _E.WAIT): _t(_S.WAITING),
+        (_S.STARTED_DROPPING, _E.DROPPED): _t(_S.RETURNED, _A.LEAVE_RUNNING),
         (_S.STARTED_DROPPING, _E.CANCEL): _t(_S.STARTED_DROPPING, _A.STOP_PROCESSOR),
         (_S.STARTED_DROPPING, _E.STOP): _t(_S.DIED),
         (_S.WAITING, _E.RESUME): _t(_S.RUNNING),

@@ -2,18 +2,17 @@
 
 A Pipe message is one of the tuples below, or a list of them (read as if they came one by one, in order).
 
-Tasks. The agent sends tasks to run at the top of the processor's stack as a list of `ProcessorTask`: the
-processor appends them to its local FIFO and runs them strictly in order, each once the one before it has
-finished. The agent keeps up to `PROCESSOR_PIPELINE_DEPTH` tasks "sent ahead" beyond the one running (while the
-tasks finish within `PIPELINE_TASK_SECONDS`, as `ProcessorResult.seconds` tells), so
-the processor never idles while the agent turns a result around, and several tasks travel in one message.
-Before it starts each task the processor reads whatever is readable on the Pipe without blocking, so a
-`Drop`, a `WaitEnded` or more tasks that arrived meanwhile are seen in order. ``Drop(task_id)`` asks to take
-a task out of the FIFO: the processor answers ``Dropped(task_id)``, or nothing if the task has started (its
-result then comes as usual).
+Tasks. The agent sends tasks as a list of `ProcessorTask`: the processor appends them to its local FIFO and
+starts the head of the FIFO whenever no task runs (before it resumes a waiting task). The agent keeps up to
+`PROCESSOR_PIPELINE_DEPTH` tasks "sent ahead" beyond the one running (while no task waits and the tasks
+finish within `PIPELINE_TASK_SECONDS`, as `ProcessorResult.seconds` tells), so the processor never idles
+while the agent turns a result around, and several tasks travel in one message. Before it starts or resumes
+a task the processor reads whatever is readable on the Pipe without blocking, so a `Drop` or more tasks
+that arrived meanwhile are seen in order. ``Drop(task_id)`` asks to take a task out of the FIFO: the
+processor answers ``Dropped(task_id)``, or nothing if the task has started (its result then comes as usual).
 
 Results. The processor answers each task with its `ProcessorResult`, possibly several in one list. It sends
-at once when its FIFO is empty, in a wait, or when the task that just finished took longer than
+at once when its FIFO is empty, or when the task that just finished took longer than
 `RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results until its FIFO is empty or the
 oldest held one is `RESULT_HOLD_SECONDS` old. A held result thus waits for at most one further task, and
 only while the tasks run quickly.
@@ -28,15 +27,14 @@ processor updates its caches when it reads a task from the Pipe (not when it run
 applies the same get/put sequence when it sends, mirrors them exactly, whatever order the tasks then run
 in and even if some are dropped.
 
-Nested tasks ("help while waiting"): when a task waits inside the Scaler client (on the tasks it
-submitted), the processor sends ``TaskWaiting(task_id, True)``: it can take another task meanwhile. The
-agent then sends it queued tasks one at a time, each as a single `ProcessorTask` (not a list), which runs
-nested on the waiting task's stack and answers with its result as usual; tasks sent ahead stay in the FIFO
-(the agent takes them back with `Drop`, so the waiting task's children can run). Once what the task waits
-for is done, the processor sends ``TaskWaiting(task_id, False)`` and runs any single task already on its way
-until the agent answers `WaitEnded`: then no other task is in flight and the waiting task resumes. So the
-processor runs a stack of tasks, the top one running (or waiting), the others waiting beneath it, plus a
-FIFO of tasks not started; the agent knows both exactly from the order of the messages it receives.
+Nested tasks. When a task waits inside the Scaler client (on the tasks it submitted), the processor switches
+it out (each task runs in a greenlet of its own) and sends ``TaskWaiting(task_id, True)``: it holds no slot,
+and the processor starts the next task of its FIFO, or idles until the agent sends one. When the wait is over
+(what it waited for is done, or its timeout passed) and no task runs and the FIFO is empty, the processor
+sends ``TaskWaiting(task_id, False)`` and resumes it. Waits end, and tasks resume, in any order. So the
+agent knows from the order of the messages which tasks run, which wait and which are still in the FIFO:
+when the last running task ends or waits, the head of the FIFO has started; a task it sends when none runs
+starts at once (a resume that crossed it only delays it).
 """
 
 from __future__ import annotations
@@ -64,10 +62,6 @@ PIPELINE_TASK_SECONDS = 0.1
 # while the oldest held result is younger than RESULT_HOLD_SECONDS
 RESULT_HOLD_TASK_SECONDS = 0.0002
 RESULT_HOLD_SECONDS = 0.001
-
-# a task waiting inside the Scaler client checks what it waits for this often while it has nothing to run
-# (less often when a check itself takes long: it then costs at most a tenth of the wait)
-WAIT_CHECK_INTERVAL_SECONDS = 0.005
 
 
 class ProcessorTask(NamedTuple):
@@ -98,17 +92,11 @@ class Dropped(NamedTuple):
 
 
 class TaskWaiting(NamedTuple):
-    """From the processor: the task on top of its stack waits inside the Scaler client (``waiting``: it can
-    take another task), or what it waited for is done and it asks to resume (answered by `WaitEnded`)."""
+    """From the processor: this task waits inside the Scaler client (``waiting``: switched out, it holds no
+    slot), or it runs again (its wait is over and the processor resumed it)."""
 
     task_id: bytes
     waiting: bool
-
-
-class WaitEnded(NamedTuple):
-    """From the agent: no task is on its way to the processor any more; the task may resume."""
-
-    task_id: bytes
 
 
 class ProcessorResult(NamedTuple):
@@ -180,6 +168,12 @@ class PipeEnd:
     def poll(self, timeout: float) -> bool:
         """Whether a message (or the end of the Pipe) is readable within ``timeout`` seconds."""
         return bool(select.select([self._socket], [], [], timeout)[0])
+
+    def wait_readable(self, other: int, timeout: Optional[float]) -> bool:
+        """Wait until the Pipe or the descriptor ``other`` is readable, or ``timeout`` seconds (None: no limit);
+        whether the Pipe is."""
+        pipe = self._socket.fileno()
+        return pipe in select.select([pipe, other], [], [], timeout)[0]
 
     def send(self, message: Any) -> None:
         """Raise OSError when the agent is gone. Any thread may send (a task's output is sent from another)."""

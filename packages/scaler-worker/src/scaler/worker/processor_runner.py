@@ -1,31 +1,34 @@
 """The local processor as a task runner (`task_runner.TaskRunner`), without I/O: the agent's model of its
 processor subprocess, and what it sends it.
 
-The worker has one slot and one processor. The model is the processor's stack (the tasks started there, the
-top one running or waiting) plus its inbox (tasks sent ahead into its FIFO, not started, in order), and
-mirrors of its caches. `processor_protocol` describes the conversation; `processor_host.ProcessorHost`
-carries out the effects (`StartProcessor`, `SendToProcessor`) and delivers the processor's messages and end
-(`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner` events).
+The worker has one slot and one processor. The model is the tasks that run on the processor (normally one;
+two for a moment when a task the agent sent crosses a waiting task the processor resumed), the tasks that
+wait there (each in its greenlet, holding no slot), its inbox (tasks sent ahead into its FIFO, not started,
+in order), and mirrors of its caches. `processor_protocol` describes the conversation;
+`processor_host.ProcessorHost` carries out the effects (`StartProcessor`, `SendToProcessor`) and delivers
+the processor's messages and end (`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner`
+events).
 
-Pipeline: while one task runs at the top level, and the last one there took less than
-`PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent ahead (several in one Pipe message), so that
-the processor starts the next one without waiting for the agent. The processor runs its FIFO strictly in
-order, so when the result of the only task on the stack arrives, the head of the inbox has started (its
-timeout counts from then). Nothing is sent ahead while the top of the stack waits or the stack is deeper
-than one, nor while a task is being taken back; tasks sent ahead that a higher-priority task arrived after
-are taken back (``Drop``; the processor answers ``Dropped``) and return to the queue.
+The slot is free when no task runs: the next ready task is sent then (the newest first while tasks wait,
+so that a waiting task's children run before older work). Pipeline: while one task runs, none waits, and
+the last one that ended took less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent
+ahead (several in one Pipe message), so that the processor starts the next one without waiting for the
+agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
+so when the last running task ends or waits, the head of the inbox has started (its timeout counts from
+then). Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor
+answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back.
 
-Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor:
-the agent takes back what was sent ahead (the waiting task's children may be among them) and sends the next
-task, a single one, to run on top of it, on the same stack; the waiting task goes on once that task is done
-and what it waits for has arrived. Since a waiting task never holds the slot its children need, nested
-tasks cannot deadlock the cluster, and cost no process or thread each.
+Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor
+(`TaskWaiting`); the runner tells the core (`RunnerOwner.waiting`, which tells the scheduler: the task no
+longer counts against the worker's room) and fills the slot. When its wait is over the processor resumes
+it and says so (`TaskWaiting(..., False)`, `RunnerOwner.resumed`). Waiting tasks cost no process or thread
+each and resume in any order, so nested tasks cannot deadlock the worker.
 
 Ending tasks: a cancelled task sent ahead is dropped the same way (the core confirms once the processor
-answers: ``Dropped``, or its result if it had started). A task on the stack (cancelled, timed out) ends by
-stopping the processor, which ends every task on its stack (reported `died`, naming what happened) and
-returns the ones sent ahead (they had not started); a new processor takes over. The same when the processor
-dies on its own.
+answers: ``Dropped``, or its result if it had started). A started task (running or waiting; cancelled,
+timed out) ends by stopping the processor, which ends every started task (reported `died`, naming what
+happened) and returns the ones sent ahead (they had not started); a new processor takes over. The same when
+the processor dies on its own.
 
 Each task's life here is one table (`processor_lifecycle`); a message from the processor the table has no
 transition for (a bug of the processor, or of this model) is logged with the task's recent events and dropped.
@@ -55,7 +58,6 @@ from scaler.worker.processor_protocol import (
     ProcessorTask,
     TaskOutputText,
     TaskWaiting,
-    WaitEnded,
 )
 from scaler.worker.task_runner import ReadyTask, RunnerOwner
 
@@ -74,8 +76,7 @@ class StartProcessor:
 
 @dataclass(slots=True)
 class SendToProcessor:
-    """A list of `ProcessorTask`s for the processor's FIFO, a single one to run nested on a waiting task, a
-    `WaitEnded` answer, or a list of `Drop`s."""
+    """A list of `ProcessorTask`s for the processor's FIFO, or a list of `Drop`s."""
 
     processor_id: int
     message: Any
@@ -102,8 +103,8 @@ _TABLE = PROCESSOR_TASK_LIFECYCLE.table
 _TERMINAL = PROCESSOR_TASK_LIFECYCLE.terminal
 _HISTORY_LENGTH = 8
 _SENT = SentState.SENT
-_WAITING = SentState.WAITING
 _RECALLING = SentState.RECALLING
+_STARTED = frozenset((SentState.RUNNING, SentState.STARTED_DROPPING, SentState.WAITING))
 
 
 class _Sent:
@@ -126,15 +127,16 @@ class ProcessorRunner:
         self, pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH, object_cache_bytes: int = OBJECT_CACHE_BYTES
     ) -> None:
         self._pipeline_depth = max(0, pipeline_depth)
-        self._quick = False  # the last task that ended at the top of the stack was quick: send ahead
+        self._quick = False  # the last task that ended while no other ran or waited was quick: send ahead
         self._processor_ids = itertools.count()
         self._processor_id = -1
         self._tasks: Dict[bytes, _Sent] = {}
-        self._stack: List[_Sent] = []  # the tasks started on the processor, the top one last
+        self._running: List[_Sent] = []  # the tasks running on the processor (not waiting)
+        self._waiting = 0  # the tasks waiting on the processor
         self._inbox: List[_Sent] = []  # the tasks sent ahead to the processor, not started, in its FIFO order
         self._returning: List[bytes] = []  # taken back by the message being read
         self._drops: List[Drop] = []
-        self._on_stack: List[_Sent] = []  # to stop (cancelled)
+        self._to_stop: List[_Sent] = []  # started tasks cancelled: the processor is stopped
         # mirrors of the processor's caches (same capacity, same get/put sequence)
         self._functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
         self._serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
@@ -153,9 +155,8 @@ class ProcessorRunner:
         self._actions: Dict[SentAction, Callable[[_Sent, RunnerOwner, List[Any]], None]] = {
             A.SEND_DROP: self._send_drop,
             A.STOP_PROCESSOR: self._collect_to_stop,
-            A.RECALL_INBOX: self._recall_inbox,
             A.LEAVE_INBOX: self._leave_inbox,
-            A.LEAVE_STACK: self._leave_stack,
+            A.LEAVE_RUNNING: self._leave_running,
         }
 
     # ------------------------------------------------------------------------- TaskRunner
@@ -164,9 +165,9 @@ class ProcessorRunner:
         self._new_processor(out)
 
     def fill(self, owner: RunnerOwner, out: List[Any]) -> None:
-        """Run the next task if the slot is free (no task, or the top one waits); keep the processor's FIFO
-        filled while one task runs at the top level."""
-        stack = self._stack
+        """Run the next task if the slot is free (no task runs); keep the processor's FIFO filled while one task
+        runs and none waits."""
+        running = self._running
         inbox = self._inbox
         if inbox:  # tasks sent ahead must not run before a higher priority one that came later: take them back
             best = owner.best_priority
@@ -175,18 +176,12 @@ class ProcessorRunner:
                 if outranked:
                     self._recall(outranked, owner, out)
         batch: Optional[List[ProcessorTask]] = None
-        if not stack:
-            ready = owner.next_ready(False)
+        if not running and not inbox:
+            ready = owner.next_ready(self._waiting > 0)
             if ready is not None:
                 batch = [self._to_processor(ready)]
                 self._run(owner, ready)
-        elif stack[-1].state is _WAITING:
-            ready = owner.next_ready(True)
-            if ready is not None:
-                nested = self._to_processor(ready)  # a single task: it runs nested, on the waiting one
-                self._run(owner, ready)
-                out.append(SendToProcessor(self._processor_id, nested))
-        if len(stack) == 1 and stack[0].state is not _WAITING and self._quick:
+        if len(running) == 1 and not self._waiting and self._quick:
             depth = self._pipeline_depth
             if len(inbox) < depth and not any(sent.state is _RECALLING for sent in inbox):
                 while len(inbox) < depth:
@@ -204,16 +199,16 @@ class ProcessorRunner:
             out.append(SendToProcessor(self._processor_id, batch))
 
     def cancel(self, owner: RunnerOwner, task_ids: Sequence[bytes], out: List[Any]) -> None:
-        """A task sent ahead is dropped (answered by the processor); one on the stack by stopping the processor."""
+        """A task sent ahead is dropped (answered by the processor); a started one by stopping the processor."""
         tasks = self._tasks
         for task_id in task_ids:
             sent = tasks.get(task_id)
             if sent is not None:
                 self._step(sent, SentEvent.CANCEL, owner, out)
-        on_stack, self._on_stack = self._on_stack, []
+        to_stop, self._to_stop = self._to_stop, []
         drops, self._drops = self._drops, []
-        if on_stack:
-            named = ", ".join(sorted({sent.task_id.hex() for sent in on_stack}))
+        if to_stop:
+            named = ", ".join(sorted({sent.task_id.hex() for sent in to_stop}))
             self._stop(owner, f"its processor was stopped to cancel task {named}", out)
         elif drops:
             out.append(SendToProcessor(self._processor_id, drops))
@@ -237,8 +232,7 @@ class ProcessorRunner:
 
     @property
     def newest_first(self) -> bool:
-        stack = self._stack
-        return bool(stack) and (stack[-1].state is _WAITING or len(stack) > 1)
+        return self._waiting > 0
 
     @property
     def unstarted(self) -> int:
@@ -246,13 +240,13 @@ class ProcessorRunner:
 
     @property
     def running(self) -> int:
-        """1 when the task on top of the processor's stack runs (does not wait), else 0."""
-        return 1 if self._stack and self._stack[-1].state is not _WAITING else 0
+        """The tasks that run on the processor (not waiting): normally 0 or 1."""
+        return len(self._running)
 
     @property
     def suspended(self) -> int:
-        """Tasks on the processor's stack that wait (for what they submitted, or for the tasks above them)."""
-        return len(self._stack) - self.running
+        """The tasks that wait on the processor for what they submitted."""
+        return self._waiting
 
     # ------------------------------------------------------------------------- observation
 
@@ -261,9 +255,9 @@ class ProcessorRunner:
         return self._processor_id
 
     @property
-    def stack(self) -> List[bytes]:
-        """The IDs of the tasks started on the processor, the top one last."""
-        return [sent.task_id for sent in self._stack]
+    def started_tasks(self) -> List[bytes]:
+        """The IDs of the tasks started on the processor (running or waiting)."""
+        return [sent.task_id for sent in self._tasks.values() if sent.state in _STARTED]
 
     @property
     def inbox(self) -> List[bytes]:
@@ -293,7 +287,7 @@ class ProcessorRunner:
             owner.returned(returning)
 
     def _on_ended(self, owner: RunnerOwner, ended: ProcessorEnded, out: List[Any]) -> None:
-        """The results it wrote before it ended count; every task still on its stack died with it."""
+        """The results it wrote before it ended count; every task started there and not ended died with it."""
         if ended.processor_id != self._processor_id:
             return
         for message in ended.last_messages:
@@ -301,21 +295,20 @@ class ProcessorRunner:
                 if type(each) is ProcessorResult:
                     self._on_result(owner, each, out)
         cause = ended.cause
-        top = self._stack[-1].task_id.hex() if self._stack else ""
-        self._stop(owner, f"{cause}, while task {top} ran above this one", out, top_reason=cause)
+        running = ", ".join(sent.task_id.hex() for sent in self._running)
+        reason = f"{cause}, while task {running} ran beside this one" if running else cause
+        self._stop(owner, reason, out, running_reason=cause)
 
     def _on_result(self, owner: RunnerOwner, result: ProcessorResult, out: List[Any]) -> None:
-        stack = self._stack
-        if not stack or stack[-1].task_id != result.task_id:
-            logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not on top of the processor")
+        sent = self._tasks.get(result.task_id)
+        if sent is None or sent not in self._running:
+            logger.warning(f"Worker: dropped result of task {result.task_id.hex()}: not running on the processor")
             return
-        if not self._step(stack[-1], SentEvent.RESULT, owner, out):
+        if not self._step(sent, SentEvent.RESULT, owner, out):
             return
-        stack.pop()  # the task beneath, if any, is back in its wait: the slot is free again
-        if not stack:
+        if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
-            if self._inbox:  # the processor starts the next one in its FIFO at once
-                self._start_next(owner, out)
+        self._leave(sent, owner, out)
         owner.finished(
             result.task_id,
             result.status,
@@ -331,17 +324,20 @@ class ProcessorRunner:
 
     def _on_waiting(self, owner: RunnerOwner, notice: TaskWaiting, out: List[Any]) -> None:
         sent = self._tasks.get(notice.task_id)
-        on_stack = sent is not None and sent in self._stack
         if notice.waiting:
-            if sent is not None and on_stack and self._stack[-1] is sent:
-                self._step(sent, SentEvent.WAIT, owner, out)
-            else:
-                logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not on top of the stack")
+            if sent is None or sent not in self._running or not self._step(sent, SentEvent.WAIT, owner, out):
+                logger.warning(f"Worker: dropped wait notice of task {notice.task_id.hex()}: not running")
+                return
+            self._waiting += 1
+            self._leave(sent, owner, out)
+            owner.waiting(sent.task_id)
             return
-        # it wants to resume: a task already sent runs above it first; nothing more is sent until it waits again
-        if sent is not None and on_stack:
-            self._step(sent, SentEvent.RESUME, owner, out)
-        out.append(SendToProcessor(self._processor_id, WaitEnded(notice.task_id)))
+        if sent is None or not self._step(sent, SentEvent.RESUME, owner, out):
+            logger.warning(f"Worker: dropped resume notice of task {notice.task_id.hex()}: not waiting")
+            return
+        self._waiting -= 1
+        self._running.append(sent)
+        owner.resumed(sent.task_id)
 
     def _on_dropped(self, owner: RunnerOwner, notice: Dropped, out: List[Any]) -> None:
         """A task sent ahead was taken out of the processor's FIFO unstarted: it goes back to the core."""
@@ -378,21 +374,22 @@ class ProcessorRunner:
         self._drops.append(Drop(sent.task_id))
 
     def _collect_to_stop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
-        self._on_stack.append(sent)
-
-    def _recall_inbox(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
-        """``sent`` waits: what was sent ahead would not run before it ends, and may be its child."""
-        self._recall(self._inbox, owner, out)
+        self._to_stop.append(sent)
 
     def _leave_inbox(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
         self._inbox.remove(sent)
         self._returning.append(sent.task_id)
 
-    def _leave_stack(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
-        """It was taken for started when the task before it ended; the one after it in the FIFO is."""
-        self._stack.pop()
+    def _leave_running(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        """It was taken for started when the processor was free; the one after it in the FIFO is."""
         self._returning.append(sent.task_id)
-        if self._inbox:
+        self._leave(sent, owner, out)
+
+    def _leave(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        """``sent`` no longer runs (ended, waits, or never started): when none runs, the processor starts the
+        head of its FIFO."""
+        self._running.remove(sent)
+        if not self._running and self._inbox:
             self._start_next(owner, out)
 
     def _recall(self, sent_ahead: List[_Sent], owner: RunnerOwner, out: List[Any]) -> None:
@@ -404,36 +401,37 @@ class ProcessorRunner:
             out.append(SendToProcessor(self._processor_id, drops))
 
     def _run(self, owner: RunnerOwner, ready: ReadyTask) -> None:
-        """``ready`` starts on top of the stack."""
+        """``ready`` starts now: nothing runs on the processor and its FIFO is empty."""
         task = ready.task
         sent = _Sent(task.task_id, task.priority, SentState.RUNNING)
         self._tasks[task.task_id] = sent
-        self._stack.append(sent)
+        self._running.append(sent)
         owner.started(task.task_id)
 
     def _start_next(self, owner: RunnerOwner, out: List[Any]) -> None:
         sent = self._inbox.pop(0)
         self._step(sent, SentEvent.START, owner, out)
-        self._stack.append(sent)
+        self._running.append(sent)
         owner.started(sent.task_id)
 
-    def _stop(self, owner: RunnerOwner, reason: str, out: List[Any], top_reason: str = "") -> None:
-        """Replace the processor: every task on its stack died (the top one of ``top_reason`` if given, the
-        others of ``reason``); the tasks sent ahead had not started: they are returned."""
-        stack, self._stack = self._stack, []
+    def _stop(self, owner: RunnerOwner, reason: str, out: List[Any], running_reason: str = "") -> None:
+        """Replace the processor: every task started there died (the running ones of ``running_reason`` if
+        given, the others of ``reason``); the tasks sent ahead had not started: they are returned."""
         inbox, self._inbox = self._inbox, []
+        running, self._running = self._running, []
+        started = [sent for sent in self._tasks.values() if sent.state in _STARTED]
+        self._waiting = 0
         self._drops = []
-        self._on_stack = []
+        self._to_stop = []
         for sent in inbox:
             self._step(sent, SentEvent.STOP, owner, out)
-        for sent in stack:
+        for sent in started:
             self._step(sent, SentEvent.STOP, owner, out)
         self._new_processor(out)
         if inbox:
             owner.returned([sent.task_id for sent in inbox])
-        for position, sent in enumerate(stack):
-            why = top_reason if top_reason and position == len(stack) - 1 else reason
-            owner.died(sent.task_id, why)
+        for sent in started:
+            owner.died(sent.task_id, running_reason if running_reason and sent in running else reason)
 
     def _new_processor(self, out: List[Any]) -> None:
         self._processor_id = next(self._processor_ids)

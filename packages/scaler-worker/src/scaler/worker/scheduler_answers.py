@@ -3,7 +3,8 @@
 Results travel in `TaskResultBatch`es. While more tasks wait on this worker, results wait a little for
 company (fewer, larger batches for the scheduler and the client): at most `RESULT_BATCH_SECONDS`, and at
 most `RESULT_BATCH_SIZE` of them; any other message (a cancel confirm, a balance response, a storage
-request) takes them along at once, after them. A failed task's result carries the exception
+request, the tasks that began or ended a wait) takes them along at once, after them. Waits go at once: a
+waiting task's room at the scheduler is what lets its children come. A failed task's result carries the exception
 (`task_failure`). The lifecycle's actions that answer the scheduler (`task_lifecycle.TaskAction`) are
 carried out here.
 """
@@ -11,7 +12,7 @@ carried out here.
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import TaskTimeoutError
@@ -28,6 +29,7 @@ class SchedulerAnswers:
         self._batch_seconds = batch_seconds  # 0: results never wait
         self._results: List[m.TaskResult] = []
         self._messages: List[Any] = []  # other messages, after the results
+        self._waits: Dict[bytes, bool] = {}  # tasks that began (True) or ended (False) a wait since the last send
         self.send_by = math.inf  # results held for company go at the latest then
 
     # ------------------------------------------------------------------------- the lifecycle's actions
@@ -96,6 +98,20 @@ class SchedulerAnswers:
                 self._messages.append(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
         entry.confirms = None
 
+    def tell_waiting(self, entry: TaskEntry, detail: Detail) -> None:
+        self._wait(entry.task.task_id, True)
+
+    def tell_resumed(self, entry: TaskEntry, detail: Detail) -> None:
+        self._wait(entry.task.task_id, False)
+
+    def _wait(self, task_id: bytes, waiting: bool) -> None:
+        """A wait that began and ended since the last send is no news to the scheduler."""
+        waits = self._waits
+        if waits.get(task_id, waiting) != waiting:
+            del waits[task_id]
+        else:
+            waits[task_id] = waiting
+
     def message(self, message: Any) -> None:
         """A cancel confirm or a balance response."""
         self._messages.append(message)
@@ -104,12 +120,13 @@ class SchedulerAnswers:
 
     @property
     def pending(self) -> bool:
-        return bool(self._results or self._messages)
+        return bool(self._results or self._messages or self._waits)
 
     def may_hold(self, now: float, more_tasks_here: bool) -> bool:
         """Whether what is collected (only results) may wait, and note until when."""
         if (
             self._messages
+            or self._waits
             or not more_tasks_here
             or self._batch_seconds <= 0
             or len(self._results) >= RESULT_BATCH_SIZE
@@ -125,6 +142,9 @@ class SchedulerAnswers:
         if self._results:
             out.append(SendToScheduler(m.TaskResultBatch(self._results)))
             self._results = []
+        if self._waits:
+            waits, self._waits = self._waits, {}
+            out.append(SendToScheduler(m.WaitingTasks(list(waits), list(waits.values()))))
         if self._messages:
             out.extend(SendToScheduler(message) for message in self._messages)
             self._messages = []

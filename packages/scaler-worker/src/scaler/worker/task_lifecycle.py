@@ -6,7 +6,9 @@ others run); RUNNING once the task runner took it (`task_runner`); STORING while
 object storage. It ends DONE (its result went to the scheduler), CANCELLED (a cancel confirm said so) or
 BALANCED (given back in a balance response): every task ends in exactly one of them, and each of those is
 exactly one answer to the scheduler. CANCELLING and TIMING_OUT are RUNNING tasks the core asked the runner
-to end (a cancel, a timeout): what the runner then reports (`died`, `returned`, `finished`) ends them.
+to end (a cancel, a timeout): what the runner then reports (`died`, `returned`, `finished`) ends them. A
+started task that waits for tasks it submitted, and runs again, stays in its state: the scheduler is told
+(WAIT, RESUME), so that a waiting task holds no room there.
 
 ``TASK_LIFECYCLE.table[(state, event)]`` gives the next state and the actions the core carries out, in
 order (`WorkerCore._apply`); a pair missing from the table raises `TransitionError` with the task's recent
@@ -49,6 +51,8 @@ class TaskEvent(enum.Enum):
     DIED = "died"  # the runner reports it ended without a result of its own (processor died or stopped)
     RETURNED = "returned"  # the runner gives it back unstarted
     TIMEOUT = "timeout"  # it ran longer than its timeout
+    WAIT = "wait"  # the runner reports it waits for tasks it submitted (it holds no room meanwhile)
+    RESUME = "resume"  # the runner reports it runs again
 
     __hash__ = object.__hash__
 
@@ -69,6 +73,8 @@ class TaskAction(enum.Enum):
     RESOLVE_NOT_CANCELLED = "resolve not cancelled"  # the cancels waiting for it say not cancelled
     ABORT = "abort"  # ask the runner to end it now
     NEW_ATTEMPT = "new attempt"  # its result answers the new attempt
+    TELL_WAITING = "tell waiting"  # the scheduler hears it waits (WaitingTasks): it holds no room there
+    TELL_RESUMED = "tell resumed"  # the scheduler hears it runs again
 
     __hash__ = object.__hash__
 
@@ -98,6 +104,8 @@ _TABLE = {
     (_S.RUNNING, _E.CANCEL): _t(_S.CANCELLING, _A.ASK_RUNNER),
     (_S.RUNNING, _E.TIMEOUT): _t(_S.TIMING_OUT, _A.ABORT),
     (_S.RUNNING, _E.REASSIGNED): _t(_S.RUNNING, _A.NEW_ATTEMPT),
+    (_S.RUNNING, _E.WAIT): _t(_S.RUNNING, _A.TELL_WAITING),
+    (_S.RUNNING, _E.RESUME): _t(_S.RUNNING, _A.TELL_RESUMED),
     # a result that crossed the cancel wins: the task did finish, and the cancel says not cancelled
     (_S.CANCELLING, _E.RESULT): _t(_S.DONE, _A.RESOLVE_NOT_CANCELLED, _A.SEND_RESULT),
     (_S.CANCELLING, _E.LARGE_RESULT): _t(_S.STORING, _A.RESOLVE_NOT_CANCELLED, _A.PUT_RESULT),
@@ -106,6 +114,8 @@ _TABLE = {
     (_S.CANCELLING, _E.CANCEL): _t(_S.CANCELLING, _A.ASK_RUNNER),  # a task is cancelled once: the first says so
     (_S.CANCELLING, _E.TIMEOUT): _t(_S.CANCELLING, _A.ABORT),
     (_S.CANCELLING, _E.REASSIGNED): _t(_S.CANCELLING, _A.NEW_ATTEMPT),
+    (_S.CANCELLING, _E.WAIT): _t(_S.CANCELLING, _A.TELL_WAITING),
+    (_S.CANCELLING, _E.RESUME): _t(_S.CANCELLING, _A.TELL_RESUMED),
     (_S.TIMING_OUT, _E.RESULT): _t(_S.DONE, _A.SEND_RESULT),
     (_S.TIMING_OUT, _E.LARGE_RESULT): _t(_S.STORING, _A.PUT_RESULT),
     (_S.TIMING_OUT, _E.DIED): _t(_S.DONE, _A.SEND_TIMEOUT),
@@ -113,6 +123,8 @@ _TABLE = {
     (_S.TIMING_OUT, _E.CANCEL): _t(_S.CANCELLING, _A.ASK_RUNNER),
     (_S.TIMING_OUT, _E.TIMEOUT): _t(_S.TIMING_OUT),
     (_S.TIMING_OUT, _E.REASSIGNED): _t(_S.TIMING_OUT, _A.NEW_ATTEMPT),
+    (_S.TIMING_OUT, _E.WAIT): _t(_S.TIMING_OUT, _A.TELL_WAITING),
+    (_S.TIMING_OUT, _E.RESUME): _t(_S.TIMING_OUT, _A.TELL_RESUMED),
     (_S.STORING, _E.STORED): _t(_S.DONE, _A.SEND_STORED),
     (_S.STORING, _E.FAIL): _t(_S.DONE, _A.SEND_FAILURE),
     (_S.STORING, _E.CANCEL): _t(_S.STORING),  # finished: its result is on the way, the cancel says not cancelled

@@ -1,8 +1,8 @@
 """The worker's queue: the tasks it holds that the runner has not taken, in the order they would run.
 
-The highest priority first; within a priority, first come first served, except on top of a waiting task
-(the runner says so: `TaskRunner.newest_first`), where the newest task runs first (most likely a child of
-the waiting task: depth first, so the stack stays shallow and the waiting task resumes soon). A balance
+The highest priority first; within a priority, first come first served, except while tasks wait for the
+tasks they submitted (the runner says so: `TaskRunner.newest_first`): then the newest task runs first (most
+likely a child of a waiting task: depth first, so few tasks wait at once and they resume soon). A balance
 request gives back the tasks that would run last. Tasks the runner gives back unstarted go to the head of
 their priority, in their order.
 """

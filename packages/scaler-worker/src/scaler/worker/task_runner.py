@@ -3,20 +3,22 @@
 The core (`worker_core.WorkerCore`) does what every worker does the same way: the session with the
 scheduler, the queue, fetching what a task needs from object storage, the answers to the scheduler. Where
 the tasks then run is the runner's business. The local processor (`processor_runner.ProcessorRunner`: one
-subprocess, tasks sent ahead into its FIFO, waiting tasks helping on one stack) is one runner; a runner that
-hands tasks to IBM Symphony, at most N at a time, is another. A runner comes in two halves:
+subprocess, tasks sent ahead into its FIFO, waiting tasks switched out beside the running one) is one
+runner; a runner that hands tasks to IBM Symphony, at most N at a time, is another. A runner comes in two
+halves:
 
 - `TaskRunner`, sans-I/O like the core, which the core drives: it takes ready tasks when it has room
-  (`fill`), is asked to end tasks (`cancel`, `abort`), reads what its other half reports (`on_message`, the
-  core's `FromRunner` events), and answers with effects for its other half (start a processor, write to
-  its pipe, ...) appended to ``out``;
+  (`fill`: a task that waits leaves room), is asked to end tasks (`cancel`, `abort`), reads what its other
+  half reports (`on_message`, the core's `FromRunner` events), and answers with effects for its other half
+  (start a processor, write to its pipe, ...) appended to ``out``;
 - `RunnerHost`, the I/O half in the worker's event loop: it carries out those effects and delivers what
   happens (a pipe message, a process that ended) as `FromRunner` events.
 
 The runner reports what became of each task it took, through `RunnerOwner` (the core): `started` once (its
 timeout counts from there), then exactly one of `finished` (its result), `died` (it ended without a result
 of its own: what ran it died or was stopped) or `returned` (it never started: back to the queue). A task
-the core asked to end is reported the same way, as whatever happened first.
+the core asked to end is reported the same way, as whatever happened first. In between, a started task may
+be reported `waiting` (on tasks it submitted: it holds no room) and `resumed`, any number of times.
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ class RunnerOwner(Protocol):
 
     def died(self, task_id: bytes, reason: str) -> None: ...
 
+    def waiting(self, task_id: bytes) -> None:
+        """This started task waits for tasks it submitted: it holds no room until it is `resumed`."""
+
+    def resumed(self, task_id: bytes) -> None:
+        """This waiting task runs again."""
+
     def returned(self, task_ids: List[bytes]) -> None:
         """These tasks never started: they go back to the head of the queue, in this order."""
 
@@ -121,7 +129,7 @@ class TaskRunner(Protocol):
 
     @property
     def suspended(self) -> int:
-        """Tasks that wait (for tasks they submitted, or for the tasks running above them)."""
+        """Tasks that wait for tasks they submitted."""
 
 
 class RunnerHost(Protocol):

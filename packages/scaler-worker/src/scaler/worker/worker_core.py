@@ -129,6 +129,8 @@ class WorkerCore:
             A.ASK_RUNNER: self._ask_runner,
             A.ABORT: self._abort,
             A.NEW_ATTEMPT: self._new_attempt,
+            A.TELL_WAITING: answers.tell_waiting,
+            A.TELL_RESUMED: answers.tell_resumed,
             A.SEND_RESULT: answers.send_result,
             A.SEND_STORED: answers.send_stored,
             A.SEND_FAILURE: answers.send_failure,
@@ -389,6 +391,16 @@ class WorkerCore:
             logger.warning(f"{self._name}: dropped end of task {task_id.hex()}: not known here")
             return
         self._apply(entry, _E.DIED, reason)
+
+    def waiting(self, task_id: bytes) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is not None and self._session.tells_waits:  # (a scheduler older than 1.3 counts it as running)
+            self._apply(entry, _E.WAIT)
+
+    def resumed(self, task_id: bytes) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is not None and self._session.tells_waits:
+            self._apply(entry, _E.RESUME)
 
     def returned(self, task_ids: List[bytes]) -> None:
         tasks = self._tasks

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List
 
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
-from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, knows, show_version
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
     EXIT_FAILURE,
@@ -56,6 +56,7 @@ class WorkerSession:
         )
         self.connected = False  # the scheduler's HelloAck came
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
+        self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
         self._storage_address = ""
         self._storage_accepted = False
         self._heartbeat_interval = config.heartbeat_interval_seconds
@@ -140,6 +141,7 @@ class WorkerSession:
             return
         self.connected = True
         self.scheduler_reads_output = knows(ack.version, TASK_OUTPUT_VERSION)
+        self.tells_waits = knows(ack.version, WAITING_TASKS_VERSION)  # an older scheduler drops the message
         self._hello_deadline = math.inf
         if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
             self._heartbeat_interval = ack.heartbeat_interval_seconds

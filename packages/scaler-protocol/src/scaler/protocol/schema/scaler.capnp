@@ -312,6 +312,13 @@ struct WorkerManagerCommand {
   workerIds @2 :List(Data);
 }
 
+# Worker -> scheduler: tasks that started or stopped waiting inside the Scaler client for tasks they
+# submitted (protocol 1.3). A waiting task holds no room on its worker: the scheduler sends more in its place.
+struct WaitingTasks {
+  taskIds @0 :List(Data);
+  waiting @1 :List(Bool);                 # true: it waits now; false: it runs again
+}
+
 struct Message {
   union {
     hello @0 :Hello;
@@ -339,5 +346,6 @@ struct Message {
     workerManagerHeartbeat @22 :WorkerManagerHeartbeat;
     workerManagerCommand @23 :WorkerManagerCommand;
     taskOutputBatch @24 :TaskOutputBatch;
+    waitingTasks @25 :WaitingTasks;
   }
 }

@@ -1,5 +1,5 @@
-"""`scaler.protocol.wait_hook.set_wait_hook`: what the client's blocking waits hand to the hook (a Scaler worker runs
-other tasks there while a task waits on the tasks it submitted)."""
+"""`scaler.protocol.task_context`: what the client's blocking waits hand to the wait hook of the installed context (a
+Scaler worker runs other tasks there while a task waits on the tasks it submitted), and how it is woken."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from client_fakes import FakeScheduler, wait_until
 
 from scaler import Client
 from scaler.client import ScalerFuture
-from scaler.client.future import wait_with_hook
+from scaler.client.future import FutureBatch
 from scaler.protocol.messages import PayloadKind, TaskBatch, TaskResult, TaskResultBatch, TaskStatus
-from scaler.protocol.wait_hook import set_wait_hook
+from scaler.protocol.task_context import TaskContext, set_task_context, task_context, wait_with_hook
 
 
 class RecordingHook:
@@ -26,32 +26,61 @@ class RecordingHook:
         self.calls: List[Tuple[bool, Optional[float]]] = []
         self._resolve = resolve
 
-    def __call__(self, done: Callable[[], bool], timeout: Optional[float]) -> None:
+    def __call__(self, done: Callable[[], bool], timeout: Optional[float], notify: Callable[[Any], None]) -> None:
         self.calls.append((done(), timeout))
+        woken: List[bool] = []
+        notify(lambda: woken.append(True))
         self._resolve()
-        assert done()
+        assert done() and woken == [True]  # the waited-on object woke the hook once it was done
 
 
 @pytest.fixture
 def hooked() -> Iterator[Callable[[Any], None]]:
     def install(hook: Any) -> None:
-        set_wait_hook(hook)
+        set_task_context(TaskContext("tcp://127.0.0.1:1", hook))
 
     try:
         yield install
     finally:
-        set_wait_hook(None)
+        set_task_context(None)
 
 
 def future() -> ScalerFuture:
     return ScalerFuture(b"\x01" * 16, None, None, False)
 
 
-def test_no_hook_by_default_and_set_returns_the_previous_one():
-    assert set_wait_hook(None) is None
-    hook = RecordingHook()
-    assert set_wait_hook(hook) is None
-    assert set_wait_hook(None) is hook
+def test_no_context_by_default_and_set_returns_the_previous_one():
+    assert task_context() is None
+    context = TaskContext("tcp://127.0.0.1:1", RecordingHook())
+    assert set_task_context(context) is None
+    assert task_context() is context
+    assert set_task_context(None) is context
+
+
+def test_a_waiter_registered_on_a_done_future_or_batch_is_woken_at_once():
+    woken: List[str] = []
+    done = future()
+    done._set_value(1)
+    done.notify(lambda: woken.append("future"))
+    batch = FutureBatch()
+    batch.close(0)
+    batch.notify(lambda: woken.append("batch"))
+    assert woken == ["future", "batch"]
+
+
+def test_every_waiter_of_a_batch_is_woken_once_when_it_finishes():
+    woken: List[str] = []
+    batch = FutureBatch()
+    members = [ScalerFuture(bytes([n]) * 16, None, None, False, batch=batch) for n in range(2)]
+    batch.close(2)
+    batch.notify(lambda: woken.append("a"))
+    batch.notify(lambda: woken.append("b"))
+    members[0]._set_value(0)
+    assert woken == []
+    members[1]._set_value(1)
+    assert woken == ["a", "b"]
+    members[1]._set_value(2)  # a second outcome is ignored: nobody is woken again
+    assert woken == ["a", "b"]
 
 
 def test_result_lets_the_hook_wait_then_returns(hooked):
@@ -73,7 +102,7 @@ def test_exception_and_a_timeout_go_through_the_hook(hooked):
 
 
 def test_what_the_hook_leaves_of_the_timeout_is_waited_plainly(hooked):
-    hooked(lambda done, timeout: None)  # a hook that declines (e.g. not the task's own thread)
+    hooked(lambda done, timeout, notify: None)  # a hook that declines (e.g. not the task's own thread)
     waited = future()
     threading.Timer(0.05, waited._set_value, ("late",)).start()
     assert waited.result(timeout=30) == "late"
@@ -82,17 +111,17 @@ def test_what_the_hook_leaves_of_the_timeout_is_waited_plainly(hooked):
 
 
 def test_wait_with_hook_returns_the_rest_of_the_timeout(hooked):
-    hooked(lambda done, timeout: None)
-    left = wait_with_hook(lambda: False, 30)
+    hooked(lambda done, timeout, notify: None)
+    left = wait_with_hook(lambda: False, 30, lambda wake: None)
     assert left is not None and 0 < left <= 30
-    assert wait_with_hook(lambda: False, None) is None
+    assert wait_with_hook(lambda: False, None, lambda wake: None) is None
 
 
 def test_map_waits_through_the_hook(hooked, scheduler: FakeScheduler, client: Client):
     """The hook runs while the map's tasks are pending (here it answers them, as nested tasks would run)."""
     calls: List[Optional[float]] = []
 
-    def hook(done: Callable[[], bool], timeout: Optional[float]) -> None:
+    def hook(done: Callable[[], bool], timeout: Optional[float], notify: Callable[[Any], None]) -> None:
         calls.append(timeout)
         tasks = wait_until(lambda: [t for b in scheduler.messages(TaskBatch) for t in b.tasks] or None, what="tasks")
         results = [
@@ -111,3 +140,16 @@ def test_map_waits_through_the_hook(hooked, scheduler: FakeScheduler, client: Cl
 def client(scheduler: FakeScheduler) -> Iterator[Client]:
     with Client(scheduler.address, timeout_seconds=10, heartbeat_interval_seconds=0.5) as connected:
         yield connected
+
+
+def test_a_waiter_that_waits_again_after_a_timeout_is_registered_once():
+    woken: List[str] = []
+    waited = future()
+
+    def wake() -> None:
+        woken.append("once")
+
+    for _ in range(3):
+        waited.notify(wake)
+    waited._set_value(1)
+    assert woken == ["once"]

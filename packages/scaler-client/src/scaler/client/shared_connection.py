@@ -1,0 +1,118 @@
+"""The one connection that every `Client` inside a worker's processor shares.
+
+A processor installs a `scaler.protocol.task_context.TaskContext`. A Client made there without an address,
+or unpickled there (a task received it), does not open a connection of its own: it is a view on the
+processor's `SharedConnection` (one agent thread, one ZeroMQ context, one client ID at the scheduler), made
+by the first such Client. However many tasks wait in the processor, each holding Clients, the processor
+keeps one connection and a fixed number of threads.
+
+A view sends through the shared agent (`ClientView`), except what would reach beyond itself: its
+`disconnect` stops only the view (the connection stays, for the other tasks) and its `clear` cancels only
+the tasks submitted through it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import weakref
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from scaler.client.agent import ClientAgent, close_unreferenced
+from scaler.client.client_events import Cancel, Clear, Event
+from scaler.client.future import ScalerFuture
+from scaler.client.task_builder import TaskBuilder
+from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.ids import new_client_id
+from scaler.protocol.task_context import TaskContext
+
+
+class SharedConnection:
+    """The processor's connection: one agent, and the task builders of the Clients that use the default
+    serializer (one per profiling choice), so that a function is put in storage once for all of them."""
+
+    def __init__(self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float) -> None:
+        self.client_id = new_client_id()
+        self._builders: Dict[bool, TaskBuilder] = {}
+        self.agent = ClientAgent(
+            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait, on_objects_failed=self._forget
+        )
+        self.agent.connect(timeout_seconds, wait)
+        weakref.finalize(self, close_unreferenced, self.agent)
+
+    def builder(self, serializer: Any, profiling: bool) -> TaskBuilder:
+        """A Client's task builder: shared for the default serializer, its own for a custom one."""
+        if serializer is not None:
+            return self._new_builder(serializer, profiling)
+        builder = self._builders.get(profiling)
+        if builder is None:
+            builder = self._builders[profiling] = self._new_builder(None, profiling)
+        return builder
+
+    def _new_builder(self, serializer: Any, profiling: bool) -> TaskBuilder:
+        builder = TaskBuilder(self.client_id, serializer, profiling)
+        builder.send = self.agent.send
+        return builder
+
+    def _forget(self, object_ids: Any) -> None:
+        for builder in self._builders.values():
+            builder.forget(object_ids)
+
+
+def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float) -> SharedConnection:
+    """The processor's connection, connected by the first Client that asks (with its options), or again after
+    it closed (the scheduler went away or refused it)."""
+    with context.lock:
+        connection = context.connection
+        if connection is None or connection.agent.closed:
+            connection = SharedConnection(context.scheduler_address, timeout_seconds, heartbeat, wait)
+            context.connection = connection
+        return connection
+
+
+class ClientView:
+    """A Client's agent inside a processor: the shared agent, but for what concerns this Client alone."""
+
+    def __init__(self, shared: ClientAgent) -> None:
+        self._shared = shared
+        self._futures: weakref.WeakValueDictionary[bytes, ScalerFuture] = weakref.WeakValueDictionary()
+        self._closed = False
+
+    def send(self, event: Event, futures: Optional[Mapping[bytes, ScalerFuture]] = None) -> None:
+        if self._closed:
+            raise DisconnectedError("this client is disconnected")
+        if futures:
+            self._futures.update(futures)
+        self._shared.send(event, futures)
+
+    def ask(self, command: Callable[..., Event], *args: Any) -> concurrent.futures.Future:
+        if self._closed:
+            raise DisconnectedError("this client is disconnected")
+        if command is not Clear:
+            return self._shared.ask(command, *args)
+        pending = [task_id for task_id, future in list(self._futures.items()) if not future.done()]
+        if pending:
+            self._shared.send(Cancel(pending))
+        return _answered()
+
+    def disconnect(self) -> concurrent.futures.Future:
+        self._closed = True
+        return _answered()
+
+    def abort(self, error: Exception) -> None:
+        self._closed = True
+
+    def join(self, timeout: float) -> None:
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._shared.closed
+
+    def in_agent_thread(self) -> bool:
+        return self._shared.in_agent_thread()
+
+
+def _answered(value: Any = None) -> concurrent.futures.Future:
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    done.set_result(value)
+    return done

@@ -1,0 +1,74 @@
+"""Clients inside a processor (a `TaskContext` installed) share one connection: made without an address or
+unpickled there, each Client is a view on it; its disconnect and clear concern that Client alone."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Iterator
+
+import pytest
+from client_fakes import FakeScheduler, wait_until
+
+from scaler import Client
+from scaler.protocol.messages import Hello, TaskBatch, TaskCancel
+from scaler.protocol.task_context import TaskContext, set_task_context
+
+
+def double(value: int) -> int:
+    return 2 * value
+
+
+@pytest.fixture
+def context(scheduler: FakeScheduler) -> Iterator[TaskContext]:
+    installed = TaskContext(scheduler.address, lambda done, timeout, notify: None)
+    set_task_context(installed)
+    try:
+        yield installed
+    finally:
+        set_task_context(None)
+        if installed.connection is not None:
+            installed.connection.agent.disconnect()
+            installed.connection.agent.join(5)
+
+
+def test_clients_made_or_unpickled_in_a_processor_share_one_connection(scheduler, context):
+    scheduler.execute = True
+    threads_before = threading.active_count()
+    made = Client(timeout_seconds=10)
+    outside = pickle.dumps(made)
+    views = [Client() for _ in range(20)] + [pickle.loads(outside) for _ in range(20)]
+    assert threading.active_count() - threads_before <= 2  # one agent thread (and ZeroMQ's I/O thread), once
+    assert len(scheduler.messages(Hello)) == 1
+    assert {view.client_id for view in views} == {made.client_id}
+    assert made.address == scheduler.address
+    assert [view.submit(double, n).result(timeout=10) for n, view in enumerate(views[:3])] == [0, 2, 4]
+
+
+def test_disconnecting_a_view_leaves_the_others_connected(scheduler, context):
+    scheduler.execute = True
+    first, second = Client(), Client()
+    first.disconnect()
+    assert not first.connected and second.connected
+    assert second.submit(double, 21).result(timeout=10) == 42
+
+
+def test_clear_on_a_view_cancels_only_the_tasks_it_submitted(scheduler, context):
+    first, second = Client(), Client()
+    mine = first.submit(double, 1)
+    theirs = second.submit(double, 2)
+    wait_until(lambda: len([t for b in scheduler.messages(TaskBatch) for t in b.tasks]) == 2, what="both tasks")
+    first.clear()
+    [cancel] = scheduler.wait_for(TaskCancel)
+    assert list(cancel.task_ids) == [mine.task_id]
+    wait_until(mine.cancelled, what="the view's task cancelled")
+    assert not theirs.done()
+
+
+def test_outside_a_processor_an_unpickled_client_has_its_own_connection(scheduler):
+    with Client(scheduler.address, timeout_seconds=10) as original:
+        copy = pickle.loads(pickle.dumps(original))
+        try:
+            assert copy.client_id != original.client_id
+        finally:
+            copy.disconnect()
