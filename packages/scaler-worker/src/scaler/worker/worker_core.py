@@ -394,7 +394,7 @@ class WorkerCore:
 
     def waiting(self, task_id: bytes) -> None:
         entry = self._tasks.get(task_id)
-        if entry is not None and self._session.tells_waits:  # (a scheduler older than 1.3 counts it as running)
+        if entry is not None and self._session.tells_waits:  # (a scheduler older than 1.4 counts it as running)
             self._apply(entry, _E.WAIT)
 
     def resumed(self, task_id: bytes) -> None:
