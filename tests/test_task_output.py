@@ -59,3 +59,23 @@ def test_graph_tasks_stream_their_output(client, capsys):
     with Client(address=client.address, stream_output=True) as streaming:
         assert streaming.get({"a": (quiet_print,)}, ["a"]) == {"a": 1}
     assert "] nobody asked for this\n" in capsys.readouterr().out
+
+
+def print_around_a_child() -> str:
+    print("parent before")
+    with Client() as inside:  # a plain client of the worker's processor: the child does not stream its output
+        assert inside.submit(quiet_print).result(timeout=60) == 1
+    print("parent after")
+    return "done"
+
+
+def test_a_waiting_task_keeps_its_output_and_the_task_run_meanwhile_keeps_its_own(client, capsys):
+    """The parent waits for its child in the same processor (the child runs while the parent is switched out):
+    what each prints goes where its own task says, not where the other's does."""
+    with Client(address=client.address, stream_output=True) as streaming:
+        future = streaming.submit(print_around_a_child)
+        assert future.result(timeout=60) == "done"
+        out = capsys.readouterr().out
+    prefix = f"[task {show(future.task_id)}] "
+    assert prefix + "parent before\n" in out and prefix + "parent after\n" in out
+    assert "nobody asked for this" not in out
