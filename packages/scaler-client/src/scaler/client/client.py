@@ -23,6 +23,7 @@ from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id, show
 from scaler.protocol.messages import Capability, Task
+from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.protocol.wait_hook import wait_with_hook
 
 logger = logging.getLogger(__name__)
@@ -36,14 +37,23 @@ class Client:
 
     ``address`` defaults to the ``SCALER_SCHEDULER_ADDRESS`` environment
     variable (set inside worker processes, so tasks can make a client).
-    The constructor returns once the scheduler has accepted the client; it
-    raises `DisconnectedError` when none answers within ``timeout_seconds``
-    and `ProtocolError` when the scheduler refuses it (another protocol version).
-    A client that hears nothing from the scheduler for ``timeout_seconds``
-    fails every pending future with `DisconnectedError`.
+    ``security`` (`scaler.protocol.security.SecurityConfig`) gives the
+    client's key pair and the server's public key when the cluster runs with
+    keys (docs/security.md); by default they come from the ``SCALER_KEY_FILE``
+    and ``SCALER_SERVER_KEY_FILE`` environment variables (set inside tasks by
+    their worker), and without them the client connects without keys.
 
-    A client pickles as its address and options: unpickling it (for example
-    inside a task) connects a new client to the same scheduler.
+    The constructor returns once the scheduler has accepted the client; it
+    raises `DisconnectedError` when none answers within ``timeout_seconds``,
+    `ProtocolError` when the scheduler refuses it (another protocol version, a
+    key it does not know or that is not a client key, keys it requires), and
+    `SecurityError` for key files it cannot use. A client that hears nothing
+    from the scheduler for ``timeout_seconds`` fails every pending future with
+    `DisconnectedError`.
+
+    A client pickles as its address and options, without its keys: unpickling
+    it (for example inside a task) connects a new client to the same scheduler,
+    with the keys of where it is unpickled (a task's: its worker's task key).
     """
 
     def __init__(
@@ -53,6 +63,7 @@ class Client:
         timeout_seconds: float = 60,
         heartbeat_interval_seconds: float = 2,
         serializer: Any = None,
+        security: Optional[SecurityConfig] = None,
     ) -> None:
         if address is None:
             address = os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
@@ -66,6 +77,7 @@ class Client:
             raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
         if serializer is not None:
             check_serializer(serializer)
+        keys = peer_keys(security if security is not None else SecurityConfig.from_environment())
         self._address = address
         self._profiling = bool(profiling)
         self._timeout = float(timeout_seconds)
@@ -79,6 +91,7 @@ class Client:
         self._agent = ClientAgent(
             self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
             on_objects_failed=builder.forget,  # the next task puts the failed functions again
+            keys=keys,
         )  # fmt: skip
         builder.send = self._agent.send
         ready = self._agent.start()

@@ -61,6 +61,8 @@ HANDSHAKE_FAILURES = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
 _ZAP_STATUS = {300: "it cannot check keys right now", 400: "it does not know this key", 500: "its ZAP handler failed"}
+_PROTOCOL_ERRORS = {getattr(zmq, name): name[len("PROTOCOL_ERROR_") :].lower() for name in dir(zmq)
+                    if name.startswith("PROTOCOL_ERROR_")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -392,17 +394,17 @@ def handshake_failure(frames: List[Any], keys: Keys, peer: str) -> Optional[str]
         )
     if kind not in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
         return None
+    detail = _PROTOCOL_ERRORS.get(value, str(value)) if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else str(value)
     if keys.own is None:  # a server with keys drops a peer without them (a mechanism mismatch, or no detail)
         return (
             f"{peer} requires CurveZMQ keys: give this process its key pair and the server's public key "
             f"(--key-file and --server-key-file, Client(security=SecurityConfig(...)); docs/security.md) "
-            f"(ZeroMQ error {value})"
+            f"(ZeroMQ: {detail})"
         )
     return (
         f"the CurveZMQ handshake with {peer} failed: either {fingerprint(keys.server_public)} is not its public "
-        f"key (--server-key-file), or it runs without keys (ZeroMQ error {value})"
+        f"key (--server-key-file), or it runs without keys (ZeroMQ: {detail})"
     )
-    return None
 
 
 # ----------------------------------------------------------------------------- exposure

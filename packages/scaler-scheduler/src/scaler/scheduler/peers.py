@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Dict, Set
 
 from scaler.protocol import messages as m
+from scaler.protocol.security import Credential
 
 DEFAULT_QUEUE_CAPACITY = 1000
 
@@ -12,11 +13,13 @@ DEFAULT_QUEUE_CAPACITY = 1000
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending",
+        "balance_pending", "credential",
     )  # fmt: skip
+    role = m.PeerRole.WORKER
 
-    def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
+    def __init__(self, worker_id: bytes, hello: m.Hello, now: float, credential: Credential) -> None:
         self.worker_id = worker_id
+        self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.info = hello.worker_info
         self.hostname = hello.hostname
         self.pid = hello.pid
@@ -29,10 +32,12 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat")
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "credential")
+    role = m.PeerRole.CLIENT
 
-    def __init__(self, client_id: bytes, now: float) -> None:
+    def __init__(self, client_id: bytes, now: float, credential: Credential) -> None:
         self.client_id = client_id
+        self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors

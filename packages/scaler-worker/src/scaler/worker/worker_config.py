@@ -8,6 +8,7 @@ from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
 
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.messages import Capability
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
 
 DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
@@ -74,6 +75,7 @@ class WorkerConfig:
     event_loop: str = "auto"
     logging_level: str = "INFO"
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
+    security: SecurityConfig = NO_SECURITY  # its key pair, the server's public key, its tasks' client key
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -99,6 +101,7 @@ class WorkerConfig:
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=tuple(args.logging_paths),
+            security=security_from_arguments(args),
         )
 
     def to_arguments(self) -> List[str]:
@@ -119,6 +122,7 @@ class WorkerConfig:
             self.event_loop,
             "--logging-level",
             self.logging_level,
+            *self.security.to_arguments(),  # paths of key files, never a key
             "--logging-paths",
             *self.logging_paths,
         ]
@@ -212,3 +216,4 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="results larger than this go through object storage instead of travelling inline "
         f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
     )
+    add_security_arguments(parser, worker=True)
