@@ -291,7 +291,7 @@ def test_an_unknown_key_is_refused_and_told_so_and_the_refusal_is_logged(secure_
     _, secret = write_key_pair(str(tmp_path), "stranger")
     stranger = SecurityConfig(key_file=secret, server_key_file=cluster_keys.client.server_key_file)
     outcome = _connect(secure_server, stranger)
-    assert outcome[0] == "failed" and "does not know this key" in outcome[1]
+    assert outcome[0] == "failed" and "does not accept this key" in outcome[1]
     shown = fingerprint(load_key_pair(secret).public)
     assert shown in outcome[1]
     assert any(shown in record.getMessage() and "127.0.0.1" in record.getMessage() for record in caplog.records)

@@ -60,7 +60,7 @@ STORAGE_DOMAIN = "scaler.storage"  # clients, workers, the scheduler (the core c
 HANDSHAKE_FAILURES = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-_ZAP_STATUS = {300: "it cannot check keys right now", 400: "it does not know this key", 500: "its ZAP handler failed"}
+_ZAP_STATUS = {300: "it cannot check keys right now", 400: "it does not accept this key", 500: "its ZAP handler failed"}
 _PROTOCOL_ERRORS = {getattr(zmq, name): name[len("PROTOCOL_ERROR_") :].lower() for name in dir(zmq)
                     if name.startswith("PROTOCOL_ERROR_")}  # fmt: skip
 
@@ -389,8 +389,9 @@ def handshake_failure(frames: List[Any], keys: Keys, peer: str) -> Optional[str]
         own = f"key {fingerprint(keys.own.public)}" if keys.own is not None else "this process's key"
         why = _ZAP_STATUS.get(value, f"ZAP status {value}")
         return (
-            f"{peer} refused {own}: {why}. Its administrator authorizes a key by copying its public file "
-            "(NAME.key) into the directory of its role (docs/security.md)"
+            f"{peer} refused {own}: {why} (unknown or revoked, or on a monitor feed not a monitor key). Its "
+            "administrator authorizes a key by copying its public file (NAME.key) into the directory of its role "
+            "(docs/security.md)"
         )
     if kind not in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
         return None
