@@ -39,6 +39,7 @@ TIMEOUT_SECONDS = 60
 
 SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
 CLIENT = "packages/scaler-client/src/scaler/client"
+STORAGE = "packages/scaler-storage/src/scaler/storage"
 
 
 @dataclass
@@ -121,6 +122,34 @@ FAULTS = [
             "packages/scaler-scheduler/tests/test_graph_tasks.py",
             "tests/test_graphs.py::test_the_readme_example",
             "tests/test_graph_conformance.py",
+        ],
+    ),
+    Fault(
+        "a key says Hello as any role",
+        [
+            (
+                f"{SCHEDULER}/scheduler_core.py",
+                "    if role not in credential.roles:\n",
+                "    if False:\n",
+            )
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_credentials.py",
+            "tests/test_security.py::test_a_worker_key_or_a_monitor_key_cannot_submit",
+        ],
+    ),
+    Fault(
+        "a client reaches every owner's objects",
+        [
+            (
+                f"{STORAGE}/object_store.py",
+                "        if role is PeerRole.CLIENT:\n            return peer_id\n",
+                "        if role is PeerRole.CLIENT:\n            return None\n",
+            )
+        ],
+        [
+            "packages/scaler-storage/tests/test_object_store_access.py",
+            "tests/test_security.py::test_a_client_touches_no_other_clients_objects_with_or_without_keys",
         ],
     ),
 ]
