@@ -79,6 +79,8 @@ class WorkerAgent:
         worker_id = new_worker_id()
         self._identity = WorkerIdentity(worker_id, os.getpid(), socket.gethostname(), IDGenerator())
         self._name = f"Worker {show(worker_id)}"
+        if self._keys.secure and not config.security.task_environment():
+            logger.warning(f"{self._name}: no task key (--task-key-file): a task that makes a Client is refused")
         task_runner, self._host = runner(config, show(worker_id))
         self._core = WorkerCore(config, self._identity, task_runner)
         self._connect = connect
