@@ -142,9 +142,9 @@ FAULTS = [
         "a client reaches every owner's objects",
         [
             (
-                f"{STORAGE}/object_store.py",
-                "        if role is PeerRole.CLIENT:\n            return peer_id\n",
-                "        if role is PeerRole.CLIENT:\n            return None\n",
+                f"{STORAGE}/peer_access.py",
+                "    if role is PeerRole.CLIENT:\n        return peer_id\n",
+                "    if role is PeerRole.CLIENT:\n        return None\n",
             )
         ],
         [

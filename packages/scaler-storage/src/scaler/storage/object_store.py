@@ -9,12 +9,10 @@ A peer is served once it said Hello with a compatible version, as a role its
 credential allows (`security.Credential`: the roles of its key; any role without
 security), and only while its messages come with the key it said Hello with: what
 each peer may send in each of its states, and what the store then does, is the
-table `PEER_LIFECYCLE`. What a peer may do depends on the role of its Hello
-(`_ALLOWED`): a client puts, reads, deletes and clears only its own objects; a
-worker reads any object and puts new ones (results, owned by their client), but
-replaces and deletes none; the scheduler deletes and clears the objects of the
-owner it names. Without security a role is a claim, so these rules hold against
-peers that say they are clients or workers.
+table `PEER_LIFECYCLE`. What a peer may ask depends on the role of its Hello:
+the rules are `peer_access.py`'s (a client touches only its own objects). Without
+security a role is a claim, so these rules hold against peers that say they are
+clients or workers.
 
 Objects are held by object ID with their owner ID and size. An object is one
 payload frame ("blob") or several (`ObjectRequest.frame_counts`: a serialized
@@ -35,7 +33,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
@@ -45,16 +43,15 @@ from scaler.protocol.messages import (
     Hello,
     HelloAck,
     ObjectInstruction,
-    ObjectInstructionKind,
     ObjectRequest,
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
-    PeerRole,
     Refusal,
 )
-from scaler.protocol.security import Credential, RefusalLog
+from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
@@ -105,30 +102,6 @@ PEER_LIFECYCLE: Lifecycle[PeerState, PeerEvent] = Lifecycle(
 del S, E, A, T
 
 
-# the requests each role may send; a client's only about its own objects (see `ObjectStore._forbidden`)
-_ALLOWED: Dict[PeerRole, FrozenSet[ObjectRequestKind]] = {
-    PeerRole.CLIENT: frozenset(ObjectRequestKind),
-    PeerRole.WORKER: frozenset((ObjectRequestKind.PUT, ObjectRequestKind.GET)),
-    PeerRole.SCHEDULER: frozenset(ObjectRequestKind),
-}
-_INSTRUCTED = {
-    ObjectInstructionKind.DELETE: ObjectRequestKind.DELETE,
-    ObjectInstructionKind.CLEAR: ObjectRequestKind.CLEAR_OWNER,
-}
-
-
-class _Peer:
-    """A greeted peer: the role of its Hello, the credential it said it with, whether it reads objects of
-    several frames."""
-
-    __slots__ = ("role", "credential", "reads_frames")
-
-    def __init__(self, role: PeerRole, credential: Credential, reads_frames: bool) -> None:
-        self.role = role
-        self.credential = credential
-        self.reads_frames = reads_frames
-
-
 class _StoredObject:
     __slots__ = ("owner_id", "frames", "size")
 
@@ -169,7 +142,7 @@ class ObjectStore:
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._used_memory = 0
-        self._greeted_peers: Dict[bytes, _Peer] = {}
+        self._greeted_peers: Dict[bytes, Peer] = {}
         self._refusals = RefusalLog()
         self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
         self._carry_out: Dict[PeerAction, Callable[[FromPeer, float], List[Reply]]] = {
@@ -222,7 +195,7 @@ class ObjectStore:
                 peer_event = PeerEvent.FORBIDDEN
             else:
                 peer_event = PeerEvent.HELLO
-        elif peer is not None and credential is not peer.credential and not _rebind(peer, credential):
+        elif peer is not None and credential is not peer.credential and not peer.rebind(credential):
             peer_event = PeerEvent.FORBIDDEN
         else:
             peer_event = PeerEvent.REQUEST
@@ -240,7 +213,7 @@ class ObjectStore:
         if peer_id not in self._greeted_peers:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
         reads_frames = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
-        self._greeted_peers[peer_id] = _Peer(hello.role, event.credential, reads_frames)
+        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames)
         ack = HelloAck(
             version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
         )
@@ -304,30 +277,15 @@ class ObjectStore:
         return handler(peer_id, request, blobs)
 
     def _forbidden(self, peer_id: bytes, kind: ObjectRequestKind, owner_id: bytes, object_ids: Sequence[bytes]) -> str:
-        """Why the peer may not send this request at all ("": it may; a client's get and delete are only
-        filtered to its own objects, see `_reachable_owner`)."""
         role = self._greeted_peers[peer_id].role
-        if kind not in _ALLOWED.get(role, ()):
-            return f"is not allowed to a {role.name.lower()}"
-        if role is PeerRole.CLIENT and kind in (ObjectRequestKind.PUT, ObjectRequestKind.CLEAR_OWNER):
-            if owner_id != peer_id:
-                return f"names the owner {show(owner_id)}: a client owns and clears only its own objects"
-        if kind is ObjectRequestKind.PUT and role is not PeerRole.SCHEDULER:
-            for object_id in object_ids:
-                stored = self._objects.get(object_id)
-                if stored is not None and (role is PeerRole.WORKER or stored.owner_id != peer_id):
-                    return f"would replace object {show(object_id)}, which is not this peer's to replace"
-        return ""
+        return forbidden(peer_id, role, kind, owner_id, object_ids, self._owner_or_none)
 
     def _reachable_owner(self, peer_id: bytes, kind: ObjectRequestKind, owner_id: bytes) -> Optional[bytes]:
-        """Whose objects a get or delete of this peer reaches (None: anyone's): a client's own; the scheduler
-        deletes those of the owner it names."""
-        role = self._greeted_peers[peer_id].role
-        if role is PeerRole.CLIENT:
-            return peer_id
-        if role is PeerRole.SCHEDULER and kind is ObjectRequestKind.DELETE:
-            return owner_id
-        return None
+        return reachable_owner(peer_id, self._greeted_peers[peer_id].role, kind, owner_id)
+
+    def _owner_or_none(self, object_id: bytes) -> Optional[bytes]:
+        stored = self._objects.get(object_id)
+        return None if stored is None else stored.owner_id
 
     def _put(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         statuses: List[ObjectStatus] = []
@@ -455,7 +413,7 @@ class ObjectStore:
     def _on_object_instruction(
         self, peer_id: bytes, instruction: ObjectInstruction, blobs: Sequence[Any]
     ) -> List[Reply]:
-        kind = _INSTRUCTED.get(instruction.kind)
+        kind = INSTRUCTED.get(instruction.kind)
         if kind is None:  # CREATE is the client's bookkeeping towards the scheduler; storage has nothing to do
             return []
         problem = self._forbidden(peer_id, kind, instruction.owner_id, ())
@@ -496,15 +454,6 @@ class ObjectStore:
     @staticmethod
     def _refusal(peer_id: bytes, reason: str) -> Reply:
         return Reply(peer_id, Refusal(version=PROTOCOL_VERSION, reason=reason))
-
-
-def _rebind(peer: _Peer, credential: Credential) -> bool:
-    """Whether a greeted peer's message may come with ``credential``: the key it said Hello with, still
-    authorized as its role (the authorized keys were read again); then it is the peer's credential."""
-    if credential.key != peer.credential.key or peer.role not in credential.roles:
-        return False
-    peer.credential = credential
-    return True
 
 
 def _frame_count_problem(request: ObjectRequest, frames: int) -> str:
