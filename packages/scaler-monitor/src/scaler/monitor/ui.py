@@ -5,7 +5,6 @@ http://HOST:PORT/, a live page (charts, workers, clients, functions, task states
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
 import sys
@@ -45,15 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
@@ -68,9 +58,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.monitor.subscription import SnapshotSubscription
     from scaler.monitor.web_server import DashboardServer, SnapshotFeed
     from scaler.protocol.errors import ScalerError
-    from scaler.protocol.security import security_from_arguments
+    from scaler.protocol.security import is_loopback_host, security_from_arguments
 
-    if not args.token and not _is_loopback(args.host):
+    if not args.token and not is_loopback_host(args.host):
         logger.warning(
             f"scaler_ui: listening on {args.host} without --token: anyone who reaches this port sees the cluster"
         )

@@ -416,7 +416,11 @@ def is_local_address(address: str) -> bool:
     localhost). ``tcp://*``, 0.0.0.0 and host or interface names are not."""
     if address.startswith(("ipc://", "inproc://")):
         return True
-    host = address[len("tcp://") :].rpartition(":")[0].strip("[]")
+    return is_loopback_host(address[len("tcp://") :].rpartition(":")[0].strip("[]"))
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (an IP address or a name) is this host's loopback: 127.0.0.0/8, ::1, localhost."""
     if host == "localhost":
         return True
     try:
