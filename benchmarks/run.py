@@ -542,6 +542,7 @@ def print_report(data: Dict[str, Any]) -> None:
     )
     print("medians (min–max); 'scaler vs X' is how many times better this project is (> 1: better)\n")
     print(results_table(data))
+    print(f"\nWith keys ({SECURE}): {security_cost(data)}")
     print(f"\nCPU per task of {OURS}, by process (median of the repetitions):\n")
     print(cpu_table(data, OURS))
     print(f"\nFresh memory per task of {OURS}, by process (median of the repetitions):\n")
