@@ -326,3 +326,21 @@ def test_the_monitor_domain_refuses_a_client_key(cluster_keys):
         assert _connect(server, cluster_keys.monitor)[0] == "received"
     finally:
         server.close()
+
+
+def test_the_zap_handler_refuses_a_key_it_cannot_check_and_answers_on(caplog):
+    class Broken:
+        authorized = None
+
+        def refusal(self, domain: str, key: str) -> Optional[str]:
+            raise OSError("the authorized keys directory cannot be read")
+
+    context = zmq.Context()
+    try:
+        handler = ZapHandler(context, Broken(), "TestServer", [SCHEDULER_DOMAIN])  # type: ignore[arg-type]
+        key = zmq.curve_keypair()[0]
+        assert handler.callback(SCHEDULER_DOMAIN, key) is False
+        assert handler.callback(SCHEDULER_DOMAIN, key) is False  # and again: it goes on answering
+        assert any("cannot check key" in record.getMessage() for record in caplog.records)
+    finally:
+        context.term()

@@ -52,10 +52,14 @@ class ZapHandler:
     def callback(self, domain: str, key: bytes) -> bool:
         """pyzmq's credentials provider: whether ``key`` (Z85) may finish its handshake on ``domain``."""
         keys = self._keys
-        if keys.authorized is not None:
-            keys.authorized.refresh()
         text = key.decode("ascii", "replace")
-        why = keys.refusal(domain, text)
+        try:
+            if keys.authorized is not None:
+                keys.authorized.refresh()
+            why = keys.refusal(domain, text)
+        except Exception:  # the handler must answer every request: refuse, and keep answering
+            logger.exception(f"{self._daemon}: cannot check key {fingerprint(key)}; refused it")
+            return False
         if why is None:
             return True
         suppressed = self._log.should_log(text, time.monotonic())
