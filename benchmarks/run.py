@@ -56,6 +56,7 @@ OUR_REQUIREMENTS = ["psutil", "uvloop", *[str(REPO / "packages" / name) for name
 ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
     "scaler": ("scaler", "run_scaler.py", OUR_REQUIREMENTS),
     "scaler-uvloop": ("scaler", "run_scaler_uvloop.py", OUR_REQUIREMENTS),  # not run unless named in --engines
+    "scaler-secure": ("scaler", "run_scaler_secure.py", OUR_REQUIREMENTS),  # CurveZMQ keys on every connection
     "opengris-scaler": ("opengris", "run_opengris.py", ["opengris-scaler", "psutil"]),
     "dask": ("dask", "run_dask.py", ["dask[distributed]", "psutil"]),
     "processpool": ("baseline", "run_processpool.py", ["psutil"]),
@@ -63,7 +64,9 @@ ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
     "joblib": ("joblib", "run_joblib.py", ["joblib", "psutil"]),
 }
 OURS = "scaler"
-DEFAULT_ENGINES = ["scaler", "opengris-scaler", "dask", "processpool", "mp-pool", "joblib"]
+DEFAULT_ENGINES = ["scaler", "scaler-secure", "opengris-scaler", "dask", "processpool", "mp-pool", "joblib"]
+SECURE = "scaler-secure"
+SECURE_TARGET = 0.8  # issue 14: with keys, at least 80% of the no-op map's throughput without
 TOOLING = ("tooling", ["matplotlib", "py-spy"])  # chart.py; profile.py
 
 # workload -> (full size, quick size)
@@ -458,6 +461,20 @@ def results_table(data: Dict[str, Any]) -> str:
     return _table(rows, header)
 
 
+def security_cost(data: Dict[str, Any]) -> str:
+    """The no-op map with CurveZMQ keys on every connection, as a share of its throughput without."""
+    entries = data["summary"].get("map_noop", {})
+    plain, secure = _median(entries.get(OURS), "tasks_per_s"), _median(entries.get(SECURE), "tasks_per_s")
+    if plain is None or secure is None:
+        return f"Not measured in this run (run `{OURS}` and `{SECURE}` on `map_noop`)."
+    share = secure / plain
+    met = "met" if share >= SECURE_TARGET else "not met"
+    return (
+        f"The no-op map runs at {_format(secure)} tasks/s with keys and {_format(plain)} without: "
+        f"**{share:.0%}** of the throughput (issue 14 asks at least {SECURE_TARGET:.0%}: {met})."
+    )
+
+
 def cpu_table(data: Dict[str, Any], engine: str, key: str = "us_per_task", unit: str = "µs/task") -> str:
     """Per workload and process role, the median of ``key`` (CPU µs per task, or fresh KiB per task)."""
     summary = data["summary"]
@@ -525,6 +542,7 @@ def print_report(data: Dict[str, Any]) -> None:
     )
     print("medians (min–max); 'scaler vs X' is how many times better this project is (> 1: better)\n")
     print(results_table(data))
+    print(f"\nWith keys ({SECURE}): {security_cost(data)}")
     print(f"\nCPU per task of {OURS}, by process (median of the repetitions):\n")
     print(cpu_table(data, OURS))
     print(f"\nFresh memory per task of {OURS}, by process (median of the repetitions):\n")
@@ -577,6 +595,11 @@ project is than X on that line (above ×1: better; for times, latencies and byte
 {results_table(data)}
 
 ![benchmark chart]({image})
+
+## The cost of security
+
+`{SECURE}` is this project with CurveZMQ on every connection (`SchedulerClusterCombo(security=True)`: keys
+authenticated by ZAP, every message encrypted; docs/security.md). {security_cost(data)}
 
 ## CPU per task of {OURS}, by process
 

@@ -21,6 +21,7 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 
 BIN = os.path.dirname(sys.executable)
@@ -45,11 +46,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
-def hello_answered(address: str, timeout: float = 0.5, role: m.PeerRole = m.PeerRole.CLIENT) -> bool:
-    """Whether something at ``address`` answers a Hello with HelloAck."""
+def hello_answered(
+    address: str, timeout: float = 0.5, role: m.PeerRole = m.PeerRole.CLIENT, security: SecurityConfig = NO_SECURITY
+) -> bool:
+    """Whether something at ``address`` answers a Hello with HelloAck (saying it with the keys of ``security``)."""
     context = zmq.Context.instance()
-    socket = context.socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+    socket = new_socket(context, zmq.DEALER, peer_keys(security))
     socket.setsockopt(zmq.IDENTITY, b"C|probe|%d|%d" % (os.getpid(), time.monotonic_ns()))
     try:
         socket.connect(address)
@@ -80,14 +82,16 @@ class Processes:
         self.processes.append(process)
         return process
 
-    def storage(self, address: str, *options: str, **kw) -> subprocess.Popen:
+    def storage(self, address: str, *options: str, probe: SecurityConfig = NO_SECURITY, **kw) -> subprocess.Popen:
+        """Start a storage server; wait until it answers a client's Hello (with the keys of ``probe``)."""
         process = self.start("scaler_object_storage_server", address, *options, **kw)
-        wait_until(lambda: _alive_or_raise(process) and hello_answered(address), 30, f"storage at {address}")
+        _wait_answering(process, address, probe, "storage")
         return process
 
-    def scheduler(self, address: str, *options: str, **kw) -> subprocess.Popen:
+    def scheduler(self, address: str, *options: str, probe: SecurityConfig = NO_SECURITY, **kw) -> subprocess.Popen:
+        """Start a scheduler; wait until it answers a client's Hello (with the keys of ``probe``)."""
         process = self.start("scaler_scheduler", address, *options, **kw)
-        wait_until(lambda: _alive_or_raise(process) and hello_answered(address), 30, f"scheduler at {address}")
+        _wait_answering(process, address, probe, "scheduler")
         return process
 
     def cluster(self, address: str, n_workers: int, *options: str, **kw) -> subprocess.Popen:
@@ -115,23 +119,32 @@ class Processes:
                 process.wait(5)
 
 
+def _wait_answering(process: subprocess.Popen, address: str, probe: SecurityConfig, what: str) -> None:
+    def answered() -> bool:
+        return _alive_or_raise(process) and hello_answered(address, security=probe)
+
+    wait_until(answered, 30, f"{what} at {address}")
+
+
 def _alive_or_raise(process: subprocess.Popen) -> bool:
     if process.poll() is not None:
         raise RuntimeError(f"process {process.args} exited with code {process.returncode}")
     return True
 
 
-def worker_count(monitor_address: str, timeout: float = 5.0) -> int:
+def worker_count(monitor_address: str, timeout: float = 5.0, security: SecurityConfig = NO_SECURITY) -> int:
     """Number of workers in the next monitor snapshot."""
-    snapshot = next_snapshot(monitor_address, timeout)
+    snapshot = next_snapshot(monitor_address, timeout, security)
     return -1 if snapshot is None else len(snapshot.workers)
 
 
-def next_snapshot(monitor_address: str, timeout: float = 5.0) -> Optional[m.StateSnapshot]:
-    """The scheduler's next monitor snapshot, or None if none came within ``timeout``."""
+def next_snapshot(
+    monitor_address: str, timeout: float = 5.0, security: SecurityConfig = NO_SECURITY
+) -> Optional[m.StateSnapshot]:
+    """The scheduler's next monitor snapshot, or None if none came within ``timeout`` (a monitor's keys in
+    ``security``)."""
     context = zmq.Context.instance()
-    socket = context.socket(zmq.SUB)
-    socket.setsockopt(zmq.LINGER, 0)
+    socket = new_socket(context, zmq.SUB, peer_keys(security))
     socket.setsockopt(zmq.SUBSCRIBE, b"")
     try:
         socket.connect(monitor_address)

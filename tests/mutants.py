@@ -40,6 +40,7 @@ TIMEOUT_SECONDS = 60
 SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
 CLIENT = "packages/scaler-client/src/scaler/client"
 SYMPHONY = "packages/scaler-symphony/src/scaler/symphony"
+STORAGE = "packages/scaler-storage/src/scaler/storage"
 
 
 @dataclass
@@ -151,6 +152,34 @@ FAULTS = [
             "packages/scaler-scheduler/tests/test_scheduler_core.py",
             "tests/test_nested_cores.py",
             "tests/test_nested_tasks.py::test_fibonacci_on_one_worker_with_a_queue_of_one_or_two[1-18]",
+        ],
+    ),
+    Fault(
+        "a key says Hello as any role",
+        [
+            (
+                f"{SCHEDULER}/scheduler_core.py",
+                "    if role not in credential.roles:\n",
+                "    if False:\n",
+            )
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_credentials.py",
+            "tests/test_security.py::test_a_worker_key_or_a_monitor_key_cannot_submit",
+        ],
+    ),
+    Fault(
+        "a client reaches every owner's objects",
+        [
+            (
+                f"{STORAGE}/peer_access.py",
+                "    if role is PeerRole.CLIENT:\n        return peer_id\n",
+                "    if role is PeerRole.CLIENT:\n        return None\n",
+            )
+        ],
+        [
+            "packages/scaler-storage/tests/test_object_store_access.py",
+            "tests/test_security.py::test_a_client_touches_no_other_clients_objects_with_or_without_keys",
         ],
     ),
 ]

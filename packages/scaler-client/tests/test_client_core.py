@@ -49,6 +49,7 @@ from scaler.client.client_events import (
     ConnectStorage,
     Disconnect,
     FromScheduler,
+    HandshakeFailed,
     Heartbeat,
     PutObject,
     Shutdown,
@@ -130,6 +131,25 @@ def test_refusal_during_handshake_is_a_protocol_error_with_the_reason():
     assert isinstance(error, ProtocolError)
     assert "1.0" in str(error) and "2.0" in str(error)
     assert core.state is SessionState.STOPPED and effects[-1] == Stopped(error)
+
+
+def test_a_refused_handshake_stops_the_connecting_client_with_its_reason():
+    core = new_core()
+    core.handle(Connect(READY), 0.0)
+    refused = HandshakeFailed("the scheduler refused key SHA256:x: it does not accept this key", False)
+    effects = core.handle(refused, 0.0)
+    outcome, error = outcomes(effects)["ready"]
+    assert outcome == REPLY_ERROR and isinstance(error, ProtocolError)
+    assert "refused the client: the scheduler refused key SHA256:x" in str(error)
+    assert core.state is SessionState.STOPPED
+
+
+def test_a_handshake_refused_by_storage_fails_what_waits_for_storage():
+    core = connected()
+    run(core, 0.0, PutObject(PUT, b"o" * 16, b"payload"))
+    effects = core.handle(HandshakeFailed("the object storage server refused key SHA256:x", True), 0.0)
+    outcome, error = outcomes(effects)["put"]
+    assert outcome == REPLY_ERROR and "object storage server refused key SHA256:x" in str(error)
 
 
 def test_handshake_times_out_with_a_disconnected_error_naming_the_address():

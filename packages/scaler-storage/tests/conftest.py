@@ -95,7 +95,9 @@ class Peer:
         self.send(message, blobs)
         return self.receive()
 
-    def hello(self, role: PeerRole = PeerRole.CLIENT) -> Any:
+    def hello(self, role: PeerRole = PeerRole.SCHEDULER) -> Any:
+        """Hello, by default as the scheduler: it may touch the objects of every owner (what each role may do
+        is tested on the core, in test_object_store_access.py)."""
         reply, _ = self.request(Hello(version=PROTOCOL_VERSION, role=role, pid=os.getpid(), hostname="test"))
         return reply
 
@@ -121,8 +123,8 @@ class Peer:
     def get(self, object_ids: Sequence[bytes]) -> Tuple[ObjectResponse, List[bytes]]:
         return self.object_request(ObjectRequestKind.GET, object_ids)
 
-    def delete(self, object_ids: Sequence[bytes]) -> ObjectResponse:
-        return self.object_request(ObjectRequestKind.DELETE, object_ids)[0]
+    def delete(self, object_ids: Sequence[bytes], owner_id: bytes) -> ObjectResponse:
+        return self.object_request(ObjectRequestKind.DELETE, object_ids, owner_id)[0]
 
     def clear_owner(self, owner_id: bytes) -> ObjectResponse:
         return self.object_request(ObjectRequestKind.CLEAR_OWNER, owner_id=owner_id)[0]

@@ -19,6 +19,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    PeerRole,
     Refusal,
     Version,
 )
@@ -39,8 +40,9 @@ ids = IDGenerator()
 
 
 def greeted_store(**limits: int) -> ObjectStore:
+    """A store that greeted PEER as the scheduler, which may put, read and delete the objects of any owner."""
     store = ObjectStore(**limits)
-    (reply,) = store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    (reply,) = store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION, role=PeerRole.SCHEDULER)), 0.0)
     assert isinstance(reply.message, HelloAck)
     return store
 
@@ -79,8 +81,8 @@ def get(store: ObjectStore, object_ids: Sequence[bytes]) -> Tuple[ObjectResponse
     return response(reply, ObjectRequestKind.GET), list(reply.blobs)
 
 
-def delete(store: ObjectStore, object_ids: Sequence[bytes]) -> ObjectResponse:
-    return response(request(store, ObjectRequestKind.DELETE, object_ids), ObjectRequestKind.DELETE)
+def delete(store: ObjectStore, object_ids: Sequence[bytes], owner_id: bytes = OWNER) -> ObjectResponse:
+    return response(request(store, ObjectRequestKind.DELETE, object_ids, owner_id), ObjectRequestKind.DELETE)
 
 
 def clear_owner(store: ObjectStore, owner_id: bytes) -> ObjectResponse:
@@ -258,7 +260,8 @@ def test_an_object_of_several_frames_is_not_given_to_a_protocol_1_0_peer():
     object_id = ids.next_id()
     put_frames(store, [(object_id, [b"pickle", b"buffer"])])
     old_peer = b"W|host|3|old"
-    store.handle(FromPeer(old_peer, Hello(version=Version(major=PROTOCOL_VERSION.major, minor=0))), 0.0)
+    old_hello = Hello(version=Version(major=PROTOCOL_VERSION.major, minor=0), role=PeerRole.WORKER)
+    store.handle(FromPeer(old_peer, old_hello), 0.0)
     (reply,) = store.handle(
         FromPeer(old_peer, ObjectRequest(request_id=9, kind=ObjectRequestKind.GET, object_ids=[object_id])), 0.0
     )
@@ -384,7 +387,8 @@ def test_object_instruction_from_the_scheduler_deletes_and_clears_without_reply(
     assert store.object_count == 3
     assert (
         store.handle(
-            FromPeer(PEER, ObjectInstruction(kind=ObjectInstructionKind.DELETE, object_ids=[a, ids.next_id()])), 0.0
+            FromPeer(PEER, ObjectInstruction(kind=ObjectInstructionKind.DELETE, owner_id=OWNER, object_ids=[a, c])),
+            0.0,
         )
         == []
     )
@@ -429,9 +433,11 @@ def test_random_workload_matches_a_dict_model_and_never_exceeds_memory(seed: int
             assert blobs == [model[i][1] for i in wanted if i in model]
         elif action == "delete":
             wanted = rng.sample(object_ids, 2)
-            assert delete(store, wanted).statuses == [OK if i in model else NOT_FOUND for i in wanted]
-            for i in wanted:
-                model.pop(i, None)
+            owner = rng.choice(owners)  # the scheduler deletes the objects of the owner it names, no other
+            deleted = [i for i in wanted if i in model and model[i][0] == owner]
+            assert delete(store, wanted, owner).statuses == [OK if i in deleted else NOT_FOUND for i in wanted]
+            for i in deleted:
+                del model[i]
         else:
             owner = rng.choice(owners)
             expected = {i for i, (o, _) in model.items() if o == owner}

@@ -49,7 +49,7 @@ def test_put_get_delete_round_trip(storage, connect):
     assert answer.statuses == [OK, OK] and answer.sizes == [0, 13]
     assert blobs == [b"", b"first payload"]
 
-    answer = peer.delete([first, first])
+    answer = peer.delete([first, first], me)
     assert answer.statuses == [OK, NOT_FOUND]
     answer, blobs = peer.get([first, second])
     assert answer.statuses == [NOT_FOUND, OK] and blobs == [b""]
@@ -128,7 +128,7 @@ def test_too_large_and_storage_full_are_refused_per_object(small_storage, connec
     assert answer.statuses == [OK, NOT_FOUND, OK, NOT_FOUND]
     assert blobs == [b"a" * 1024, b"b" * 1000]
 
-    peer.delete([a])  # room again
+    peer.delete([a], me)  # room again
     assert peer.put(me, [(c, b"c" * 100)]).statuses == [OK]
     peer.clear_owner(me)
 

@@ -19,6 +19,7 @@ from scaler.worker.worker_events import (
     Exit,
     FromScheduler,
     FromStorage,
+    HandshakeFailed,
     SendToScheduler,
     Start,
     StopRequested,
@@ -178,6 +179,17 @@ def test_a_broken_shell_ends_the_worker_with_a_failure_and_a_goodbye():
     assert h.exit_code == EXIT_FAILURE
     [goodbye] = h.take(m.DisconnectRequest)
     assert goodbye.reason == "worker cannot start a processor: OSError: out of processes"
+
+
+def test_a_refused_handshake_ends_the_worker_as_refused_and_only_storage_refusing_us_is_told_the_scheduler():
+    h = Harness()
+    h.handle(HandshakeFailed("the peer at tcp://x refused key SHA256:y: it does not accept this key", False))
+    assert h.exit_code == EXIT_REFUSED and h.take(m.DisconnectRequest) == []
+    h = Harness()
+    h.handle(HandshakeFailed("the peer at tcp://s refused key SHA256:y: it does not accept this key", True))
+    assert h.exit_code == EXIT_REFUSED
+    [goodbye] = h.take(m.DisconnectRequest)
+    assert "refused key SHA256:y" in goodbye.reason
 
 
 def test_storage_refusing_our_hello_ends_the_worker_as_refused_with_a_goodbye():

@@ -146,7 +146,8 @@ class FakeScheduler:
 
 
 class StorageClient:
-    """A DEALER speaking to the object storage server: put, get."""
+    """A DEALER speaking to the object storage server: put, get. It says Hello as the scheduler, which may put
+    and read the objects of any owner (a client may only its own)."""
 
     def __init__(self, address: str) -> None:
         self.context = zmq.Context()
@@ -155,7 +156,7 @@ class StorageClient:
         self.socket.setsockopt(zmq.IDENTITY, new_client_id())
         self.socket.connect(address)
         self._request_ids = itertools.count(1)
-        self.socket.send_multipart(codec.encode(hello()))
+        self.socket.send_multipart(codec.encode(hello(m.PeerRole.SCHEDULER)))
         self._receive()
 
     def close(self) -> None:

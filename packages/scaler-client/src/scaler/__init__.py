@@ -31,11 +31,13 @@ from scaler.protocol.errors import (  # noqa: E402
     ProtocolError,
     RemoteTaskError,
     ScalerError,
+    SecurityError,
     TaskCancelledError,
     TaskRejectedError,
     TaskTimeoutError,
     WorkerDiedError,
 )
+from scaler.protocol.security import SecurityConfig  # noqa: E402
 
 _COMBO_MISSING = (
     "SchedulerClusterCombo needs the scheduler and worker components: "
@@ -71,6 +73,8 @@ __all__ = [
     "ScalerExecutor",
     "ScalerFuture",
     "SchedulerClusterCombo",
+    "SecurityConfig",
+    "SecurityError",
     "Serializer",
     "TaskCancelledError",
     "TaskRejectedError",

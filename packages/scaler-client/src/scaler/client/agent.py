@@ -1,11 +1,12 @@
 """The client's agent thread: the only code that touches the scheduler and storage sockets.
 
 User threads hand it events (`client_events.py`) through a deque and wake it through an inproc socket
-(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER and the
-wake-up socket, feeds what arrives to the sans-I/O `ClientCore`, one event per command or received
-message, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands,
-named by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with
-linger 0; every wait is bounded.
+(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER (both made by
+`security.new_socket`: CurveZMQ with keys), the monitor socket of each (a refused handshake becomes a
+`HandshakeFailed` event) and the wake-up socket, feeds what arrives to the sans-I/O `ClientCore`, one event
+per command or received message, then a `Tick`, and performs each returned effect: sends, and the ends of
+tasks and commands, named by ID. The agent keeps the futures those IDs name (the core holds none). Sockets
+close with linger 0; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from scaler.client.client_events import (
     Event,
     FromScheduler,
     FromStorage,
+    HandshakeFailed,
     Heartbeat,
     ObjectsFailed,
     Reply,
@@ -50,6 +52,7 @@ from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import ClientHeartbeat
+from scaler.protocol.security import NO_KEYS, Keys, handshake_failure, new_socket, watch_handshakes
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +69,11 @@ class ClientAgent:
         heartbeat_interval_seconds: float,
         disconnect_wait_seconds: float,
         on_objects_failed: Callable[[List[bytes]], None] = lambda object_ids: None,
+        keys: Keys = NO_KEYS,
     ) -> None:
         self._client_id = client_id
         self._address = address
+        self._keys = keys
         self._on_objects_failed = on_objects_failed
         self._core = ClientCore(
             client_id, address, timeout_seconds, heartbeat_interval_seconds, os.getpid(), socket.gethostname(),
@@ -88,8 +93,10 @@ class ClientAgent:
         self._wake_sender = self._context.socket(zmq.PAIR)  # user side: used only under _lock
         self._wake_sender.setsockopt(zmq.LINGER, 0)
         self._wake_sender.connect(self._wake_address)
-        self._scheduler = self._context.socket(zmq.DEALER)
+        self._scheduler = new_socket(self._context, zmq.DEALER, keys)
         self._storage: Optional[zmq.Socket] = None
+        self._storage_address = ""
+        self._handshakes: Dict[Any, Tuple[zmq.Socket, bool]] = {}  # monitor socket -> (its socket, of storage)
         self._poller = zmq.Poller()
         self._perform: Dict[type, Callable[[Any], Any]] = {
             ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
@@ -189,8 +196,7 @@ class ClientAgent:
         perform every effect in order; wait (bounded) for more. Until the core says it stopped."""
         core, perform, scheduler, poller = self._core, self._perform, self._scheduler, self._poller
         wake = self._context.socket(zmq.PAIR)
-        for sock in (scheduler, wake):
-            sock.setsockopt(zmq.LINGER, 0)
+        wake.setsockopt(zmq.LINGER, 0)
         scheduler.setsockopt(zmq.IDENTITY, self._client_id)
         scheduler.setsockopt(zmq.SNDHWM, 0)
         scheduler.setsockopt(zmq.RCVHWM, 0)
@@ -198,6 +204,7 @@ class ClientAgent:
         ready: Dict[Any, int] = {}
         try:
             wake.bind(self._wake_address)
+            self._watch_handshakes(scheduler, False)
             scheduler.connect(self._address)
             poller.register(scheduler, zmq.POLLIN)
             poller.register(wake, zmq.POLLIN)
@@ -226,6 +233,9 @@ class ClientAgent:
                             turn.append(FromStorage(message, codec.received_blobs(blobs)))
                         else:
                             turn.append(FromScheduler(message))
+                for handshakes in self._handshakes:
+                    if handshakes in ready:
+                        turn.extend(self._handshake_events(handshakes))
                 turn.append(TICK)
                 now = time.monotonic()
                 for event in turn:
@@ -260,13 +270,30 @@ class ClientAgent:
     def _connect_storage(self, effect: ConnectStorage) -> None:
         if self._storage is not None:
             return
-        storage = self._storage = self._context.socket(zmq.DEALER)
-        storage.setsockopt(zmq.LINGER, 0)
+        self._storage_address = effect.address
+        storage = self._storage = new_socket(self._context, zmq.DEALER, self._keys)
         storage.setsockopt(zmq.IDENTITY, self._client_id)
         storage.setsockopt(zmq.SNDHWM, 0)
         storage.setsockopt(zmq.RCVHWM, 0)
+        self._watch_handshakes(storage, True)
         storage.connect(effect.address)
         self._poller.register(storage, zmq.POLLIN)
+
+    def _watch_handshakes(self, sock: zmq.Socket, of_storage: bool) -> None:
+        handshakes = watch_handshakes(sock)
+        self._handshakes[handshakes] = (sock, of_storage)
+        self._poller.register(handshakes, zmq.POLLIN)
+
+    def _handshake_events(self, handshakes: zmq.Socket) -> List[Event]:
+        """The refused handshakes the monitor socket reports (a peer refuses once per connection attempt)."""
+        of_storage = self._handshakes[handshakes][1]
+        peer = f"the object storage server at {self._storage_address}" if of_storage else "the scheduler"
+        events: List[Event] = []
+        while (frames := _recv_nowait(handshakes)) is not None:
+            reason = handshake_failure(frames, self._keys, peer)
+            if reason is not None:
+                events.append(HandshakeFailed(reason, of_storage))
+        return events
 
     def _send_heartbeat(self, effect: Heartbeat) -> None:
         cpu, rss = self._usage()
@@ -324,6 +351,9 @@ class ClientAgent:
             if not reply.done():
                 reply.set_exception(_fresh(error))
         self._replies.clear()
+        for handshakes, (watched, _) in self._handshakes.items():
+            watched.disable_monitor()
+            handshakes.close(linger=0)
         for sock in (self._scheduler, self._storage, wake):
             if sock is not None:
                 sock.close(linger=0)

@@ -24,6 +24,7 @@ from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id, show
 from scaler.protocol.messages import Capability, Task
+from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.protocol.task_context import TaskContext, task_context, wait_with_hook
 
 logger = logging.getLogger(__name__)
@@ -37,19 +38,28 @@ class Client:
 
     ``address`` defaults to the ``SCALER_SCHEDULER_ADDRESS`` environment
     variable (set inside worker processes, so tasks can make a client).
-    The constructor returns once the scheduler has accepted the client; it
-    raises `DisconnectedError` when none answers within ``timeout_seconds``
-    and `ProtocolError` when the scheduler refuses it (another protocol version).
-    A client that hears nothing from the scheduler for ``timeout_seconds``
-    fails every pending future with `DisconnectedError`.
+    ``security`` (`scaler.protocol.security.SecurityConfig`) gives the
+    client's key pair and the server's public key when the cluster runs with
+    keys (docs/security.md); by default they come from the ``SCALER_KEY_FILE``
+    and ``SCALER_SERVER_KEY_FILE`` environment variables (set inside tasks by
+    their worker), and without them the client connects without keys.
 
     ``stream_output=True`` shows what each task prints, on this process's stdout
     and stderr as the task prints it, each line prefixed with the task.
 
-    A client pickles as its address and options: unpickling it connects a new
-    client to the same scheduler. Inside a task (a task received it, or made
-    a ``Client()`` without an address) every Client of the worker's processor
-    shares one connection to the scheduler that runs the task: there
+    The constructor returns once the scheduler has accepted the client; it
+    raises `DisconnectedError` when none answers within ``timeout_seconds``,
+    `ProtocolError` when the scheduler refuses it (another protocol version, a
+    key it does not know or that is not a client key, keys it requires), and
+    `SecurityError` for key files it cannot use. A client that hears nothing
+    from the scheduler for ``timeout_seconds`` fails every pending future with
+    `DisconnectedError`.
+
+    A client pickles as its address and options, without its keys: unpickling
+    it connects a new client to the same scheduler. Inside a task (a task
+    received it, or made a ``Client()`` without an address) every Client of the
+    worker's processor shares one connection to the scheduler that runs the
+    task, with the keys of that processor (its worker's task key): there
     `disconnect` stops only that Client, and `clear` cancels only the tasks
     submitted through it.
     """
@@ -62,6 +72,7 @@ class Client:
         heartbeat_interval_seconds: float = 2,
         serializer: Any = None,
         stream_output: bool = False,
+        security: Optional[SecurityConfig] = None,
     ) -> None:
         context = task_context() if address is None else None
         if context is not None:
@@ -78,6 +89,7 @@ class Client:
             raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
         if serializer is not None:
             check_serializer(serializer)
+        keys = peer_keys(security if security is not None else SecurityConfig.from_environment())
         self._address = address
         self._profiling = bool(profiling)
         self._timeout = float(timeout_seconds)
@@ -95,6 +107,7 @@ class Client:
         self._agent = ClientAgent(
             self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
             on_objects_failed=builder.forget,  # the next task puts the failed functions again
+            keys=keys,
         )  # fmt: skip
         builder.send = self._agent.send
         self._agent.connect(self._timeout, self._bounded_wait)

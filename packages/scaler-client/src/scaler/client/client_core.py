@@ -29,6 +29,7 @@ from scaler.client.client_events import (
     Event,
     FromScheduler,
     FromStorage,
+    HandshakeFailed,
     Heartbeat,
     PutObject,
     Release,
@@ -158,6 +159,7 @@ class ClientCore:
             Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
             FromScheduler: self._on_scheduler,
             FromStorage: self._on_storage,
+            HandshakeFailed: self._on_handshake_failed,
             Tick: self._on_tick,
         }
         self._commands: Dict[type, Callable[[Any, float], None]] = {
@@ -350,6 +352,13 @@ class ClientCore:
             )
             return
         handler(message, event.blobs)
+
+    def _on_handshake_failed(self, event: HandshakeFailed, now: float) -> None:
+        """A refusal in the transport's handshake counts as a `Refusal` from that peer (it has a reason too)."""
+        if event.from_storage:
+            self._storage.on_refusal(event, ())
+        else:
+            self._session(SessionEvent.REFUSED, event, now)
 
     def _on_heartbeat_echo(self, message: ClientHeartbeatEcho, now: float) -> None:
         self._echoes_received += 1

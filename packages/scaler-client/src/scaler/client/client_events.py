@@ -115,6 +115,15 @@ class FromStorage:
 
 
 @dataclass(slots=True)
+class HandshakeFailed:
+    """The scheduler (or the object storage server) refused this client's connection in the CurveZMQ
+    handshake: no key, an unknown key, or the wrong server key (``reason`` says which)."""
+
+    reason: str
+    from_storage: bool
+
+
+@dataclass(slots=True)
 class Tick:
     """A turn of the agent's loop ended (everything that had arrived is handled) or a deadline came: send
     what waits to be batched, and act on the deadlines that passed (`ClientCore.next_wakeup`)."""
@@ -124,7 +133,7 @@ TICK = Tick()
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, Disconnect, Abort,
-    FromScheduler, FromStorage, Tick,
+    FromScheduler, FromStorage, HandshakeFailed, Tick,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------

@@ -23,6 +23,7 @@ from scaler.client.future import ScalerFuture
 from scaler.client.task_builder import TaskBuilder
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id
+from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.protocol.task_context import TaskContext
 
 
@@ -34,8 +35,9 @@ class SharedConnection:
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
         self.agent = ClientAgent(
-            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait, on_objects_failed=self._forget
-        )
+            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait, on_objects_failed=self._forget,
+            keys=peer_keys(SecurityConfig.from_environment()),  # the worker's task key, when the cluster has keys
+        )  # fmt: skip
         self.agent.connect(timeout_seconds, wait)
         weakref.finalize(self, close_unreferenced, self.agent)
 

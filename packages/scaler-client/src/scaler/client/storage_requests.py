@@ -16,9 +16,9 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from scaler.client.client_events import Effect, ObjectsFailed, Reply, ReplyError, ToStorage
+from scaler.client.client_events import Effect, HandshakeFailed, ObjectsFailed, Reply, ReplyError, ToStorage
 from scaler.protocol import object_frames
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
@@ -102,7 +102,7 @@ class StorageRequests:
 
     # --- answers -----------------------------------------------------------------------------------------------
 
-    def on_refusal(self, message: Refusal, blobs: Sequence[Any]) -> None:
+    def on_refusal(self, message: Union[Refusal, HandshakeFailed], blobs: Sequence[Any]) -> None:
         error = ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}")
         self.error = error
         self._requests.clear()

@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit when no snapshot arrives for this long (default: wait forever)",
     )
     parser.add_argument("--sort-by", choices=SORT_COLUMNS, default="worker", help="order of the worker table")
+    from scaler.protocol.security import add_security_arguments  # pyzmq only when running
+
+    add_security_arguments(parser)  # a monitor key, when the cluster runs with keys
     add_common_arguments(parser, event_loop=False)
     parser.set_defaults(logging_level="WARNING", logging_paths=["/dev/stderr"])  # stdout holds the screen
     return parser
@@ -276,13 +279,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     setup_logging(args.logging_level, args.logging_paths, args.logging_config_file)
 
     from scaler.monitor.subscription import SnapshotSubscription  # pyzmq only when running
+    from scaler.protocol.errors import ScalerError
+    from scaler.protocol.security import security_from_arguments
 
     view = TopView(args.sort_by)
     try:
-        with SnapshotSubscription(args.address) as subscription:
+        with SnapshotSubscription(args.address, security_from_arguments(args)) as subscription:
             if sys.stdout.isatty() and sys.stdin.isatty():
                 return _interactive(subscription, view, args.timeout)
             return _printed(subscription, view, args.timeout)
+    except ScalerError as error:  # refused by the scheduler, or keys it cannot use
+        print(f"scaler_top: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 0
 

@@ -5,7 +5,6 @@ http://HOST:PORT/, a live page (charts, workers, clients, functions, task states
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
 import sys
@@ -38,17 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="require this token of every request (Bearer, or as the password of the browser's login prompt); "
         "put it in the --config file to keep it out of the process list",
     )
+    from scaler.protocol.security import add_security_arguments  # pyzmq only when running
+
+    add_security_arguments(parser)  # a monitor key, when the cluster runs with keys
     add_common_arguments(parser, event_loop=False)
     return parser
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -64,12 +57,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.monitor.dashboard_state import DashboardState  # prometheus_client and pyzmq only when running
     from scaler.monitor.subscription import SnapshotSubscription
     from scaler.monitor.web_server import DashboardServer, SnapshotFeed
+    from scaler.protocol.errors import ScalerError
+    from scaler.protocol.security import is_loopback_host, security_from_arguments
 
-    if not args.token and not _is_loopback(args.host):
+    if not args.token and not is_loopback_host(args.host):
         logger.warning(
             f"scaler_ui: listening on {args.host} without --token: anyone who reaches this port sees the cluster"
         )
-    with SnapshotSubscription(args.address) as subscription:
+    try:
+        subscription = SnapshotSubscription(args.address, security_from_arguments(args))
+    except ScalerError as error:
+        print(f"scaler_ui: error: {error}", file=sys.stderr)
+        return 1
+    with subscription:
         feed = SnapshotFeed(subscription, DashboardState(args.address))
         try:
             server = DashboardServer(args.host, args.port, feed, args.token)
@@ -85,11 +85,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         port = server.server_address[1]
         logger.info(f"scaler_ui: monitor {args.address}, page at http://{args.host}:{port}/, metrics at /metrics")
         try:
-            stop.wait()
+            while not stop.wait(0.5) and feed.failure is None:
+                pass
         finally:
             server.shutdown()
             feed.stop()
             server.server_close()
+    if feed.failure is not None:
+        print(f"scaler_ui: error: {feed.failure}", file=sys.stderr)
+        return 1
     logger.info("scaler_ui: stopped")
     return 0
 

@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scaler.monitor.dashboard_state import DashboardState
 from scaler.monitor.subscription import SnapshotSubscription
+from scaler.protocol.errors import ProtocolError
 from scaler.protocol.snapshot_metrics import SnapshotCollector, snapshot_registry
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class SnapshotFeed:
         self.changed = threading.Condition()
         self.version = 0  # bumped on each snapshot, under `changed`
         self._subscription = subscription
+        self.failure: Optional[str] = None  # why the feed stopped by itself: the scheduler refused it
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scaler_ui feed", daemon=True)
 
@@ -62,7 +64,11 @@ class SnapshotFeed:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            snapshot = self._subscription.receive(_FEED_POLL_SECONDS)
+            try:
+                snapshot = self._subscription.receive(_FEED_POLL_SECONDS)
+            except ProtocolError as error:  # the scheduler refused the connection: nothing will come
+                self.failure = str(error)
+                return
             if snapshot is None:
                 continue
             with self.changed:

@@ -17,6 +17,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from scaler.protocol.errors import ScalerError
 
+SECURITY_SECTION = "security"
+
 EVENT_LOOPS = ("auto", "builtin", "uvloop")  # auto: uvloop when it is installed, else builtin
 LOG_FORMAT = "[%(levelname)s]%(asctime)s: %(message)s"
 LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S%z"
@@ -52,17 +54,26 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
 
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:
-    """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset."""
+    """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset, and
+    before them those of its ``[security]`` section that the program has (see `security.add_security_arguments`)."""
     # --config is looked for first: a positional given only in the file must not fail the first parse
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", "-c")
     config = config_parser.parse_known_args(argv)[0].config
     if not config:
         return parser.parse_args(argv)
-    values = load_config_section(config, section)
+    from scaler.protocol.security import SECURITY_OPTIONS  # pyzmq: not before a program runs
+
     known = {action.dest: action for action in parser._actions}
     defaults: Dict[str, Any] = {}
-    for key, value in values.items():
+    if any(dest in SECURITY_OPTIONS for dest in known):  # one [security] section serves every program
+        for key, value in load_config_section(config, SECURITY_SECTION).items():
+            dest = key.replace("-", "_")
+            if dest not in SECURITY_OPTIONS:
+                parser.error(f"{config}: [{SECURITY_SECTION}] has unknown option {key!r}")
+            if dest in known:  # the options of other programs (a daemon's authorized keys) are theirs
+                defaults[dest] = value
+    for key, value in load_config_section(config, section).items():
         dest = key.replace("-", "_")
         if dest not in known or dest in ("help", "config"):
             parser.error(f"{config}: [{section}] has unknown option {key!r}")

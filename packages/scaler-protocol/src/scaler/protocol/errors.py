@@ -12,6 +12,11 @@ class ProtocolError(ScalerError):
     """A frame that is malformed, truncated, of an unknown type or of an incompatible version."""
 
 
+class SecurityError(ScalerError):
+    """Keys that cannot be used (missing, unreadable, readable by others), or a daemon that would listen on the
+    network without them."""
+
+
 class DisconnectedError(ScalerError):
     """The peer (scheduler, storage server) is gone or never answered."""
 

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
     parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
     parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
+    add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
 
@@ -77,6 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             heartbeat_interval_seconds=args.heartbeat_interval_seconds,
             client_timeout_seconds=args.client_timeout_seconds,
             worker_timeout_seconds=args.worker_timeout_seconds,
+            security=security_from_arguments(args),
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Dict, Set
 
 from scaler.protocol import messages as m
+from scaler.protocol.security import Credential
 
 DEFAULT_QUEUE_CAPACITY = 1000
 
@@ -12,11 +13,13 @@ DEFAULT_QUEUE_CAPACITY = 1000
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending", "waiting",
+        "balance_pending", "waiting", "credential",
     )  # fmt: skip
+    role = m.PeerRole.WORKER
 
-    def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
+    def __init__(self, worker_id: bytes, hello: m.Hello, now: float, credential: Credential) -> None:
         self.worker_id = worker_id
+        self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.info = hello.worker_info
         self.hostname = hello.hostname
         self.pid = hello.pid
@@ -35,10 +38,12 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "reads_output")
+    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "credential", "reads_output")
+    role = m.PeerRole.CLIENT
 
-    def __init__(self, client_id: bytes, now: float, reads_output: bool = True) -> None:
+    def __init__(self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True) -> None:
         self.client_id = client_id
+        self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.reads_output = reads_output  # its protocol version knows TaskOutputBatch
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
         self.last_seen = now

@@ -6,7 +6,9 @@ The shell in `server.py` reads its sockets, turns what it reads into events (`sc
 
 It is made of:
 
-- the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here;
+- the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here; and who may be
+  what: a peer says Hello only as a role its key is authorized as (`security.Credential`; any role without
+  security), and its messages must then come with that key;
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
@@ -21,10 +23,11 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
+from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, incompatibility, knows
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
 from scaler.scheduler.outbox import Outbox
@@ -40,6 +43,7 @@ from scaler.scheduler.scheduler_events import (
     Start,
     StorageConnected,
     StorageLost,
+    StorageRefused,
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
@@ -84,6 +88,7 @@ class SchedulerCore:
             settings.object_storage_address, settings.object_storage_address_given, settings.pid
         )
         self._subscribers = 0
+        self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._next_snapshot = 0.0
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
@@ -91,13 +96,13 @@ class SchedulerCore:
             FromStorage: self._on_storage_message,
             StorageConnected: self._on_storage_connected,
             StorageLost: self._on_storage_lost,
+            StorageRefused: self._on_storage_refused,
             CannotForward: self._on_cannot_forward,
             MonitorSubscription: self._on_monitor_subscription,
             Tick: self._on_tick,
         }
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
-            m.Hello: self._on_hello,
             m.ClientHeartbeat: self._on_client_heartbeat,
             m.TaskBatch: routing.on_task_batch,
             m.TaskCancel: self._on_cancel_request,
@@ -107,7 +112,6 @@ class SchedulerCore:
             m.DisconnectRequest: self._on_client_disconnect,
         }
         self._worker_handlers: Dict[type, _PeerHandler] = {
-            m.Hello: self._on_hello,
             m.WorkerHeartbeat: self._on_worker_heartbeat,
             m.TaskResultBatch: routing.on_results,
             m.TaskCancelConfirm: routing.on_cancel_confirm,
@@ -131,10 +135,11 @@ class SchedulerCore:
                 handlers = self._worker_handlers
             handler = handlers.get(type(message))
             if handler is not None and peer is not None:
-                peer.last_seen = now
-                handler(source, message, now, out)
+                if event.credential is peer.credential or self._same_credential(peer, event.credential, now, out):
+                    peer.last_seen = now
+                    handler(source, message, now, out)
             elif type(message) is m.Hello:
-                self._on_hello(source, message, now, out)
+                self._on_hello(source, message, event.credential, now, out)
             elif peer is None:
                 refusal = m.Refusal(PROTOCOL_VERSION, f"send Hello first (got {type(message).__name__})")
                 out.sends.append(Send(source, refusal))
@@ -199,6 +204,9 @@ class SchedulerCore:
     def _on_storage_lost(self, event: StorageLost, now: float, out: Outbox) -> None:
         self._storage.on_connection(False, now, out)
 
+    def _on_storage_refused(self, event: StorageRefused, now: float, out: Outbox) -> None:
+        self._storage.on_refused(event.reason, now, out)
+
     def _on_cannot_forward(self, event: CannotForward, now: float, out: Outbox) -> None:
         logger.warning(
             f"Scheduler: cannot forward {len(event.items)} item(s) of a {event.message_type.__name__} to "
@@ -230,32 +238,67 @@ class SchedulerCore:
 
     # ----------------------------------------------------------------- peers
 
-    def _on_hello(self, source: bytes, hello: m.Hello, now: float, out: Outbox) -> None:
+    def _on_hello(self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox) -> None:
         reason = incompatibility(hello.version)
         if reason is not None:
             logger.warning(f"Scheduler: refused {show(source)}: {reason}")
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
+        if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT):
+            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, f"role {hello.role.name} cannot connect here")))
+            return
+        reason = _credential_problem(
+            source, hello.role, credential, self._clients.get(source) or self._workers.get(source)
+        )
+        if reason is not None:
+            self._refuse(source, credential, reason, now, out)
+            return
         if hello.role == m.PeerRole.WORKER:
             old = self._workers.get(source)
             if old is not None:
                 self._routing.remove_worker(old, out)
-            self._routing.add_worker(Worker(source, hello, now))
+            self._routing.add_worker(Worker(source, hello, now, credential))
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
             logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}")
             timeout = self.settings.worker_timeout_seconds
-        elif hello.role == m.PeerRole.CLIENT:
-            if source not in self._clients:
-                self._clients[source] = Client(source, now, knows(hello.version, TASK_OUTPUT_VERSION))
-                logger.info(f"Scheduler: client {show(source)} connected")
-            timeout = self.settings.client_timeout_seconds
         else:
-            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, f"role {hello.role.name} cannot connect here")))
-            return
+            client = self._clients.get(source)
+            if client is None:
+                self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
+                logger.info(f"Scheduler: client {show(source)} connected")
+            else:
+                client.last_seen = now
+            timeout = self.settings.client_timeout_seconds
         ack = m.HelloAck(
             PROTOCOL_VERSION, self.settings.object_storage_address, self.settings.heartbeat_interval_seconds, timeout
         )
         out.sends.append(Send(source, ack))
+
+    def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
+        """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
+        same key, still authorized as its role (the authorized keys were read again). Else the message is
+        refused, and a peer whose key was revoked is forgotten (its tasks withdrawn or queued again)."""
+        source = peer.client_id if type(peer) is Client else peer.worker_id
+        if credential.key == peer.credential.key and peer.role in credential.roles:
+            peer.credential = credential
+            return True
+        if credential.key != peer.credential.key:
+            self._refuse(source, credential, f"{show(source)} said Hello with another key", now, out)
+        else:
+            reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()}"
+            self._refuse(source, credential, reason, now, out)
+            if type(peer) is Client:
+                self._remove_client(peer, out, forget=True)
+            else:
+                self._routing.remove_worker(peer, out)
+        return False
+
+    def _refuse(self, source: bytes, credential: Credential, reason: str, now: float, out: Outbox) -> None:
+        suppressed = self._refusals.should_log(credential.key, now)
+        if suppressed is not None:
+            more = f" ({suppressed} more refusals of this key since its last line)" if suppressed else ""
+            logger.warning(f"Scheduler: refused {show(source)}: {reason}{more}")
+        out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
         self._clients[source].heartbeat = message
@@ -384,3 +427,14 @@ class SchedulerCore:
         return m.StateSnapshot(
             task_states=states, workers=workers, clients=len(self._clients), client_snapshots=clients
         )
+
+
+def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:
+    """Why a Hello as ``role`` with ``credential`` is refused (None: it is not): its key is not authorized as
+    that role, or the identity is already bound to another key."""
+    if role not in credential.roles:
+        held = ", ".join(sorted(r.name.lower() for r in credential.roles)) or "nothing (unknown or revoked)"
+        return f"{credential.name()} is authorized as {held}, not as a {role.name.lower()}"
+    if known is not None and known.credential.key != credential.key:
+        return f"{show(source)} is connected with another key"
+    return None

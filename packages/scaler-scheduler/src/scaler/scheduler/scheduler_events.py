@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List
 
+from scaler.protocol.security import OPEN, Credential
+
 STORAGE = b""
 
 # ----------------------------------------------------------------------------- events
@@ -22,10 +24,12 @@ class Start:
 
 @dataclass(slots=True)
 class FromPeer:
-    """One decoded message from a client or worker (tasks and results as `codec.RoutedTask`/`RoutedResult`)."""
+    """One decoded message from a client or worker (tasks and results as `codec.RoutedTask`/`RoutedResult`), and
+    who sent it: the credential of the key ZeroMQ authenticated (`OPEN` without security)."""
 
     source: bytes
     message: Any
+    credential: Credential = OPEN
 
 
 @dataclass(slots=True)
@@ -43,6 +47,13 @@ class StorageConnected:
 @dataclass(slots=True)
 class StorageLost:
     """The connection to the object storage server went down (ZeroMQ reconnects by itself)."""
+
+
+@dataclass(slots=True)
+class StorageRefused:
+    """The object storage server refused the scheduler's key during the CurveZMQ handshake (``reason``: why)."""
+
+    reason: str
 
 
 @dataclass(slots=True)

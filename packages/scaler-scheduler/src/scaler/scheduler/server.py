@@ -3,12 +3,15 @@
 It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server and a monitor of
 that connection, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
 carries out the effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ
-file descriptor and drained in bursts, so a burst of messages costs one wake-up.
+file descriptor and drained in bursts, so a burst of messages costs one wake-up. With keys, every socket is
+CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized keys only (monitor
+keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -29,6 +32,18 @@ from scaler.protocol.addresses import check_address, default_monitor_address, de
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
 from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.security import (
+    MONITOR_DOMAIN,
+    NO_SECURITY,
+    OPEN,
+    SCHEDULER_DOMAIN,
+    SecurityConfig,
+    check_exposure,
+    handshake_failure,
+    new_socket,
+    server_keys,
+    watch_handshakes,
+)
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
@@ -46,6 +61,7 @@ from scaler.scheduler.scheduler_events import (
     StartStorage,
     StorageConnected,
     StorageLost,
+    StorageRefused,
     Tick,
 )
 
@@ -76,10 +92,15 @@ class SchedulerServer:
         graph_inline_bytes: int = DEFAULT_INLINE_BUDGET,
         metrics_port: Optional[int] = None,
         metrics_host: str = "127.0.0.1",
+        security: SecurityConfig = NO_SECURITY,
     ) -> None:
         self.address = check_address(address)
         self.object_storage_address = check_address(object_storage_address or default_storage_address(address))
         self.monitor_address = check_address(monitor_address or default_monitor_address(address))
+        check_exposure("the scheduler", (self.address, self.monitor_address), security)
+        self._security = security
+        self._keys = server_keys(security)
+        self._zap: Any = None
         self.core = SchedulerCore(
             SchedulerSettings(
                 object_storage_address=self.object_storage_address,
@@ -101,7 +122,7 @@ class SchedulerServer:
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._monitor: Any = None
-        self._watched: List[Any] = []  # (socket, to_event) pairs read by _drain
+        self._watched: List[Any] = []  # (socket, to_event, copy) read by _drain
         self._storage_process: Optional[subprocess.Popen] = None
         self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
         self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
@@ -143,20 +164,25 @@ class SchedulerServer:
             logger.info("Scheduler: stopped")
 
     def _open_sockets(self) -> None:
-        self._router = self._context.socket(zmq.ROUTER)
+        keys = self._keys
+        if keys.secure:
+            from scaler.protocol.zap import ZapHandler
+
+            self._zap = ZapHandler(self._context, keys, "Scheduler", (SCHEDULER_DOMAIN, MONITOR_DOMAIN))
+            self._zap.start()
+            directory = keys.authorized.directory if keys.authorized is not None else ""
+            logger.info(f"Scheduler: CurveZMQ on every socket; authorized keys in {directory}")
+        self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN)
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
-        self._router.setsockopt(zmq.LINGER, 0)
         self._bind_socket(self._router, self.address)
         logger.info(f"Scheduler: listen to scheduler address {self.address}")
-        self._monitor = self._context.socket(zmq.XPUB)
-        self._monitor.setsockopt(zmq.LINGER, 0)
+        self._monitor = new_socket(self._context, zmq.XPUB, keys, MONITOR_DOMAIN)
         self._monitor.setsockopt(zmq.SNDHWM, 16)
         self._bind_socket(self._monitor, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
-        self._storage = self._context.socket(zmq.DEALER)
-        self._storage.setsockopt(zmq.LINGER, 0)
-        self._storage_connection = self._storage.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._storage = new_socket(self._context, zmq.DEALER, keys)
+        self._storage_connection = watch_handshakes(self._storage, zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         self._storage.connect(self.object_storage_address)
 
     def _serve_metrics(self) -> None:
@@ -190,7 +216,7 @@ class SchedulerServer:
 
     def _close(self) -> None:
         loop = asyncio.get_event_loop()
-        for socket, _ in self._watched:
+        for socket, _, _ in self._watched:
             try:
                 loop.remove_reader(socket.getsockopt(zmq.FD))
             except Exception:  # noqa: BLE001 - the loop may be closing already
@@ -200,6 +226,8 @@ class SchedulerServer:
         for socket in (self._router, self._storage, self._storage_connection, self._monitor):
             if socket is not None:
                 socket.close(linger=0)
+        if self._zap is not None:
+            self._zap.stop()
         self._context.term()
         if self._metrics is not None:
             self._metrics.close()
@@ -208,27 +236,33 @@ class SchedulerServer:
 
     # ----------------------------------------------------------------- reading
 
-    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any]) -> None:
-        self._watched.append((socket, to_event))
+    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True) -> None:
+        """Read ``socket`` as it becomes readable; ``copy=False``: as frames, which carry ZeroMQ's properties."""
+        self._watched.append((socket, to_event, copy))
         loop = asyncio.get_running_loop()
-        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event)
-        loop.call_soon(self._drain, socket, to_event)
+        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event, copy)
+        loop.call_soon(self._drain, socket, to_event, copy)
 
-    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any]) -> None:
+    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True) -> None:
         if socket.closed:
             return
         for _ in range(_BURST):
             try:
-                frames = socket.recv_multipart(zmq.NOBLOCK)
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=copy)
             except zmq.Again:
                 return
             event = to_event(frames)
             if event is not None:
                 self._feed(event)
-        asyncio.get_running_loop().call_soon(self._drain, socket, to_event)
+        asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy)
 
     def _router_event(self, frames: List[Any]) -> Optional[FromPeer]:
         source = frames[0]
+        credential = OPEN
+        if self._keys.secure:  # frames: the key ZeroMQ authenticated is the property User-Id of each
+            source = source.bytes
+            if len(frames) > 1:
+                credential = self._keys.credential(str(frames[1].get("User-Id")))
         try:
             # tasks and results are read only as far as routing needs; encode copies the rest through
             message, _ = codec.decode_routed(frames[1:])
@@ -236,7 +270,7 @@ class SchedulerServer:
             logger.warning(f"Scheduler: dropped malformed message from {show(source)}: {error}")
             return None
         self._received[type(message).__name__] += 1
-        return FromPeer(source, message)
+        return FromPeer(source, message, credential)
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
         try:
@@ -247,6 +281,9 @@ class SchedulerServer:
         return FromStorage(message)
 
     def _storage_connection_event(self, frames: List[Any]) -> Any:
+        refused = handshake_failure(frames, self._keys, f"the object storage server at {self.object_storage_address}")
+        if refused is not None:
+            return StorageRefused(refused)
         event = parse_monitor_message(frames)["event"]
         return StorageConnected() if event == zmq.EVENT_CONNECTED else StorageLost()
 
@@ -259,8 +296,8 @@ class SchedulerServer:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
             self._feed(Tick())
             # sending can consume a file descriptor's edge: look for pending input ourselves
-            for socket, to_event in self._watched:
-                self._drain(socket, to_event)
+            for socket, to_event, copy in self._watched:
+                self._drain(socket, to_event, copy)
 
     # ----------------------------------------------------------------- the core, and its effects
 
@@ -309,13 +346,15 @@ class SchedulerServer:
             self._feed(CannotForward(to, batch_type, bad, reasons))
 
     def _start_storage(self, effect: StartStorage) -> None:
+        # the scheduler's own keys: the server key pair and the authorized keys (paths; never a key)
+        security = dataclasses.replace(self._security, server_key_file=None, monitor_clients=False, task_key_file=None)
         try:
-            self._storage_process = start_object_storage_process(effect.address)
+            self._storage_process = start_object_storage_process(effect.address, security)
         except SchedulerStartError as error:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
-        self._watch(self._router, self._router_event)
+        self._watch(self._router, self._router_event, copy=not self._keys.secure)
         self._watch(self._monitor, self._monitor_event)
         logger.info("Scheduler: started")
 
@@ -350,16 +389,18 @@ def _describe(event: Any) -> str:
     return type(event).__name__
 
 
-def start_object_storage_process(address: str) -> subprocess.Popen:
-    """``python -m scaler.storage ADDRESS``, which dies with this process (scaler-storage is not a dependency
-    of the scheduler: it is needed only to start a storage server here)."""
+def start_object_storage_process(address: str, security: SecurityConfig = NO_SECURITY) -> subprocess.Popen:
+    """``python -m scaler.storage ADDRESS``, with the options of ``security``, which dies with this process
+    (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage server here)."""
     if importlib.util.find_spec("scaler.storage") is None:
         raise SchedulerStartError(
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         )
     return subprocess.Popen(
-        [sys.executable, "-m", "scaler.storage", address], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+        [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()],
+        stdin=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
     )
 
 

@@ -40,7 +40,7 @@ class LinkState(enum.Enum):
 class LinkEvent(enum.Enum):
     START = "start"
     ANSWERED = "answered"  # HelloAck of a compatible version
-    REFUSED = "refused"  # Refusal, or HelloAck of an incompatible version
+    REFUSED = "refused"  # Refusal, HelloAck of an incompatible version, or the scheduler's key refused
     DEADLINE = "deadline"  # the time to answer ran out
     CONNECTED = "connected"
     LOST = "lost"
@@ -145,6 +145,11 @@ class StorageLink:
 
     def on_connection(self, connected: bool, now: float, out: Outbox) -> None:
         self._step(LinkEvent.CONNECTED if connected else LinkEvent.LOST, now, out)
+
+    def on_refused(self, reason: str, now: float, out: Outbox) -> None:
+        """The server refused the scheduler's key in the CurveZMQ handshake: as a `Refusal` of its Hello."""
+        self._reason = reason
+        self._step(LinkEvent.REFUSED, now, out)
 
     def on_tick(self, now: float, out: Outbox) -> None:
         if self.deadline is not None and now >= self.deadline:

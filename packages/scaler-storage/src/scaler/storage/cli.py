@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Union
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
 from scaler.storage.server import default_max_memory, run_object_storage_server
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="total payload bytes held before puts are refused; suffixes K, M, G, T "
         f"(default: half of this host's memory, here {show_size(default_max_memory())})",
     )
+    add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
     return parser
 
@@ -103,6 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,
             logging_config_file=args.logging_config_file,
+            security=security_from_arguments(args),
         )
     except (ScalerError, ValueError, OSError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -5,9 +5,14 @@ decoded message from one peer, with its payload frames) and returns the replies
 to send, as `Reply(peer_id, message, blobs)`. The asyncio/ZeroMQ shell in
 `server.py` feeds it; tests drive it directly.
 
-A peer is served once it said Hello with a compatible version: what each peer
-may send in each of its states, and what the store then does, is the table
-`PEER_LIFECYCLE`.
+A peer is served once it said Hello with a compatible version, as a role its
+credential allows (`security.Credential`: the roles of its key; any role without
+security), and only while its messages come with the key it said Hello with: what
+each peer may send in each of its states, and what the store then does, is the
+table `PEER_LIFECYCLE`. What a peer may ask depends on the role of its Hello:
+the rules are `peer_access.py`'s (a client touches only its own objects). Without
+security a role is a claim, so these rules hold against peers that say they are
+clients or workers.
 
 Objects are held by object ID with their owner ID and size. An object is one
 payload frame ("blob") or several (`ObjectRequest.frame_counts`: a serialized
@@ -38,14 +43,15 @@ from scaler.protocol.messages import (
     Hello,
     HelloAck,
     ObjectInstruction,
-    ObjectInstructionKind,
     ObjectRequest,
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
     Refusal,
 )
+from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
@@ -62,14 +68,16 @@ class PeerState(enum.Enum):
 
 
 class PeerEvent(enum.Enum):
-    HELLO = "hello"  # of a compatible version
+    HELLO = "hello"  # of a compatible version, as a role its credential allows
     BAD_HELLO = "bad_hello"  # of an incompatible version
+    FORBIDDEN = "forbidden"  # a Hello as a role its key is not authorized as, or any message with another key
     REQUEST = "request"  # any other message
 
 
 class PeerAction(enum.Enum):
-    ACKNOWLEDGE = "acknowledge"  # HelloAck; note whether it reads objects of several frames
+    ACKNOWLEDGE = "acknowledge"  # HelloAck; note the peer's role, key and whether it reads objects of several frames
     REFUSE_VERSION = "refuse_version"  # Refusal naming both versions; forget the peer
+    REFUSE_CREDENTIAL = "refuse_credential"  # Refusal naming the key and the role (a greeted peer stays as it was)
     REFUSE_STRANGER = "refuse_stranger"  # Refusal: send Hello first
     SERVE = "serve"  # the answer to its request
 
@@ -83,9 +91,11 @@ PEER_LIFECYCLE: Lifecycle[PeerState, PeerEvent] = Lifecycle(
     table={
         (S.STRANGER, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
         (S.STRANGER, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),
+        (S.STRANGER, E.FORBIDDEN): T(S.STRANGER, (A.REFUSE_CREDENTIAL,)),
         (S.STRANGER, E.REQUEST): T(S.STRANGER, (A.REFUSE_STRANGER,)),
         (S.GREETED, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
         (S.GREETED, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),  # no longer served
+        (S.GREETED, E.FORBIDDEN): T(S.GREETED, (A.REFUSE_CREDENTIAL,)),  # its identity stays bound to its key
         (S.GREETED, E.REQUEST): T(S.GREETED, (A.SERVE,)),
     },
 )
@@ -132,11 +142,13 @@ class ObjectStore:
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._used_memory = 0
-        self._greeted_peers: Dict[bytes, bool] = {}  # GREETED peer ID -> whether it reads objects of several frames
+        self._greeted_peers: Dict[bytes, Peer] = {}
+        self._refusals = RefusalLog()
         self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
-        self._carry_out: Dict[PeerAction, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
+        self._carry_out: Dict[PeerAction, Callable[[FromPeer, float], List[Reply]]] = {
             PeerAction.ACKNOWLEDGE: self._acknowledge,
             PeerAction.REFUSE_VERSION: self._refuse_version,
+            PeerAction.REFUSE_CREDENTIAL: self._refuse_credential,
             PeerAction.REFUSE_STRANGER: self._refuse_stranger,
             PeerAction.SERVE: self._serve,
         }
@@ -174,50 +186,73 @@ class ObjectStore:
         return self._handlers[type(event)](event, now)
 
     def _on_peer_message(self, event: FromPeer, now: float) -> List[Reply]:
-        peer_id, message = event.peer_id, event.message
-        if type(message) is not Hello:
-            peer_event = PeerEvent.REQUEST
-        elif incompatibility(message.version) is None:
-            peer_event = PeerEvent.HELLO
+        peer_id, message, credential = event.peer_id, event.message, event.credential
+        peer = self._greeted_peers.get(peer_id)
+        if type(message) is Hello:
+            if incompatibility(message.version) is not None:
+                peer_event = PeerEvent.BAD_HELLO
+            elif message.role not in credential.roles or (peer is not None and peer.credential.key != credential.key):
+                peer_event = PeerEvent.FORBIDDEN
+            else:
+                peer_event = PeerEvent.HELLO
+        elif peer is not None and credential is not peer.credential and not peer.rebind(credential):
+            peer_event = PeerEvent.FORBIDDEN
         else:
-            peer_event = PeerEvent.BAD_HELLO
-        state = PeerState.GREETED if peer_id in self._greeted_peers else PeerState.STRANGER
+            peer_event = PeerEvent.REQUEST
+        state = PeerState.GREETED if peer is not None else PeerState.STRANGER
         transition = PEER_LIFECYCLE.step(state, peer_event, show(peer_id))
         replies: List[Reply] = []
         for action in transition.actions:
-            replies.extend(self._carry_out[action](peer_id, message, event.blobs))
+            replies.extend(self._carry_out[action](event, now))
         return replies
 
     # --- the peer's lifecycle (PeerAction) ----------------------------------------------------------------
 
-    def _acknowledge(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
+    def _acknowledge(self, event: FromPeer, now: float) -> List[Reply]:
+        peer_id, hello = event.peer_id, event.message
         if peer_id not in self._greeted_peers:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
-        self._greeted_peers[peer_id] = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
+        reads_frames = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
+        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames)
         ack = HelloAck(
             version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
         )
         return [Reply(peer_id, ack)]
 
-    def _refuse_version(self, peer_id: bytes, hello: Hello, blobs: Sequence[Any]) -> List[Reply]:
-        self._greeted_peers.pop(peer_id, None)
-        reason = incompatibility(hello.version)
-        logger.warning(f"ObjectStorageServer: refuse Hello from {show(peer_id)}: {reason}")
-        return [self._refusal(peer_id, str(reason))]
+    def _refuse_version(self, event: FromPeer, now: float) -> List[Reply]:
+        self._greeted_peers.pop(event.peer_id, None)
+        reason = incompatibility(event.message.version)
+        logger.warning(f"ObjectStorageServer: refuse Hello from {show(event.peer_id)}: {reason}")
+        return [self._refusal(event.peer_id, str(reason))]
 
-    def _refuse_stranger(self, peer_id: bytes, message: Any, blobs: Sequence[Any]) -> List[Reply]:
+    def _refuse_credential(self, event: FromPeer, now: float) -> List[Reply]:
+        peer_id, message, credential = event.peer_id, event.message, event.credential
+        peer = self._greeted_peers.get(peer_id)
+        if peer is not None and peer.credential.key != credential.key:
+            reason = f"the peer {show(peer_id)} said Hello with another key: {credential.name()} cannot use it"
+        elif type(message) is Hello:
+            reason = f"{credential.name()} is not authorized as a {message.role.name.lower()} here"
+        else:
+            reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()} here"  # type: ignore
+        if self._refusals.should_log(credential.key, now) is not None:
+            logger.warning(f"ObjectStorageServer: refuse {message_name(type(message))} from {show(peer_id)}: {reason}")
+        return [self._refusal(peer_id, reason)]
+
+    def _refuse_stranger(self, event: FromPeer, now: float) -> List[Reply]:
         logger.warning(
-            f"ObjectStorageServer: refuse {message_name(type(message))} from {show(peer_id)}: it did not send Hello"
+            f"ObjectStorageServer: refuse {message_name(type(event.message))} from {show(event.peer_id)}: "
+            "it did not send Hello"
         )
-        return [self._refusal(peer_id, "send Hello first")]
+        return [self._refusal(event.peer_id, "send Hello first")]
 
-    def _serve(self, peer_id: bytes, message: Any, blobs: Sequence[Any]) -> List[Reply]:
+    def _serve(self, event: FromPeer, now: float) -> List[Reply]:
+        peer_id, message = event.peer_id, event.message
         serve = self._requests.get(type(message))
         if serve is None:
             name = message_name(type(message))
             logger.warning(f"ObjectStorageServer: refuse unexpected {name} from {show(peer_id)}")
             return [self._refusal(peer_id, f"the object storage server does not serve {name} messages")]
-        return serve(peer_id, message, blobs)
+        return serve(peer_id, message, event.blobs)
 
     # --- ObjectRequest -----------------------------------------------------------------------------------
 
@@ -236,7 +271,21 @@ class ObjectStore:
         handler = self._request_handlers.get(request.kind)
         if handler is None:  # pragma: no cover - the codec only produces known kinds
             return self._refuse_request(peer_id, request, f"has unknown kind {kind_name}")
+        problem = self._forbidden(peer_id, request.kind, request.owner_id, request.object_ids)
+        if problem:
+            return self._refuse_request(peer_id, request, problem)
         return handler(peer_id, request, blobs)
+
+    def _forbidden(self, peer_id: bytes, kind: ObjectRequestKind, owner_id: bytes, object_ids: Sequence[bytes]) -> str:
+        role = self._greeted_peers[peer_id].role
+        return forbidden(peer_id, role, kind, owner_id, object_ids, self._owner_or_none)
+
+    def _reachable_owner(self, peer_id: bytes, kind: ObjectRequestKind, owner_id: bytes) -> Optional[bytes]:
+        return reachable_owner(peer_id, self._greeted_peers[peer_id].role, kind, owner_id)
+
+    def _owner_or_none(self, object_id: bytes) -> Optional[bytes]:
+        stored = self._objects.get(object_id)
+        return None if stored is None else stored.owner_id
 
     def _put(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         statuses: List[ObjectStatus] = []
@@ -292,9 +341,12 @@ class ObjectStore:
         found: List[Any] = []
         counts: List[int] = []
         unreadable: List[bytes] = []
-        reads_frames = self._greeted_peers.get(peer_id, False)
+        reads_frames = self._greeted_peers[peer_id].reads_frames
+        owner = self._reachable_owner(peer_id, ObjectRequestKind.GET, request.owner_id)
         for object_id in request.object_ids:
             stored = self._objects.get(object_id)
+            if stored is not None and owner is not None and stored.owner_id != owner:
+                stored = None  # another client's: as if it did not exist
             if stored is None or (len(stored.frames) > 1 and not reads_frames):
                 if stored is not None:
                     unreadable.append(object_id)
@@ -326,8 +378,9 @@ class ObjectStore:
     def _delete(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
+        owner = self._reachable_owner(peer_id, ObjectRequestKind.DELETE, request.owner_id)
         for object_id in request.object_ids:
-            stored = self._remove(object_id)
+            stored = self._remove(object_id, owner)
             statuses.append(ObjectStatus.NOT_FOUND if stored is None else ObjectStatus.OK)
             sizes.append(0 if stored is None else stored.size)
         response = ObjectResponse(
@@ -360,20 +413,28 @@ class ObjectStore:
     def _on_object_instruction(
         self, peer_id: bytes, instruction: ObjectInstruction, blobs: Sequence[Any]
     ) -> List[Reply]:
-        if instruction.kind == ObjectInstructionKind.DELETE:
+        kind = INSTRUCTED.get(instruction.kind)
+        if kind is None:  # CREATE is the client's bookkeeping towards the scheduler; storage has nothing to do
+            return []
+        problem = self._forbidden(peer_id, kind, instruction.owner_id, ())
+        if problem:
+            logger.warning(f"ObjectStorageServer: ignore object instruction from {show(peer_id)}: it {problem}")
+        elif kind is ObjectRequestKind.DELETE:
+            owner = self._reachable_owner(peer_id, kind, instruction.owner_id)
             for object_id in instruction.object_ids:
-                self._remove(object_id)
-        elif instruction.kind == ObjectInstructionKind.CLEAR:
+                self._remove(object_id, owner)
+        else:
             self._remove_owner(instruction.owner_id)
-        # CREATE is the client's bookkeeping towards the scheduler; storage has nothing to do.
         return []
 
     # --- bookkeeping -------------------------------------------------------------------------------------
 
-    def _remove(self, object_id: bytes) -> Optional[_StoredObject]:
-        stored = self._objects.pop(object_id, None)
-        if stored is None:
+    def _remove(self, object_id: bytes, owner_id: Optional[bytes] = None) -> Optional[_StoredObject]:
+        """Remove the object (only if ``owner_id`` owns it, when given); what was removed."""
+        stored = self._objects.get(object_id)
+        if stored is None or (owner_id is not None and stored.owner_id != owner_id):
             return None
+        del self._objects[object_id]
         self._used_memory -= stored.size
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]

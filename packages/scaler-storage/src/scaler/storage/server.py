@@ -1,9 +1,12 @@
 """The object storage server's asyncio/ZeroMQ shell, and its programmatic entry.
 
 `ObjectStorageServer` binds one ROUTER socket, decodes each ZeroMQ message,
-hands it to the sans-I/O `ObjectStore` as an event (`FromPeer`) and sends the
-replies it returns; it decides nothing. A message that does not decode is
-logged with its sender and dropped; nothing a peer sends stops the loop.
+hands it to the sans-I/O `ObjectStore` as an event (`FromPeer`, with the
+sender's `Credential`: the roles of the key ZeroMQ authenticated, when the
+server has keys) and sends the replies it returns; it decides nothing. A message
+that does not decode is logged with its sender and dropped; nothing a peer sends
+stops the loop. With keys, the ZAP handler (`scaler.protocol.zap`) lets only
+authorized keys connect.
 
 `run_object_storage_server(address, ...)` runs a server until SIGTERM or SIGINT;
 it blocks, so other components start it in a ``multiprocessing.Process``.
@@ -28,6 +31,17 @@ from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.process_control import reuse_payload_memory
+from scaler.protocol.security import (
+    NO_KEYS,
+    NO_SECURITY,
+    OPEN,
+    STORAGE_DOMAIN,
+    Keys,
+    SecurityConfig,
+    check_exposure,
+    new_socket,
+    server_keys,
+)
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, show_size
 from scaler.storage.storage_events import FromPeer, Reply
 
@@ -58,21 +72,32 @@ def default_max_memory() -> int:
 class ObjectStorageServer:
     """A ROUTER socket at ``address`` serving an `ObjectStore`."""
 
-    def __init__(self, address: str, store: ObjectStore, context: Optional[zmq.asyncio.Context] = None) -> None:
+    def __init__(
+        self, address: str, store: ObjectStore, context: Optional[zmq.asyncio.Context] = None, keys: Keys = NO_KEYS
+    ) -> None:
         self.address = check_address(address)
         self.store = store
+        self._keys = keys
         self._given_context = context
         self._context: Optional[zmq.asyncio.Context] = None
         self._socket: Optional[zmq.asyncio.Socket] = None
+        self._zap: Any = None
         self._serving: Optional[asyncio.Task] = None
         self._stop_requested = False
 
     def bind(self) -> None:
         """Bind the ROUTER socket; raise `AddressError` naming the address when that fails."""
         self._context = self._given_context if self._given_context is not None else zmq.asyncio.Context()
-        socket = self._context.socket(zmq.ROUTER)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a peer reconnecting under its ID takes over at once
+        if self._keys.secure:
+            from scaler.protocol.zap import ZapHandler
+
+            self._zap = ZapHandler(self._context, self._keys, "ObjectStorageServer", [STORAGE_DOMAIN])
+            self._zap.start()
+        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN)
+        if not self._keys.secure:
+            # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the
+            # key that said Hello with it, and another key must not take its connection over, even briefly.
+            socket.setsockopt(zmq.ROUTER_HANDOVER, 1)
         # A ROUTER silently drops what is over a peer's send high-water mark, and a dropped reply leaves its
         # requester waiting forever. Unlimited: a peer's queue holds only replies to what it asked for, and
         # get replies reference the stored frames rather than copy them.
@@ -131,6 +156,9 @@ class ObjectStorageServer:
         )
 
     def _release_context(self) -> None:
+        if self._zap is not None:
+            self._zap.stop()
+            self._zap = None
         if self._context is not None and self._given_context is None:
             self._context.term()
         self._context = None
@@ -141,6 +169,7 @@ class ObjectStorageServer:
             logger.warning(f"ObjectStorageServer: drop message from {sender}: no frames after the peer identity")
             return
         peer_id = frames[0].bytes
+        credential = self._keys.credential(str(frames[1].get("User-Id"))) if self._keys.secure else OPEN
         try:
             message, blobs = codec.decode(frames[1:])
         except ProtocolError as error:
@@ -148,7 +177,7 @@ class ObjectStorageServer:
             logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
             return
         blobs = codec.received_blobs(blobs)  # large payloads stay in their frames, sent back zero-copy
-        replies = self.store.handle(FromPeer(peer_id, message, blobs), time.monotonic())
+        replies = self.store.handle(FromPeer(peer_id, message, blobs, credential), time.monotonic())
         for reply in replies:
             await self._send(reply)
 
@@ -190,20 +219,26 @@ def run_object_storage_server(
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
     logging_config_file: Optional[str] = None,
+    security: SecurityConfig = NO_SECURITY,
 ) -> None:
     """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
 
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
     ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
     memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
+    ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
+    at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
-    `scaler.protocol.command_line.ConfigError` for an unknown or unavailable event loop.
+    `scaler.protocol.command_line.ConfigError` for an unknown or unavailable event loop, `SecurityError` for
+    unusable keys or a reachable address without them.
     """
     if logging_level is not None:
         setup_logging(logging_level, logging_paths, logging_config_file)
+    check_exposure("the object storage server", [check_address(address)], security)
+    keys = server_keys(security)
     reuse_payload_memory()
     store = ObjectStore(
         max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
     )
-    server = ObjectStorageServer(address, store)
+    server = ObjectStorageServer(address, store, keys=keys)
     run_event_loop(lambda: _serve_until_signalled(server), event_loop)

@@ -9,14 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from scaler.protocol.security import OPEN, Credential
+
 
 @dataclass(slots=True)
 class FromPeer:
-    """One decoded message from a peer (a client, a worker, the scheduler), with its payload frames."""
+    """One decoded message from a peer (a client, a worker, the scheduler), with its payload frames and who
+    sent it (`OPEN` without security)."""
 
     peer_id: bytes
     message: Any
     blobs: Sequence[Any] = ()
+    credential: Credential = OPEN
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import setup_logging
 from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, peer_keys
 from scaler.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
     DEFAULT_INLINE_THRESHOLD_BYTES,
@@ -64,12 +65,15 @@ def run_cluster(
     logging_paths: Sequence[str] = ("/dev/stdout",),
     logging_config_file: Optional[str] = None,
     die_with_parent_process: bool = True,
+    security: SecurityConfig = NO_SECURITY,
 ) -> int:
     """Keep ``n_workers`` workers of the scheduler at ``address`` alive until SIGTERM or SIGINT. Blocks.
 
     Returns 0 after a stop signal or when every worker left because it was asked to, 1 when workers were
     refused. Call it from the main thread of its process (it handles the signals); with
-    ``die_with_parent_process`` (the default) the process ends when its parent does.
+    ``die_with_parent_process`` (the default) the process ends when its parent does. ``security``: the workers'
+    keys (checked here first: `SecurityError` for files they cannot use); the workers are given the paths of the
+    key files, never a key.
     """
     if die_with_parent_process:
         die_with_parent(signal.SIGTERM, os.getppid())
@@ -87,7 +91,9 @@ def run_cluster(
         logging_level=logging_level,
         logging_paths=tuple(logging_paths),
         logging_config_file=logging_config_file,
+        security=security,
     )
+    peer_keys(security)  # the workers would fail alike: say why once, before starting them
     return ClusterSupervisor(config, n_workers).run()
 
 

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.security import security_from_arguments
 from scaler.worker import add_worker_arguments
 
 CONFIG_SECTION = "cluster"
@@ -68,6 +69,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging_paths=args.logging_paths,
             logging_config_file=args.logging_config_file,
             die_with_parent_process=False,  # a cluster started from a shell outlives the shell (nohup, &)
+            security=security_from_arguments(args),
         )
     except (ScalerError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

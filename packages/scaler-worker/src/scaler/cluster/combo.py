@@ -6,8 +6,10 @@ import atexit
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
@@ -17,7 +19,9 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
 
@@ -54,6 +58,11 @@ class SchedulerClusterCombo:
     ``protected`` (the default, as in the earlier engine) makes the scheduler refuse a client's
     `Client.shutdown`: the cluster belongs to this object. ``per_worker_task_queue_size`` is the
     earlier engine's name of ``per_worker_queue_size`` (docs/compatibility.md).
+    ``security=True`` runs the cluster with keys: fresh ones, written to a
+    private temporary directory (mode 0700, removed by `shutdown`); every
+    process is given the paths of its own. Clients then connect with
+    ``Client(address, security=combo.security)``, monitors with
+    ``combo.monitor_security``.
     """
 
     def __init__(
@@ -75,6 +84,7 @@ class SchedulerClusterCombo:
         logging_paths: Sequence[str] = ("/dev/stdout",),
         logging_config_file: Optional[str] = None,
         per_worker_task_queue_size: Optional[int] = None,
+        security: bool = False,
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
@@ -83,15 +93,19 @@ class SchedulerClusterCombo:
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
         self._processes: List[subprocess.Popen] = []
         self._stopped = False
+        self._keys: Optional[ClusterKeys] = None
         common = ["--event-loop", event_loop, "--logging-level", logging_level, "--logging-paths", *logging_paths]
         if logging_config_file:
             common += ["--logging-config-file", logging_config_file]
         atexit.register(self.shutdown)
         try:
-            self._start("scaler.storage", self._storage_address, *common)
-            _wait_for_hello(self._storage_address, self._processes[-1], "object storage server")
+            if security:
+                self._keys = write_cluster_keys(tempfile.mkdtemp(prefix="scaler-keys-"))
+            server, probe = self._security("server"), self._security("monitor")
+            self._start("scaler.storage", self._storage_address, *common, *server.to_arguments())
+            _wait_for_hello(self._storage_address, self._processes[-1], "object storage server", probe)
             self._start(
-                "scaler.scheduler.cli", self._address, *common,
+                "scaler.scheduler.cli", self._address, *common, *server.to_arguments(),
                 "--object-storage-address", self._storage_address,
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
                 "--client-timeout-seconds", str(client_timeout_seconds),
@@ -101,9 +115,9 @@ class SchedulerClusterCombo:
                 *(["--monitor-address", monitor_address] if monitor_address else []),
                 *(["--protected"] if protected else []),
             )  # fmt: skip
-            _wait_for_hello(self._address, self._processes[-1], "scheduler")
+            _wait_for_hello(self._address, self._processes[-1], "scheduler", probe)
             self._start(
-                "scaler.cluster.cluster_main", self._address, *common,
+                "scaler.cluster.cluster_main", self._address, *common, *self._security("worker").to_arguments(),
                 "--num-of-workers", str(n_workers),
                 "--per-worker-queue-size", str(per_worker_queue_size),
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
@@ -116,6 +130,20 @@ class SchedulerClusterCombo:
 
     def get_address(self) -> str:
         return self._address
+
+    @property
+    def security(self) -> SecurityConfig:
+        """What a `Client` of this cluster needs: its client key pair and the server's public key (nothing
+        without ``security=True``)."""
+        return self._security("client")
+
+    @property
+    def monitor_security(self) -> SecurityConfig:
+        """What ``scaler_top`` and ``scaler_ui`` need: a monitor key pair and the server's public key."""
+        return self._security("monitor")
+
+    def _security(self, role: str) -> SecurityConfig:
+        return NO_SECURITY if self._keys is None else getattr(self._keys, role)
 
     def shutdown(self) -> None:
         """Stop the cluster, the scheduler and the storage server (in that order); safe to call twice."""
@@ -131,6 +159,8 @@ class SchedulerClusterCombo:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(_STOP_TIMEOUT_SECONDS)
+        if self._keys is not None:
+            shutil.rmtree(self._keys.directory, ignore_errors=True)
 
     def __enter__(self) -> SchedulerClusterCombo:
         return self
@@ -149,10 +179,10 @@ def _free_local_address() -> str:
     return f"tcp://127.0.0.1:{free_tcp_port(count=3)}"  # the scheduler, storage and monitor ports
 
 
-def _wait_for_hello(address: str, process: subprocess.Popen, what: str) -> None:
+def _wait_for_hello(address: str, process: subprocess.Popen, what: str, security: SecurityConfig) -> None:
+    """Until the process at ``address`` answers a monitor's Hello (a Refusal counts: it is up)."""
     deadline = time.monotonic() + _START_TIMEOUT_SECONDS
-    socket: zmq.Socket = zmq.Context.instance().socket(zmq.DEALER)
-    socket.setsockopt(zmq.LINGER, 0)
+    socket: zmq.Socket = new_socket(zmq.Context.instance(), zmq.DEALER, peer_keys(security))
     try:
         socket.connect(address)
         hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.MONITOR, os.getpid(), "", m.WorkerInfo())

@@ -1,10 +1,12 @@
 """How the worker agent reaches its peers: the scheduler, and the object storage server the scheduler names.
 
 `PeerConnection` is all the agent needs of a connection: send the frames of a message without waiting on
-the peer, receive the frames of the next message, close. `Connect` makes one for an address. The command
-line uses `ZmqConnect`: a DEALER socket per peer, whose ZeroMQ identity is the worker ID. A program that
-embeds a worker (`WorkerAgent(config, connect=...)`) may pass its own, e.g. one on its own ZeroMQ context.
-ZeroMQ's errors are translated here into `DisconnectedError`.
+the peer, receive the frames of the next message, hear that the peer refused the connection, close.
+`Connect` makes one for an address. The command line uses `ZmqConnect`: a DEALER socket per peer
+(`security.new_socket`: CurveZMQ with the worker's keys), whose ZeroMQ identity is the worker ID, and its
+monitor socket, which reports a refused handshake. A program that embeds a worker (`WorkerAgent(config,
+connect=...)`) may pass its own, e.g. one on its own ZeroMQ context. ZeroMQ's errors are translated here into
+`DisconnectedError`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import zmq.asyncio
 
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.security import NO_KEYS, Keys, handshake_failure, new_socket, watch_handshakes
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +31,10 @@ class PeerConnection(Protocol):
 
     async def receive(self) -> List[Any]:
         """The frames of the next message, bytes-like; raise `DisconnectedError` once it is closed."""
+
+    async def refused(self) -> str:
+        """Return why, once the peer refused this connection in the transport's handshake (a key it does not
+        know, keys it requires); wait forever if it never does."""
 
     def close(self, linger_seconds: float) -> None:
         """Close it, giving what is queued up to ``linger_seconds`` to go."""
@@ -41,23 +48,24 @@ class Connect(Protocol):
 
 
 class ZmqConnect:
-    """Connections as DEALER sockets of one ZeroMQ context (its own unless one is given)."""
+    """Connections as DEALER sockets of one ZeroMQ context (its own unless one is given), secured by ``keys``."""
 
-    def __init__(self, context: Optional[zmq.asyncio.Context] = None) -> None:
+    def __init__(self, context: Optional[zmq.asyncio.Context] = None, keys: Keys = NO_KEYS) -> None:
         self._owned = context is None
         self._context = context if context is not None else zmq.asyncio.Context()
+        self._keys = keys
 
     def __call__(self, address: str, identity: bytes, zero_copy: bool) -> PeerConnection:
         try:
-            sock = self._context.socket(zmq.DEALER)
+            sock = new_socket(self._context, zmq.DEALER, self._keys)
             sock.setsockopt(zmq.IDENTITY, identity)
             sock.setsockopt(zmq.SNDHWM, 0)  # sends never wait on a peer: our own rates bound the queue
             sock.setsockopt(zmq.RCVHWM, 0)
-            sock.setsockopt(zmq.LINGER, 0)
+            handshakes = watch_handshakes(sock)
             sock.connect(address)
         except zmq.ZMQError as error:
             raise DisconnectedError(f"cannot connect to {address!r}: {error}") from None
-        return ZmqConnection(sock, address, copy=not zero_copy)
+        return ZmqConnection(sock, address, copy=not zero_copy, handshakes=handshakes, keys=self._keys)
 
     def close(self) -> None:
         """End the context, if it is ours (after every connection is closed)."""
@@ -66,10 +74,14 @@ class ZmqConnect:
 
 
 class ZmqConnection:
-    def __init__(self, sock: zmq.asyncio.Socket, address: str, copy: bool) -> None:
+    def __init__(
+        self, sock: zmq.asyncio.Socket, address: str, copy: bool, handshakes: Any = None, keys: Keys = NO_KEYS
+    ) -> None:
         self._socket = sock
         self._address = address
         self._copy = copy
+        self._handshakes = handshakes  # the socket's monitor, which reports refused handshakes
+        self._keys = keys
 
     def send(self, frames: List[Any]) -> None:
         sent: Any = self._socket.send_multipart(frames, copy=False)  # an asyncio Future with zmq.asyncio
@@ -91,5 +103,20 @@ class ZmqConnection:
             return frames
         return [frames[0], *codec.received_blobs(frames[1:])]  # large payloads stay in the frame they came in
 
+    async def refused(self) -> str:
+        if self._handshakes is None:
+            await asyncio.Future()  # never refused
+        while True:
+            try:
+                frames = await self._handshakes.recv_multipart()
+            except zmq.ZMQError as error:  # closed: the connection is being closed
+                raise DisconnectedError(f"connection to {self._address} closed: {error}") from None
+            reason = handshake_failure(frames, self._keys, f"the peer at {self._address}")
+            if reason is not None:
+                return reason
+
     def close(self, linger_seconds: float) -> None:
+        if self._handshakes is not None:
+            self._socket.disable_monitor()
+            self._handshakes.close(linger=0)
         self._socket.close(linger=int(linger_seconds * 1000))

@@ -154,13 +154,16 @@ def run_processor(
     function_cache_capacity: int,
     serializer_cache_capacity: int,
     object_cache_bytes: int,
+    environment: Optional[Dict[str, str]] = None,
 ) -> None:
-    """The processor's main function (the target of its multiprocessing.Process)."""
+    """The processor's main function (the target of its multiprocessing.Process). ``environment``: variables for
+    the tasks (the keys of their Clients)."""
     die_with_parent(signal.SIGKILL, agent_pid)
     reuse_payload_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the agent, which then stops us
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
+    os.environ.update(environment or {})
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
     set_task_context(TaskContext(scheduler_address, processor.wait))

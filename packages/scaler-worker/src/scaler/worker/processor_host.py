@@ -27,10 +27,12 @@ _PROCESSOR_STOP_SECONDS = 2.0
 
 
 class ProcessorHost:
-    def __init__(self, scheduler_address: str, worker_id: str) -> None:
-        # both are told to the tasks (in their environment): a task may submit tasks to the same scheduler
+    def __init__(self, scheduler_address: str, worker_id: str, environment: Optional[Dict[str, str]] = None) -> None:
+        # told to the tasks (in their environment): a task may submit tasks to the same scheduler, with the
+        # keys in ``environment`` (security.SecurityConfig.task_environment)
         self._scheduler_address = scheduler_address
         self._worker_id = worker_id
+        self._environment = environment or {}
         self._worker_name = f"Worker {worker_id}"
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._deliver: Callable[[Any], None] = _not_open
@@ -74,7 +76,7 @@ class ProcessorHost:
             self._reap_later(old)
             logger.debug(f"{self._worker_name}: stopped processor {old.processor_id} (pid {old.pid})")
         try:
-            link = ProcessorLink.start(effect.processor_id, self._scheduler_address, self._worker_id)
+            link = ProcessorLink.start(effect.processor_id, self._scheduler_address, self._worker_id, self._environment)
         except Exception as error:
             loop.call_soon(self._deliver, Broken(f"cannot start a processor: {type(error).__name__}: {error}"))
             return

@@ -25,7 +25,7 @@ import signal
 import socket
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, Deque, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from scaler.protocol.errors import DisconnectedError
 from scaler.worker.processor import processor_exit_cause, run_processor
@@ -74,8 +74,11 @@ class ProcessorLink:
         self._ready: Deque[Any] = deque()  # messages read, not handed out yet (by `receive`)
 
     @classmethod
-    def start(cls, processor_id: int, scheduler_address: str, worker_id: str) -> ProcessorLink:
-        """Start a processor (non-daemonic, so that tasks may start processes of their own)."""
+    def start(
+        cls, processor_id: int, scheduler_address: str, worker_id: str, environment: Optional[Dict[str, str]] = None
+    ) -> ProcessorLink:
+        """Start a processor (non-daemonic, so that tasks may start processes of their own); ``environment``:
+        variables set in it for its tasks."""
         agent_end, processor_end = _SPAWN.Pipe(duplex=True)
         process = _SPAWN.Process(
             target=run_processor,
@@ -87,6 +90,7 @@ class ProcessorLink:
                 FUNCTION_CACHE_CAPACITY,
                 SERIALIZER_CACHE_CAPACITY,
                 OBJECT_CACHE_BYTES,
+                environment,
             ),
             name=f"Processor[{processor_id}]",
             daemon=False,

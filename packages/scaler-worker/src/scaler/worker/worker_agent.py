@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from scaler.protocol import codec
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, new_worker_id, show
+from scaler.protocol.security import peer_keys
 from scaler.worker.peer_connection import Connect, PeerConnection, ZmqConnect
 from scaler.worker.processor_host import ProcessorHost
 from scaler.worker.processor_runner import ProcessorRunner
@@ -39,6 +40,7 @@ from scaler.worker.worker_events import (
     Exit,
     FromScheduler,
     FromStorage,
+    HandshakeFailed,
     MeasureUsage,
     SendToScheduler,
     SendToStorage,
@@ -59,8 +61,8 @@ RunnerFactory = Callable[[WorkerConfig, str], Tuple[TaskRunner, RunnerHost]]
 
 
 def local_processor(config: WorkerConfig, worker_id: str) -> Tuple[TaskRunner, RunnerHost]:
-    """Tasks run in a local processor subprocess (the default)."""
-    return ProcessorRunner(), ProcessorHost(config.scheduler_address, worker_id)
+    """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key."""
+    return ProcessorRunner(), ProcessorHost(config.scheduler_address, worker_id, config.security.task_environment())
 
 
 class WorkerAgent:
@@ -73,9 +75,12 @@ class WorkerAgent:
         handle_signals: bool = True,
     ) -> None:
         self._config = config
+        self._keys = peer_keys(config.security)  # SecurityError now, for key files it cannot use
         worker_id = new_worker_id()
         self._identity = WorkerIdentity(worker_id, os.getpid(), socket.gethostname(), IDGenerator())
         self._name = f"Worker {show(worker_id)}"
+        if self._keys.secure and not config.security.task_environment():
+            logger.warning(f"{self._name}: no task key (--task-key-file): a task that makes a Client is refused")
         task_runner, self._host = runner(config, show(worker_id))
         self._core = WorkerCore(config, self._identity, task_runner)
         self._connect = connect
@@ -108,7 +113,7 @@ class WorkerAgent:
         if self._handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, f"received {signal.Signals(sig).name}")
-        own_connect = ZmqConnect() if self._connect is None else None
+        own_connect = ZmqConnect(keys=self._keys) if self._connect is None else None
         connect = self._connect = self._connect or own_connect
         assert connect is not None
         try:
@@ -120,6 +125,7 @@ class WorkerAgent:
             else:
                 self._deliver(Start())
                 self._in_background(self._receive(self._scheduler, "scheduler"))
+                self._in_background(self._watch_refusal(self._scheduler, False))
             return await self._exit
         finally:
             await self._shutdown()
@@ -153,6 +159,9 @@ class WorkerAgent:
                 logger.warning(f"{self._name}: dropped malformed message from {peer}: {error}")
                 continue
             deliver(FromScheduler(message) if from_scheduler else FromStorage(message, blobs))
+
+    async def _watch_refusal(self, connection: PeerConnection, of_storage: bool) -> None:
+        self._deliver(HandshakeFailed(await connection.refused(), of_storage))
 
     def _in_background(self, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -189,6 +198,7 @@ class WorkerAgent:
             self._loop.call_soon(self._deliver, Broken(why))
             return
         self._in_background(self._receive(self._storage, "object storage"))
+        self._in_background(self._watch_refusal(self._storage, True))
 
     def _measure_usage(self, effect: MeasureUsage) -> None:
         assert self._loop is not None

@@ -8,6 +8,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Unio
 
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.messages import Capability
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
 
 DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
@@ -75,6 +76,7 @@ class WorkerConfig:
     logging_level: str = "INFO"
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
     logging_config_file: Optional[str] = None  # Python's fileConfig format: replaces level and paths
+    security: SecurityConfig = NO_SECURITY  # its key pair, the server's public key, its tasks' client key
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -101,6 +103,7 @@ class WorkerConfig:
             logging_level=args.logging_level,
             logging_paths=tuple(args.logging_paths),
             logging_config_file=args.logging_config_file,
+            security=security_from_arguments(args),
         )
 
     def to_arguments(self) -> List[str]:
@@ -121,6 +124,7 @@ class WorkerConfig:
             self.event_loop,
             "--logging-level",
             self.logging_level,
+            *self.security.to_arguments(),  # paths of key files, never a key
             "--logging-paths",
             *self.logging_paths,
             *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
@@ -218,3 +222,4 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="results larger than this go through object storage instead of travelling inline "
         f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
     )
+    add_security_arguments(parser, worker=True)

@@ -45,12 +45,14 @@ from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_REFUSED,
     Broken,
     Effect,
     Exit,
     FromRunner,
     FromScheduler,
     FromStorage,
+    HandshakeFailed,
     SendToScheduler,
     Start,
     StopRequested,
@@ -113,6 +115,7 @@ class WorkerCore:
             Start: self._on_start,
             StopRequested: self._on_stop,
             Broken: self._on_broken,
+            HandshakeFailed: self._on_handshake_failed,
         }
         self._task_handlers: Dict[type, Callable[[Any], None]] = {
             m.TaskBatch: self._on_task_batch,
@@ -235,6 +238,10 @@ class WorkerCore:
 
     def _on_broken(self, event: Broken) -> None:
         self._leave(EXIT_FAILURE, event.reason, True)
+
+    def _on_handshake_failed(self, event: HandshakeFailed) -> None:
+        # refused by the storage server: the scheduler is told, so our tasks move at once
+        self._leave(EXIT_REFUSED, event.reason, event.from_storage)
 
     # ------------------------------------------------------------------------- the scheduler's requests
 

@@ -75,6 +75,15 @@ class StopRequested:
 
 
 @dataclass(slots=True)
+class HandshakeFailed:
+    """The scheduler (or the object storage server) refused this worker's connection in the CurveZMQ
+    handshake (no key, an unknown key, a wrong server key): the worker exits with EXIT_REFUSED, saying why."""
+
+    reason: str
+    from_storage: bool
+
+
+@dataclass(slots=True)
 class Broken:
     """The shell cannot go on (a connection that cannot be made, a processor that cannot be started, an
     internal error): the worker exits with EXIT_FAILURE, saying why."""

@@ -31,10 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.protocol.command_line import parse_arguments, setup_logging
-    from scaler.protocol.errors import ScalerError
+    from scaler.protocol.errors import ScalerError, SecurityError
     from scaler.protocol.process_control import die_with_parent_from_environment
     from scaler.worker.worker_agent import run_worker
     from scaler.worker.worker_config import WorkerConfig
+    from scaler.worker.worker_events import EXIT_REFUSED
 
     die_with_parent_from_environment(signal.SIGTERM)  # the agent then leaves cleanly
     parser = build_parser()
@@ -46,6 +47,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(error))
     try:
         return run_worker(config)
+    except SecurityError as error:  # key files it cannot use: retrying will not help
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     except KeyboardInterrupt:  # SIGINT before the event loop took over the signal
         return 0
 

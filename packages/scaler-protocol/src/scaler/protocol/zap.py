@@ -1,0 +1,73 @@
+"""The daemons' ZAP handler: during each CurveZMQ handshake, ZeroMQ asks it whether the peer's key may connect.
+
+pyzmq's `ThreadAuthenticator` answers ZeroMQ from a thread of its own (so handshakes are answered whatever the
+daemon's event loop is doing); `Keys.refusal` decides, after reading the authorized keys again if a role's
+directory changed. A refused key is logged with its fingerprint and the peer's address, rate-limited per key
+(`RefusalLog`), and the daemon serves on. The peer sees the refusal as a failed handshake (ZAP status 400):
+`security.handshake_failure` tells it so. Start the handler before binding a socket of its domains.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterable, List
+
+from zmq.auth.thread import ThreadAuthenticator
+
+from scaler.protocol.security import MONITOR_DOMAIN, Keys, RefusalLog, fingerprint
+
+logger = logging.getLogger(__name__)
+
+_WHERE = {MONITOR_DOMAIN: "monitor feed"}
+
+
+class _Authenticator(ThreadAuthenticator):
+    """pyzmq's ZAP handler thread, which notes each request's peer address for the log."""
+
+    peer_address = ""
+
+    async def handle_zap_message(self, msg: List[bytes]) -> None:
+        self.peer_address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else ""
+        await super().handle_zap_message(msg)
+
+
+class ZapHandler:
+    """Answers ZeroMQ's authentication requests for the sockets of ``domains`` of one context."""
+
+    def __init__(self, context: Any, keys: Keys, daemon: str, domains: Iterable[str]) -> None:
+        self._keys = keys
+        self._daemon = daemon
+        self._log = RefusalLog()
+        self._authenticator = _Authenticator(context, log=logging.getLogger("zmq.auth"))
+        for domain in domains:
+            self._authenticator.configure_curve_callback(domain, self)
+
+    def start(self) -> None:
+        self._authenticator.start()
+
+    def stop(self) -> None:
+        self._authenticator.stop()
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """pyzmq's credentials provider: whether ``key`` (Z85) may finish its handshake on ``domain``."""
+        keys = self._keys
+        text = key.decode("ascii", "replace")
+        try:
+            if keys.authorized is not None:
+                keys.authorized.refresh()
+            why = keys.refusal(domain, text)
+        except Exception:  # the handler must answer every request: refuse, and keep answering
+            logger.exception(f"{self._daemon}: cannot check key {fingerprint(key)}; refused it")
+            return False
+        if why is None:
+            return True
+        suppressed = self._log.should_log(text, time.monotonic())
+        if suppressed is not None:
+            address = self._authenticator.peer_address or "an unknown address"
+            more = f" ({suppressed} more refusals of this key since its last line)" if suppressed else ""
+            logger.warning(
+                f"{self._daemon}: refused key {fingerprint(key)} from {address} on its "
+                f"{_WHERE.get(domain, 'address')}: {why}{more}"
+            )
+        return False
