@@ -63,6 +63,7 @@ def test_hello_is_acknowledged_with_the_storage_address(scheduler):
     assert body["version"]["major"] == 1
     port = int(address.rsplit(":", 1)[1])
     assert body["objectStorageAddress"] == f"tcp://127.0.0.1:{port + 1}"
+    assert body["role"] == "scheduler"  # protocol 1.3: who answered
 
 
 def test_other_major_version_is_refused_naming_both_versions(scheduler):
@@ -71,7 +72,7 @@ def test_other_major_version_is_refused_naming_both_versions(scheduler):
     client.send(hello("client", major=7))
     which, body = receive(client)
     assert which == "refusal"
-    assert "7.0" in body["reason"] and "1.2" in body["reason"]
+    assert "7.0" in body["reason"] and "1.3" in body["reason"]
 
 
 def test_garbage_is_dropped_and_the_scheduler_keeps_serving(scheduler):

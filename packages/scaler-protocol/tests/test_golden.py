@@ -39,12 +39,22 @@ FROZEN = {
     "1.0": "69a3850171c8160235356d836fcdaf361884a5544fd65cb45310fb4b19f5b6a5",
     "1.1": "d326e031389d691bbaa1dc63b0942cec543c191f37133ce09310beffc3b31109",
     "1.2": "5d325b06524dab17f7aff68d5c590b769f7bd13fddbe6c4934ea5916e375a330",
+    "1.3": "42a640010aff4994acc32a9f3b304947af9ccc168d67d97eec8d742e42ea33dc",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector.
 ADDED_IN: Dict[str, List[Tuple[type, str]]] = {
     "1.1": [(m.ObjectRequest, "frame_counts"), (m.ObjectResponse, "frame_counts")],
     "1.2": [(m.WorkerHeartbeat, "functions"), (m.StateSnapshot, "client_snapshots")],
+    "1.3": [
+        (m.HelloAck, "role"),
+        (m.TaskBatch, "sequence"),
+        (m.WorkerHeartbeat, "last_batch"),
+        (m.WorkerHeartbeat, "held_tasks"),
+        (m.WorkerHeartbeat, "held_digest"),
+        (m.WorkerHeartbeat, "held_task_ids"),
+        (m.WorkerHeartbeatEcho, "send_task_ids"),
+    ],
 }
 
 
@@ -63,6 +73,10 @@ _HEARTBEAT = m.WorkerHeartbeat(
     running_tasks=2,
     suspended_tasks=1,
     functions=[m.FunctionStats("module.square", succeeded=120_000, failed=3, seconds=12.75)],
+    last_batch=41,
+    held_tasks=2,
+    held_digest=0xFEDCBA9876543210,
+    held_task_ids=[_TASK_ID, _OTHER_TASK_ID],
 )
 _TASK = m.Task(
     task_id=_TASK_ID,
@@ -96,13 +110,16 @@ GOLDEN = [
         object_storage_address="tcp://127.0.0.1:2346",
         heartbeat_interval_seconds=2.0,
         timeout_seconds=60.0,
+        role=m.PeerRole.OBJECT_STORAGE,
     ),
     m.Refusal(version=_VERSION, reason="protocol version 2.0 is not compatible with protocol version 1.3"),
     m.ClientHeartbeat(cpu=12.5, rss_bytes=123_456_789, pending_tasks=100_000),
     m.ClientHeartbeatEcho(),
     _HEARTBEAT,
-    m.WorkerHeartbeatEcho(),
-    m.TaskBatch(tasks=[_TASK, m.Task(task_id=_OTHER_TASK_ID, client_id=_CLIENT_ID, function_id=b"f", priority=1)]),
+    m.WorkerHeartbeatEcho(send_task_ids=True),
+    m.TaskBatch(
+        tasks=[_TASK, m.Task(task_id=_OTHER_TASK_ID, client_id=_CLIENT_ID, function_id=b"f", priority=1)], sequence=41
+    ),
     m.TaskResultBatch(
         results=[
             m.TaskResult(

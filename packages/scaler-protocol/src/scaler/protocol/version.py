@@ -12,7 +12,9 @@ from scaler.protocol.messages import Version
 
 # 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
 # 1.2: monitoring: WorkerHeartbeat.functions, StateSnapshot.clientSnapshots
-PROTOCOL_VERSION = Version(major=1, minor=2)
+# 1.3: failure handling: HelloAck.role, PeerRole.objectStorage, TaskBatch.sequence, WorkerHeartbeat.lastBatch,
+#      heldTasks, heldDigest, heldTaskIds, WorkerHeartbeatEcho.sendTaskIds
+PROTOCOL_VERSION = Version(major=1, minor=3)
 
 
 def show_version(version: Version) -> str:
