@@ -1,11 +1,12 @@
 """The client's agent thread: the only code that touches the scheduler and storage sockets.
 
 User threads hand it events (`client_events.py`) through a deque and wake it through an inproc socket
-(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER and the
-wake-up socket, feeds what arrives to the sans-I/O `ClientCore`, one event per command or received
-message, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands,
-named by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with
-linger 0; every wait is bounded.
+(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER, the socket
+monitor of each (`scaler.protocol.connection_events`: their connections' changes) and the wake-up socket,
+feeds what arrives to the sans-I/O `ClientCore`, one event per command, received message or connection
+change, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands, named
+by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with linger 0;
+every wait is bounded.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from scaler.client.client_events import (
     Abort,
     CancelRefused,
     Connect,
+    ConnectionChanged,
     ConnectStorage,
     Disconnect,
     Event,
@@ -46,6 +48,7 @@ from scaler.client.client_events import (
 )
 from scaler.client.future import ScalerFuture
 from scaler.protocol import codec
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import ClientHeartbeat
 
@@ -63,7 +66,7 @@ class ClientAgent:
         timeout_seconds: float,
         heartbeat_interval_seconds: float,
         disconnect_wait_seconds: float,
-        on_objects_failed: Callable[[List[bytes]], None] = lambda object_ids: None,
+        on_objects_failed: Callable[[Optional[List[bytes]]], None] = lambda object_ids: None,
     ) -> None:
         self._client_id = client_id
         self._address = address
@@ -88,6 +91,7 @@ class ClientAgent:
         self._wake_sender.connect(self._wake_address)
         self._scheduler = self._context.socket(zmq.DEALER)
         self._storage: Optional[zmq.Socket] = None
+        self._watches: Dict[Any, Tuple[ConnectionWatch, bool]] = {}  # monitor socket -> (its watch, storage?)
         self._poller = zmq.Poller()
         self._perform: Dict[type, Callable[[Any], Any]] = {
             ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
@@ -182,8 +186,10 @@ class ClientAgent:
         scheduler.setsockopt(zmq.RCVHWM, 0)
         turn: List[Event] = []  # this turn's events, in order
         ready: Dict[Any, int] = {}
+        watches = self._watches
         try:
             wake.bind(self._wake_address)
+            self._watch(scheduler, False)
             scheduler.connect(self._address)
             poller.register(scheduler, zmq.POLLIN)
             poller.register(wake, zmq.POLLIN)
@@ -212,6 +218,12 @@ class ClientAgent:
                             turn.append(FromStorage(message, codec.received_blobs(blobs)))
                         else:
                             turn.append(FromScheduler(message))
+                for monitor, (watch, to_storage) in watches.items():
+                    if monitor in ready:
+                        while (frames := _recv_nowait(monitor)) is not None:
+                            change = watch.change(frames)
+                            if change is not None:
+                                turn.append(ConnectionChanged(to_storage, change))
                 turn.append(TICK)
                 now = time.monotonic()
                 for event in turn:
@@ -251,8 +263,14 @@ class ClientAgent:
         storage.setsockopt(zmq.IDENTITY, self._client_id)
         storage.setsockopt(zmq.SNDHWM, 0)
         storage.setsockopt(zmq.RCVHWM, 0)
+        self._watch(storage, True)
         storage.connect(effect.address)
         self._poller.register(storage, zmq.POLLIN)
+
+    def _watch(self, sock: zmq.Socket, to_storage: bool) -> None:
+        watch = ConnectionWatch(sock)
+        self._watches[watch.monitor] = (watch, to_storage)
+        self._poller.register(watch.monitor, zmq.POLLIN)
 
     def _send_heartbeat(self, effect: Heartbeat) -> None:
         cpu, rss = self._usage()
@@ -310,6 +328,8 @@ class ClientAgent:
             if not reply.done():
                 reply.set_exception(_fresh(error))
         self._replies.clear()
+        for watch, _ in self._watches.values():
+            watch.close()
         for sock in (self._scheduler, self._storage, wake):
             if sock is not None:
                 sock.close(linger=0)

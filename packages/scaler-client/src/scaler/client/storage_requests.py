@@ -7,6 +7,11 @@ answer within the client's timeout fails what waits on it. What a settled put or
 the tasks is `TasksInFlight`'s business: this module tells it (`object_stored`, `object_failed`,
 `result_read`, `result_lost`).
 
+The connection: when it closes (the socket monitor says so), what waits on the server fails at once, the
+functions the client put are forgotten (a restarted server holds nothing), requests made while it is down
+fail at once, and the client says Hello again when it is back. A server that refuses us after accepting
+us restarted and forgot us: the same, and Hello again.
+
 Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
 """
 
@@ -19,10 +24,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from scaler.client.client_events import Effect, ObjectsFailed, Reply, ReplyError, ToStorage
-from scaler.protocol import object_frames
+from scaler.protocol import connection_events, object_frames
+from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
-from scaler.protocol.messages import ObjectRequest, ObjectRequestKind, ObjectResponse, ObjectStatus, Refusal
+from scaler.protocol.messages import (
+    Hello,
+    HelloAck,
+    ObjectRequest,
+    ObjectRequestKind,
+    ObjectResponse,
+    ObjectStatus,
+    PeerRole,
+    Refusal,
+)
 
 if TYPE_CHECKING:
     from scaler.client.tasks_in_flight import TasksInFlight
@@ -42,9 +57,12 @@ class _Request:
 
 
 class StorageRequests:
-    def __init__(self, client_id: bytes, timeout_seconds: float, out: List[Effect]) -> None:
+    def __init__(self, client_id: bytes, hello: Hello, timeout_seconds: float, out: List[Effect]) -> None:
         self.address: Optional[str] = None  # named by the scheduler's HelloAck
         self.error: Optional[Exception] = None  # the storage server refused this client
+        self._hello = hello
+        self._accepted = False  # its HelloAck came (since the last reconnect)
+        self._down: Optional[Exception] = None  # while its connection is closed: the error of what asks now
         # object ID -> PUTTING, or the error of its failed put; acknowledged objects are not kept
         self.objects: Dict[bytes, Any] = {}
         self.tasks: TasksInFlight  # told what settled puts and reads mean (set by the core)
@@ -100,16 +118,60 @@ class StorageRequests:
         for object_id in object_ids:
             self._released[object_id] = now + RELEASE_GRACE_SECONDS
 
+    def hello(self, address: str) -> None:
+        """Connect to the server the scheduler named and say Hello (the requests follow on the connection)."""
+        self.address = address
+        self._out.append(ToStorage(self._hello))
+
     # --- answers -----------------------------------------------------------------------------------------------
 
+    def on_hello_ack(self, message: HelloAck, blobs: Sequence[Any]) -> None:
+        if message.role in (PeerRole.OBJECT_STORAGE, PeerRole.CLIENT):  # CLIENT: an older server, which does not say
+            self._accepted = True
+            return
+        what = f"{self.address}, named by the scheduler, is {role_name(message.role)}, not an object storage server"
+        self._refused(DisconnectedError(what))
+
     def on_refusal(self, message: Refusal, blobs: Sequence[Any]) -> None:
-        error = ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}")
+        if self._accepted:  # it accepted us before: it restarted, and knows us no more
+            self._accepted = False
+            why = f"the object storage server at {self.address} restarted and forgot this client: {message.reason}"
+            self._lose_everything(DisconnectedError(why))
+            self._out.append(ToStorage(self._hello))
+            return
+        self._refused(ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}"))
+
+    def on_connection(self, change: str) -> None:
+        """What the socket monitor of the connection to the server saw (`connection_events`)."""
+        if change == connection_events.UP:
+            if self._down is not None:
+                self._down = None
+                self._accepted = False
+                logger.info(f"Client: connected to the object storage server at {self.address} again")
+                self._out.append(ToStorage(self._hello))
+        elif change == connection_events.DOWN:
+            self._down = DisconnectedError(f"the object storage server at {self.address} is unreachable")
+            logger.warning(f"Client: lost the connection to the object storage server at {self.address}")
+            self._lose_everything(DisconnectedError(f"lost the connection to the object storage server at {self.address}"))
+        else:
+            self._refused(DisconnectedError(f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"))
+
+    def _refused(self, error: Exception) -> None:
+        """The server will not serve us: what waits fails, and so does every request from now on."""
         self.error = error
         self._requests.clear()
         self._fail_puts([object_id for object_id, state in self.objects.items() if state is PUTTING], error)
         reads, self._reads = self._reads, {}
         for task_id in reads.values():
             self.tasks.result_lost(task_id, error)
+
+    def _lose_everything(self, error: Exception) -> None:
+        """The server is gone, or restarted: what waits on it fails, and what it held is gone (the functions
+        this client put are put again by the next tasks that need them)."""
+        self._out.append(ObjectsFailed(None))
+        requests, self._requests = self._requests, {}
+        for request in requests.values():
+            self._fail(request, error)
 
     def on_response(self, message: ObjectResponse, blobs: Sequence[Any]) -> None:
         request = self._requests.pop(message.request_id, None)
@@ -186,16 +248,19 @@ class StorageRequests:
             if request.deadline > now:
                 return
             del requests[request_id]
-            error = DisconnectedError(
-                f"object storage server at {self.address} did not answer within {self._timeout:g}s"
+            self._fail(
+                request, DisconnectedError(f"object storage server at {self.address} did not answer within {self._timeout:g}s")
             )
-            if request.kind == ObjectRequestKind.PUT:
-                self._fail_puts([oid for oid in request.object_ids if self.objects.get(oid) is PUTTING], error)
-                continue
-            for object_id in request.object_ids:
-                task_id = self._reads.pop(object_id, None)
-                if task_id is not None:
-                    self.tasks.result_lost(task_id, error)
+
+    def _fail(self, request: _Request, error: Exception) -> None:
+        """What waits on ``request`` fails with ``error``."""
+        if request.kind == ObjectRequestKind.PUT:
+            self._fail_puts([oid for oid in request.object_ids if self.objects.get(oid) is PUTTING], error)
+            return
+        for object_id in request.object_ids:
+            task_id = self._reads.pop(object_id, None)
+            if task_id is not None:
+                self.tasks.result_lost(task_id, error)
 
     def delete_released(self, now: float, in_use: Dict[bytes, int]) -> None:
         """Delete the released functions whose grace is over and that no task names any more."""
@@ -220,18 +285,23 @@ class StorageRequests:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
         if self._deletes:
-            request = ObjectRequest(next(self._request_ids), ObjectRequestKind.DELETE, self._client_id, self._deletes)
-            self._out.append(ToStorage(request))  # its answer is not awaited
+            if self._down is None:  # else they went with the server
+                request = ObjectRequest(next(self._request_ids), ObjectRequestKind.DELETE, self._client_id, self._deletes)
+                self._out.append(ToStorage(request))  # its answer is not awaited
             self._deletes = []
 
     def _request(
         self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),
         frame_counts: Sequence[int] = (),
     ) -> None:  # fmt: skip
+        request = _Request(kind, object_ids, now + self._timeout)
+        if self._down is not None:  # the server is unreachable: nothing is sent, what asks fails now
+            self._fail(request, self._down)
+            return
         request_id = next(self._request_ids)
-        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout)
-        request = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
-        self._out.append(ToStorage(request, blobs))
+        self._requests[request_id] = request
+        message = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
+        self._out.append(ToStorage(message, blobs))
 
     # --- the end of everything ---------------------------------------------------------------------------------
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Dict, Set
 
 from scaler.protocol import messages as m
+from scaler.protocol.held_tasks import task_term
 
 DEFAULT_QUEUE_CAPACITY = 1000
+RECONCILING_MINOR = 3  # workers of protocol 1.3 on report what they hold
 
 
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending",
+        "balance_pending", "reconciles", "batch_sequence", "digest",
     )  # fmt: skip
 
     def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
@@ -20,12 +22,27 @@ class Worker:
         self.info = hello.worker_info
         self.hostname = hello.hostname
         self.pid = hello.pid
-        self.tasks: Dict[bytes, None] = {}  # the tasks it holds (an insertion-ordered set)
+        # the tasks it holds, each with the sequence of the TaskBatch it was sent in (in the order sent)
+        self.tasks: Dict[bytes, int] = {}
         self.last_seen = now
         self.heartbeat = m.WorkerHeartbeat()
         self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
         self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
         self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
+        # its heartbeats say what it holds (protocol 1.3): the scheduler checks them against `tasks`
+        self.reconciles = hello.version.minor >= RECONCILING_MINOR
+        self.batch_sequence = 0  # of the last TaskBatch sent to it
+        self.digest = 0  # of `tasks`, unfolded (scaler.protocol.held_tasks)
+
+    def hold(self, task_id: bytes) -> None:
+        """It is sent this task, in the TaskBatch `batch_sequence`."""
+        self.tasks[task_id] = self.batch_sequence
+        self.digest ^= task_term(task_id)
+
+    def release(self, task_id: bytes) -> None:
+        """It no longer holds this task (if it did)."""
+        if self.tasks.pop(task_id, None) is not None:
+            self.digest ^= task_term(task_id)
 
 
 class Client:

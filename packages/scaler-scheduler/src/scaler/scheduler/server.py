@@ -1,9 +1,13 @@
 """The scheduler's asyncio/ZeroMQ shell around `SchedulerCore`.
 
-It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server and a monitor of
-that connection, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
+It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server, a ZeroMQ socket
+monitor of each, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
 carries out the effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ
 file descriptor and drained in bursts, so a burst of messages costs one wake-up.
+
+Connections: the ROUTER's monitor reports each closed connection by its file descriptor (`ConnectionClosed`),
+and a Hello comes with the file descriptor of the connection it came on (`PeerConnection`, from the
+message's ``zmq.SRCFD``); the core decides who is gone.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     CannotForward,
+    ConnectionClosed,
     FromPeer,
     FromStorage,
     MonitorSubscription,
+    PeerConnection,
     Publish,
     Send,
     Shutdown,
@@ -67,7 +73,7 @@ class SchedulerServer:
         object_storage_address: Optional[str] = None,
         monitor_address: Optional[str] = None,
         protected: bool = False,
-        heartbeat_interval_seconds: float = 2.0,
+        heartbeat_interval_seconds: float = 1.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         allocate_policy: str = "even",
@@ -98,10 +104,11 @@ class SchedulerServer:
         )
         self._context = zmq.Context()
         self._router: Any = None
+        self._router_connections: Any = None  # the monitor socket of the ROUTER: closed connections
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._monitor: Any = None
-        self._watched: List[Any] = []  # (socket, to_event) pairs read by _drain
+        self._watched: List[Any] = []  # (socket, to_event, copy) read by _drain
         self._storage_process: Optional[subprocess.Popen] = None
         self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
         self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
@@ -132,6 +139,7 @@ class SchedulerServer:
                 loop.add_signal_handler(sig, self._stop.set)
             self._watch(self._storage, self._storage_event)
             self._watch(self._storage_connection, self._storage_connection_event)
+            self._watch(self._router_connections, self._router_connection_event)
             self._feed(Start())
             ticks = asyncio.ensure_future(self._tick_when_due())
             await self._stop.wait()
@@ -147,6 +155,7 @@ class SchedulerServer:
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
+        self._router_connections = self._router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
         logger.info(f"Scheduler: listen to scheduler address {self.address}")
         self._monitor = self._context.socket(zmq.XPUB)
@@ -190,14 +199,17 @@ class SchedulerServer:
 
     def _close(self) -> None:
         loop = asyncio.get_event_loop()
-        for socket, _ in self._watched:
+        for socket, _, _ in self._watched:
             try:
                 loop.remove_reader(socket.getsockopt(zmq.FD))
             except Exception:  # noqa: BLE001 - the loop may be closing already
                 pass
         if self._storage_connection is not None:
             self._storage.disable_monitor()
-        for socket in (self._router, self._storage, self._storage_connection, self._monitor):
+        if self._router_connections is not None:
+            self._router.disable_monitor()
+        sockets = (self._router, self._router_connections, self._storage, self._storage_connection, self._monitor)
+        for socket in sockets:
             if socket is not None:
                 socket.close(linger=0)
         self._context.term()
@@ -208,35 +220,44 @@ class SchedulerServer:
 
     # ----------------------------------------------------------------- reading
 
-    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any]) -> None:
-        self._watched.append((socket, to_event))
+    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True) -> None:
+        self._watched.append((socket, to_event, copy))
         loop = asyncio.get_running_loop()
-        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event)
-        loop.call_soon(self._drain, socket, to_event)
+        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event, copy)
+        loop.call_soon(self._drain, socket, to_event, copy)
 
-    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any]) -> None:
+    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool) -> None:
         if socket.closed:
             return
         for _ in range(_BURST):
             try:
-                frames = socket.recv_multipart(zmq.NOBLOCK)
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=copy)
             except zmq.Again:
                 return
             event = to_event(frames)
             if event is not None:
                 self._feed(event)
-        asyncio.get_running_loop().call_soon(self._drain, socket, to_event)
+        asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy)
 
     def _router_event(self, frames: List[Any]) -> Optional[FromPeer]:
-        source = frames[0]
+        """A client's or worker's message, received as ``zmq.Frame``s (a Hello's connection is in its frame)."""
+        source = frames[0].bytes
+        head = frames[1] if len(frames) > 1 else None
         try:
-            # tasks and results are read only as far as routing needs; encode copies the rest through
-            message, _ = codec.decode_routed(frames[1:])
+            # tasks and results are read only as far as routing needs; encode copies the rest through. A small
+            # frame is copied: keeping it would keep the 8 KiB buffer libzmq received it in (codec.received_blobs)
+            received = [head.bytes if head is not None and len(head) < codec.ZERO_COPY_BYTES else head, *frames[2:]]
+            message, _ = codec.decode_routed(received if head is not None else [])
         except ProtocolError as error:
             logger.warning(f"Scheduler: dropped malformed message from {show(source)}: {error}")
             return None
         self._received[type(message).__name__] += 1
+        if type(message) is m.Hello:
+            self._feed(PeerConnection(source, head.get(zmq.SRCFD)))  # type: ignore[union-attr]
         return FromPeer(source, message)
+
+    def _router_connection_event(self, frames: List[Any]) -> ConnectionClosed:
+        return ConnectionClosed(parse_monitor_message(frames)["value"])
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
         try:
@@ -259,8 +280,8 @@ class SchedulerServer:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
             self._feed(Tick())
             # sending can consume a file descriptor's edge: look for pending input ourselves
-            for socket, to_event in self._watched:
-                self._drain(socket, to_event)
+            for socket, to_event, copy in self._watched:
+                self._drain(socket, to_event, copy)
 
     # ----------------------------------------------------------------- the core, and its effects
 
@@ -304,7 +325,8 @@ class SchedulerServer:
                 bad.append(item)
                 reasons.append(str(error))
         if good:
-            self._router.send_multipart([to, *codec.encode(batch_type(good))], zmq.NOBLOCK)
+            rest = m.TaskBatch(good, batch.sequence) if batch_type is m.TaskBatch else m.TaskResultBatch(good)
+            self._router.send_multipart([to, *codec.encode(rest)], zmq.NOBLOCK)
         if bad:
             self._feed(CannotForward(to, batch_type, bad, reasons))
 
@@ -315,7 +337,7 @@ class SchedulerServer:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
-        self._watch(self._router, self._router_event)
+        self._watch(self._router, self._router_event, copy=False)
         self._watch(self._monitor, self._monitor_event)
         logger.info("Scheduler: started")
 

@@ -1,10 +1,12 @@
 """How the worker agent reaches its peers: the scheduler, and the object storage server the scheduler names.
 
 `PeerConnection` is all the agent needs of a connection: send the frames of a message without waiting on
-the peer, receive the frames of the next message, close. `Connect` makes one for an address. The command
-line uses `ZmqConnect`: a DEALER socket per peer, whose ZeroMQ identity is the worker ID. A program that
-embeds a worker (`WorkerAgent(config, connect=...)`) may pass its own, e.g. one on its own ZeroMQ context.
-ZeroMQ's errors are translated here into `DisconnectedError`.
+the peer, receive the frames of the next message, say when the connection comes up or goes down, close.
+`Connect` makes one for an address. The command line uses `ZmqConnect`: a DEALER socket per peer, whose
+ZeroMQ identity is the worker ID, with a socket monitor that tells its connection's changes
+(`scaler.protocol.connection_events`). A program that embeds a worker (`WorkerAgent(config, connect=...)`)
+may pass its own, e.g. one on its own ZeroMQ context. ZeroMQ's errors are translated here into
+`DisconnectedError`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import zmq
 import zmq.asyncio
 
 from scaler.protocol import codec
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError
 
 logger = logging.getLogger(__name__)
@@ -28,6 +31,10 @@ class PeerConnection(Protocol):
 
     async def receive(self) -> List[Any]:
         """The frames of the next message, bytes-like; raise `DisconnectedError` once it is closed."""
+
+    async def change(self) -> str:
+        """The next change of the connection: `connection_events.UP`, ``DOWN`` or ``REFUSED`` (a connection
+        that cannot tell never returns); raise `DisconnectedError` once it is closed."""
 
     def close(self, linger_seconds: float) -> None:
         """Close it, giving what is queued up to ``linger_seconds`` to go."""
@@ -54,10 +61,11 @@ class ZmqConnect:
             sock.setsockopt(zmq.SNDHWM, 0)  # sends never wait on a peer: our own rates bound the queue
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.LINGER, 0)
+            watch = ConnectionWatch(sock)
             sock.connect(address)
         except zmq.ZMQError as error:
             raise DisconnectedError(f"cannot connect to {address!r}: {error}") from None
-        return ZmqConnection(sock, address, copy=not zero_copy)
+        return ZmqConnection(sock, watch, address, copy=not zero_copy)
 
     def close(self) -> None:
         """End the context, if it is ours (after every connection is closed)."""
@@ -66,8 +74,9 @@ class ZmqConnect:
 
 
 class ZmqConnection:
-    def __init__(self, sock: zmq.asyncio.Socket, address: str, copy: bool) -> None:
+    def __init__(self, sock: zmq.asyncio.Socket, watch: ConnectionWatch, address: str, copy: bool) -> None:
         self._socket = sock
+        self._watch = watch
         self._address = address
         self._copy = copy
 
@@ -91,5 +100,16 @@ class ZmqConnection:
             return frames
         return [frames[0], *codec.received_blobs(frames[1:])]  # large payloads stay in the frame they came in
 
+    async def change(self) -> str:
+        while True:
+            try:
+                frames = await self._watch.monitor.recv_multipart()
+            except zmq.ZMQError as error:
+                raise DisconnectedError(f"connection to {self._address} closed: {error}") from None
+            change = self._watch.change(frames)
+            if change is not None:
+                return change
+
     def close(self, linger_seconds: float) -> None:
+        self._watch.close()
         self._socket.close(linger=int(linger_seconds * 1000))

@@ -35,6 +35,7 @@ from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_core import WorkerCore
 from scaler.worker.worker_events import (
     Broken,
+    ConnectionChanged,
     ConnectStorage,
     Exit,
     FromScheduler,
@@ -120,6 +121,7 @@ class WorkerAgent:
             else:
                 self._deliver(Start())
                 self._in_background(self._receive(self._scheduler, "scheduler"))
+                self._in_background(self._watch(self._scheduler, False))
             return await self._exit
         finally:
             await self._shutdown()
@@ -153,6 +155,10 @@ class WorkerAgent:
                 logger.warning(f"{self._name}: dropped malformed message from {peer}: {error}")
                 continue
             deliver(FromScheduler(message) if from_scheduler else FromStorage(message, blobs))
+
+    async def _watch(self, connection: PeerConnection, to_storage: bool) -> None:
+        while True:
+            self._deliver(ConnectionChanged(to_storage, await connection.change()))
 
     def _in_background(self, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -189,6 +195,7 @@ class WorkerAgent:
             self._loop.call_soon(self._deliver, Broken(why))
             return
         self._in_background(self._receive(self._storage, "object storage"))
+        self._in_background(self._watch(self._storage, True))
 
     def _measure_usage(self, effect: MeasureUsage) -> None:
         assert self._loop is not None

@@ -10,7 +10,7 @@ from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.messages import Capability
 
 DEFAULT_QUEUE_CAPACITY = 1000
-DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0
 DEFAULT_WORKER_TIMEOUT_SECONDS = 60.0  # also how long a storage request may go unanswered
 DEFAULT_INLINE_THRESHOLD_BYTES = 64 * 1024
 

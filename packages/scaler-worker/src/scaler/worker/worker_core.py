@@ -22,8 +22,10 @@ import logging
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
@@ -46,6 +48,7 @@ from scaler.worker.worker_events import (
     EXIT_FAILURE,
     EXIT_OK,
     Broken,
+    ConnectionChanged,
     Effect,
     Exit,
     FromRunner,
@@ -90,6 +93,9 @@ class WorkerCore:
         self._prefetch = max(1, prefetch_tasks)
 
         self._tasks: Dict[bytes, TaskEntry] = {}
+        self._digest = 0  # of the IDs of _tasks, unfolded (scaler.protocol.held_tasks), for the heartbeats
+        self._last_batch = 0  # the sequence of the last TaskBatch received
+        self._usage = UsageMeasured(0.0, 0, 0.0, 0)  # the last measured, for a heartbeat that lists the tasks
         self._queue = TaskQueue()  # QUEUED and STAGED tasks
         self._staged: Dict[bytes, TaskEntry] = {}
         self._storage = StorageRequests(identity.object_ids)
@@ -111,13 +117,16 @@ class WorkerCore:
             Tick: self._on_tick,
             UsageMeasured: self._on_usage,
             Start: self._on_start,
+            ConnectionChanged: self._on_connection,
             StopRequested: self._on_stop,
             Broken: self._on_broken,
         }
         self._task_handlers: Dict[type, Callable[[Any], None]] = {
             m.TaskBatch: self._on_task_batch,
+            codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_task_cancel,
             m.BalanceRequest: self._on_balance_request,
+            m.WorkerHeartbeatEcho: self._on_heartbeat_echo,
         }
         A = TaskAction
         answers = self._answers
@@ -224,9 +233,27 @@ class WorkerCore:
                     self._runner.abort(self, task_id, str(timeout_error(entry.task)), self._out)
 
     def _on_usage(self, usage: UsageMeasured) -> None:
+        self._usage = usage
+        self._heartbeat([])
+
+    def _on_heartbeat_echo(self, echo: m.WorkerHeartbeatEcho) -> None:
+        """The scheduler's view of what we hold differs from our heartbeat's: it asks for the IDs."""
+        if echo.send_task_ids:
+            self._heartbeat(list(self._tasks))
+
+    def _heartbeat(self, task_ids: List[bytes]) -> None:
+        """A heartbeat; what waits for company goes first, so that the tasks it answers (no longer held
+        here) reach the scheduler before the heartbeat that no longer counts them."""
+        self._send(self._out)
         runner = self._runner
         counts = (self.queued_count, runner.running, runner.suspended)
-        self._out.append(self._session.heartbeat(usage, *counts, self._function_stats.report()))
+        held = (self._last_batch, len(self._tasks), folded(self._digest), task_ids)
+        self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held))
+
+    def _on_connection(self, event: ConnectionChanged) -> None:
+        self._session.on_connection(event.to_storage, event.change, self._now, self._out)
+        if event.to_storage and event.change == connection_events.DOWN:
+            self._fail_storage_requests(f"lost the connection to object storage {self._session.storage_address}")
 
     def _on_stop(self, event: StopRequested) -> None:
         self._leave(EXIT_OK, event.reason, True)
@@ -239,6 +266,9 @@ class WorkerCore:
     def _on_task_batch(self, batch: m.TaskBatch) -> None:
         tasks = self._tasks
         queue = self._queue
+        digest = self._digest
+        if batch.sequence > self._last_batch:
+            self._last_batch = batch.sequence
         for task in batch.tasks:
             known = tasks.get(task.task_id)
             if known is not None:
@@ -246,7 +276,19 @@ class WorkerCore:
                 continue
             entry = TaskEntry(task)
             tasks[task.task_id] = entry
+            digest ^= task_term(task.task_id)
             queue.push(entry)
+        self._digest = digest
+
+    def _on_damaged_batch(self, batch: codec.DamagedTaskBatch) -> None:
+        """Tasks that cannot be read are refused alone, each naming its problem; the rest run."""
+        self._on_task_batch(m.TaskBatch(batch.tasks, batch.sequence))
+        for damaged in batch.damaged:
+            if damaged.task_id in self._tasks:
+                continue
+            why = f"the worker cannot read this task: {damaged.reason}"
+            logger.error(f"{self._name}: refused task {damaged.task_id.hex()}: {damaged.reason}")
+            self._answers.reject(damaged.task_id, damaged.attempt, why)
 
     def _on_task_cancel(self, cancel: m.TaskCancel) -> None:
         """Every ID is confirmed, cancelled or not (unknown, or finished: its result is on the way), in one
@@ -298,10 +340,16 @@ class WorkerCore:
 
     def _expire_storage_requests(self, now: float) -> None:
         """Fail the tasks whose storage requests went unanswered for too long."""
-        object_ids, puts = self._storage.expire(now, self._storage_timeout)
+        self._fail_storage_requests(
+            f"object storage did not answer within {self._storage_timeout:g} seconds", now, self._storage_timeout
+        )
+
+    def _fail_storage_requests(self, why: str, now: float = math.inf, limit: float = 0.0) -> None:
+        """Fail the tasks whose storage requests are older than ``limit`` seconds (all of them by default)."""
+        object_ids, puts = self._storage.expire(now, limit)
         if not (object_ids or puts):
             return
-        problem = DisconnectedError(f"object storage did not answer within {self._storage_timeout:g} seconds")
+        problem = DisconnectedError(why)
         logger.error(f"{self._name}: {problem}")
         if object_ids:
             self._fail_staged_needing(dict.fromkeys(object_ids, problem))
@@ -397,7 +445,9 @@ class WorkerCore:
         for action in transition.actions:
             actions[action](entry, detail)
         if state in TERMINAL_STATES:
-            del self._tasks[entry.task.task_id]
+            task_id = entry.task.task_id
+            del self._tasks[task_id]
+            self._digest ^= task_term(task_id)
 
     def _stage(self, entry: TaskEntry) -> Optional[bool]:
         """Keep what ``entry`` will need and fetch what it lacks: whether it lacks anything; None if it cannot
@@ -467,7 +517,12 @@ class WorkerCore:
     # ------------------------------------------------------------------------- sending and leaving
 
     def _send(self, out: List[Effect]) -> None:
-        self._storage.requests(self._now, out)
+        if self._session.storage_down:  # nothing goes to storage until it is back: what asks for it fails now
+            if self._storage.has_requests:
+                self._storage.requests(self._now, [])
+                self._fail_storage_requests(f"object storage {self._session.storage_address} is unreachable")
+        else:
+            self._storage.requests(self._now, out)
         self._answers.send(out)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
