@@ -19,6 +19,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    PeerRole,
     Refusal,
     Version,
 )
@@ -98,9 +99,10 @@ def refusal_reason(replies: List[Reply]) -> str:
 # --- Hello -------------------------------------------------------------------------------------------------
 
 
-def test_hello_is_acknowledged_with_the_protocol_version_and_no_heartbeat():
+def test_hello_is_acknowledged_with_the_protocol_version_its_role_and_no_heartbeat():
     (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
-    assert reply == Reply(PEER, HelloAck(version=PROTOCOL_VERSION, object_storage_address=""))
+    expected = HelloAck(version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE)
+    assert reply == Reply(PEER, expected)
     assert reply.message.heartbeat_interval_seconds == 0 and reply.message.timeout_seconds == 0
 
 

@@ -151,10 +151,12 @@ class StorageRequests:
                 self._out.append(ToStorage(self._hello))
         elif change == connection_events.DOWN:
             self._down = DisconnectedError(f"the object storage server at {self.address} is unreachable")
-            logger.warning(f"Client: lost the connection to the object storage server at {self.address}")
-            self._lose_everything(DisconnectedError(f"lost the connection to the object storage server at {self.address}"))
+            lost = f"lost the connection to the object storage server at {self.address}"
+            logger.warning(f"Client: {lost}")
+            self._lose_everything(DisconnectedError(lost))
         else:
-            self._refused(DisconnectedError(f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"))
+            what = f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
+            self._refused(DisconnectedError(what))
 
     def _refused(self, error: Exception) -> None:
         """The server will not serve us: what waits fails, and so does every request from now on."""
@@ -248,9 +250,8 @@ class StorageRequests:
             if request.deadline > now:
                 return
             del requests[request_id]
-            self._fail(
-                request, DisconnectedError(f"object storage server at {self.address} did not answer within {self._timeout:g}s")
-            )
+            silent = f"object storage server at {self.address} did not answer within {self._timeout:g}s"
+            self._fail(request, DisconnectedError(silent))
 
     def _fail(self, request: _Request, error: Exception) -> None:
         """What waits on ``request`` fails with ``error``."""
@@ -286,7 +287,8 @@ class StorageRequests:
             self._gets = []
         if self._deletes:
             if self._down is None:  # else they went with the server
-                request = ObjectRequest(next(self._request_ids), ObjectRequestKind.DELETE, self._client_id, self._deletes)
+                request_id = next(self._request_ids)
+                request = ObjectRequest(request_id, ObjectRequestKind.DELETE, self._client_id, self._deletes)
                 self._out.append(ToStorage(request))  # its answer is not awaited
             self._deletes = []
 

@@ -9,7 +9,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.ids import show
 from scaler.protocol.messages import Counter, StateSnapshot, WorkerSnapshot
 
@@ -260,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="exit when no snapshot arrives for this long (default: wait forever)",
     )
-    parser.add_argument("--sort-by", choices=SORT_COLUMNS, default="worker", help="order of the worker table")
+    parser.add_argument(
+        "--sort-by", choices=SORT_COLUMNS, default="worker", help="order of the worker table (default: %(default)s)"
+    )
     add_common_arguments(parser, event_loop=False)
     parser.set_defaults(logging_level="WARNING", logging_paths=["/dev/stderr"])  # stdout holds the screen
     return parser
@@ -269,10 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit status: 0 after q, Ctrl-C or a --timeout that followed at least one snapshot, 1 if none came."""
     parser = build_parser()
-    try:
-        args = parse_arguments(parser, CONFIG_SECTION, argv)
-    except ConfigError as error:
-        parser.error(str(error))
+    args = parse_arguments(parser, CONFIG_SECTION, argv)
     setup_logging(args.logging_level, args.logging_paths)
 
     from scaler.monitor.subscription import SnapshotSubscription  # pyzmq only when running

@@ -33,25 +33,32 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
             "-el",
             choices=EVENT_LOOPS,
             default="auto",
-            help="asyncio event loop (auto: uvloop when it is installed, else builtin)",
+            help="asyncio event loop; auto: uvloop when it is installed, else builtin (default: %(default)s)",
         )
     parser.add_argument(
-        "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-    )
+        "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        help="the least severe messages logged (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
-        "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH", help="where logs go"
-    )
+        "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH",
+        help="where logs go: files, /dev/stdout or /dev/stderr (default: %(default)s)",
+    )  # fmt: skip
 
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:
-    """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset."""
+    """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset. A
+    config file that cannot be read, or holds no valid TOML, ends the program with one ``error:`` line (the
+    program's usage, then why), as any other wrong argument does."""
     # --config is looked for first: a positional given only in the file must not fail the first parse
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", "-c")
     config = config_parser.parse_known_args(argv)[0].config
     if not config:
         return parser.parse_args(argv)
-    values = load_config_section(config, section)
+    try:
+        values = load_config_section(config, section)
+    except ConfigError as error:
+        parser.error(str(error))
     known = {action.dest: action for action in parser._actions}
     defaults: Dict[str, Any] = {}
     for key, value in values.items():

@@ -28,7 +28,9 @@ DOWN = "down"
 REFUSED = "refused"
 
 # why a connection that closed during its handshake was not to the peer wanted
-NOT_THE_PEER = "it closed the connection during the ZeroMQ handshake (a scheduler's monitor address, its port + 2, does)"
+NOT_THE_PEER = (
+    "it closed the connection during the ZeroMQ handshake (a scheduler's monitor address, its port + 2, does)"
+)
 
 _ROLE_NAMES = {
     PeerRole.SCHEDULER: "a scheduler",

@@ -164,7 +164,7 @@ class TaskRouting:
         client, saying what is wrong; the rest of their batch was queued as usual."""
         for task in damaged:
             if not task.task_id or task.task_id in self._tasks:
-                logger.warning(f"Scheduler: dropped a task from client {show(source)} that cannot be read: {task.reason}")
+                logger.warning(f"Scheduler: dropped a task of client {show(source)} that cannot be read: {task.reason}")
                 continue
             why = f"the scheduler refused this task: it cannot be read: {task.reason}"
             logger.warning(f"Scheduler: refused task {task.task_id.hex()} of client {show(source)}: {task.reason}")

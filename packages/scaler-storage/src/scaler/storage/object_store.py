@@ -43,6 +43,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    PeerRole,
     Refusal,
 )
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
@@ -195,7 +196,11 @@ class ObjectStore:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
         self._greeted_peers[peer_id] = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
         ack = HelloAck(
-            version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
+            version=PROTOCOL_VERSION,
+            object_storage_address="",
+            heartbeat_interval_seconds=0.0,
+            timeout_seconds=0.0,
+            role=PeerRole.OBJECT_STORAGE,  # who answered (protocol 1.3): a client given this port by mistake says so
         )
         return [Reply(peer_id, ack)]
 

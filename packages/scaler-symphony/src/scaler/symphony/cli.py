@@ -8,7 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, parse_arguments
 
 CONFIG_SECTION = "symphony_cluster"
 
@@ -54,10 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    try:
-        args = parse_arguments(parser, CONFIG_SECTION, argv)
-    except ConfigError as error:
-        parser.error(str(error))
+    args = parse_arguments(parser, CONFIG_SECTION, argv)
     if args.address is None or args.service_name is None:  # positionals made optional by --config
         parser.error("the following arguments are required: address, SERVICE")
     try:

@@ -35,8 +35,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from scaler.protocol import connection_events
 from scaler.protocol import messages as m
-from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
@@ -223,7 +223,8 @@ class WorkerSession:
 
     def _on_storage_hello_ack(self, ack: m.HelloAck, out: List[Any]) -> None:
         if ack.role not in (m.PeerRole.OBJECT_STORAGE, m.PeerRole.CLIENT):  # CLIENT: an older server
-            why = f"{self.storage_address}, named by the scheduler, is {role_name(ack.role)}, not an object storage server"
+            what = f"is {role_name(ack.role)}, not an object storage server"
+            why = f"{self.storage_address}, named by the scheduler, {what}"
             self._leave(EXIT_REFUSED, why, True)
             return
         self._storage_accepted = True
