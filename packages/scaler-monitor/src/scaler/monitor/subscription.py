@@ -12,28 +12,40 @@ from typing import Any, Optional
 
 import zmq
 
-from scaler.protocol import codec
+from scaler.protocol import codec, connection_events
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import StateSnapshot
 
 logger = logging.getLogger(__name__)
 
 _POLL_MILLISECONDS = 500  # longest blocking wait, so Ctrl-C is handled promptly
+NOT_A_MONITOR = (
+    "it closed the connection during the ZeroMQ handshake (a scheduler's or an object storage server's address "
+    "does; a scheduler's monitor address is its port + 2)"
+)
 
 
 class SnapshotSubscription:
     """A SUB socket connected to one monitor address; `receive` returns its next snapshot.
 
     The one place where a monitor's socket is made (scaler_top and scaler_ui both use it): a monitor key for
-    secure transport belongs here, set on the socket before it connects."""
+    secure transport belongs here, set on the socket before it connects. Its socket monitor tells when what
+    listens at the address closed the connection during the ZeroMQ handshake (`not_a_monitor`): a
+    scheduler's or a storage server's address given for its monitor's."""
 
     def __init__(self, address: str) -> None:
         self.address = address
+        self.not_a_monitor = ""  # why the address is not a monitor address, once the handshake failed there
         self._context = zmq.Context()
         self._socket: Any = self._context.socket(zmq.SUB)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVHWM, 16)  # a slow terminal sees recent snapshots, not a backlog
         self._socket.setsockopt(zmq.SUBSCRIBE, b"")
+        self._watch = ConnectionWatch(self._socket)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._watch.monitor, zmq.POLLIN)
         self._socket.connect(address)
 
     def receive(self, timeout_seconds: Optional[float] = None) -> Optional[StateSnapshot]:
@@ -49,7 +61,13 @@ class SnapshotSubscription:
                 if remaining <= 0:
                     return None
                 wait = min(wait, max(1, int(remaining * 1000)))
-            if not self._socket.poll(wait, zmq.POLLIN):
+            ready = dict(self._poller.poll(wait))
+            if self._watch.monitor in ready:
+                change = self._watch.change(self._watch.monitor.recv_multipart())
+                if change == connection_events.REFUSED and not self.not_a_monitor:
+                    self.not_a_monitor = f"{self.address} is not a monitor address: {NOT_A_MONITOR}"
+                    logger.info(f"Monitor: {self.not_a_monitor}")
+            if self._socket not in ready:
                 continue
             frames = self._socket.recv_multipart()
             try:
@@ -63,6 +81,7 @@ class SnapshotSubscription:
             return message
 
     def close(self) -> None:
+        self._watch.close()
         self._socket.close(linger=0)
         self._context.term()
 

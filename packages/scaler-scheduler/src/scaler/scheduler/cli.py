@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 
 
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    stop_on_signals()  # until the event loop takes the signals over: a stop during the start is clean too
+    die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, "scheduler", argv)
     from scaler.scheduler.server import run_scheduler

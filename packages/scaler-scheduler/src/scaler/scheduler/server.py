@@ -32,7 +32,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
-from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.process_control import start_child
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
@@ -380,9 +380,7 @@ def start_object_storage_process(address: str) -> subprocess.Popen:
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         )
-    return subprocess.Popen(
-        [sys.executable, "-m", "scaler.storage", address], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
-    )
+    return start_child([sys.executable, "-m", "scaler.storage", address], stdin=subprocess.DEVNULL)
 
 
 def stop_process(process: subprocess.Popen, timeout: float = _STOP_TIMEOUT_SECONDS) -> None:

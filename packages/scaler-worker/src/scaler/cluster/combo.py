@@ -17,7 +17,7 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
-from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.process_control import start_child
 from scaler.protocol.version import PROTOCOL_VERSION
 
 logger = logging.getLogger(__name__)
@@ -127,9 +127,7 @@ class SchedulerClusterCombo:
         self.shutdown()
 
     def _start(self, module: str, *arguments: str) -> None:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
-        )
+        process = start_child([sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL)
         self._processes.append(process)
 
 
