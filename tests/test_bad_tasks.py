@@ -68,7 +68,7 @@ def test_a_task_a_worker_does_not_hold_is_queued_again_from_its_heartbeat(proces
         kept, lost = batch.tasks[::2], batch.tasks[1]
         worker.send(m.TaskResultBatch([_done(task) for task in kept]))
         worker.send(m.WorkerHeartbeat(last_batch=batch.sequence, held_tasks=0, held_digest=0))
-        again = worker.expect(m.TaskBatch)
+        again = worker.expect(m.TaskBatch, timeout=30)
         assert [(t.task_id, t.attempt) for t in again.tasks] == [(lost.task_id, 2)] and again.sequence == 2
         worker.send(m.TaskResultBatch([_done(again.tasks[0])]))
         results = client.results(3)

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 
+from scaler.protocol.codec import DamagedTask, DamagedTaskBatch
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import (
     ClientHeartbeat,
@@ -154,6 +155,12 @@ def test_unexpected_message_type_is_refused():
     store = greeted_store()
     reason = refusal_reason(store.handle(FromPeer(PEER, ClientHeartbeat()), 0.0))
     assert "clientHeartbeat" in reason
+
+
+def test_a_task_batch_with_a_task_that_cannot_be_read_is_refused_as_any_task_batch():
+    store = greeted_store()
+    damaged = DamagedTaskBatch([], [DamagedTask(b"t" * 16, 0, "arguments[0].name: ...")])
+    assert "taskBatch" in refusal_reason(store.handle(FromPeer(PEER, damaged), 0.0))
 
 
 # --- put / get ---------------------------------------------------------------------------------------------

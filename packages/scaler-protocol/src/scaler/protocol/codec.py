@@ -169,7 +169,9 @@ _UNION_NAME_BY_TYPE: Dict[type, str] = {cls: name for name, cls in _TYPE_BY_UNIO
 
 
 def message_name(message_type: type) -> str:
-    """The name of a message type in the ``Message`` union (``taskBatch``)."""
+    """The name of a message type in the ``Message`` union (``taskBatch``; a `DamagedTaskBatch` is one too)."""
+    if message_type is DamagedTaskBatch:
+        return "taskBatch"
     return _UNION_NAME_BY_TYPE[message_type]
 
 
@@ -234,6 +236,8 @@ def _problem(error: Exception) -> str:
     text = getattr(error, "description", None) or str(error)
     if "cptr[unboundedSize] == '\\0'" in text:
         return "a text field lacks its terminating NUL byte"
+    if type(error) is KeyError:  # a compiled reader's lookup of an enum value
+        return f"an enum field holds {error.args[0]}, a value this protocol version does not know"
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
