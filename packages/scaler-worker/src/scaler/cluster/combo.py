@@ -63,7 +63,7 @@ class SchedulerClusterCombo:
         max_task_deaths: int = 3,
         per_worker_capabilities: str = "",
         per_worker_queue_size: int = 1000,
-        heartbeat_interval_seconds: float = 2.0,
+        heartbeat_interval_seconds: float = 1.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         logging_level: str = "INFO",

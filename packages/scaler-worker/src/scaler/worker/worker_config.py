@@ -201,8 +201,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=DEFAULT_WORKER_TIMEOUT_SECONDS,
         metavar="SECONDS",
-        help="a worker that hears nothing from the scheduler (or the storage server) for this long exits "
-        f"(default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
+        help="a worker that hears nothing from the scheduler (or the storage server) for this long exits; one "
+        f"whose connection to the scheduler closes exits at once (default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--task-inline-threshold",
