@@ -31,6 +31,7 @@ from scaler.client.client_events import (
     ToStorage,
 )
 from scaler.client.client_lifecycles import SessionState
+from scaler.client.storage_requests import RECONNECT_SECONDS
 from scaler.protocol.connection_events import DOWN, REFUSED, UP
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import Hello, HelloAck, ObjectRequestKind, PeerRole, Refusal
@@ -111,18 +112,27 @@ def test_when_storage_goes_away_what_waits_on_it_fails_at_once_and_its_functions
     assert ObjectsFailed(None) in effects  # what it held is gone: functions are put again
 
 
-def test_while_storage_is_away_requests_fail_at_once_and_nothing_is_sent_until_hello_again():
+def test_while_storage_is_away_requests_wait_for_it_and_go_after_hello_again():
     core = connected()
     run(core, 0.0, storage(UP), storage(DOWN))
     effects = run(core, 1.0, PutObject(PUT, b"o" * 16, b"data"))
-    kind, error = outcomes(effects)["put"]
-    assert kind == REPLY_ERROR and "unreachable" in str(error)
-    assert storage_requests(effects, ObjectRequestKind.PUT) == []
+    assert "put" not in outcomes(effects)
+    assert storage_requests(effects, ObjectRequestKind.PUT) == []  # nothing goes while it is away
     effects = run(core, 2.0, storage(UP))
-    assert [type(e.message) for e in effects if isinstance(e, ToStorage)] == [Hello]
-    effects = run(core, 2.5, PutObject(PUT, b"p" * 16, b"data"))
+    assert [type(e.message) for e in effects if isinstance(e, ToStorage)][:1] == [Hello]  # Hello first
     ((request, _),) = storage_requests(effects, ObjectRequestKind.PUT)
     assert outcomes(run(core, 3.0, put_ack(request)))["put"][0] == REPLY
+
+
+def test_a_request_made_while_storage_is_away_fails_if_it_does_not_come_back_in_time():
+    core = connected()
+    run(core, 0.0, storage(UP), storage(DOWN))
+    run(core, 1.0, PutObject(PUT, b"o" * 16, b"data"))
+    kind, error = outcomes(run(core, 1.0 + RECONNECT_SECONDS))["put"]
+    assert kind == REPLY_ERROR and isinstance(error, DisconnectedError)
+    assert str(error) == f"the object storage server at {STORAGE} was unreachable for {RECONNECT_SECONDS:g}s"
+    effects = run(core, 9.0, storage(UP))
+    assert storage_requests(effects, ObjectRequestKind.PUT) == []  # what failed is not sent when it is back
 
 
 def test_a_storage_server_that_refuses_after_accepting_restarted_and_is_told_hello_again():

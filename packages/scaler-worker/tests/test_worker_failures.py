@@ -11,6 +11,7 @@ from scaler.protocol.connection_events import DOWN, REFUSED, UP
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.worker_core import RECONNECT_SECONDS
 from scaler.worker.worker_events import EXIT_FAILURE, EXIT_REFUSED, ConnectionChanged, FromScheduler, Tick
 
 
@@ -142,14 +143,24 @@ def test_when_storage_goes_away_what_waits_on_it_fails_at_once_and_hello_is_said
     error, _ = load_failure(failed)
     assert isinstance(error, DisconnectedError) and "lost the connection to object storage" in str(error)
     h.gets.clear()
-    h.assign(make_task(2))  # while it is down, what needs it fails at once
-    (failed,) = h.results()
-    assert failed.task_id == task_id(2) and "unreachable" in str(load_failure(failed)[0])
-    assert h.gets == []
+    h.assign(make_task(2))  # while it is down, what needs it waits for it
+    assert h.gets == [] and h.results() == []
     h.handle(ConnectionChanged(True, UP))
     assert [type(message) for message in h.to_storage] == [m.Hello, m.Hello]  # at the start, and now again
-    h.assign(make_task(3))
-    assert h.gets  # asked again
+    h.answer_gets()  # the fetch went after the Hello
+    assert h.run_all() == [task_id(2)]
+
+
+def test_what_needs_storage_while_it_is_away_fails_if_it_does_not_come_back_in_time():
+    h = Harness()
+    h.handle(ConnectionChanged(True, UP))
+    h.handle(ConnectionChanged(True, DOWN))
+    h.assign(make_task(1))
+    h.tick(RECONNECT_SECONDS)
+    (failed,) = h.results()
+    assert str(load_failure(failed)[0]) == f"object storage {STORAGE} was unreachable for {RECONNECT_SECONDS:g} seconds"
+    h.handle(ConnectionChanged(True, UP))
+    assert h.gets == []  # what failed is not asked for when it is back
 
 
 def test_a_tick_after_storage_went_away_fails_nothing_more():

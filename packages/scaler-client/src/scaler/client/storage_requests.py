@@ -7,10 +7,11 @@ answer within the client's timeout fails what waits on it. What a settled put or
 the tasks is `TasksInFlight`'s business: this module tells it (`object_stored`, `object_failed`,
 `result_read`, `result_lost`).
 
-The connection: when it closes (the socket monitor says so), what waits on the server fails at once, the
-functions the client put are forgotten (a restarted server holds nothing), requests made while it is down
-fail at once, and the client says Hello again when it is back. A server that refuses us after accepting
-us restarted and forgot us: the same, and Hello again.
+The connection: when it closes (the socket monitor says so), what waits on the server fails at once and the
+functions the client put are forgotten (a restarted server holds nothing). A request made while it is down
+waits for it, at most `RECONNECT_SECONDS` (or the timeout, if shorter); when the connection is back, the
+client says Hello again and sends what waited. A server that refuses us after accepting us restarted and
+forgot us: what waited fails, and Hello again.
 
 Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
 """
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RELEASE_GRACE_SECONDS = 10.0  # a released function may still be named by tasks built before its release
+RECONNECT_SECONDS = 5.0  # how long a request made while the server's connection is down waits for it
 
 PUTTING = object()  # the state of an object whose put is not acknowledged yet
 
@@ -54,6 +56,7 @@ class _Request:
     kind: ObjectRequestKind
     object_ids: List[bytes]
     deadline: float
+    waited: float  # how long it may wait for its answer (the time between its making and its deadline)
 
 
 class StorageRequests:
@@ -62,7 +65,8 @@ class StorageRequests:
         self.error: Optional[Exception] = None  # the storage server refused this client
         self._hello = hello
         self._accepted = False  # its HelloAck came (since the last reconnect)
-        self._down: Optional[Exception] = None  # while its connection is closed: the error of what asks now
+        self._down = False  # its connection is closed: requests wait (unsent) for it to come back
+        self._unsent: List[Tuple[int, ToStorage]] = []  # (request ID, the request) made while it was down
         # object ID -> PUTTING, or the error of its failed put; acknowledged objects are not kept
         self.objects: Dict[bytes, Any] = {}
         self.tasks: TasksInFlight  # told what settled puts and reads mean (set by the core)
@@ -144,16 +148,18 @@ class StorageRequests:
     def on_connection(self, change: str) -> None:
         """What the socket monitor of the connection to the server saw (`connection_events`)."""
         if change == connection_events.UP:
-            if self._down is not None:
-                self._down = None
+            if self._down:
+                self._down = False
                 self._accepted = False
                 logger.info(f"Client: connected to the object storage server at {self.address} again")
                 self._out.append(ToStorage(self._hello))
+                unsent, self._unsent = self._unsent, []
+                self._out.extend(request for request_id, request in unsent if request_id in self._requests)
         elif change == connection_events.DOWN:
-            self._down = DisconnectedError(f"the object storage server at {self.address} is unreachable")
             lost = f"lost the connection to the object storage server at {self.address}"
             logger.warning(f"Client: {lost}")
             self._lose_everything(DisconnectedError(lost))
+            self._down = True
         else:
             what = f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
             self._refused(DisconnectedError(what))
@@ -172,6 +178,7 @@ class StorageRequests:
         this client put are put again by the next tasks that need them)."""
         self._out.append(ObjectsFailed(None))
         requests, self._requests = self._requests, {}
+        self._unsent = []
         for request in requests.values():
             self._fail(request, error)
 
@@ -250,7 +257,10 @@ class StorageRequests:
             if request.deadline > now:
                 return
             del requests[request_id]
-            silent = f"object storage server at {self.address} did not answer within {self._timeout:g}s"
+            if self._down:
+                silent = f"the object storage server at {self.address} was unreachable for {request.waited:g}s"
+            else:
+                silent = f"object storage server at {self.address} did not answer within {self._timeout:g}s"
             self._fail(request, DisconnectedError(silent))
 
     def _fail(self, request: _Request, error: Exception) -> None:
@@ -286,7 +296,7 @@ class StorageRequests:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
         if self._deletes:
-            if self._down is None:  # else they went with the server
+            if not self._down:  # else they went with the server
                 request_id = next(self._request_ids)
                 request = ObjectRequest(request_id, ObjectRequestKind.DELETE, self._client_id, self._deletes)
                 self._out.append(ToStorage(request))  # its answer is not awaited
@@ -296,14 +306,15 @@ class StorageRequests:
         self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),
         frame_counts: Sequence[int] = (),
     ) -> None:  # fmt: skip
-        request = _Request(kind, object_ids, now + self._timeout)
-        if self._down is not None:  # the server is unreachable: nothing is sent, what asks fails now
-            self._fail(request, self._down)
-            return
         request_id = next(self._request_ids)
-        self._requests[request_id] = request
-        message = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
-        self._out.append(ToStorage(message, blobs))
+        message = ToStorage(ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts)), blobs)
+        if self._down:  # kept until the connection is back, for a while
+            waited = min(self._timeout, RECONNECT_SECONDS)
+            self._requests[request_id] = _Request(kind, object_ids, now + waited, waited)
+            self._unsent.append((request_id, message))
+            return
+        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout, self._timeout)
+        self._out.append(message)
 
     # --- the end of everything ---------------------------------------------------------------------------------
 
@@ -314,6 +325,7 @@ class StorageRequests:
     def stop(self, error: Exception) -> None:
         self._forget(error)
         self._requests.clear()
+        self._unsent.clear()
         self._puts.clear()
         self._gets.clear()
         self._deletes.clear()

@@ -55,6 +55,7 @@ from scaler.worker.worker_events import (
     FromScheduler,
     FromStorage,
     SendToScheduler,
+    SendToStorage,
     Start,
     StopRequested,
     Tick,
@@ -65,6 +66,7 @@ from scaler.worker.worker_events import (
 from scaler.worker.worker_session import WorkerSession
 
 DEFAULT_PREFETCH_TASKS = 4  # tasks staged ahead: their data is fetched while others run
+RECONNECT_SECONDS = 5.0  # how long a storage request made while its connection is down waits for it
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class WorkerCore:
         self._digest = 0  # of the IDs of _tasks, unfolded (scaler.protocol.held_tasks), for the heartbeats
         self._last_batch = 0  # the sequence of the last TaskBatch received
         self._usage = UsageMeasured(0.0, 0, 0.0, 0)  # the last measured, for a heartbeat that lists the tasks
+        self._unsent: List[SendToStorage] = []  # storage requests made while its connection was down
         self._queue = TaskQueue()  # QUEUED and STAGED tasks
         self._staged: Dict[bytes, TaskEntry] = {}
         self._storage = StorageRequests(identity.object_ids)
@@ -170,7 +173,7 @@ class WorkerCore:
             if answers.pending or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
-            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_timeout)
+            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_limit)
             if self._deadlines and self._deadlines[0][0] < when:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
@@ -220,7 +223,7 @@ class WorkerCore:
         now = self._now
         self._wake_at = math.inf
         self._session.tick(now, self._out)
-        if now >= self._storage.oldest_request + self._storage_timeout:
+        if now >= self._storage.oldest_request + self._storage_limit:
             self._expire_storage_requests(now)
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
@@ -251,9 +254,18 @@ class WorkerCore:
         self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
+        """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a
+        restarted server holds nothing); what is asked while it is down waits (`RECONNECT_SECONDS`), and goes
+        after the Hello the session says when it is back."""
+        was_down = self._session.storage_down
         self._session.on_connection(event.to_storage, event.change, self._now, self._out)
-        if event.to_storage and event.change == connection_events.DOWN:
+        if not event.to_storage:
+            return
+        if event.change == connection_events.DOWN:
             self._fail_storage_requests(f"lost the connection to object storage {self._session.storage_address}")
+        elif was_down and not self._session.storage_down:
+            unsent, self._unsent = self._unsent, []
+            self._out.extend(effect for effect in unsent if self._storage.waiting(effect.message.request_id))
 
     def _on_stop(self, event: StopRequested) -> None:
         self._leave(EXIT_OK, event.reason, True)
@@ -338,11 +350,20 @@ class WorkerCore:
                     self._apply(entry, _E.FAIL, (error, None))
                     break
 
+    @property
+    def _storage_limit(self) -> float:
+        """How long a storage request may wait: for its answer, or for the connection to come back."""
+        return RECONNECT_SECONDS if self._session.storage_down else self._storage_timeout
+
     def _expire_storage_requests(self, now: float) -> None:
         """Fail the tasks whose storage requests went unanswered for too long."""
-        self._fail_storage_requests(
-            f"object storage did not answer within {self._storage_timeout:g} seconds", now, self._storage_timeout
-        )
+        limit = self._storage_limit
+        address = self._session.storage_address
+        if self._session.storage_down:
+            why = f"object storage {address} was unreachable for {limit:g} seconds"
+        else:
+            why = f"object storage did not answer within {limit:g} seconds"
+        self._fail_storage_requests(why, now, limit)
 
     def _fail_storage_requests(self, why: str, now: float = math.inf, limit: float = 0.0) -> None:
         """Fail the tasks whose storage requests are older than ``limit`` seconds (all of them by default)."""
@@ -517,12 +538,8 @@ class WorkerCore:
     # ------------------------------------------------------------------------- sending and leaving
 
     def _send(self, out: List[Effect]) -> None:
-        if self._session.storage_down:  # nothing goes to storage until it is back: what asks for it fails now
-            if self._storage.has_requests:
-                self._storage.requests(self._now, [])
-                self._fail_storage_requests(f"object storage {self._session.storage_address} is unreachable")
-        else:
-            self._storage.requests(self._now, out)
+        # nothing goes to storage while its connection is down: it goes after the Hello, when it is back
+        self._storage.requests(self._now, self._unsent if self._session.storage_down else out)
         self._answers.send(out)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:

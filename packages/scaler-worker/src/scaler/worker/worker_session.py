@@ -23,8 +23,9 @@ leaving on our own, the worker first says `DisconnectRequest`, so that its tasks
 than after the scheduler's timeout. Before the `HelloAck`, a dropped connection is waited out: the Hello is
 said again when it is back.
 
-The storage server: when its connection closes, what waits on it fails at once (the core), and the worker
-says Hello again when the connection is back (a restarted server knows nobody).
+The storage server: when its connection closes, what waits on it fails at once and what is asked meanwhile
+waits (the core), and the worker says Hello again when the connection is back (a restarted server knows
+nobody).
 """
 
 from __future__ import annotations
