@@ -439,11 +439,12 @@ class RoutedTask:
         self.retries: int = get(_F_RETRIES)
         self._received = received
         self._index = index
-        # the rest, read only to know it can be read (the worker reads it)
+        # the rest, read only to know it can be read (the worker reads it); by index: faster than iterating
         get(_F_FUNCTION_ID)
         get(_F_SERIALIZER_ID)
-        for argument in get(_F_ARGUMENTS):
-            get_argument = argument._get_by_field
+        arguments = get(_F_ARGUMENTS)
+        for position in range(len(arguments)):
+            get_argument = arguments[position]._get_by_field
             get_argument(_F_ARGUMENT_NAME)
             get_argument(_F_ARGUMENT_DATA)
             if get_argument(_F_ARGUMENT_KIND).raw not in _ARGUMENT_KINDS:

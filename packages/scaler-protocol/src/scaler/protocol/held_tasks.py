@@ -1,9 +1,9 @@
 """The digest of the tasks a worker holds, which its heartbeat reports and the scheduler checks (protocol 1.3).
 
 Each task ID counts as the integer of its bytes (little-endian); the digest of a set of tasks is the XOR of
-those integers, folded into 64 bits (the XOR of its 64-bit chunks) when it goes on the wire. XOR makes it
-cheap to keep up to date: adding a task and removing it are the same operation, one per task, and the
-scheduler takes the tasks still on their way to the worker out of its own digest the same way.
+those integers, folded into 64 bits (the XOR of its 64-bit chunks) when it goes on the wire: order does not
+matter, and a task added and removed leaves no trace. Both sides make it when a heartbeat is made or
+checked (once a second, over the tasks the worker holds) rather than keep it up to date at every task.
 """
 
 from __future__ import annotations

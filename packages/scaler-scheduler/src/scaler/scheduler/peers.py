@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Dict, Set
 
 from scaler.protocol import messages as m
-from scaler.protocol.held_tasks import task_term
 
 DEFAULT_QUEUE_CAPACITY = 1000
 RECONCILING_MINOR = 3  # workers of protocol 1.3 on report what they hold
@@ -14,7 +13,7 @@ RECONCILING_MINOR = 3  # workers of protocol 1.3 on report what they hold
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending", "reconciles", "batch_sequence", "digest",
+        "balance_pending", "reconciles", "batch_sequence",
     )  # fmt: skip
 
     def __init__(self, worker_id: bytes, hello: m.Hello, now: float) -> None:
@@ -32,17 +31,6 @@ class Worker:
         # its heartbeats say what it holds (protocol 1.3): the scheduler checks them against `tasks`
         self.reconciles = hello.version.minor >= RECONCILING_MINOR
         self.batch_sequence = 0  # of the last TaskBatch sent to it
-        self.digest = 0  # of `tasks`, unfolded (scaler.protocol.held_tasks)
-
-    def hold(self, task_id: bytes) -> None:
-        """It is sent this task, in the TaskBatch `batch_sequence`."""
-        self.tasks[task_id] = self.batch_sequence
-        self.digest ^= task_term(task_id)
-
-    def release(self, task_id: bytes) -> None:
-        """It no longer holds this task (if it did)."""
-        if self.tasks.pop(task_id, None) is not None:
-            self.digest ^= task_term(task_id)
 
 
 class Client:

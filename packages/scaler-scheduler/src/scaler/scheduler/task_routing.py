@@ -199,12 +199,11 @@ class TaskRouting:
                 )
                 out.cancels[worker.worker_id].extend(unknown)
             return False
-        count, digest = len(tasks), worker.digest
-        for task_id, sequence in reversed(tasks.items()):  # in the order sent: the newest are on their way
+        count = digest = 0  # made here, once a heartbeat, rather than kept up to date at every task
+        for task_id, sequence in tasks.items():
             if sequence <= last_batch:
-                break
-            count -= 1
-            digest ^= task_term(task_id)
+                count += 1
+                digest ^= task_term(task_id)
         return count != heartbeat.held_tasks or folded(digest) != heartbeat.held_digest
 
     def cancel(self, client_id: bytes, task_ids: Iterable[bytes], out: Outbox) -> None:
@@ -371,13 +370,13 @@ class TaskRouting:
         if not batch:  # the first task of this event for that worker: a new TaskBatch
             worker.batch_sequence += 1
             out.sequences[worker_id] = worker.batch_sequence
-        worker.hold(task.task_id)
+        worker.tasks[task.task_id] = worker.batch_sequence
         batch.append(task)
 
     def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
         if worker is not None:
-            worker.release(record.task.task_id)
+            worker.tasks.pop(record.task.task_id, None)
         record.worker_id = None
         self._enqueue(record)
 
@@ -406,5 +405,5 @@ class TaskRouting:
         if record.worker_id is not None:
             worker = self._workers.get(record.worker_id)
             if worker is not None:
-                worker.release(task_id)
+                worker.tasks.pop(task_id, None)
                 self._changed = True  # room on that worker

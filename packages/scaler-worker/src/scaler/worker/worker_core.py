@@ -95,7 +95,6 @@ class WorkerCore:
         self._prefetch = max(1, prefetch_tasks)
 
         self._tasks: Dict[bytes, TaskEntry] = {}
-        self._digest = 0  # of the IDs of _tasks, unfolded (scaler.protocol.held_tasks), for the heartbeats
         self._last_batch = 0  # the sequence of the last TaskBatch received
         self._usage = UsageMeasured(0.0, 0, 0.0, 0)  # the last measured, for a heartbeat that lists the tasks
         self._unsent: List[SendToStorage] = []  # storage requests made while its connection was down
@@ -250,7 +249,10 @@ class WorkerCore:
         self._send(self._out)
         runner = self._runner
         counts = (self.queued_count, runner.running, runner.suspended)
-        held = (self._last_batch, len(self._tasks), folded(self._digest), task_ids)
+        digest = 0  # made here, once a heartbeat, rather than kept up to date at every task
+        for task_id in self._tasks:
+            digest ^= task_term(task_id)
+        held = (self._last_batch, len(self._tasks), folded(digest), task_ids)
         self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
@@ -278,7 +280,6 @@ class WorkerCore:
     def _on_task_batch(self, batch: m.TaskBatch) -> None:
         tasks = self._tasks
         queue = self._queue
-        digest = self._digest
         if batch.sequence > self._last_batch:
             self._last_batch = batch.sequence
         for task in batch.tasks:
@@ -288,9 +289,7 @@ class WorkerCore:
                 continue
             entry = TaskEntry(task)
             tasks[task.task_id] = entry
-            digest ^= task_term(task.task_id)
             queue.push(entry)
-        self._digest = digest
 
     def _on_damaged_batch(self, batch: codec.DamagedTaskBatch) -> None:
         """Tasks that cannot be read are refused alone, each naming its problem; the rest run."""
@@ -466,9 +465,7 @@ class WorkerCore:
         for action in transition.actions:
             actions[action](entry, detail)
         if state in TERMINAL_STATES:
-            task_id = entry.task.task_id
-            del self._tasks[task_id]
-            self._digest ^= task_term(task_id)
+            del self._tasks[entry.task.task_id]
 
     def _stage(self, entry: TaskEntry) -> Optional[bool]:
         """Keep what ``entry`` will need and fetch what it lacks: whether it lacks anything; None if it cannot
