@@ -80,6 +80,25 @@ FAULTS = [
         ],
     ),
     Fault(
+        "the scheduler does not notice a closed connection, nor a task its worker lost",
+        [
+            (
+                f"{SCHEDULER}/scheduler_core.py",
+                "            ConnectionClosed: self._on_connection_closed,\n",
+                "            ConnectionClosed: lambda event, now, out: None,\n",
+            ),
+            (
+                f"{SCHEDULER}/scheduler_core.py",
+                "        ask = worker.reconciles and self._routing.reconcile(worker, message, out)\n",
+                "        ask = False\n",
+            ),
+        ],
+        [
+            "packages/scaler-scheduler/tests/test_scheduler_failures.py",
+            "tests/test_bad_tasks.py::test_a_task_a_worker_does_not_hold_is_queued_again_from_its_heartbeat",
+        ],
+    ),
+    Fault(
         "the client drops one result in a thousand",
         [
             (

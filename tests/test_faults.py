@@ -18,7 +18,7 @@ from scaler import Client
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_monitor_address, default_storage_address
-from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.errors import DisconnectedError, ShutdownRefusedError
 from scaler.protocol.version import PROTOCOL_VERSION
 
 
@@ -133,10 +133,11 @@ def test_a_disconnecting_client_has_its_tasks_cancelled_and_objects_deleted(proc
         assert other.submit(square, 3).result(timeout=60) == 9
 
 
-def test_protected_scheduler_refuses_client_shutdown(processes, address):
+def test_protected_scheduler_refuses_client_shutdown_with_an_error_that_says_so(processes, address):
     start_cli_cluster(processes, address, 1, 60, "--protected")
     with Client(address=address) as client:
-        assert client.shutdown() is False
+        with pytest.raises(ShutdownRefusedError, match=r"refused to shut down: .*protected"):
+            client.shutdown()
         assert client.submit(square, 2).result(timeout=60) == 4
 
 

@@ -63,6 +63,7 @@ def test_hello_is_acknowledged_with_the_storage_address(scheduler):
     assert body["version"]["major"] == 1
     port = int(address.rsplit(":", 1)[1])
     assert body["objectStorageAddress"] == f"tcp://127.0.0.1:{port + 1}"
+    assert body["role"] == "scheduler"  # protocol 1.3: who answered
 
 
 def test_other_major_version_is_refused_naming_both_versions(scheduler):

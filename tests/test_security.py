@@ -37,7 +37,6 @@ from scaler.protocol.security import (
     load_key_pair,
     new_socket,
     peer_keys,
-    watch_handshakes,
 )
 from scaler.protocol.version import PROTOCOL_VERSION
 
@@ -108,7 +107,7 @@ class RawPeer:
         self._context = zmq.Context()
         self.socket = new_socket(self._context, zmq.DEALER, self._keys)
         self.socket.setsockopt(zmq.IDENTITY, identity)
-        self._handshakes = watch_handshakes(self.socket)
+        self._handshakes = self.socket.get_monitor_socket()  # handshake_failure picks the failures
         self.socket.connect(address)
         info = m.WorkerInfo(1, 10, [])
         self.answer = self.request(m.Hello(PROTOCOL_VERSION, role, os.getpid(), "attacker", info))

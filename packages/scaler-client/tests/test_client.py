@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import logging
 import math
 import pickle
 import sys
@@ -30,6 +29,7 @@ from scaler import (
     RemoteTaskError,
     ScalerFuture,
     Serializer,
+    ShutdownRefusedError,
     TaskRejectedError,
     WorkerDiedError,
 )
@@ -511,11 +511,10 @@ def test_shutdown_accepted(scheduler, client):
     assert not client.connected
 
 
-def test_shutdown_refused_logs_the_reason(scheduler, client, caplog):
+def test_shutdown_refused_raises_an_error_that_says_so(scheduler, client):
     scheduler.shutdown_accept = False
-    with caplog.at_level(logging.WARNING):
-        assert client.shutdown() is False
-    assert "the scheduler is protected" in caplog.text
+    with pytest.raises(ShutdownRefusedError, match="refused to shut down: the scheduler is protected"):
+        client.shutdown()
     assert client.connected
 
 

@@ -234,6 +234,9 @@ def test_corrupted_valid_frames_never_raise_anything_but_protocol_error(decode, 
         frame[data.draw(st.integers(0, len(frame) - 1))] = data.draw(st.integers(0, 255))
     try:
         message, _ = decode([bytes(frame)])
+        if type(message) is codec.DamagedTaskBatch:  # the tasks that can be read, and why each other cannot
+            assert message.damaged and all(damaged.reason for damaged in message.damaged)
+            message = messages.TaskBatch(message.tasks, message.sequence)
         codec.encode(message)  # a routed item is read in full only now
     except ProtocolError:
         return
@@ -313,3 +316,64 @@ def test_segment_tables_of_every_size_are_split_right(count):
     routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(_tasks(count))))
     assert len(routed.tasks) == count
     assert routed.tasks[-1].to_task() == _tasks(count)[-1]
+
+
+# --- task batches with tasks that cannot be read: the others are read, each damaged one named ---------------
+
+
+def _batch_with(damage: str) -> bytes:
+    """A TaskBatch (sequence 9) of three tasks whose second is damaged: ``name`` (an argument name without its
+    NUL byte), ``kind`` (an argument kind no version knows) or ``pointer`` (its function ID a struct)."""
+    marker = messages.Argument("abc", messages.ArgumentKind.INLINE, b"\x11\x22\x33\x44\x55\x66\x77\x88")
+    middle = messages.Task(task_id=b"m" * 16, function_id=b"F" * 8, attempt=3, arguments=[marker])
+    tasks = [messages.Task(task_id=bytes([i]) * 16, arguments=[messages.Argument(data=b"1")]) for i in (1, 3)]
+    frame = bytearray(codec.encode(messages.TaskBatch([tasks[0], middle, tasks[1]], sequence=9))[0])
+    if damage == "name":
+        at = frame.index(b"abc\x00")
+        frame[at + 3] = ord("d")
+    elif damage == "kind":  # the kind (UInt16) is the whole data section of the Argument struct
+        at = frame.index(b"abc\x00")
+        struct_start = _struct_of_text(frame, at)
+        frame[struct_start : struct_start + 2] = struct.pack("<H", 9)
+    else:  # the function ID's pointer rewritten as a struct pointer (kind 0) of one data word
+        at = frame.index(b"F" * 8)
+        pointer = _pointer_to(frame, at)
+        frame[pointer : pointer + 8] = struct.pack("<II", ((at - pointer - 8) // 8) << 2, 1)
+    return bytes(frame)
+
+
+def _pointer_to(frame: bytearray, target: int) -> int:
+    """The offset of the list pointer that points at ``target`` (words before it, in this single segment)."""
+    for at in range(8, target, 8):
+        low, _ = struct.unpack_from("<II", frame, at)
+        if low & 3 == 1 and at + 8 + ((low >> 2) * 8 if low < 2**31 else 0) == target:
+            return at
+    raise AssertionError("no pointer to the target")
+
+
+def _struct_of_text(frame: bytearray, text: int) -> int:
+    """The data section of the Argument whose name is the text at ``text``: its name pointer's word, minus one
+    word of data (Argument: one data word, two pointers)."""
+    return _pointer_to(frame, text) - 8
+
+
+@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
+@pytest.mark.parametrize(
+    "damage, where",
+    [("name", "arguments[0].name"), ("kind", "arguments[0].kind"), ("pointer", "functionId")],
+)
+def test_a_damaged_task_is_named_and_the_rest_of_its_batch_is_read(decode, damage, where):
+    message, _ = decode([_batch_with(damage)])
+    assert type(message) is codec.DamagedTaskBatch and message.sequence == 9
+    assert [task.task_id for task in message.tasks] == [b"\x01" * 16, b"\x03" * 16]
+    (damaged,) = message.damaged
+    assert (damaged.task_id, damaged.attempt) == (b"m" * 16, 3)
+    assert damaged.reason.startswith(where), damaged.reason
+    if damage == "name":
+        assert damaged.reason == "arguments[0].name: a text field lacks its terminating NUL byte"
+
+
+def test_a_batch_without_damage_is_a_task_batch_with_its_sequence():
+    for decode in DECODERS:
+        message, _ = decode(codec.encode(messages.TaskBatch(_tasks(3), sequence=5)))
+        assert type(message) is messages.TaskBatch and message.sequence == 5

@@ -41,6 +41,7 @@ FROZEN = {
     "1.2": "5d325b06524dab17f7aff68d5c590b769f7bd13fddbe6c4934ea5916e375a330",
     "1.3": "50189c6aa17e6c32f23cdcc4c8f48d8bc4a740c61a285d352067f380bad00061",
     "1.4": "ed2cd03bbfbc75b7582a61e11fb6fa9286331145d11e981dd4b1f6b72d5732a2",
+    "1.5": "TO BE FROZEN",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -50,6 +51,15 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
     "1.2": [(m.WorkerHeartbeat, "functions"), (m.StateSnapshot, "client_snapshots")],
     "1.3": [(m.Task, "stream_output"), (m.TaskOutputBatch, None)],
     "1.4": [(m.WaitingTasks, None)],
+    "1.5": [
+        (m.HelloAck, "role"),
+        (m.TaskBatch, "sequence"),
+        (m.WorkerHeartbeat, "last_batch"),
+        (m.WorkerHeartbeat, "held_tasks"),
+        (m.WorkerHeartbeat, "held_digest"),
+        (m.WorkerHeartbeat, "held_task_ids"),
+        (m.WorkerHeartbeatEcho, "send_task_ids"),
+    ],
 }
 
 
@@ -68,6 +78,10 @@ _HEARTBEAT = m.WorkerHeartbeat(
     running_tasks=2,
     suspended_tasks=1,
     functions=[m.FunctionStats("module.square", succeeded=120_000, failed=3, seconds=12.75)],
+    last_batch=41,
+    held_tasks=2,
+    held_digest=0xFEDCBA9876543210,
+    held_task_ids=[_TASK_ID, _OTHER_TASK_ID],
 )
 _TASK = m.Task(
     task_id=_TASK_ID,
@@ -102,13 +116,16 @@ GOLDEN = [
         object_storage_address="tcp://127.0.0.1:2346",
         heartbeat_interval_seconds=2.0,
         timeout_seconds=60.0,
+        role=m.PeerRole.OBJECT_STORAGE,
     ),
     m.Refusal(version=_VERSION, reason="protocol version 2.0 is not compatible with protocol version 1.3"),
     m.ClientHeartbeat(cpu=12.5, rss_bytes=123_456_789, pending_tasks=100_000),
     m.ClientHeartbeatEcho(),
     _HEARTBEAT,
-    m.WorkerHeartbeatEcho(),
-    m.TaskBatch(tasks=[_TASK, m.Task(task_id=_OTHER_TASK_ID, client_id=_CLIENT_ID, function_id=b"f", priority=1)]),
+    m.WorkerHeartbeatEcho(send_task_ids=True),
+    m.TaskBatch(
+        tasks=[_TASK, m.Task(task_id=_OTHER_TASK_ID, client_id=_CLIENT_ID, function_id=b"f", priority=1)], sequence=41
+    ),
     m.TaskResultBatch(
         results=[
             m.TaskResult(

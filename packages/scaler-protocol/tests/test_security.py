@@ -35,7 +35,6 @@ from scaler.protocol.security import (
     peer_keys,
     security_from_arguments,
     server_keys,
-    watch_handshakes,
 )
 from scaler.protocol.zap import ZapHandler
 
@@ -252,7 +251,7 @@ def _connect(server: _Server, config: Optional[SecurityConfig]) -> List[Any]:
     keys = peer_keys(config) if config is not None else NO_KEYS
     context = zmq.Context()
     socket = new_socket(context, zmq.DEALER, keys)
-    watch = watch_handshakes(socket)
+    watch = socket.get_monitor_socket()  # handshake_failure picks the failures among its events
     try:
         socket.connect(server.address)
         socket.send(b"hi")

@@ -55,6 +55,19 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
         server._context.term()
 
 
+async def bind_once_free(socket: Any, address: str, timeout: float = 10.0) -> None:
+    """Bind ``address`` once the socket closed there has let it go (ZeroMQ closes a listener in its own thread)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            socket.bind(address)
+            return
+        except zmq.ZMQError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.01)
+
+
 def test_the_scheduler_serves_once_storage_answers_and_says_hello_again_when_storage_comes_back():
     """A ROUTER socket stands in for the object storage server: it answers the scheduler's Hello, goes away,
     and a new one at the same address gets a new Hello (the shell reports the connection to the core)."""
@@ -87,7 +100,7 @@ def test_the_scheduler_serves_once_storage_answers_and_says_hello_again_when_sto
             storage.close(linger=0)
             storage = context.socket(zmq.ROUTER)
             storage.setsockopt(zmq.LINGER, 0)
-            storage.bind(storage_address)
+            await bind_once_free(storage, storage_address)
             _, hello = await receive(storage)
             assert type(hello) is m.Hello and hello.role == m.PeerRole.SCHEDULER
         finally:

@@ -1,13 +1,17 @@
 """The scheduler core under random interleavings of everything its peers and its shell can tell it.
 
 Several clients submit batches (some with retries, some with queue timeouts), cancel, clear and leave (or
-fall silent); workers join, answer with results of the attempt they hold or of an old one, fail, die,
-confirm cancels (asked for or not), give tasks back, leave or fall silent; the shell reports tasks it cannot
-encode; time passes in ticks. Then the workers do their work until nothing is left. Whatever happened:
+fall silent, or their connection closes); workers join, answer with results of the attempt they hold or of
+an old one, fail, die, confirm cancels (asked for or not), give tasks back, lose tasks without a word, leave,
+fall silent or lose their connection; task batches reach a worker late (its heartbeats cross them), and its
+heartbeats say truthfully what it holds; the shell reports tasks it cannot encode; time passes in ticks. Then
+the workers do their work until nothing is left. Whatever happened:
 
 - every task ends in exactly one terminal state (the core's counts) and the core holds nothing;
 - a task's client is told of its end at most once, and exactly once if the client never cleared or left;
-- every cancel a client sends is confirmed exactly once, unless the client cleared or left meanwhile.
+- every cancel a client sends is confirmed exactly once, unless the client cleared or left meanwhile;
+- a task is never sent to a worker while a worker the scheduler still knows holds it or has it on its way
+  (a heartbeat that crossed a batch does not make its tasks look lost).
 """
 
 from __future__ import annotations
@@ -19,9 +23,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.protocol import messages as m
+from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
-from scaler.scheduler.scheduler_events import CannotForward, FromPeer, FromStorage, Send, Start, Tick
+from scaler.scheduler.scheduler_events import (
+    CannotForward,
+    ConnectionClosed,
+    FromPeer,
+    FromStorage,
+    PeerConnection,
+    Send,
+    Start,
+    Tick,
+)
 from scaler.scheduler.task_lifecycle import TERMINAL_STATES, TaskState
 
 CLIENTS = [b"C|host|1|c%d" % i for i in range(3)]
@@ -33,7 +47,8 @@ _STEPS = st.lists(
             [
                 "submit", "submit", "submit", "result", "result", "stale", "fail", "died", "cancel", "confirm",
                 "balance", "unsendable", "worker_joins", "worker_leaves", "worker_silent", "client_clears",
-                "client_leaves", "client_silent", "tick", "tick",
+                "client_leaves", "client_silent", "tick", "tick", "lose", "deliver", "deliver", "heartbeat",
+                "worker_connection_closes", "client_connection_closes",
             ]
         ),
         st.integers(0, 2),  # which client
@@ -50,6 +65,10 @@ class _Model:
         self.core = core
         self.now = 1.0
         self.held: Dict[bytes, Dict[bytes, int]] = {}  # worker -> task -> attempt it holds
+        self.in_flight: Dict[bytes, List[m.TaskBatch]] = defaultdict(list)  # worker -> batches not delivered yet
+        self.last_batch: Dict[bytes, int] = defaultdict(int)  # worker -> sequence of the last batch delivered
+        self.asked_ids: Set[bytes] = set()  # workers whose echo asked for their task IDs
+        self.connections: Dict[bytes, int] = {}  # peer -> the file descriptor of its connection
         self.old_attempts: List[Tuple[bytes, bytes, int]] = []  # (worker, task, attempt) no longer current
         self.cancel_asked: Dict[bytes, Set[bytes]] = defaultdict(set)  # worker -> tasks it was asked to cancel
         self.silent: Set[bytes] = set()  # peers that stopped sending heartbeats
@@ -66,12 +85,20 @@ class _Model:
         for effect in self.core.handle(event, self.now):
             if type(effect) is Send:
                 self.absorb(effect.to, effect.message)
+        while self.asked_ids:  # a worker answers such an echo at once, with the IDs
+            worker = self.asked_ids.pop()
+            if worker in self.held and worker not in self.silent:
+                self.heartbeat(worker, listing=True)
 
     def absorb(self, to: bytes, message: Any) -> None:
         kind = type(message)
         if kind is m.TaskBatch:
+            assert message.sequence == self.last_batch[to] + 1 + len(self.in_flight[to]), "batches are numbered"
             for task in message.tasks:
-                self.held.setdefault(to, {})[task.task_id] = task.attempt
+                assert not self.holders(task.task_id), (task.task_id, self.holders(task.task_id))
+            self.in_flight[to].append(message)
+        elif kind is m.WorkerHeartbeatEcho and message.send_task_ids:
+            self.asked_ids.add(to)
         elif kind is m.TaskResultBatch:
             for result in message.results:
                 assert self.submitted[result.task_id] == to
@@ -84,6 +111,40 @@ class _Model:
             self.cancel_asked[to].update(message.task_ids)  # the worker confirms when the test says so
         elif kind is m.DisconnectResponse:
             self.held.pop(to, None)
+            self.in_flight.pop(to, None)
+
+    def holders(self, task_id: bytes) -> List[bytes]:
+        """The workers the scheduler still knows that hold ``task_id`` or have it on its way."""
+        known = set(self.core.worker_ids)
+        return [
+            worker
+            for worker in known - self.silent
+            if task_id in self.held.get(worker, {})
+            or any(task.task_id == task_id for batch in self.in_flight.get(worker, []) for task in batch.tasks)
+        ]
+
+    def deliver(self, worker: bytes) -> None:
+        """The oldest task batch on its way to ``worker`` reaches it."""
+        batch = self.in_flight[worker].pop(0)
+        self.last_batch[worker] = batch.sequence
+        for task in batch.tasks:
+            self.held.setdefault(worker, {})[task.task_id] = task.attempt
+
+    def heartbeat(self, worker: bytes, listing: bool = False) -> None:
+        """What it holds, truthfully (the batches on their way are not counted: it has not seen them)."""
+        held = list(self.held.get(worker, {}))
+        digest = 0
+        for task_id in held:
+            digest ^= task_term(task_id)
+        beat = m.WorkerHeartbeat(
+            last_batch=self.last_batch[worker], held_tasks=len(held), held_digest=folded(digest),
+            held_task_ids=held if listing else [],
+        )  # fmt: skip
+        self.feed(FromPeer(worker, beat))
+
+    def connect(self, peer: bytes) -> None:
+        self.connections[peer] = connection = 100 + len(self.connections)
+        self.feed(PeerConnection(peer, connection))
 
     def worker_answer(self, worker: bytes, task_id: bytes, status: m.TaskStatus) -> None:
         attempt = self.held[worker].pop(task_id)
@@ -96,6 +157,7 @@ class _Model:
         self.next_worker += 1
         self.held[worker] = {}
         hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 3))
+        self.connect(worker)
         self.feed(FromPeer(worker, hello))
 
     def pick_to_confirm(self, n: int):
@@ -117,6 +179,7 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
     core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
     model = _Model(core)
     for client in CLIENTS:
+        model.connect(client)
         model.feed(FromPeer(client, m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host")))
         model.connected.add(client)
     model.join()
@@ -169,12 +232,31 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
             model.held.pop(worker, None)
         elif action == "worker_silent" and model.held:
             model.silent.add(sorted(model.held)[n % len(model.held)])
-        elif action in ("client_clears", "client_leaves", "client_silent") and talking:
+        elif action == "worker_connection_closes" and model.held:
+            worker = sorted(model.held)[n % len(model.held)]
+            model.feed(ConnectionClosed(model.connections[worker]))
+            model.held.pop(worker)
+            model.in_flight.pop(worker, None)
+        elif action == "lose" and (pair := model.pick_held(n)):  # the worker drops it without a word
+            worker, task_id = pair
+            model.old_attempts.append((worker, task_id, model.held[worker].pop(task_id)))
+        elif action == "deliver":
+            waiting = sorted(worker for worker, batches in model.in_flight.items() if batches)
+            if waiting:
+                model.deliver(waiting[n % len(waiting)])
+        elif action == "heartbeat":
+            speaking = sorted(worker for worker in model.held if worker not in model.silent)
+            if speaking:
+                model.heartbeat(speaking[n % len(speaking)])
+        elif action in ("client_clears", "client_leaves", "client_silent", "client_connection_closes") and talking:
             model.given_up.update(t for t, owner in model.submitted.items() if owner == client)
             if action == "client_clears":
                 model.feed(FromPeer(client, m.ObjectInstruction(m.ObjectInstructionKind.CLEAR, client, [])))
             elif action == "client_leaves":
                 model.feed(FromPeer(client, m.DisconnectRequest()))
+                model.connected.discard(client)
+            elif action == "client_connection_closes":
+                model.feed(ConnectionClosed(model.connections[client]))
                 model.connected.discard(client)
             else:
                 model.silent.add(client)
@@ -190,6 +272,9 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
             break
         if not [w for w in model.held if w not in model.silent]:
             model.join()
+        for worker in [w for w in model.held if w not in model.silent]:
+            while model.in_flight[worker]:
+                model.deliver(worker)
         for worker, tasks in list(model.held.items()):
             if worker not in model.silent:
                 for task_id in list(tasks):
@@ -212,7 +297,8 @@ def _heartbeats_and_tick(model: _Model) -> None:
     for client in model.connected - model.silent:
         model.feed(FromPeer(client, m.ClientHeartbeat()))
     for worker in [w for w in model.held if w not in model.silent]:
-        model.feed(FromPeer(worker, m.WorkerHeartbeat()))
+        if worker in model.held:  # (a heartbeat's listing may have sent another one away meanwhile: no)
+            model.heartbeat(worker)
     model.feed(Tick())
     for worker in [w for w in model.held if w in model.silent]:
         if worker not in model.core.worker_ids:

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 
+from scaler.protocol.codec import DamagedTask, DamagedTaskBatch
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import (
     ClientHeartbeat,
@@ -100,9 +101,10 @@ def refusal_reason(replies: List[Reply]) -> str:
 # --- Hello -------------------------------------------------------------------------------------------------
 
 
-def test_hello_is_acknowledged_with_the_protocol_version_and_no_heartbeat():
+def test_hello_is_acknowledged_with_the_protocol_version_its_role_and_no_heartbeat():
     (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
-    assert reply == Reply(PEER, HelloAck(version=PROTOCOL_VERSION, object_storage_address=""))
+    expected = HelloAck(version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE)
+    assert reply == Reply(PEER, expected)
     assert reply.message.heartbeat_interval_seconds == 0 and reply.message.timeout_seconds == 0
 
 
@@ -154,6 +156,12 @@ def test_unexpected_message_type_is_refused():
     store = greeted_store()
     reason = refusal_reason(store.handle(FromPeer(PEER, ClientHeartbeat()), 0.0))
     assert "clientHeartbeat" in reason
+
+
+def test_a_task_batch_with_a_task_that_cannot_be_read_is_refused_as_any_task_batch():
+    store = greeted_store()
+    damaged = DamagedTaskBatch([], [DamagedTask(b"t" * 16, 0, "arguments[0].name: ...")])
+    assert "taskBatch" in refusal_reason(store.handle(FromPeer(PEER, damaged), 0.0))
 
 
 # --- put / get ---------------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def test_cluster_starts_its_workers_and_replaces_a_dead_one(scheduler: FakeSched
     assert not set(replacement) & set(workers)
     assert process.poll() is None
     log = log_of(cluster)
-    assert "ClusterProcess: starting 2 workers, heartbeat_interval_seconds=2" in log
+    assert "ClusterProcess: starting 2 workers, heartbeat_interval_seconds=1" in log
     assert "Worker[0] started" in log and "Worker[1] started" in log
     assert f"(pid {victim}) was killed by signal SIGKILL; replacing it" in log
 

@@ -209,7 +209,7 @@ class FakeStorageServer:
             identity, *frames = self.socket.recv_multipart()
             message, blobs = codec.decode(frames)
             if isinstance(message, m.Hello):
-                reply, out = m.HelloAck(PROTOCOL_VERSION), []
+                reply, out = m.HelloAck(PROTOCOL_VERSION, role=m.PeerRole.OBJECT_STORAGE), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.PUT:
                 split = object_frames.split(message.frame_counts, len(message.object_ids), blobs)
                 for object_id, frames in zip(message.object_ids, split, strict=True):

@@ -1,12 +1,13 @@
 """The client's agent thread: the only code that touches the scheduler and storage sockets.
 
 User threads hand it events (`client_events.py`) through a deque and wake it through an inproc socket
-(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER (both made by
-`security.new_socket`: CurveZMQ with keys), the monitor socket of each (a refused handshake becomes a
-`HandshakeFailed` event) and the wake-up socket, feeds what arrives to the sans-I/O `ClientCore`, one event
-per command or received message, then a `Tick`, and performs each returned effect: sends, and the ends of
-tasks and commands, named by ID. The agent keeps the futures those IDs name (the core holds none). Sockets
-close with linger 0; every wait is bounded.
+(only when it is not already awake). Its loop polls the scheduler DEALER, the storage DEALER, the socket
+monitor of each (`scaler.protocol.connection_events`: their connections' changes; a handshake refused
+over keys becomes a `HandshakeFailed` event) and the wake-up socket,
+feeds what arrives to the sans-I/O `ClientCore`, one event per command, received message or connection
+change, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands, named
+by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with linger 0;
+every wait is bounded.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from scaler.client.client_events import (
     Abort,
     CancelRefused,
     Connect,
+    ConnectionChanged,
     ConnectStorage,
     Disconnect,
     Event,
@@ -50,9 +52,11 @@ from scaler.client.client_events import (
 from scaler.client.future import ScalerFuture
 from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec
+from scaler.protocol import connection_events
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import ClientHeartbeat
-from scaler.protocol.security import NO_KEYS, Keys, handshake_failure, new_socket, watch_handshakes
+from scaler.protocol.security import NO_KEYS, Keys, new_socket
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +72,7 @@ class ClientAgent:
         timeout_seconds: float,
         heartbeat_interval_seconds: float,
         disconnect_wait_seconds: float,
-        on_objects_failed: Callable[[List[bytes]], None] = lambda object_ids: None,
+        on_objects_failed: Callable[[Optional[List[bytes]]], None] = lambda object_ids: None,
         keys: Keys = NO_KEYS,
     ) -> None:
         self._client_id = client_id
@@ -96,7 +100,7 @@ class ClientAgent:
         self._scheduler = new_socket(self._context, zmq.DEALER, keys)
         self._storage: Optional[zmq.Socket] = None
         self._storage_address = ""
-        self._handshakes: Dict[Any, Tuple[zmq.Socket, bool]] = {}  # monitor socket -> (its socket, of storage)
+        self._watches: Dict[Any, Tuple[ConnectionWatch, bool]] = {}  # monitor socket -> (its watch, storage?)
         self._poller = zmq.Poller()
         self._perform: Dict[type, Callable[[Any], Any]] = {
             ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
@@ -202,9 +206,10 @@ class ClientAgent:
         scheduler.setsockopt(zmq.RCVHWM, 0)
         turn: List[Event] = []  # this turn's events, in order
         ready: Dict[Any, int] = {}
+        watches = self._watches
         try:
             wake.bind(self._wake_address)
-            self._watch_handshakes(scheduler, False)
+            self._watch(scheduler, False)
             scheduler.connect(self._address)
             poller.register(scheduler, zmq.POLLIN)
             poller.register(wake, zmq.POLLIN)
@@ -233,9 +238,16 @@ class ClientAgent:
                             turn.append(FromStorage(message, codec.received_blobs(blobs)))
                         else:
                             turn.append(FromScheduler(message))
-                for handshakes in self._handshakes:
-                    if handshakes in ready:
-                        turn.extend(self._handshake_events(handshakes))
+                for monitor, (watch, to_storage) in watches.items():
+                    if monitor in ready:
+                        while (frames := _recv_nowait(monitor)) is not None:
+                            change = watch.change(frames)
+                            if change is None:
+                                continue
+                            if change == connection_events.REFUSED and watch.refusal is not None:
+                                turn.append(HandshakeFailed(watch.refusal, to_storage))
+                            else:
+                                turn.append(ConnectionChanged(to_storage, change))
                 turn.append(TICK)
                 now = time.monotonic()
                 for event in turn:
@@ -275,25 +287,15 @@ class ClientAgent:
         storage.setsockopt(zmq.IDENTITY, self._client_id)
         storage.setsockopt(zmq.SNDHWM, 0)
         storage.setsockopt(zmq.RCVHWM, 0)
-        self._watch_handshakes(storage, True)
+        self._watch(storage, True)
         storage.connect(effect.address)
         self._poller.register(storage, zmq.POLLIN)
 
-    def _watch_handshakes(self, sock: zmq.Socket, of_storage: bool) -> None:
-        handshakes = watch_handshakes(sock)
-        self._handshakes[handshakes] = (sock, of_storage)
-        self._poller.register(handshakes, zmq.POLLIN)
-
-    def _handshake_events(self, handshakes: zmq.Socket) -> List[Event]:
-        """The refused handshakes the monitor socket reports (a peer refuses once per connection attempt)."""
-        of_storage = self._handshakes[handshakes][1]
-        peer = f"the object storage server at {self._storage_address}" if of_storage else "the scheduler"
-        events: List[Event] = []
-        while (frames := _recv_nowait(handshakes)) is not None:
-            reason = handshake_failure(frames, self._keys, peer)
-            if reason is not None:
-                events.append(HandshakeFailed(reason, of_storage))
-        return events
+    def _watch(self, sock: zmq.Socket, to_storage: bool) -> None:
+        peer = f"the object storage server at {self._storage_address}" if to_storage else "the scheduler"
+        watch = ConnectionWatch(sock, self._keys, peer)
+        self._watches[watch.monitor] = (watch, to_storage)
+        self._poller.register(watch.monitor, zmq.POLLIN)
 
     def _send_heartbeat(self, effect: Heartbeat) -> None:
         cpu, rss = self._usage()
@@ -351,9 +353,8 @@ class ClientAgent:
             if not reply.done():
                 reply.set_exception(_fresh(error))
         self._replies.clear()
-        for handshakes, (watched, _) in self._handshakes.items():
-            watched.disable_monitor()
-            handshakes.close(linger=0)
+        for watch, _ in self._watches.values():
+            watch.close()
         for sock in (self._scheduler, self._storage, wake):
             if sock is not None:
                 sock.close(linger=0)

@@ -21,7 +21,7 @@ from scaler.client.shared_connection import ClientView, shared_connection
 from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
-from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.errors import DisconnectedError, ShutdownRefusedError
 from scaler.protocol.ids import new_client_id, show
 from scaler.protocol.messages import Capability, Task
 from scaler.protocol.security import SecurityConfig, peer_keys
@@ -68,8 +68,8 @@ class Client:
         self,
         address: Optional[str] = None,
         profiling: bool = False,
-        timeout_seconds: float = 60,
-        heartbeat_interval_seconds: float = 2,
+        timeout_seconds: float = 10,
+        heartbeat_interval_seconds: float = 1,
         serializer: Any = None,
         stream_output: bool = False,
         security: Optional[SecurityConfig] = None,
@@ -416,11 +416,11 @@ class Client:
             self._agent.join(self._bounded_wait)
 
     def shutdown(self) -> bool:
-        """Ask the scheduler to shut down (with its workers). False, with a warning, when it refuses."""
+        """Ask the scheduler to shut down (with its workers); True once it accepted. `ShutdownRefusedError` when
+        it refuses (a scheduler started with ``--protected``); the client stays connected then."""
         accepted, reason = self._wait(self._agent.ask(Shutdown), "the scheduler")
         if not accepted:
-            logger.warning(f"Client: the scheduler at {self._address} refused to shut down: {reason}")
-            return False
+            raise ShutdownRefusedError(f"the scheduler at {self._address} refused to shut down: {reason}")
         self._agent.abort(DisconnectedError(f"the scheduler at {self._address} was shut down by this client"))
         self._agent.join(self._bounded_wait)
         return True

@@ -6,8 +6,10 @@ sends, and the ends of tasks and commands, named by ID (the agent maps the IDs t
 here touches a socket, a clock, a future, or the process (the pid and hostname of Hello are given).
 
 This module holds the session with the scheduler, one `SESSION` table (client_lifecycles.py): the
-handshake, heartbeats and their echoes, the scheduler's silence, disconnecting, `clear` and `shutdown`, and
-the end of everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
+handshake (and who answered it: a scheduler, or something else at a wrong address), heartbeats and their
+echoes, the scheduler's silence, the connection (its socket monitor's changes: the session ends when it
+closes, as the scheduler ends it on its side), disconnecting, `clear` and `shutdown`, and the end of
+everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
 graphs in graph_submissions.py), the objects `StorageRequests`' (storage_requests.py).
 """
 
@@ -23,6 +25,7 @@ from scaler.client.client_events import (
     Cancel,
     Clear,
     Connect,
+    ConnectionChanged,
     ConnectStorage,
     Disconnect,
     Effect,
@@ -43,12 +46,13 @@ from scaler.client.client_events import (
     TaskPrinted,
     Tick,
     ToScheduler,
-    ToStorage,
 )
 from scaler.client.client_lifecycles import SESSION, SessionAction, SessionEvent, SessionState
 from scaler.client.storage_requests import StorageRequests
 from scaler.client.tasks_in_flight import TasksInFlight
+from scaler.protocol import connection_events
 from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import (
@@ -79,6 +83,12 @@ _REFUSALS = {
     SessionAction.REFUSE_COMMAND_EARLY: "the client is not connected yet",
     SessionAction.REFUSE_COMMAND: "the client is disconnected",
 }
+_CONNECTION_EVENTS = {
+    connection_events.UP: SessionEvent.CONNECTION_UP,
+    connection_events.DOWN: SessionEvent.CONNECTION_LOST,
+    connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
+}
+_SCHEDULER_ROLES = (PeerRole.SCHEDULER, PeerRole.CLIENT)  # CLIENT: an older scheduler, which does not say
 
 
 class ClientCore:
@@ -102,7 +112,7 @@ class ClientCore:
         self._hello = Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT, pid=pid, hostname=hostname)
 
         self._out: List[Effect] = []  # what the event being handled decided
-        self._storage = StorageRequests(client_id, timeout_seconds, self._out)
+        self._storage = StorageRequests(client_id, self._hello, timeout_seconds, self._out)
         self._tasks = TasksInFlight(self._storage, self._out, batch_size, argument_bytes_in_storage)
         self._storage.tasks = self._tasks
 
@@ -113,6 +123,7 @@ class ClientCore:
         self._next_heartbeat = math.inf  # while READY
         self._closing_deadline = math.inf  # while CLOSING
         self._ready_command = 0
+        self._hello_lost = False  # the connection dropped while waiting for the HelloAck
         self._disconnect_command = 0
         self._shutdown_commands: Deque[int] = collections.deque()
         self._heartbeats_sent = 0
@@ -149,6 +160,18 @@ class ClientCore:
             SessionAction.FINISH_DISCONNECT: lambda detail, now: self._stop(
                 DisconnectedError("the client disconnected before the task finished"), cause=False
             ),
+            SessionAction.HELLO_LOST: self._on_hello_lost,
+            SessionAction.HELLO_AGAIN: self._hello_again,
+            SessionAction.STOP_NOT_A_SCHEDULER: lambda ack, now: self._stop(
+                DisconnectedError(
+                    f"{self._address} is not a scheduler: {NOT_THE_PEER}"
+                    if ack is None
+                    else f"{self._address} is {role_name(ack.role)}, not a scheduler"
+                )
+            ),
+            SessionAction.STOP_CONNECTION_LOST: lambda detail, now: self._stop(
+                DisconnectedError(f"lost the connection to the scheduler at {self._address}")
+            ),
         }
 
         always: Dict[type, Callable[[Any, float], None]] = {
@@ -160,6 +183,7 @@ class ClientCore:
             FromScheduler: self._on_scheduler,
             FromStorage: self._on_storage,
             HandshakeFailed: self._on_handshake_failed,
+            ConnectionChanged: self._on_connection,
             Tick: self._on_tick,
         }
         self._commands: Dict[type, Callable[[Any, float], None]] = {
@@ -194,7 +218,7 @@ class ClientCore:
         }
         self._handlers = self._handlers_by_state[self._state]
         self._scheduler_handlers: Dict[type, Callable[[Any, float], None]] = {
-            HelloAck: lambda message, now: self._session(SessionEvent.HELLO_ACK, message, now),
+            HelloAck: self._on_hello_ack,
             Refusal: lambda message, now: self._session(SessionEvent.REFUSED, message, now),
             ClientHeartbeatEcho: self._on_heartbeat_echo,
             TaskResultBatch: self._tasks.on_results,
@@ -205,7 +229,7 @@ class ClientCore:
             DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),
         }
         self._storage_handlers: Dict[type, Callable[[Any, Any], None]] = {
-            HelloAck: _ignore,
+            HelloAck: self._storage.on_hello_ack,
             Refusal: self._storage.on_refusal,
             ObjectResponse: self._storage.on_response,
         }
@@ -274,6 +298,16 @@ class ClientCore:
         self._silent_after = now + self._timeout
         self._out.append(ToScheduler(self._hello))
 
+    def _on_hello_lost(self, detail: Any, now: float) -> None:
+        self._hello_lost = True
+
+    def _hello_again(self, detail: Any, now: float) -> None:
+        """The connection is up: if the one the Hello went on dropped, it went with it: say it again (within
+        the same deadline)."""
+        if self._hello_lost:
+            self._hello_lost = False
+            self._out.append(ToScheduler(self._hello))
+
     def _join(self, message: HelloAck, now: float) -> None:
         if message.timeout_seconds > 0:  # be heard well within the scheduler's own patience
             self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
@@ -282,9 +316,8 @@ class ClientCore:
         if not address:
             address = default_storage_address(self._address)
             logger.warning(f"Client: scheduler named no object storage server; using {address}")
-        self._storage.address = address
         self._out.append(ConnectStorage(address))
-        self._out.append(ToStorage(self._hello))
+        self._storage.hello(address)
         self._out.append(Reply(self._ready_command, message))
         self._ready_command = 0
 
@@ -359,6 +392,17 @@ class ClientCore:
             self._storage.on_refusal(event, ())
         else:
             self._session(SessionEvent.REFUSED, event, now)
+
+    def _on_hello_ack(self, message: HelloAck, now: float) -> None:
+        """A HelloAck says who answered (protocol 1.5): a storage server's port given by mistake says so."""
+        event = SessionEvent.HELLO_ACK if message.role in _SCHEDULER_ROLES else SessionEvent.WRONG_PEER
+        self._session(event, message, now)
+
+    def _on_connection(self, event: ConnectionChanged, now: float) -> None:
+        if event.to_storage:
+            self._storage.on_connection(event.change)
+        else:
+            self._session(_CONNECTION_EVENTS[event.change], None, now)
 
     def _on_heartbeat_echo(self, message: ClientHeartbeatEcho, now: float) -> None:
         self._echoes_received += 1

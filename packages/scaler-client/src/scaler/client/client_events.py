@@ -124,6 +124,15 @@ class HandshakeFailed:
 
 
 @dataclass(slots=True)
+class ConnectionChanged:
+    """The connection to the scheduler (``to_storage`` False) or to the storage server changed, as its socket
+    monitor says: ``change`` is `connection_events.UP`, ``DOWN`` or ``REFUSED``."""
+
+    to_storage: bool
+    change: str
+
+
+@dataclass(slots=True)
 class Tick:
     """A turn of the agent's loop ended (everything that had arrived is handled) or a deadline came: send
     what waits to be batched, and act on the deadlines that passed (`ClientCore.next_wakeup`)."""
@@ -133,7 +142,7 @@ TICK = Tick()
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, Disconnect, Abort,
-    FromScheduler, FromStorage, HandshakeFailed, Tick,
+    FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------
@@ -213,9 +222,10 @@ class ReplyError:
 
 @dataclass(slots=True)
 class ObjectsFailed:
-    """These puts failed: the client forgets the function IDs it cached for them, so they are put again."""
+    """These puts failed (None: the storage server forgot everything): the client forgets the function IDs it
+    cached for them, so they are put again."""
 
-    object_ids: List[bytes]
+    object_ids: Optional[List[bytes]]
 
 
 @dataclass(slots=True)

@@ -41,6 +41,10 @@ class SessionEvent(enum.Enum):
     DISCONNECT_RESPONSE = "disconnect_response"
     CLOSING_EXPIRED = "closing_expired"  # no DisconnectResponse within its bound
     ABORT = "abort"
+    CONNECTION_UP = "connection_up"  # the socket monitor: connected, handshake done
+    CONNECTION_LOST = "connection_lost"  # the socket monitor: the connection closed
+    HANDSHAKE_REFUSED = "handshake_refused"  # the socket monitor: closed during the ZeroMQ handshake
+    WRONG_PEER = "wrong_peer"  # a HelloAck from a peer that is not a scheduler (an object storage server)
 
     __hash__ = object.__hash__
 
@@ -62,6 +66,10 @@ class SessionAction(enum.Enum):
     STOP_DISCONNECTED = "stop_disconnected"  # the user disconnected before the scheduler answered
     STOP_ABORTED = "stop_aborted"  # the error the Abort carries
     FINISH_DISCONNECT = "finish_disconnect"  # the disconnect the user asked for is done
+    HELLO_LOST = "hello_lost"  # the connection dropped before the answer: say Hello again once it is back
+    HELLO_AGAIN = "hello_again"  # it is back: Hello again, if the one sent was lost
+    STOP_NOT_A_SCHEDULER = "stop_not_a_scheduler"  # the address answers, but not as a scheduler
+    STOP_CONNECTION_LOST = "stop_connection_lost"  # the connection closed: the session is over
 
     __hash__ = object.__hash__
 
@@ -93,6 +101,19 @@ def _session_table():
         table[(state, E.SILENT)] = Transition(S.STOPPED, (A.STOP_LOST,))
     for state in (S.CONNECTING, S.READY):
         table[(state, E.DISCONNECT_RESPONSE)] = Transition(state)  # not asked for: nothing to do
+    # the connection: it is the session (the scheduler forgets a client whose connection closes)
+    for event in (E.CONNECTION_UP, E.CONNECTION_LOST, E.HANDSHAKE_REFUSED, E.WRONG_PEER):
+        table[(S.IDLE, event)] = Transition(S.IDLE)  # not connecting yet: nothing to do
+    table[(S.CONNECTING, E.CONNECTION_UP)] = Transition(S.CONNECTING, (A.HELLO_AGAIN,))
+    table[(S.CONNECTING, E.CONNECTION_LOST)] = Transition(S.CONNECTING, (A.HELLO_LOST,))  # the Hello waits it out
+    table[(S.CONNECTING, E.HANDSHAKE_REFUSED)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
+    table[(S.CONNECTING, E.WRONG_PEER)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
+    table[(S.READY, E.CONNECTION_LOST)] = Transition(S.STOPPED, (A.STOP_CONNECTION_LOST,))
+    table[(S.CLOSING, E.CONNECTION_LOST)] = Transition(S.STOPPED, (A.FINISH_DISCONNECT,))
+    for state in (S.READY, S.CLOSING):
+        table[(state, E.CONNECTION_UP)] = Transition(state)  # a reconnect after a loss: stopped already
+        table[(state, E.HANDSHAKE_REFUSED)] = Transition(state)  # the same
+        table[(state, E.WRONG_PEER)] = Transition(state)  # a second HelloAck: the first said who answered
     return table
 
 

@@ -7,6 +7,12 @@ answer within the client's timeout fails what waits on it. What a settled put or
 the tasks is `TasksInFlight`'s business: this module tells it (`object_stored`, `object_failed`,
 `result_read`, `result_lost`).
 
+The connection: when it closes (the socket monitor says so), what waits on the server fails at once and the
+functions the client put are forgotten (a restarted server holds nothing). A request made while it is down
+waits for it, at most `RECONNECT_SECONDS` (or the timeout, if shorter); when the connection is back, the
+client says Hello again and sends what waited. A server that refuses us after accepting us restarted and
+forgot us: what waited fails, and Hello again.
+
 Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
 """
 
@@ -19,10 +25,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from scaler.client.client_events import Effect, HandshakeFailed, ObjectsFailed, Reply, ReplyError, ToStorage
-from scaler.protocol import object_frames
+from scaler.protocol import connection_events, object_frames
+from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
-from scaler.protocol.messages import ObjectRequest, ObjectRequestKind, ObjectResponse, ObjectStatus, Refusal
+from scaler.protocol.messages import (
+    Hello,
+    HelloAck,
+    ObjectRequest,
+    ObjectRequestKind,
+    ObjectResponse,
+    ObjectStatus,
+    PeerRole,
+    Refusal,
+)
 
 if TYPE_CHECKING:
     from scaler.client.tasks_in_flight import TasksInFlight
@@ -30,6 +46,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RELEASE_GRACE_SECONDS = 10.0  # a released function may still be named by tasks built before its release
+RECONNECT_SECONDS = 5.0  # how long a request made while the server's connection is down waits for it
 
 PUTTING = object()  # the state of an object whose put is not acknowledged yet
 
@@ -39,12 +56,17 @@ class _Request:
     kind: ObjectRequestKind
     object_ids: List[bytes]
     deadline: float
+    waited: float  # how long it may wait for its answer (the time between its making and its deadline)
 
 
 class StorageRequests:
-    def __init__(self, client_id: bytes, timeout_seconds: float, out: List[Effect]) -> None:
+    def __init__(self, client_id: bytes, hello: Hello, timeout_seconds: float, out: List[Effect]) -> None:
         self.address: Optional[str] = None  # named by the scheduler's HelloAck
         self.error: Optional[Exception] = None  # the storage server refused this client
+        self._hello = hello
+        self._accepted = False  # its HelloAck came (since the last reconnect)
+        self._down = False  # its connection is closed: requests wait (unsent) for it to come back
+        self._unsent: List[Tuple[int, ToStorage]] = []  # (request ID, the request) made while it was down
         # object ID -> PUTTING, or the error of its failed put; acknowledged objects are not kept
         self.objects: Dict[bytes, Any] = {}
         self.tasks: TasksInFlight  # told what settled puts and reads mean (set by the core)
@@ -100,16 +122,65 @@ class StorageRequests:
         for object_id in object_ids:
             self._released[object_id] = now + RELEASE_GRACE_SECONDS
 
+    def hello(self, address: str) -> None:
+        """Connect to the server the scheduler named and say Hello (the requests follow on the connection)."""
+        self.address = address
+        self._out.append(ToStorage(self._hello))
+
     # --- answers -----------------------------------------------------------------------------------------------
 
+    def on_hello_ack(self, message: HelloAck, blobs: Sequence[Any]) -> None:
+        if message.role in (PeerRole.OBJECT_STORAGE, PeerRole.CLIENT):  # CLIENT: an older server, which does not say
+            self._accepted = True
+            return
+        what = f"{self.address}, named by the scheduler, is {role_name(message.role)}, not an object storage server"
+        self._refused(DisconnectedError(what))
+
     def on_refusal(self, message: Union[Refusal, HandshakeFailed], blobs: Sequence[Any]) -> None:
-        error = ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}")
+        if self._accepted:  # it accepted us before: it restarted, and knows us no more
+            self._accepted = False
+            why = f"the object storage server at {self.address} restarted and forgot this client: {message.reason}"
+            self._lose_everything(DisconnectedError(why))
+            self._out.append(ToStorage(self._hello))
+            return
+        self._refused(ProtocolError(f"object storage server at {self.address} refused the client: {message.reason}"))
+
+    def on_connection(self, change: str) -> None:
+        """What the socket monitor of the connection to the server saw (`connection_events`)."""
+        if change == connection_events.UP:
+            if self._down:
+                self._down = False
+                self._accepted = False
+                logger.info(f"Client: connected to the object storage server at {self.address} again")
+                self._out.append(ToStorage(self._hello))
+                unsent, self._unsent = self._unsent, []
+                self._out.extend(request for request_id, request in unsent if request_id in self._requests)
+        elif change == connection_events.DOWN:
+            lost = f"lost the connection to the object storage server at {self.address}"
+            logger.warning(f"Client: {lost}")
+            self._lose_everything(DisconnectedError(lost))
+            self._down = True
+        else:
+            what = f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
+            self._refused(DisconnectedError(what))
+
+    def _refused(self, error: Exception) -> None:
+        """The server will not serve us: what waits fails, and so does every request from now on."""
         self.error = error
         self._requests.clear()
         self._fail_puts([object_id for object_id, state in self.objects.items() if state is PUTTING], error)
         reads, self._reads = self._reads, {}
         for task_id in reads.values():
             self.tasks.result_lost(task_id, error)
+
+    def _lose_everything(self, error: Exception) -> None:
+        """The server is gone, or restarted: what waits on it fails, and what it held is gone (the functions
+        this client put are put again by the next tasks that need them)."""
+        self._out.append(ObjectsFailed(None))
+        requests, self._requests = self._requests, {}
+        self._unsent = []
+        for request in requests.values():
+            self._fail(request, error)
 
     def on_response(self, message: ObjectResponse, blobs: Sequence[Any]) -> None:
         request = self._requests.pop(message.request_id, None)
@@ -186,16 +257,21 @@ class StorageRequests:
             if request.deadline > now:
                 return
             del requests[request_id]
-            error = DisconnectedError(
-                f"object storage server at {self.address} did not answer within {self._timeout:g}s"
-            )
-            if request.kind == ObjectRequestKind.PUT:
-                self._fail_puts([oid for oid in request.object_ids if self.objects.get(oid) is PUTTING], error)
-                continue
-            for object_id in request.object_ids:
-                task_id = self._reads.pop(object_id, None)
-                if task_id is not None:
-                    self.tasks.result_lost(task_id, error)
+            if self._down:
+                silent = f"the object storage server at {self.address} was unreachable for {request.waited:g}s"
+            else:
+                silent = f"object storage server at {self.address} did not answer within {self._timeout:g}s"
+            self._fail(request, DisconnectedError(silent))
+
+    def _fail(self, request: _Request, error: Exception) -> None:
+        """What waits on ``request`` fails with ``error``."""
+        if request.kind == ObjectRequestKind.PUT:
+            self._fail_puts([oid for oid in request.object_ids if self.objects.get(oid) is PUTTING], error)
+            return
+        for object_id in request.object_ids:
+            task_id = self._reads.pop(object_id, None)
+            if task_id is not None:
+                self.tasks.result_lost(task_id, error)
 
     def delete_released(self, now: float, in_use: Dict[bytes, int]) -> None:
         """Delete the released functions whose grace is over and that no task names any more."""
@@ -220,8 +296,10 @@ class StorageRequests:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
         if self._deletes:
-            request = ObjectRequest(next(self._request_ids), ObjectRequestKind.DELETE, self._client_id, self._deletes)
-            self._out.append(ToStorage(request))  # its answer is not awaited
+            if not self._down:  # else they went with the server
+                request_id = next(self._request_ids)
+                request = ObjectRequest(request_id, ObjectRequestKind.DELETE, self._client_id, self._deletes)
+                self._out.append(ToStorage(request))  # its answer is not awaited
             self._deletes = []
 
     def _request(
@@ -229,9 +307,14 @@ class StorageRequests:
         frame_counts: Sequence[int] = (),
     ) -> None:  # fmt: skip
         request_id = next(self._request_ids)
-        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout)
-        request = ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts))
-        self._out.append(ToStorage(request, blobs))
+        message = ToStorage(ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts)), blobs)
+        if self._down:  # kept until the connection is back, for a while
+            waited = min(self._timeout, RECONNECT_SECONDS)
+            self._requests[request_id] = _Request(kind, object_ids, now + waited, waited)
+            self._unsent.append((request_id, message))
+            return
+        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout, self._timeout)
+        self._out.append(message)
 
     # --- the end of everything ---------------------------------------------------------------------------------
 
@@ -242,6 +325,7 @@ class StorageRequests:
     def stop(self, error: Exception) -> None:
         self._forget(error)
         self._requests.clear()
+        self._unsent.clear()
         self._puts.clear()
         self._gets.clear()
         self._deletes.clear()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.ids import show
 from scaler.protocol.messages import Counter, StateSnapshot, WorkerSnapshot
 
@@ -19,6 +20,7 @@ DEFAULT_WIDTH = 80
 _MIN_WORKER_WIDTH = 12
 _MAX_WORKER_WIDTH = 30
 _KEY_POLL_SECONDS = 0.05  # how often the screen looks for a key while it waits for a snapshot
+_TELL_WAITING_SECONDS = 2.0  # not on a terminal: how long before saying that no snapshot came yet
 _MESSAGE_ROWS = 7  # message types on an interactive screen (as many rows as the task states): room for workers
 
 
@@ -231,8 +233,13 @@ def render(
     return "\n".join(line[:width] for line in lines) + "\n"
 
 
-def waiting_screen(address: str, view: TopView, width: int) -> str:
-    lines = [f"scaler_top: no snapshot from {address} yet", "", HELP_LINE, *(HELP_TEXT if view.help else [])]
+def waiting_lines(address: str, problem: str = "") -> List[str]:
+    """What scaler_top says before the first snapshot: that none came yet, and what is wrong if it is known."""
+    return [f"scaler_top: no snapshot from {address} yet", *([f"scaler_top: {problem}"] if problem else [])]
+
+
+def waiting_screen(address: str, view: TopView, width: int, problem: str = "") -> str:
+    lines = [*waiting_lines(address, problem), "", HELP_LINE, *(HELP_TEXT if view.help else [])]
     return "\n".join(line[:width] for line in lines) + "\n"
 
 
@@ -260,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="exit when no snapshot arrives for this long (default: wait forever)",
     )
-    parser.add_argument("--sort-by", choices=SORT_COLUMNS, default="worker", help="order of the worker table")
+    parser.add_argument(
+        "--sort-by", choices=SORT_COLUMNS, default="worker", help="order of the worker table (default: %(default)s)"
+    )
     from scaler.protocol.security import add_security_arguments  # pyzmq only when running
 
     add_security_arguments(parser)  # a monitor key, when the cluster runs with keys
@@ -272,10 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Exit status: 0 after q, Ctrl-C or a --timeout that followed at least one snapshot, 1 if none came."""
     parser = build_parser()
-    try:
-        args = parse_arguments(parser, CONFIG_SECTION, argv)
-    except ConfigError as error:
-        parser.error(str(error))
+    args = parse_arguments(parser, CONFIG_SECTION, argv)
     setup_logging(args.logging_level, args.logging_paths, args.logging_config_file)
 
     from scaler.monitor.subscription import SnapshotSubscription  # pyzmq only when running
@@ -301,15 +307,28 @@ def _no_snapshot(address: str, timeout: Optional[float], shown: int) -> int:
 
 
 def _printed(subscription: Any, view: TopView, timeout: Optional[float]) -> int:
-    """Not on a terminal: every screen printed after the one before, no keys."""
+    """Not on a terminal: every screen printed after the one before, no keys. Until the first snapshot, stderr
+    says that none came yet (after a moment), and why if the address is known to be wrong."""
     shown = 0
+    told: List[str] = []
+    start = time.monotonic()
     while True:
-        snapshot = subscription.receive(timeout)
-        if snapshot is None:
+        wait = timeout
+        if not shown:  # wake now and then to say why nothing shows
+            left = math.inf if timeout is None else timeout - (time.monotonic() - start)
+            wait = max(0.0, min(left, _TELL_WAITING_SECONDS))
+        snapshot = subscription.receive(wait)
+        if snapshot is not None:
+            sys.stdout.write(render(snapshot, view=view) + "\n")
+            sys.stdout.flush()
+            shown += 1
+            continue
+        if shown or (timeout is not None and time.monotonic() - start >= timeout):
             return _no_snapshot(subscription.address, timeout, shown)
-        sys.stdout.write(render(snapshot, view=view) + "\n")
-        sys.stdout.flush()
-        shown += 1
+        waiting = waiting_lines(subscription.address, subscription.not_a_monitor)
+        if waiting != told:
+            told = waiting
+            print("\n".join(waiting), file=sys.stderr, flush=True)
 
 
 def _interactive(subscription: Any, view: TopView, timeout: Optional[float]) -> int:
@@ -318,13 +337,15 @@ def _interactive(subscription: Any, view: TopView, timeout: Optional[float]) -> 
     shown = 0
     snapshot: Optional[StateSnapshot] = None
     last_snapshot_at = time.monotonic()
+    problem = ""
     with Terminal() as terminal:
         redraw = True
         while True:
             if redraw:
                 width = terminal.width()
                 screen = render(snapshot, width=width, view=view, message_rows=_MESSAGE_ROWS) if snapshot else None
-                terminal.draw(screen or waiting_screen(subscription.address, view, width))
+                problem = subscription.not_a_monitor
+                terminal.draw(screen or waiting_screen(subscription.address, view, width, problem))
                 redraw = False
             key = terminal.read_key(_KEY_POLL_SECONDS)
             if key is not None:
@@ -337,7 +358,7 @@ def _interactive(subscription: Any, view: TopView, timeout: Optional[float]) -> 
                 shown += 1
             elif timeout is not None and time.monotonic() - last_snapshot_at >= timeout:
                 break
-            redraw = redraw or terminal.resized()
+            redraw = redraw or terminal.resized() or (snapshot is None and subscription.not_a_monitor != problem)
     return _no_snapshot(subscription.address, timeout, shown)
 
 

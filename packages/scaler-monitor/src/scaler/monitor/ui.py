@@ -12,7 +12,7 @@ import threading
 from typing import Optional, Sequence
 
 from scaler.monitor.top import address_argument
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments, setup_logging
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 
 CONFIG_SECTION = "ui"
 
@@ -30,7 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface the web server listens on (default: 127.0.0.1, this host only)"
     )
-    parser.add_argument("--port", type=int, default=8081, help="port the web server listens on (0: any free port)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8081,
+        help="port the web server listens on (0: any free port) (default: %(default)s)",
+    )
     parser.add_argument(
         "--token",
         default=None,
@@ -46,10 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    try:
-        args = parse_arguments(parser, CONFIG_SECTION, argv)
-    except ConfigError as error:
-        parser.error(str(error))
+    args = parse_arguments(parser, CONFIG_SECTION, argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"argument --port: {args.port} is not a port number (0 to 65535)")
     setup_logging(args.logging_level, args.logging_paths, args.logging_config_file)

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import importlib.resources
 import typing
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import capnp  # type: ignore[import-untyped]
@@ -168,7 +169,9 @@ _UNION_NAME_BY_TYPE: Dict[type, str] = {cls: name for name, cls in _TYPE_BY_UNIO
 
 
 def message_name(message_type: type) -> str:
-    """The name of a message type in the ``Message`` union (``taskBatch``)."""
+    """The name of a message type in the ``Message`` union (``taskBatch``; a `DamagedTaskBatch` is one too)."""
+    if message_type is DamagedTaskBatch:
+        return "taskBatch"
     return _UNION_NAME_BY_TYPE[message_type]
 
 
@@ -213,10 +216,8 @@ def _decode(frames: Sequence[Any], routed: bool) -> Tuple[Any, List[Any]]:
         limit = size // 2 + 64
         reader = schema.Message.from_segments(segments, traversal_limit_in_words=limit)
         which = str(reader.which())
-        if routed and which == "taskBatch":
-            received = _Received(segments, limit, "taskBatch", "tasks", reader.taskBatch.tasks)
-            tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(received.items)]
-            message: Any = messages.TaskBatch(tasks)
+        if which == "taskBatch":
+            message: Any = _task_batch(segments, limit, reader.taskBatch, routed)
         elif routed and which == "taskResultBatch":
             received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
             results: List[Any] = [RoutedResult(received, i, item) for i, item in enumerate(received.items)]
@@ -226,8 +227,111 @@ def _decode(frames: Sequence[Any], routed: bool) -> Tuple[Any, List[Any]]:
     except ProtocolError:
         raise
     except Exception as error:  # capnp raises KjException, ValueError, ... on bad input
-        raise ProtocolError(f"cannot decode message: {type(error).__name__}: {error}") from None
+        raise ProtocolError(f"cannot decode message: {_problem(error)}") from None
     return message, list(frames[1:])
+
+
+def _problem(error: Exception) -> str:
+    """What a decoding error says, in one line (capnp's own text names a C++ expression and adds a stack)."""
+    text = getattr(error, "description", None) or str(error)
+    if "cptr[unboundedSize] == '\\0'" in text:
+        return "a text field lacks its terminating NUL byte"
+    if type(error) is KeyError:  # a compiled reader's lookup of an enum value
+        return f"an enum field holds {error.args[0]}, a value this protocol version does not know"
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+@dataclass(slots=True)
+class DamagedTask:
+    """A task of a received `TaskBatch` that cannot be read whole: its ID (empty if even that cannot be read),
+    its attempt, and what is wrong with it."""
+
+    task_id: bytes
+    attempt: int
+    reason: str
+
+
+@dataclass(slots=True)
+class DamagedTaskBatch:
+    """A `TaskBatch` some of whose tasks cannot be read: the others (as `decode` or `decode_routed` reads a
+    task), and the damaged ones, so that a receiver can refuse each of those alone and go on with the rest."""
+
+    tasks: List[Any]
+    damaged: List[DamagedTask]
+    sequence: int = 0
+
+
+def _task_batch(segments: List[memoryview], limit: int, batch: Any, routed: bool) -> Any:
+    """A received TaskBatch: every task read (as a `RoutedTask` if ``routed``), or, when some cannot be, a
+    `DamagedTaskBatch`. The second pass, task by task, runs only for a damaged batch."""
+    items = batch.tasks
+    received = _Received(segments, limit, "taskBatch", "tasks", items) if routed else None
+    read_task = _reader(messages.Task)
+    try:
+        if received is not None:
+            tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(items)]
+        else:
+            tasks = [read_task(item) for item in items]
+        return messages.TaskBatch(tasks, batch.sequence)
+    except Exception:  # noqa: BLE001 - a damaged task: read them one by one
+        pass
+    # a fresh reader: the failed pass counted against the traversal limit
+    batch = schema.Message.from_segments(segments, traversal_limit_in_words=limit).taskBatch
+    items = batch.tasks
+    if received is not None:
+        received.items = items
+    tasks, damaged = [], []
+    for index, item in enumerate(items):
+        try:
+            tasks.append(RoutedTask(received, index, item) if received is not None else read_task(item))
+        except Exception as error:  # noqa: BLE001 - this task alone
+            damaged.append(_damaged_task(index, item, error))
+    return DamagedTaskBatch(tasks, damaged, batch.sequence)
+
+
+def _damaged_task(index: int, item: Any, error: Exception) -> DamagedTask:
+    try:
+        task_id = item._get_by_field(_F_TASK_ID)
+    except Exception:  # noqa: BLE001 - not even its ID
+        task_id = b""
+    return DamagedTask(task_id, item._get_by_field(_F_ATTEMPT), damage(item, messages.Task) or _problem(error))
+
+
+def damage(reader: Any, cls: type, prefix: str = "") -> str:
+    """What cannot be read in the struct ``reader`` of message type ``cls``: the first field that fails, and
+    why (``arguments[1].name: a text field lacks its terminating NUL byte``); "" if every field reads."""
+    fields = getattr(schema, cls.__name__).schema.fields
+    for _, name, kind, sub in _plan(cls).fields:
+        path = prefix + name
+        try:
+            value = reader._get_by_field(fields[name])
+            if kind == "enum":
+                _known(sub, value.raw)
+            elif kind == "list_enum":
+                for each in value:
+                    _known(sub, each.raw)
+            elif kind.startswith("list_") and kind != "list_struct":
+                list(value)
+        except Exception as error:  # noqa: BLE001 - this field
+            return f"{path}: {_problem(error)}"
+        if kind == "struct":
+            found = damage(value, sub, path + ".")
+            if found:
+                return found
+        elif kind == "list_struct":
+            for position, each in enumerate(value):
+                found = damage(each, sub, f"{path}[{position}].")
+                if found:
+                    return found
+    return ""
+
+
+def _known(enum_type: Any, raw: int) -> None:
+    if raw not in _ENUM_VALUES.setdefault(enum_type, frozenset(member.value for member in enum_type)):
+        raise ValueError(f"{raw} is not a {enum_type.__name__}")
+
+
+_ENUM_VALUES: Dict[Any, frozenset] = {}
 
 
 def _message_type(which: str) -> type:
@@ -301,12 +405,20 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     _TASK_FIELDS[name]
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
+_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS = (
+    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments")
+)
+_ARGUMENT_FIELDS = schema.Argument.schema.fields
+_F_ARGUMENT_NAME, _F_ARGUMENT_KIND, _F_ARGUMENT_DATA = (_ARGUMENT_FIELDS[name] for name in ("name", "kind", "data"))
+_ARGUMENT_KINDS = frozenset(kind.value for kind in messages.ArgumentKind)
 
 
 class RoutedTask:
     """A received `Task` as the scheduler holds it: the fields it routes by, and a reference to the rest.
 
-    ``client_id`` and ``attempt`` may be changed; they are written over the copy when the task is sent."""
+    Every field a worker reads is read once here too, so that a task a worker could not read is refused when
+    it is submitted (the batch comes as a `DamagedTaskBatch`), not found out by its worker. ``client_id`` and
+    ``attempt`` may be changed; they are written over the copy when the task is sent."""
 
     __slots__ = (
         "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "_received",
@@ -327,6 +439,16 @@ class RoutedTask:
         self.retries: int = get(_F_RETRIES)
         self._received = received
         self._index = index
+        # the rest, read only to know it can be read (the worker reads it); by index: faster than iterating
+        get(_F_FUNCTION_ID)
+        get(_F_SERIALIZER_ID)
+        arguments = get(_F_ARGUMENTS)
+        for position in range(len(arguments)):
+            get_argument = arguments[position]._get_by_field
+            get_argument(_F_ARGUMENT_NAME)
+            get_argument(_F_ARGUMENT_DATA)
+            if get_argument(_F_ARGUMENT_KIND).raw not in _ARGUMENT_KINDS:
+                raise ProtocolError("unknown argument kind")
 
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)

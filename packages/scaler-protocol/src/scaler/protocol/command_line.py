@@ -36,14 +36,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
             "-el",
             choices=EVENT_LOOPS,
             default="auto",
-            help="asyncio event loop (auto: uvloop when it is installed, else builtin)",
+            help="asyncio event loop; auto: uvloop when it is installed, else builtin (default: %(default)s)",
         )
     parser.add_argument(
-        "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-    )
+        "--logging-level", "-ll", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+        help="the least severe messages logged (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
-        "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH", help="where logs go"
-    )
+        "--logging-paths", "-lp", nargs="+", default=["/dev/stdout"], metavar="PATH",
+        help="where logs go: files, /dev/stdout or /dev/stderr (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument(
         "--logging-config-file",
         "-lcf",
@@ -55,7 +57,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:
     """Parse ``argv``; options from ``[section]`` of ``--config`` fill what the command line leaves unset, and
-    before them those of its ``[security]`` section that the program has (see `security.add_security_arguments`)."""
+    before them those of its ``[security]`` section that the program has (see `security.add_security_arguments`).
+    A config file that cannot be read, or holds no valid TOML, ends the program with one ``error:`` line (the
+    program's usage, then why), as any other wrong argument does."""
     # --config is looked for first: a positional given only in the file must not fail the first parse
     config_parser = argparse.ArgumentParser(add_help=False)
     config_parser.add_argument("--config", "-c")
@@ -64,6 +68,10 @@ def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optiona
         return parser.parse_args(argv)
     from scaler.protocol.security import SECURITY_OPTIONS  # pyzmq: not before a program runs
 
+    try:
+        values = load_config_section(config, section)
+    except ConfigError as error:
+        parser.error(str(error))
     known = {action.dest: action for action in parser._actions}
     defaults: Dict[str, Any] = {}
     if any(dest in SECURITY_OPTIONS for dest in known):  # one [security] section serves every program
@@ -73,7 +81,7 @@ def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optiona
                 parser.error(f"{config}: [{SECURITY_SECTION}] has unknown option {key!r}")
             if dest in known:  # the options of other programs (a daemon's authorized keys) are theirs
                 defaults[dest] = value
-    for key, value in load_config_section(config, section).items():
+    for key, value in values.items():
         dest = key.replace("-", "_")
         if dest not in known or dest in ("help", "config"):
             parser.error(f"{config}: [{section}] has unknown option {key!r}")

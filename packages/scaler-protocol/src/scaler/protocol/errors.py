@@ -21,6 +21,10 @@ class DisconnectedError(ScalerError):
     """The peer (scheduler, storage server) is gone or never answered."""
 
 
+class ShutdownRefusedError(ScalerError):
+    """The scheduler refused a client's shutdown request (it runs with ``--protected``)."""
+
+
 class WorkerDiedError(ScalerError):
     """The process running a task died before the task finished."""
 

@@ -18,6 +18,7 @@ class PeerRole(enum.IntEnum):
     SCHEDULER = 2
     MONITOR = 3
     WORKER_MANAGER = 4
+    OBJECT_STORAGE = 5  # protocol 1.3
 
 
 class ArgumentKind(enum.IntEnum):
@@ -99,6 +100,7 @@ class HelloAck:
     object_storage_address: str = ""
     heartbeat_interval_seconds: float = 0.0
     timeout_seconds: float = 0.0
+    role: PeerRole = PeerRole.CLIENT  # who answered (1.5); CLIENT: an older peer, which does not say
 
 
 @dataclass(slots=True)
@@ -129,6 +131,10 @@ class WorkerHeartbeat:
     running_tasks: int = 0
     suspended_tasks: int = 0
     functions: List[FunctionStats] = field(default_factory=list)
+    last_batch: int = 0  # 1.3: the sequence of the last TaskBatch received
+    held_tasks: int = 0  # 1.3: tasks held, in any state
+    held_digest: int = 0  # 1.3: digest of their IDs (scaler.protocol.held_tasks)
+    held_task_ids: List[bytes] = field(default_factory=list)  # 1.3: only when the echo asked for them
 
 
 @dataclass(slots=True)
@@ -141,7 +147,7 @@ class FunctionStats:
 
 @dataclass(slots=True)
 class WorkerHeartbeatEcho:
-    pass
+    send_task_ids: bool = False  # 1.3: answer at once with a heartbeat listing held_task_ids
 
 
 @dataclass(slots=True)
@@ -171,6 +177,7 @@ class Task:
 @dataclass(slots=True)
 class TaskBatch:
     tasks: List[Task] = field(default_factory=list)
+    sequence: int = 0  # 1.3: scheduler -> worker, 1, 2, ... per worker; 0 from clients
 
 
 @dataclass(slots=True)

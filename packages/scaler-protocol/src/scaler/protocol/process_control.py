@@ -1,4 +1,5 @@
-"""How Scaler's processes live and die: ending with their parent, and reusing the memory of freed payloads."""
+"""How Scaler's processes live and die: stopping on a signal from their first line, ending with their parent,
+starting children that end with them, and reusing the memory of freed payloads."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 PARENT_PID_ENVIRONMENT_VARIABLE = "SCALER_PARENT_PID"
 
@@ -39,6 +41,27 @@ def die_with_parent_from_environment(sig: int = signal.SIGTERM) -> None:
     value = os.environ.pop(PARENT_PID_ENVIRONMENT_VARIABLE, "")
     if value.isdigit():
         die_with_parent(sig, int(value))
+
+
+def start_child(command: Sequence[str], **options: Any) -> subprocess.Popen:
+    """``subprocess.Popen(command, **options)``, ending (SIGTERM) when this process ends, however it ends: the
+    kernel's parent-death signal, set in the child before it runs the program, and this pid in
+    ``SCALER_PARENT_PID``, which Scaler's programs check first (this process may have died before the
+    signal was set)."""
+    environment = dict(options.pop("env", None) or os.environ)
+    environment[PARENT_PID_ENVIRONMENT_VARIABLE] = str(os.getpid())
+    return subprocess.Popen(command, env=environment, preexec_fn=die_with_parent, **options)
+
+
+def stop_on_signals() -> None:
+    """From the first line of a program until it installs its own handlers: SIGTERM and SIGINT end it quietly
+    (`SystemExit`, so the ``finally`` blocks of what it started run; no traceback), whatever it is doing."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_quietly)
+
+
+def _exit_quietly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def _set_parent_death_signal(sig: int) -> bool:

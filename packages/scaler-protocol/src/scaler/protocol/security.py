@@ -57,9 +57,6 @@ SCHEDULER_DOMAIN = "scaler.scheduler"  # clients and workers (the core checks th
 MONITOR_DOMAIN = "scaler.monitor"  # monitor keys only (and client keys with --monitor-clients)
 STORAGE_DOMAIN = "scaler.storage"  # clients, workers, the scheduler (the core checks each Hello and request)
 
-HANDSHAKE_FAILURES = (
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
 _ZAP_STATUS = {300: "it cannot check keys right now", 400: "it does not accept this key", 500: "its ZAP handler failed"}
 _PROTOCOL_ERRORS = {getattr(zmq, name): name[len("PROTOCOL_ERROR_") :].lower() for name in dir(zmq)
                     if name.startswith("PROTOCOL_ERROR_")}  # fmt: skip
@@ -372,12 +369,6 @@ def new_socket(context: Any, socket_type: int, keys: Keys, domain: Optional[str]
     else:
         socket.curve_serverkey = keys.server_public
     return socket
-
-
-def watch_handshakes(socket: Any, events: int = 0) -> Any:
-    """The monitor socket of ``socket`` that reports its failed handshakes (and ``events``), for
-    `handshake_failure`. ZeroMQ allows one monitor per socket: add every event wanted here."""
-    return socket.get_monitor_socket(HANDSHAKE_FAILURES | events)
 
 
 def handshake_failure(frames: List[Any], keys: Keys, peer: str) -> Optional[str]:

@@ -14,13 +14,16 @@ from scaler.protocol.messages import Version
 # 1.2: monitoring: WorkerHeartbeat.functions, StateSnapshot.clientSnapshots
 # 1.3: task output streamed to its client: Task.streamOutput, TaskOutputBatch
 # 1.4: nested tasks: WaitingTasks (a worker's tasks that wait for the tasks they submitted)
-PROTOCOL_VERSION = Version(major=1, minor=4)
+# 1.5: failure handling: HelloAck.role, PeerRole.objectStorage, TaskBatch.sequence, WorkerHeartbeat.lastBatch,
+#      heldTasks, heldDigest, heldTaskIds, WorkerHeartbeatEcho.sendTaskIds
+PROTOCOL_VERSION = Version(major=1, minor=5)
 
 
 # The first version of each message that a peer of an older minor version cannot read (a new union member):
 # it goes only to peers whose Hello or HelloAck says this version or later.
 TASK_OUTPUT_VERSION = Version(major=1, minor=3)  # TaskOutputBatch
 WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
+RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 
@@ -32,30 +33,47 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
-        help="even: least loaded worker; capability: also only workers with the capabilities a task needs",
+        help="even: least loaded worker; capability: also only workers with the capabilities a task needs "
+        "(default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--max-task-deaths", type=int, default=3,
-        help="a task whose processor or worker died this many times fails instead of running again",
+        help="a task whose processor died this many times fails (WorkerDiedError) instead of running again "
+        "(default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--graph-sorter", "-gs", choices=("auto", "graphblas", "python"), default="auto",
-        help="graph task bookkeeping: GraphBLAS (the graphblas extra), pure Python, or auto: GraphBLAS if installed",
+        help="graph task bookkeeping: GraphBLAS (the graphblas extra), pure Python, or auto: GraphBLAS if installed "
+        "(default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--graph-inline-bytes", type=int, default=DEFAULT_INLINE_BUDGET,
         help="small graph results the scheduler holds for their dependants, in bytes; beyond that (and always "
-        "with 0) results other graph nodes need go through object storage",
+        "with 0) results other graph nodes need go through object storage (default: %(default)s)",
     )  # fmt: skip
-    parser.add_argument("--heartbeat-interval-seconds", "-hi", type=float, default=2.0)
-    parser.add_argument("--client-timeout-seconds", "-ct", type=float, default=60.0)
-    parser.add_argument("--worker-timeout-seconds", "-wt", type=float, default=60.0)
+    parser.add_argument(
+        "--heartbeat-interval-seconds", "-hi", type=float, default=1.0, metavar="SECONDS",
+        help="how often clients and workers send heartbeats (told them when they connect; a worker or client "
+        "set to beat more often keeps its own) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client-timeout-seconds", "-ct", type=float, default=60.0, metavar="SECONDS",
+        help="a client silent this long is forgotten: its tasks cancelled, its objects deleted (a client whose "
+        "connection closes is forgotten at once) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--worker-timeout-seconds", "-wt", type=float, default=60.0, metavar="SECONDS",
+        help="a worker silent this long is forgotten and its tasks run elsewhere (a worker whose connection "
+        "closes, at once) (default: %(default)s)",
+    )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+    stop_on_signals()  # until the event loop takes the signals over: a stop during the start is clean too
+    die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, "scheduler", argv)
     from scaler.scheduler.server import run_scheduler

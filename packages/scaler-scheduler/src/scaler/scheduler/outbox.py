@@ -15,11 +15,12 @@ from scaler.scheduler.scheduler_events import Send
 
 
 class Outbox:
-    __slots__ = ("sends", "tasks", "cancels", "results", "confirms", "last")
+    __slots__ = ("sends", "tasks", "sequences", "cancels", "results", "confirms", "last")
 
     def __init__(self) -> None:
         self.sends: List[Any] = []  # effects in the order they were made: acks, echoes, storage requests...
         self.tasks: DefaultDict[bytes, List[Any]] = defaultdict(list)  # worker -> tasks to run
+        self.sequences: Dict[bytes, int] = {}  # worker -> the sequence of its TaskBatch
         self.cancels: DefaultDict[bytes, List[bytes]] = defaultdict(list)  # worker -> task IDs to cancel
         self.results: DefaultDict[bytes, List[Any]] = defaultdict(list)  # client -> results
         self.confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}  # client -> (task IDs, cancelled)
@@ -42,7 +43,8 @@ class Outbox:
                 effects.append(Send(client_id, m.TaskCancelConfirm(task_ids, cancelled)))
         for worker_id, task_ids in self.cancels.items():
             effects.append(Send(worker_id, m.TaskCancel(task_ids)))
+        sequences = self.sequences
         for worker_id, tasks in self.tasks.items():
-            effects.append(Send(worker_id, m.TaskBatch(tasks)))
+            effects.append(Send(worker_id, m.TaskBatch(tasks, sequences.get(worker_id, 0))))
         effects.extend(self.last)
         return effects

@@ -6,6 +6,7 @@ from typing import Dict, Set
 
 from scaler.protocol import messages as m
 from scaler.protocol.security import Credential
+from scaler.protocol.version import RECONCILING_VERSION, knows
 
 DEFAULT_QUEUE_CAPACITY = 1000
 
@@ -13,7 +14,7 @@ DEFAULT_QUEUE_CAPACITY = 1000
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending", "waiting", "credential",
+        "balance_pending", "waiting", "credential", "reconciles", "batch_sequence",
     )  # fmt: skip
     role = m.PeerRole.WORKER
 
@@ -23,12 +24,16 @@ class Worker:
         self.info = hello.worker_info
         self.hostname = hello.hostname
         self.pid = hello.pid
-        self.tasks: Dict[bytes, None] = {}  # the tasks it holds (an insertion-ordered set)
+        # the tasks it holds, each with the sequence of the TaskBatch it was sent in (in the order sent)
+        self.tasks: Dict[bytes, int] = {}
         self.last_seen = now
         self.heartbeat = m.WorkerHeartbeat()
         self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
         self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
         self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
+        # its heartbeats say what it holds (protocol 1.5): the scheduler checks them against `tasks`
+        self.reconciles = knows(hello.version, RECONCILING_VERSION)
+        self.batch_sequence = 0  # of the last TaskBatch sent to it
         self.waiting: Set[bytes] = set()  # of its tasks, those that wait for tasks they submitted (no room held)
 
     @property

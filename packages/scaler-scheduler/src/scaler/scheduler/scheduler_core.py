@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
 from scaler.protocol.security import Credential, RefusalLog
@@ -34,9 +35,11 @@ from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import (
     CannotForward,
+    ConnectionClosed,
     FromPeer,
     FromStorage,
     MonitorSubscription,
+    PeerConnection,
     Publish,
     Send,
     Shutdown,
@@ -63,7 +66,7 @@ class SchedulerSettings:
     object_storage_address: str = ""
     object_storage_address_given: bool = False  # else the default: a server is started there if none answers
     pid: int = 0  # this process's, for the Hello to the object storage server
-    heartbeat_interval_seconds: float = 2.0
+    heartbeat_interval_seconds: float = 1.0
     client_timeout_seconds: float = 60.0
     worker_timeout_seconds: float = 60.0
     protected: bool = False
@@ -87,6 +90,12 @@ class SchedulerCore:
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid
         )
+        # Connections (their file descriptors) and the peers that said Hello on them; a peer whose connection
+        # closes is gone. An fd is reused once closed: a Hello from another peer on a known fd means the old
+        # owner's connection closed, and the close event still on its way is not this new connection's.
+        self._connections: Dict[int, bytes] = {}  # connection -> the last peer that said Hello on it
+        self._connection_of: Dict[bytes, int] = {}  # peer -> the connection of its last Hello
+        self._closes_to_skip: Counter = Counter()  # connection -> close events of its previous owners
         self._subscribers = 0
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
@@ -98,6 +107,8 @@ class SchedulerCore:
             StorageLost: self._on_storage_lost,
             StorageRefused: self._on_storage_refused,
             CannotForward: self._on_cannot_forward,
+            PeerConnection: self._on_peer_connection,
+            ConnectionClosed: self._on_connection_closed,
             MonitorSubscription: self._on_monitor_subscription,
             Tick: self._on_tick,
         }
@@ -105,6 +116,7 @@ class SchedulerCore:
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
             m.TaskBatch: routing.on_task_batch,
+            codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
             m.ObjectInstruction: self._on_object_instruction,
@@ -214,6 +226,41 @@ class SchedulerCore:
         )
         self._routing.cannot_forward(event.to, event.message_type, event.items, event.reasons, out)
 
+    def _on_peer_connection(self, event: PeerConnection, now: float, out: Outbox) -> None:
+        connection, source = event.connection, event.source
+        owner = self._connections.get(connection)
+        if owner is not None and owner != source:  # the fd was reused: the owner's connection closed
+            self._closes_to_skip[connection] += 1
+            self._connection_gone(owner, connection, out)
+        self._connections[connection] = source
+        self._connection_of[source] = connection
+
+    def _on_connection_closed(self, event: ConnectionClosed, now: float, out: Outbox) -> None:
+        connection = event.connection
+        if self._closes_to_skip[connection] > 0:  # the close of a previous owner of this fd, seen already
+            self._closes_to_skip[connection] -= 1
+            return
+        del self._closes_to_skip[connection]
+        owner = self._connections.pop(connection, None)
+        if owner is not None:
+            self._connection_gone(owner, connection, out)
+
+    def _connection_gone(self, peer_id: bytes, connection: int, out: Outbox) -> None:
+        """The connection on which ``peer_id`` said Hello closed: unless it said Hello again on another one
+        since, it is gone (a peer's session is its connection: it does not come back on a new one)."""
+        if self._connection_of.get(peer_id) != connection:
+            return
+        del self._connection_of[peer_id]
+        worker = self._workers.get(peer_id)
+        if worker is not None:
+            logger.warning(f"Scheduler: worker {show(peer_id)} disconnected (its connection closed)")
+            self._remove_worker(worker, out)
+            return
+        client = self._clients.get(peer_id)
+        if client is not None:
+            logger.warning(f"Scheduler: client {show(peer_id)} disconnected (its connection closed)")
+            self._remove_client(client, out, forget=True)
+
     def _on_monitor_subscription(self, event: MonitorSubscription, now: float, out: Outbox) -> None:
         self._subscribers = max(0, self._subscribers + event.change)
 
@@ -224,7 +271,7 @@ class SchedulerCore:
         for worker in list(self._workers.values()):
             if now - worker.last_seen > self.settings.worker_timeout_seconds:
                 logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
-                self._routing.remove_worker(worker, out)
+                self._remove_worker(worker, out)
         for client in list(self._clients.values()):
             if now - client.last_seen > self.settings.client_timeout_seconds:
                 logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
@@ -270,7 +317,11 @@ class SchedulerCore:
                 client.last_seen = now
             timeout = self.settings.client_timeout_seconds
         ack = m.HelloAck(
-            PROTOCOL_VERSION, self.settings.object_storage_address, self.settings.heartbeat_interval_seconds, timeout
+            PROTOCOL_VERSION,
+            self.settings.object_storage_address,
+            self.settings.heartbeat_interval_seconds,
+            timeout,
+            m.PeerRole.SCHEDULER,
         )
         out.sends.append(Send(source, ack))
 
@@ -305,8 +356,17 @@ class SchedulerCore:
         out.sends.append(Send(source, m.ClientHeartbeatEcho()))
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
-        self._workers[source].heartbeat = message
-        out.sends.append(Send(source, m.WorkerHeartbeatEcho()))
+        """Kept for monitors; what the worker says it holds is checked against what it was sent."""
+        worker = self._workers[source]
+        ask = worker.reconciles and self._routing.reconcile(worker, message, out)
+        message.held_task_ids = []  # monitors need not see them
+        worker.heartbeat = message
+        out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask)))
+
+    def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
+        """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
+        self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
+        self._routing.reject_damaged(source, message.damaged, out)
 
     def _on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
         """What tasks printed (their clients asked for it): on to each client still here that reads it, in the
@@ -327,8 +387,12 @@ class SchedulerCore:
 
     def _on_worker_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: worker {show(source)} disconnected: {message.reason or 'no reason given'}")
-        self._routing.remove_worker(self._workers[source], out)
+        self._remove_worker(self._workers[source], out)
         out.sends.append(Send(source, m.DisconnectResponse()))
+
+    def _remove_worker(self, worker: Worker, out: Outbox) -> None:
+        self._connection_of.pop(worker.worker_id, None)
+        self._routing.remove_worker(worker, out)
 
     def _on_shutdown_request(self, source: bytes, message: Any, now: float, out: Outbox) -> None:
         if self.settings.protected:
@@ -352,6 +416,7 @@ class SchedulerCore:
         """The client left (``forget``) or cleared: its graphs and tasks are dropped, its objects cleared."""
         if forget:
             del self._clients[client.client_id]
+            self._connection_of.pop(client.client_id, None)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)

@@ -33,6 +33,21 @@ class FromPeer:
 
 
 @dataclass(slots=True)
+class PeerConnection:
+    """Peer ``source`` said Hello on ``connection`` (the file descriptor of its connection; the Hello follows)."""
+
+    source: bytes
+    connection: int
+
+
+@dataclass(slots=True)
+class ConnectionClosed:
+    """A connection of a client or worker closed (its peer died, left, or the network dropped it)."""
+
+    connection: int
+
+
+@dataclass(slots=True)
 class FromStorage:
     """One decoded message from the object storage server."""
 

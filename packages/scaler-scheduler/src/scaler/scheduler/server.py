@@ -1,11 +1,15 @@
 """The scheduler's asyncio/ZeroMQ shell around `SchedulerCore`.
 
-It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server and a monitor of
-that connection, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
+It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server, a ZeroMQ socket
+monitor of each, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
 carries out the effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ
 file descriptor and drained in bursts, so a burst of messages costs one wake-up. With keys, every socket is
 CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized keys only (monitor
 keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
+
+Connections: the ROUTER's monitor reports each closed connection by its file descriptor (`ConnectionClosed`),
+and a Hello comes with the file descriptor of the connection it came on (`PeerConnection`, from the
+message's ``zmq.SRCFD``); the core decides who is gone.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import psutil
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from scaler.protocol import codec
+from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
-from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.process_control import start_child
 from scaler.protocol.security import (
     MONITOR_DOMAIN,
     NO_SECURITY,
@@ -39,19 +44,19 @@ from scaler.protocol.security import (
     SCHEDULER_DOMAIN,
     SecurityConfig,
     check_exposure,
-    handshake_failure,
     new_socket,
     server_keys,
-    watch_handshakes,
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     CannotForward,
+    ConnectionClosed,
     FromPeer,
     FromStorage,
     MonitorSubscription,
+    PeerConnection,
     Publish,
     Send,
     Shutdown,
@@ -83,7 +88,7 @@ class SchedulerServer:
         object_storage_address: Optional[str] = None,
         monitor_address: Optional[str] = None,
         protected: bool = False,
-        heartbeat_interval_seconds: float = 2.0,
+        heartbeat_interval_seconds: float = 1.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         allocate_policy: str = "even",
@@ -119,8 +124,10 @@ class SchedulerServer:
         )
         self._context = zmq.Context()
         self._router: Any = None
+        self._router_connections: Any = None  # the monitor socket of the ROUTER: closed connections
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
+        self._storage_watch: Optional[ConnectionWatch] = None
         self._monitor: Any = None
         self._watched: List[Any] = []  # (socket, to_event, copy) read by _drain
         self._storage_process: Optional[subprocess.Popen] = None
@@ -153,6 +160,7 @@ class SchedulerServer:
                 loop.add_signal_handler(sig, self._stop.set)
             self._watch(self._storage, self._storage_event)
             self._watch(self._storage_connection, self._storage_connection_event)
+            self._watch(self._router_connections, self._router_connection_event)
             self._feed(Start())
             ticks = asyncio.ensure_future(self._tick_when_due())
             await self._stop.wait()
@@ -175,6 +183,8 @@ class SchedulerServer:
         self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN)
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router_connections = self._router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
         logger.info(f"Scheduler: listen to scheduler address {self.address}")
         self._monitor = new_socket(self._context, zmq.XPUB, keys, MONITOR_DOMAIN)
@@ -182,7 +192,10 @@ class SchedulerServer:
         self._bind_socket(self._monitor, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
         self._storage = new_socket(self._context, zmq.DEALER, keys)
-        self._storage_connection = watch_handshakes(self._storage, zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self._storage_watch = ConnectionWatch(
+            self._storage, self._keys, f"the object storage server at {self.object_storage_address}"
+        )
+        self._storage_connection = self._storage_watch.monitor
         self._storage.connect(self.object_storage_address)
 
     def _serve_metrics(self) -> None:
@@ -223,7 +236,10 @@ class SchedulerServer:
                 pass
         if self._storage_connection is not None:
             self._storage.disable_monitor()
-        for socket in (self._router, self._storage, self._storage_connection, self._monitor):
+        if self._router_connections is not None:
+            self._router.disable_monitor()
+        sockets = (self._router, self._router_connections, self._storage, self._storage_connection, self._monitor)
+        for socket in sockets:
             if socket is not None:
                 socket.close(linger=0)
         if self._zap is not None:
@@ -257,20 +273,28 @@ class SchedulerServer:
         asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy)
 
     def _router_event(self, frames: List[Any]) -> Optional[FromPeer]:
-        source = frames[0]
+        """A client's or worker's message, received as ``zmq.Frame``s (a Hello's connection is in its frame; with
+        keys, the key ZeroMQ authenticated is the property User-Id of each frame)."""
+        source = frames[0].bytes
+        head = frames[1] if len(frames) > 1 else None
         credential = OPEN
-        if self._keys.secure:  # frames: the key ZeroMQ authenticated is the property User-Id of each
-            source = source.bytes
-            if len(frames) > 1:
-                credential = self._keys.credential(str(frames[1].get("User-Id")))
+        if self._keys.secure and head is not None:
+            credential = self._keys.credential(str(head.get("User-Id")))
         try:
-            # tasks and results are read only as far as routing needs; encode copies the rest through
-            message, _ = codec.decode_routed(frames[1:])
+            # tasks and results are read only as far as routing needs; encode copies the rest through. A small
+            # frame is copied: keeping it would keep the 8 KiB buffer libzmq received it in (codec.received_blobs)
+            received = [head.bytes if head is not None and len(head) < codec.ZERO_COPY_BYTES else head, *frames[2:]]
+            message, _ = codec.decode_routed(received if head is not None else [])
         except ProtocolError as error:
             logger.warning(f"Scheduler: dropped malformed message from {show(source)}: {error}")
             return None
         self._received[type(message).__name__] += 1
+        if type(message) is m.Hello:
+            self._feed(PeerConnection(source, head.get(zmq.SRCFD)))  # type: ignore[union-attr]
         return FromPeer(source, message, credential)
+
+    def _router_connection_event(self, frames: List[Any]) -> ConnectionClosed:
+        return ConnectionClosed(parse_monitor_message(frames)["value"])
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
         try:
@@ -281,11 +305,12 @@ class SchedulerServer:
         return FromStorage(message)
 
     def _storage_connection_event(self, frames: List[Any]) -> Any:
-        refused = handshake_failure(frames, self._keys, f"the object storage server at {self.object_storage_address}")
-        if refused is not None:
-            return StorageRefused(refused)
-        event = parse_monitor_message(frames)["event"]
-        return StorageConnected() if event == zmq.EVENT_CONNECTED else StorageLost()
+        change = self._storage_watch.change(frames)
+        if change == connection_events.UP:
+            return StorageConnected()
+        if change == connection_events.REFUSED and self._storage_watch.refusal is not None:
+            return StorageRefused(self._storage_watch.refusal)
+        return None if change is None else StorageLost()
 
     def _monitor_event(self, frames: List[Any]) -> Optional[MonitorSubscription]:
         change = {b"\x01": 1, b"\x00": -1}.get(frames[0][:1])
@@ -341,7 +366,8 @@ class SchedulerServer:
                 bad.append(item)
                 reasons.append(str(error))
         if good:
-            self._router.send_multipart([to, *codec.encode(batch_type(good))], zmq.NOBLOCK)
+            rest = m.TaskBatch(good, batch.sequence) if batch_type is m.TaskBatch else m.TaskResultBatch(good)
+            self._router.send_multipart([to, *codec.encode(rest)], zmq.NOBLOCK)
         if bad:
             self._feed(CannotForward(to, batch_type, bad, reasons))
 
@@ -354,7 +380,7 @@ class SchedulerServer:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
-        self._watch(self._router, self._router_event, copy=not self._keys.secure)
+        self._watch(self._router, self._router_event, copy=False)
         self._watch(self._monitor, self._monitor_event)
         logger.info("Scheduler: started")
 
@@ -397,11 +423,7 @@ def start_object_storage_process(address: str, security: SecurityConfig = NO_SEC
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         )
-    return subprocess.Popen(
-        [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()],
-        stdin=subprocess.DEVNULL,
-        preexec_fn=die_with_parent,
-    )
+    return start_child([sys.executable, "-m", "scaler.storage", address, *security.to_arguments()], stdin=subprocess.DEVNULL)
 
 
 def stop_process(process: subprocess.Popen, timeout: float = _STOP_TIMEOUT_SECONDS) -> None:

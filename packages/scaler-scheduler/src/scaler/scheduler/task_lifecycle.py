@@ -37,7 +37,7 @@ class TaskEvent(enum.Enum):
     CANCEL = "cancel"  # its client cancels it and waits for the confirm
     WITHDRAW = "withdraw"  # its client left, timed out or cleared its tasks: nobody waits for a confirm
     CANCEL_CONFIRMED = "cancel_confirmed"  # its worker confirmed a cancel (or no longer knows the task)
-    WORKER_GONE = "worker_gone"  # its worker died, timed out or left
+    WORKER_GONE = "worker_gone"  # its worker died, timed out or left, or its heartbeat says it does not hold it
     BALANCED = "balanced"  # its worker gave it back without running it
     EXPIRED = "expired"  # its timeout passed
     UNSENDABLE = "unsendable"  # it cannot be encoded for its worker (only a crafted message gets there)

@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
+from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
@@ -159,6 +160,53 @@ class TaskRouting:
                 step(record, self._failure_event(record, result), out, result)
             else:
                 logger.warning(f"Scheduler: dropped result with status {result.status.name} from {show(source)}")
+
+    def reject_damaged(self, source: bytes, damaged: List[Any], out: Outbox) -> None:
+        """Tasks of client ``source`` that cannot be read whole (`codec.DamagedTask`): each is rejected to its
+        client, saying what is wrong; the rest of their batch was queued as usual."""
+        for task in damaged:
+            if not task.task_id or task.task_id in self._tasks:
+                logger.warning(f"Scheduler: dropped a task of client {show(source)} that cannot be read: {task.reason}")
+                continue
+            why = f"the scheduler refused this task: it cannot be read: {task.reason}"
+            logger.warning(f"Scheduler: refused task {task.task_id.hex()} of client {show(source)}: {task.reason}")
+            out.results[source].append(
+                m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+            )
+
+    def reconcile(self, worker: Worker, heartbeat: m.WorkerHeartbeat, out: Outbox) -> bool:
+        """Check what worker says it holds against what it was sent; True: ask it for the IDs of its tasks.
+
+        The tasks sent in batches after the last one it had received when it sent the heartbeat
+        (``last_batch``) are on their way: they do not count. A heartbeat that lists the IDs settles it: a task
+        sent in time that it does not hold is queued again (the worker lost it), a task it holds that it was not
+        sent (or not any more) is cancelled there. Else its count and digest are compared with ours."""
+        tasks = worker.tasks
+        last_batch = heartbeat.last_batch
+        if len(heartbeat.held_task_ids) == heartbeat.held_tasks:  # a list of the IDs (or nothing held)
+            held = set(heartbeat.held_task_ids)
+            lost = [task_id for task_id, sequence in tasks.items() if sequence <= last_batch and task_id not in held]
+            if lost:
+                logger.warning(
+                    f"Scheduler: worker {show(worker.worker_id)} does not hold {len(lost)} task(s) it was sent: "
+                    "they are queued again"
+                )
+                for task_id in lost:
+                    self._step(self._tasks[task_id], TaskEvent.WORKER_GONE, out)
+            unknown = held.difference(tasks)
+            if unknown:
+                logger.warning(
+                    f"Scheduler: worker {show(worker.worker_id)} holds {len(unknown)} task(s) not assigned to it: "
+                    "cancelled there"
+                )
+                out.cancels[worker.worker_id].extend(unknown)
+            return False
+        count = digest = 0  # made here, once a heartbeat, rather than kept up to date at every task
+        for task_id, sequence in tasks.items():
+            if sequence <= last_batch:
+                count += 1
+                digest ^= task_term(task_id)
+        return count != heartbeat.held_tasks or folded(digest) != heartbeat.held_digest
 
     def cancel(self, client_id: bytes, task_ids: Iterable[bytes], out: Outbox) -> None:
         """The client cancels tasks; each is confirmed, now or once its worker confirmed."""
@@ -339,8 +387,14 @@ class TaskRouting:
     def _send_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         task = record.task
         task.attempt += 1
-        self._workers[record.worker_id].tasks[task.task_id] = None  # type: ignore[index]
-        out.tasks[record.worker_id].append(task)  # type: ignore[index]
+        worker_id: bytes = record.worker_id  # type: ignore[assignment]
+        worker = self._workers[worker_id]
+        batch = out.tasks[worker_id]
+        if not batch:  # the first task of this event for that worker: a new TaskBatch
+            worker.batch_sequence += 1
+            out.sequences[worker_id] = worker.batch_sequence
+        worker.tasks[task.task_id] = worker.batch_sequence
+        batch.append(task)
 
     def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]

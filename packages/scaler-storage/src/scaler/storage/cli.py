@@ -8,8 +8,9 @@ import sys
 from typing import Optional, Sequence, Union
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import ConfigError, add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, parse_arguments
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
 from scaler.storage.server import default_max_memory, run_object_storage_server
@@ -84,11 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    stop_on_signals()  # until the event loop takes the signals over: a stop during the start is clean too
+    die_with_parent_from_environment()
     parser = build_parser()
-    try:
-        args = parse_arguments(parser, CONFIG_SECTION, argv)
-    except ConfigError as error:
-        parser.error(str(error))
+    args = parse_arguments(parser, CONFIG_SECTION, argv)
     for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
         value = getattr(args, option)
         if value is not None:

@@ -47,6 +47,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    PeerRole,
     Refusal,
 )
 from scaler.protocol.security import RefusalLog
@@ -215,7 +216,11 @@ class ObjectStore:
         reads_frames = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
         self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames)
         ack = HelloAck(
-            version=PROTOCOL_VERSION, object_storage_address="", heartbeat_interval_seconds=0.0, timeout_seconds=0.0
+            version=PROTOCOL_VERSION,
+            object_storage_address="",
+            heartbeat_interval_seconds=0.0,
+            timeout_seconds=0.0,
+            role=PeerRole.OBJECT_STORAGE,  # who answered (protocol 1.5): a client given this port by mistake says so
         )
         return [Reply(peer_id, ack)]
 

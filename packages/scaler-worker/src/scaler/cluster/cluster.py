@@ -28,7 +28,7 @@ import time
 from typing import Optional, Sequence
 
 from scaler.protocol.command_line import setup_logging
-from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent
+from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent, start_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, peer_keys
 from scaler.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
@@ -156,11 +156,9 @@ class ClusterSupervisor:
                 self._start(worker, now)
 
     def _start(self, worker: _WorkerProcess, now: float) -> None:
-        environment = dict(os.environ)
-        environment[PARENT_PID_ENVIRONMENT_VARIABLE] = str(os.getpid())
         command = [sys.executable, "-m", "scaler.worker.worker_main", *self._config.to_arguments()]
         try:
-            worker.process = subprocess.Popen(command, env=environment, stdin=subprocess.DEVNULL)
+            worker.process = start_child(command, stdin=subprocess.DEVNULL)
         except OSError as error:
             logger.error(f"Worker[{worker.index}] could not start: {error}")
             self._schedule_restart(worker, now, failed_fast=True)

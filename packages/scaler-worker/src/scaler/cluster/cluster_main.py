@@ -49,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.cluster.cluster import run_cluster
+    from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 
+    stop_on_signals()  # until the supervisor takes the signals over: a stop during the start is clean too
+    die_with_parent_from_environment()  # started by a program (SchedulerClusterCombo): end with it
     parser = build_parser()
     try:
         args = parse_arguments(parser, CONFIG_SECTION, argv)

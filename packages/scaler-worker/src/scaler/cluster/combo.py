@@ -20,7 +20,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
-from scaler.protocol.process_control import die_with_parent
+from scaler.protocol.process_control import start_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
@@ -77,7 +77,7 @@ class SchedulerClusterCombo:
         max_task_deaths: int = 3,
         per_worker_capabilities: Union[str, Mapping[str, int]] = "",
         per_worker_queue_size: int = 1000,
-        heartbeat_interval_seconds: float = 2.0,
+        heartbeat_interval_seconds: float = 1.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         logging_level: str = "INFO",
@@ -169,9 +169,7 @@ class SchedulerClusterCombo:
         self.shutdown()
 
     def _start(self, module: str, *arguments: str) -> None:
-        process = subprocess.Popen(
-            [sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
-        )
+        process = start_child([sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL)
         self._processes.append(process)
 
 

@@ -1,11 +1,13 @@
 """How the worker agent reaches its peers: the scheduler, and the object storage server the scheduler names.
 
 `PeerConnection` is all the agent needs of a connection: send the frames of a message without waiting on
-the peer, receive the frames of the next message, hear that the peer refused the connection, close.
+the peer, receive the frames of the next message, say when the connection comes up or goes down (and why
+the peer refused it in the transport's handshake: a key it does not know, keys it requires), close.
 `Connect` makes one for an address. The command line uses `ZmqConnect`: a DEALER socket per peer
-(`security.new_socket`: CurveZMQ with the worker's keys), whose ZeroMQ identity is the worker ID, and its
-monitor socket, which reports a refused handshake. A program that embeds a worker (`WorkerAgent(config,
-connect=...)`) may pass its own, e.g. one on its own ZeroMQ context. ZeroMQ's errors are translated here into
+(`security.new_socket`: CurveZMQ with the worker's keys), whose ZeroMQ identity is the worker ID, with a
+socket monitor that tells its connection's changes (`scaler.protocol.connection_events`). A program that
+embeds a worker (`WorkerAgent(config, connect=...)`) may pass its own, e.g. one on its own ZeroMQ context.
+ZeroMQ's errors are translated here into
 `DisconnectedError`.
 """
 
@@ -19,8 +21,9 @@ import zmq
 import zmq.asyncio
 
 from scaler.protocol import codec
+from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError
-from scaler.protocol.security import NO_KEYS, Keys, handshake_failure, new_socket, watch_handshakes
+from scaler.protocol.security import NO_KEYS, Keys, new_socket
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +35,11 @@ class PeerConnection(Protocol):
     async def receive(self) -> List[Any]:
         """The frames of the next message, bytes-like; raise `DisconnectedError` once it is closed."""
 
-    async def refused(self) -> str:
-        """Return why, once the peer refused this connection in the transport's handshake (a key it does not
-        know, keys it requires); wait forever if it never does."""
+    refusal: Optional[str]  # after a REFUSED change: why, when the peer refused this connection over keys
+
+    async def change(self) -> str:
+        """The next change of the connection: `connection_events.UP`, ``DOWN`` or ``REFUSED`` (a connection
+        that cannot tell never returns); raise `DisconnectedError` once it is closed."""
 
     def close(self, linger_seconds: float) -> None:
         """Close it, giving what is queued up to ``linger_seconds`` to go."""
@@ -61,11 +66,12 @@ class ZmqConnect:
             sock.setsockopt(zmq.IDENTITY, identity)
             sock.setsockopt(zmq.SNDHWM, 0)  # sends never wait on a peer: our own rates bound the queue
             sock.setsockopt(zmq.RCVHWM, 0)
-            handshakes = watch_handshakes(sock)
+            sock.setsockopt(zmq.LINGER, 0)
+            watch = ConnectionWatch(sock, self._keys, f"the peer at {address}")
             sock.connect(address)
         except zmq.ZMQError as error:
             raise DisconnectedError(f"cannot connect to {address!r}: {error}") from None
-        return ZmqConnection(sock, address, copy=not zero_copy, handshakes=handshakes, keys=self._keys)
+        return ZmqConnection(sock, watch, address, copy=not zero_copy)
 
     def close(self) -> None:
         """End the context, if it is ours (after every connection is closed)."""
@@ -74,14 +80,12 @@ class ZmqConnect:
 
 
 class ZmqConnection:
-    def __init__(
-        self, sock: zmq.asyncio.Socket, address: str, copy: bool, handshakes: Any = None, keys: Keys = NO_KEYS
-    ) -> None:
+    def __init__(self, sock: zmq.asyncio.Socket, watch: ConnectionWatch, address: str, copy: bool) -> None:
         self._socket = sock
+        self._watch = watch
         self._address = address
         self._copy = copy
-        self._handshakes = handshakes  # the socket's monitor, which reports refused handshakes
-        self._keys = keys
+        self.refusal: Optional[str] = None
 
     def send(self, frames: List[Any]) -> None:
         sent: Any = self._socket.send_multipart(frames, copy=False)  # an asyncio Future with zmq.asyncio
@@ -103,20 +107,17 @@ class ZmqConnection:
             return frames
         return [frames[0], *codec.received_blobs(frames[1:])]  # large payloads stay in the frame they came in
 
-    async def refused(self) -> str:
-        if self._handshakes is None:
-            await asyncio.Future()  # never refused
+    async def change(self) -> str:
         while True:
             try:
-                frames = await self._handshakes.recv_multipart()
-            except zmq.ZMQError as error:  # closed: the connection is being closed
+                frames = await self._watch.monitor.recv_multipart()
+            except zmq.ZMQError as error:
                 raise DisconnectedError(f"connection to {self._address} closed: {error}") from None
-            reason = handshake_failure(frames, self._keys, f"the peer at {self._address}")
-            if reason is not None:
-                return reason
+            change = self._watch.change(frames)
+            if change is not None:
+                self.refusal = self._watch.refusal
+                return change
 
     def close(self, linger_seconds: float) -> None:
-        if self._handshakes is not None:
-            self._socket.disable_monitor()
-            self._handshakes.close(linger=0)
+        self._watch.close()
         self._socket.close(linger=int(linger_seconds * 1000))

@@ -75,6 +75,10 @@ class SchedulerAnswers:
             m.TaskResult(task.task_id, task.attempt, status, m.PayloadKind.NONE, b"", reason, m.Profiling())
         )
 
+    def reject(self, task_id: bytes, attempt: int, why: str) -> None:
+        """A task this worker cannot read: REJECTED, with ``why``."""
+        self._results.append(m.TaskResult(task_id, attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why))
+
     def confirm_now(self, entry: TaskEntry, detail: Detail) -> None:
         """The cancel (``detail``: the confirm, the task's position in it) says cancelled."""
         confirm, position = detail

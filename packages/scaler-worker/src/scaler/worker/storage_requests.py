@@ -187,6 +187,10 @@ class StorageRequests:
             answered.append((put, error))
         return answered
 
+    def waiting(self, request_id: int) -> bool:
+        """Whether this request still waits for its answer (it did not time out)."""
+        return request_id in self._gets or request_id in self._puts
+
     @property
     def oldest_request(self) -> float:
         """When the oldest request still unanswered was sent (inf: none is)."""

@@ -23,7 +23,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from scaler.protocol import codec
+from scaler.protocol import codec, connection_events
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
@@ -36,6 +36,7 @@ from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_core import WorkerCore
 from scaler.worker.worker_events import (
     Broken,
+    ConnectionChanged,
     ConnectStorage,
     Exit,
     FromScheduler,
@@ -125,7 +126,7 @@ class WorkerAgent:
             else:
                 self._deliver(Start())
                 self._in_background(self._receive(self._scheduler, "scheduler"))
-                self._in_background(self._watch_refusal(self._scheduler, False))
+                self._in_background(self._watch(self._scheduler, False))
             return await self._exit
         finally:
             await self._shutdown()
@@ -160,8 +161,13 @@ class WorkerAgent:
                 continue
             deliver(FromScheduler(message) if from_scheduler else FromStorage(message, blobs))
 
-    async def _watch_refusal(self, connection: PeerConnection, of_storage: bool) -> None:
-        self._deliver(HandshakeFailed(await connection.refused(), of_storage))
+    async def _watch(self, connection: PeerConnection, to_storage: bool) -> None:
+        while True:
+            change = await connection.change()
+            if change == connection_events.REFUSED and connection.refusal is not None:
+                self._deliver(HandshakeFailed(connection.refusal, to_storage))
+            else:
+                self._deliver(ConnectionChanged(to_storage, change))
 
     def _in_background(self, coroutine: Any) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -198,7 +204,7 @@ class WorkerAgent:
             self._loop.call_soon(self._deliver, Broken(why))
             return
         self._in_background(self._receive(self._storage, "object storage"))
-        self._in_background(self._watch_refusal(self._storage, True))
+        self._in_background(self._watch(self._storage, True))
 
     def _measure_usage(self, effect: MeasureUsage) -> None:
         assert self._loop is not None

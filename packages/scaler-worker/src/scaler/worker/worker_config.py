@@ -11,7 +11,7 @@ from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
 
 DEFAULT_QUEUE_CAPACITY = 1000
-DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 2.0
+DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0
 DEFAULT_WORKER_TIMEOUT_SECONDS = 60.0  # also how long a storage request may go unanswered
 DEFAULT_INLINE_THRESHOLD_BYTES = 64 * 1024
 
@@ -211,8 +211,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=DEFAULT_WORKER_TIMEOUT_SECONDS,
         metavar="SECONDS",
-        help="a worker that hears nothing from the scheduler (or the storage server) for this long exits "
-        f"(default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
+        help="a worker that hears nothing from the scheduler (or the storage server) for this long exits; one "
+        f"whose connection to the scheduler closes exits at once (default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--task-inline-threshold",

@@ -22,8 +22,10 @@ import logging
 import math
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
@@ -47,6 +49,7 @@ from scaler.worker.worker_events import (
     EXIT_OK,
     EXIT_REFUSED,
     Broken,
+    ConnectionChanged,
     Effect,
     Exit,
     FromRunner,
@@ -54,6 +57,7 @@ from scaler.worker.worker_events import (
     FromStorage,
     HandshakeFailed,
     SendToScheduler,
+    SendToStorage,
     Start,
     StopRequested,
     Tick,
@@ -64,6 +68,7 @@ from scaler.worker.worker_events import (
 from scaler.worker.worker_session import WorkerSession
 
 DEFAULT_PREFETCH_TASKS = 4  # tasks staged ahead: their data is fetched while others run
+RECONNECT_SECONDS = 5.0  # how long a storage request made while its connection is down waits for it
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +97,9 @@ class WorkerCore:
         self._prefetch = max(1, prefetch_tasks)
 
         self._tasks: Dict[bytes, TaskEntry] = {}
+        self._last_batch = 0  # the sequence of the last TaskBatch received
+        self._usage = UsageMeasured(0.0, 0, 0.0, 0)  # the last measured, for a heartbeat that lists the tasks
+        self._unsent: List[SendToStorage] = []  # storage requests made while its connection was down
         self._queue = TaskQueue()  # QUEUED and STAGED tasks
         self._staged: Dict[bytes, TaskEntry] = {}
         self._storage = StorageRequests(identity.object_ids)
@@ -113,14 +121,17 @@ class WorkerCore:
             Tick: self._on_tick,
             UsageMeasured: self._on_usage,
             Start: self._on_start,
+            ConnectionChanged: self._on_connection,
             StopRequested: self._on_stop,
             Broken: self._on_broken,
             HandshakeFailed: self._on_handshake_failed,
         }
         self._task_handlers: Dict[type, Callable[[Any], None]] = {
             m.TaskBatch: self._on_task_batch,
+            codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_task_cancel,
             m.BalanceRequest: self._on_balance_request,
+            m.WorkerHeartbeatEcho: self._on_heartbeat_echo,
         }
         A = TaskAction
         answers = self._answers
@@ -166,7 +177,7 @@ class WorkerCore:
             if answers.pending or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
-            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_timeout)
+            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_limit)
             if self._deadlines and self._deadlines[0][0] < when:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
@@ -216,7 +227,7 @@ class WorkerCore:
         now = self._now
         self._wake_at = math.inf
         self._session.tick(now, self._out)
-        if now >= self._storage.oldest_request + self._storage_timeout:
+        if now >= self._storage.oldest_request + self._storage_limit:
             self._expire_storage_requests(now)
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
@@ -229,9 +240,39 @@ class WorkerCore:
                     self._runner.abort(self, task_id, str(timeout_error(entry.task)), self._out)
 
     def _on_usage(self, usage: UsageMeasured) -> None:
+        self._usage = usage
+        self._heartbeat([])
+
+    def _on_heartbeat_echo(self, echo: m.WorkerHeartbeatEcho) -> None:
+        """The scheduler's view of what we hold differs from our heartbeat's: it asks for the IDs."""
+        if echo.send_task_ids:
+            self._heartbeat(list(self._tasks))
+
+    def _heartbeat(self, task_ids: List[bytes]) -> None:
+        """A heartbeat; what waits for company goes first, so that the tasks it answers (no longer held
+        here) reach the scheduler before the heartbeat that no longer counts them."""
+        self._send(self._out)
         runner = self._runner
         counts = (self.queued_count, runner.running, runner.suspended)
-        self._out.append(self._session.heartbeat(usage, *counts, self._function_stats.report()))
+        digest = 0  # made here, once a heartbeat, rather than kept up to date at every task
+        for task_id in self._tasks:
+            digest ^= task_term(task_id)
+        held = (self._last_batch, len(self._tasks), folded(digest), task_ids)
+        self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held))
+
+    def _on_connection(self, event: ConnectionChanged) -> None:
+        """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a
+        restarted server holds nothing); what is asked while it is down waits (`RECONNECT_SECONDS`), and goes
+        after the Hello the session says when it is back."""
+        was_down = self._session.storage_down
+        self._session.on_connection(event.to_storage, event.change, self._now, self._out)
+        if not event.to_storage:
+            return
+        if event.change == connection_events.DOWN:
+            self._fail_storage_requests(f"lost the connection to object storage {self._session.storage_address}")
+        elif was_down and not self._session.storage_down:
+            unsent, self._unsent = self._unsent, []
+            self._out.extend(effect for effect in unsent if self._storage.waiting(effect.message.request_id))
 
     def _on_stop(self, event: StopRequested) -> None:
         self._leave(EXIT_OK, event.reason, True)
@@ -248,6 +289,8 @@ class WorkerCore:
     def _on_task_batch(self, batch: m.TaskBatch) -> None:
         tasks = self._tasks
         queue = self._queue
+        if batch.sequence > self._last_batch:
+            self._last_batch = batch.sequence
         for task in batch.tasks:
             known = tasks.get(task.task_id)
             if known is not None:
@@ -256,6 +299,16 @@ class WorkerCore:
             entry = TaskEntry(task)
             tasks[task.task_id] = entry
             queue.push(entry)
+
+    def _on_damaged_batch(self, batch: codec.DamagedTaskBatch) -> None:
+        """Tasks that cannot be read are refused alone, each naming its problem; the rest run."""
+        self._on_task_batch(m.TaskBatch(batch.tasks, batch.sequence))
+        for damaged in batch.damaged:
+            if damaged.task_id in self._tasks:
+                continue
+            why = f"the worker cannot read this task: {damaged.reason}"
+            logger.error(f"{self._name}: refused task {damaged.task_id.hex()}: {damaged.reason}")
+            self._answers.reject(damaged.task_id, damaged.attempt, why)
 
     def _on_task_cancel(self, cancel: m.TaskCancel) -> None:
         """Every ID is confirmed, cancelled or not (unknown, or finished: its result is on the way), in one
@@ -305,12 +358,27 @@ class WorkerCore:
                     self._apply(entry, _E.FAIL, (error, None))
                     break
 
+    @property
+    def _storage_limit(self) -> float:
+        """How long a storage request may wait: for its answer, or for the connection to come back."""
+        return RECONNECT_SECONDS if self._session.storage_down else self._storage_timeout
+
     def _expire_storage_requests(self, now: float) -> None:
         """Fail the tasks whose storage requests went unanswered for too long."""
-        object_ids, puts = self._storage.expire(now, self._storage_timeout)
+        limit = self._storage_limit
+        address = self._session.storage_address
+        if self._session.storage_down:
+            why = f"object storage {address} was unreachable for {limit:g} seconds"
+        else:
+            why = f"object storage did not answer within {limit:g} seconds"
+        self._fail_storage_requests(why, now, limit)
+
+    def _fail_storage_requests(self, why: str, now: float = math.inf, limit: float = 0.0) -> None:
+        """Fail the tasks whose storage requests are older than ``limit`` seconds (all of them by default)."""
+        object_ids, puts = self._storage.expire(now, limit)
         if not (object_ids or puts):
             return
-        problem = DisconnectedError(f"object storage did not answer within {self._storage_timeout:g} seconds")
+        problem = DisconnectedError(why)
         logger.error(f"{self._name}: {problem}")
         if object_ids:
             self._fail_staged_needing(dict.fromkeys(object_ids, problem))
@@ -506,7 +574,8 @@ class WorkerCore:
     # ------------------------------------------------------------------------- sending and leaving
 
     def _send(self, out: List[Effect]) -> None:
-        self._storage.requests(self._now, out)
+        # nothing goes to storage while its connection is down: it goes after the Hello, when it is back
+        self._storage.requests(self._now, self._unsent if self._session.storage_down else out)
         self._answers.send(out)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:

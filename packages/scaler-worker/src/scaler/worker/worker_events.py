@@ -16,7 +16,9 @@ from scaler.protocol.ids import IDGenerator
 # how a worker process ends (scaler_cluster reads them to decide whether to replace it)
 EXIT_OK = 0  # asked to leave: SIGTERM/SIGINT, or the scheduler's DisconnectRequest
 EXIT_FAILURE = 1  # lost the scheduler or the storage server, or crashed
-EXIT_REFUSED = 78  # the scheduler or the storage server refused us (sysexits EX_CONFIG): retrying will not help
+# the scheduler or the storage server refused us, or what answers at the address is not one (sysexits
+# EX_CONFIG): retrying will not help
+EXIT_REFUSED = 78
 
 
 class WorkerIdentity(NamedTuple):
@@ -50,6 +52,15 @@ class FromStorage:
 @dataclass(slots=True)
 class FromRunner:
     message: Any  # what the task runner's host delivered, for `TaskRunner.on_message`
+
+
+@dataclass(slots=True)
+class ConnectionChanged:
+    """The connection to the scheduler (``to_storage`` False) or to the storage server changed, as its socket
+    monitor says: ``change`` is `connection_events.UP`, ``DOWN`` or ``REFUSED``."""
+
+    to_storage: bool
+    change: str
 
 
 @dataclass(slots=True)

@@ -32,11 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.protocol.command_line import parse_arguments, setup_logging
     from scaler.protocol.errors import ScalerError, SecurityError
-    from scaler.protocol.process_control import die_with_parent_from_environment
+    from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
     from scaler.worker.worker_agent import run_worker
     from scaler.worker.worker_config import WorkerConfig
     from scaler.worker.worker_events import EXIT_REFUSED
 
+    stop_on_signals()  # until the event loop takes the signals over: a stop during the start is clean too
     die_with_parent_from_environment(signal.SIGTERM)  # the agent then leaves cleanly
     parser = build_parser()
     try:

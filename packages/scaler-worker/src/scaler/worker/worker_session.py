@@ -7,22 +7,37 @@ scheduler's port + 1 when it names none) and may shorten the heartbeat interval;
 Hello to storage too. A storage `Refusal` of that Hello ends the worker (78); a later one (a request
 refused, or a restarted server that forgot us) is answered by saying Hello again.
 
+What answers must be what it should be: a `HelloAck` whose role (protocol 1.5) is not the scheduler's (an
+object storage server's port given by mistake), or a connection closed during its ZeroMQ handshake (a
+scheduler's monitor port), ends the worker (78) naming the problem; the same for the storage address the
+scheduler named.
+
 Liveness: a heartbeat every interval once connected (its resource numbers are measured by the shell on
-`MeasureUsage`; its task counts and per-function totals are the core's). A scheduler silent for longer
-than the worker timeout counts as gone: the worker exits (1) and `scaler_cluster` replaces it. A scheduler
-that refuses us after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the
-scheduler, or a stop signal, ends the worker (0); leaving on our own, the worker first says
-`DisconnectRequest`, so that its tasks go elsewhere at once rather than after the scheduler's timeout.
+`MeasureUsage`; its task counts, what it holds and its per-function totals are the core's). The connection
+is the session: when the connection to the scheduler closes (its socket monitor says so, within
+milliseconds of the scheduler's death), the worker exits (1) and `scaler_cluster` replaces it; the
+scheduler, which sees the same close, has queued its tasks again. A scheduler silent for longer than the
+worker timeout counts as gone too (1). A scheduler that refuses us after its `HelloAck` restarted and
+forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a stop signal, ends the worker (0);
+leaving on our own, the worker first says `DisconnectRequest`, so that its tasks go elsewhere at once rather
+than after the scheduler's timeout. Before the `HelloAck`, a dropped connection is waited out: the Hello is
+said again when it is back.
+
+The storage server: when its connection closes, what waits on it fails at once and what is asked meanwhile
+waits (the core), and the worker says Hello again when the connection is back (a restarted server knows
+nobody).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
+from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
+from scaler.protocol.connection_events import NOT_THE_PEER, role_name
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
@@ -57,8 +72,10 @@ class WorkerSession:
         self.connected = False  # the scheduler's HelloAck came
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
-        self._storage_address = ""
+        self._hello_lost = False  # the connection dropped before the HelloAck: say Hello again when it is back
+        self.storage_address = ""  # named by the scheduler's HelloAck
         self._storage_accepted = False
+        self.storage_down = False  # its connection closed; what waits on it failed, Hello again when back
         self._heartbeat_interval = config.heartbeat_interval_seconds
         self._last_heard = 0.0
         self._hello_deadline = math.inf
@@ -66,7 +83,6 @@ class WorkerSession:
         self.scheduler_handlers: Dict[type, Callable[[Any, float, List[Any]], None]] = {
             m.HelloAck: self._on_hello_ack,
             m.Refusal: self._on_refusal,
-            m.WorkerHeartbeatEcho: self._on_nothing_to_do,  # hearing from the scheduler is all that matters
             m.DisconnectResponse: self._on_nothing_to_do,  # the answer to our own leaving
             m.DisconnectRequest: self._on_disconnect_request,
         }
@@ -117,9 +133,17 @@ class WorkerSession:
         self._next_heartbeat = now + self._heartbeat_interval
 
     def heartbeat(
-        self, usage: UsageMeasured, queued: int, running: int, suspended: int, functions: List[m.FunctionStats]
+        self,
+        usage: UsageMeasured,
+        queued: int,
+        running: int,
+        suspended: int,
+        functions: List[m.FunctionStats],
+        held: Tuple[int, int, int, List[bytes]],
     ) -> SendToScheduler:
-        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function."""
+        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, and
+        what the worker holds: (last TaskBatch sequence, count, digest, IDs or [])."""
+        last_batch, held_tasks, held_digest, held_task_ids = held
         return SendToScheduler(
             m.WorkerHeartbeat(
                 agent_cpu=usage.agent_cpu,
@@ -130,14 +154,40 @@ class WorkerSession:
                 running_tasks=running,
                 suspended_tasks=suspended,
                 functions=functions,
+                last_batch=last_batch,
+                held_tasks=held_tasks,
+                held_digest=held_digest,
+                held_task_ids=held_task_ids,
             )
         )
+
+    def on_connection(self, to_storage: bool, change: str, now: float, out: List[Any]) -> None:
+        """What the socket monitor of a connection saw (`connection_events`)."""
+        if to_storage:
+            self._on_storage_connection(change, out)
+            return
+        address = self._config.scheduler_address
+        if change == connection_events.UP:
+            if self._hello_lost:
+                self._hello_lost = False
+                out.append(SendToScheduler(self._hello))
+        elif change == connection_events.REFUSED:
+            if not self.connected:
+                self._leave(EXIT_REFUSED, f"{address} is not a scheduler: {NOT_THE_PEER}", False)
+        elif self.connected:
+            self._leave(EXIT_FAILURE, f"lost the connection to scheduler {address}", False)
+        else:
+            self._hello_lost = True
 
     # ------------------------------------------------------------------------- the scheduler
 
     def _on_hello_ack(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
         if self.connected:
             logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
+            return
+        if ack.role not in (m.PeerRole.SCHEDULER, m.PeerRole.CLIENT):  # CLIENT: an older scheduler, which does not say
+            address = self._config.scheduler_address
+            self._leave(EXIT_REFUSED, f"{address} is {role_name(ack.role)}, not a scheduler", False)
             return
         self.connected = True
         self.scheduler_reads_output = knows(ack.version, TASK_OUTPUT_VERSION)
@@ -150,7 +200,7 @@ class WorkerSession:
         if not storage_address:
             storage_address = default_storage_address(scheduler_address)
             logger.warning(f"{self._name}: scheduler named no object storage server, using {storage_address}")
-        self._storage_address = storage_address
+        self.storage_address = storage_address
         out.append(ConnectStorage(storage_address))
         out.append(SendToStorage(self._hello))
         out.append(MeasureUsage())  # the first heartbeat goes at once
@@ -177,14 +227,33 @@ class WorkerSession:
     # ------------------------------------------------------------------------- the storage server
 
     def _on_storage_hello_ack(self, ack: m.HelloAck, out: List[Any]) -> None:
+        if ack.role not in (m.PeerRole.OBJECT_STORAGE, m.PeerRole.CLIENT):  # CLIENT: an older server
+            what = f"is {role_name(ack.role)}, not an object storage server"
+            why = f"{self.storage_address}, named by the scheduler, {what}"
+            self._leave(EXIT_REFUSED, why, True)
+            return
         self._storage_accepted = True
-        logger.debug(f"{self._name}: object storage {self._storage_address} accepted us")
+        logger.debug(f"{self._name}: object storage {self.storage_address} accepted us")
+
+    def _on_storage_connection(self, change: str, out: List[Any]) -> None:
+        address = self.storage_address
+        if change == connection_events.UP:
+            if self.storage_down:
+                self.storage_down = False
+                logger.info(f"{self._name}: connected to object storage {address} again")
+                out.append(SendToStorage(self._hello))
+        elif change == connection_events.REFUSED:
+            why = f"{address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
+            self._leave(EXIT_REFUSED, why, True)
+        else:
+            self.storage_down = True
+            logger.warning(f"{self._name}: lost the connection to object storage {address}")
 
     def _on_storage_refusal(self, refusal: m.Refusal, out: List[Any]) -> None:
         if not self._storage_accepted:  # our Hello itself was refused: an incompatible server
-            self._leave(EXIT_REFUSED, f"refused by object storage {self._storage_address}: {refusal.reason}", True)
+            self._leave(EXIT_REFUSED, f"refused by object storage {self.storage_address}: {refusal.reason}", True)
             return
         # one of our requests was refused (its tasks fail when it times out), or the server restarted and
         # forgot us: saying Hello again costs nothing and covers the second case
-        logger.warning(f"{self._name}: object storage {self._storage_address} refused a message: {refusal.reason}")
+        logger.warning(f"{self._name}: object storage {self.storage_address} refused a message: {refusal.reason}")
         out.append(SendToStorage(self._hello))

@@ -17,6 +17,7 @@ enum PeerRole {
   scheduler @2;
   monitor @3;
   workerManager @4;
+  objectStorage @5;                       # protocol 1.5 (HelloAck.role of a storage server)
 }
 
 struct Capability {
@@ -45,6 +46,8 @@ struct HelloAck {
   objectStorageAddress @1 :Text;          # empty when sent by the storage server
   heartbeatIntervalSeconds @2 :Float64;
   timeoutSeconds @3 :Float64;             # the peer is forgotten after this silence
+  role @4 :PeerRole;                      # who answered: scheduler or objectStorage (protocol 1.5); an older
+                                          # peer leaves it at client (0), which never answers a Hello
 }
 
 # Answer to anything the receiver will not serve: wrong protocol version,
@@ -73,6 +76,11 @@ struct WorkerHeartbeat {
   runningTasks @5 :UInt32;
   suspendedTasks @6 :UInt32;
   functions @7 :List(FunctionStats);      # since the worker started, per function it ran (protocol 1.2)
+  # What the worker holds, for the scheduler to reconcile its view (protocol 1.5):
+  lastBatch @8 :UInt64;                   # the sequence of the last TaskBatch received from the scheduler
+  heldTasks @9 :UInt32;                   # tasks it holds, in any state (queued, running, storing a result)
+  heldDigest @10 :UInt64;                 # the digest of their IDs (docs/protocol.md, "Liveness")
+  heldTaskIds @11 :List(Data);            # their IDs: only in the answer to an echo that asks for them
 }
 
 # What one worker ran of one function, for monitors.
@@ -85,6 +93,7 @@ struct FunctionStats {
 
 struct WorkerHeartbeatEcho {
   unused @0 :Void;
+  sendTaskIds @1 :Bool;                   # answer at once with a heartbeat that lists heldTaskIds (1.5)
 }
 
 enum ArgumentKind {
@@ -119,6 +128,7 @@ struct Task {
 # Client -> scheduler: submit. Scheduler -> worker: assign.
 struct TaskBatch {
   tasks @0 :List(Task);
+  sequence @1 :UInt64;                    # scheduler -> worker: 1, 2, ... per worker (protocol 1.5); 0 else
 }
 
 enum TaskStatus {
@@ -313,7 +323,7 @@ struct WorkerManagerCommand {
 }
 
 # Worker -> scheduler: tasks that started or stopped waiting inside the Scaler client for tasks they
-# submitted (protocol 1.3). A waiting task holds no room on its worker: the scheduler sends more in its place.
+# submitted (protocol 1.4). A waiting task holds no room on its worker: the scheduler sends more in its place.
 struct WaitingTasks {
   taskIds @0 :List(Data);
   waiting @1 :List(Bool);                 # true: it waits now; false: it runs again
