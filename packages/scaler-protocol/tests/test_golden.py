@@ -41,7 +41,7 @@ FROZEN = {
     "1.2": "5d325b06524dab17f7aff68d5c590b769f7bd13fddbe6c4934ea5916e375a330",
     "1.3": "50189c6aa17e6c32f23cdcc4c8f48d8bc4a740c61a285d352067f380bad00061",
     "1.4": "ed2cd03bbfbc75b7582a61e11fb6fa9286331145d11e981dd4b1f6b72d5732a2",
-    "1.5": "TO BE FROZEN",
+    "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field

@@ -51,8 +51,7 @@ from scaler.client.client_events import (
 )
 from scaler.client.future import ScalerFuture
 from scaler.client.task_output import OutputPrinter
-from scaler.protocol import codec
-from scaler.protocol import connection_events
+from scaler.protocol import codec, connection_events
 from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.messages import ClientHeartbeat

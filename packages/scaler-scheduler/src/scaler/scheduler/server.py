@@ -305,11 +305,13 @@ class SchedulerServer:
         return FromStorage(message)
 
     def _storage_connection_event(self, frames: List[Any]) -> Any:
-        change = self._storage_watch.change(frames)
+        watch = self._storage_watch
+        assert watch is not None  # made with the storage socket, before its monitor is read
+        change = watch.change(frames)
         if change == connection_events.UP:
             return StorageConnected()
-        if change == connection_events.REFUSED and self._storage_watch.refusal is not None:
-            return StorageRefused(self._storage_watch.refusal)
+        if change == connection_events.REFUSED and watch.refusal is not None:
+            return StorageRefused(watch.refusal)
         return None if change is None else StorageLost()
 
     def _monitor_event(self, frames: List[Any]) -> Optional[MonitorSubscription]:
@@ -423,7 +425,8 @@ def start_object_storage_process(address: str, security: SecurityConfig = NO_SEC
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         )
-    return start_child([sys.executable, "-m", "scaler.storage", address, *security.to_arguments()], stdin=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()]
+    return start_child(command, stdin=subprocess.DEVNULL)
 
 
 def stop_process(process: subprocess.Popen, timeout: float = _STOP_TIMEOUT_SECONDS) -> None:

@@ -28,7 +28,7 @@ import time
 from typing import Optional, Sequence
 
 from scaler.protocol.command_line import setup_logging
-from scaler.protocol.process_control import PARENT_PID_ENVIRONMENT_VARIABLE, die_with_parent, start_child
+from scaler.protocol.process_control import die_with_parent, start_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, peer_keys
 from scaler.worker import (
     DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
