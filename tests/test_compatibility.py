@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo, ShutdownRefusedError
 
 
 def burn(seconds: float) -> float:
@@ -56,8 +56,9 @@ def test_the_earlier_combo_options_are_honoured(earlier_combo):
     combo, log = earlier_combo
     with Client(address=combo.get_address()) as client:
         assert client.submit(burn, 0.0).result(timeout=60) == 0.0
-        # protected by default, as the earlier combo: a client cannot shut it down
-        assert client.shutdown() is False
+        # protected by default, as the earlier combo: a client cannot shut it down, and is told so
+        with pytest.raises(ShutdownRefusedError, match="the scheduler is protected"):
+            client.shutdown()
         assert client.submit(burn, 0.0).result(timeout=60) == 0.0
     text = log.read_text()  # every process logged through the config file, none to stdout
     assert "LOGGED-BY-CONFIG" in text and "scheduler" in text.lower() and "worker" in text.lower()

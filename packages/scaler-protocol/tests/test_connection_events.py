@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import struct
 import time
 from typing import List
 
 import pytest
 import zmq
 
-from scaler.protocol.connection_events import DOWN, REFUSED, UP, ConnectionWatch, role_name
+from scaler.protocol.connection_events import DOWN, REFUSED, UNEXPLAINED_CLOSES, UP, ConnectionWatch, role_name
 from scaler.protocol.messages import PeerRole
 
 
@@ -58,6 +60,33 @@ def test_a_peer_of_a_socket_type_that_cannot_talk_to_ours_refuses_the_handshake(
         watch.close()
         dealer.close(linger=0)
         publisher.close(linger=0)
+
+
+def _event(kind: int, value: int) -> List[bytes]:
+    return [struct.pack("=hi", kind, value), b"tcp://127.0.0.1:2345"]
+
+
+def test_a_handshake_closed_without_a_word_is_refused_only_when_the_next_tries_say_nothing_either(context):
+    """A server with keys may close before its greeting is out (a busy host): a later try says it has keys."""
+    connected = _event(zmq.EVENT_CONNECTED, 0)
+    unexplained = _event(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.EPIPE)
+    mismatch = _event(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+    closed = _event(zmq.EVENT_DISCONNECTED, 0)
+    watch = ConnectionWatch(context.socket(zmq.DEALER))
+    try:
+        for _ in range(UNEXPLAINED_CLOSES - 1):
+            assert [watch.change(connected), watch.change(unexplained), watch.change(closed)] == [None] * 3
+        assert [watch.change(connected), watch.change(mismatch)] == [None, REFUSED]
+        assert watch.refusal is not None and "requires CurveZMQ keys" in watch.refusal
+        for _ in range(UNEXPLAINED_CLOSES - 1):  # a socket of another kind, on a busy host: nothing is ever said
+            assert [watch.change(connected), watch.change(unexplained), watch.change(closed)] == [None] * 3
+        assert [watch.change(connected), watch.change(unexplained)] == [None, REFUSED]
+        assert watch.refusal is None
+        # closed by this side, which found the peer's socket type wrong (ZeroMQ does not try again): at once
+        assert [watch.change(connected), watch.change(closed)] == [None, REFUSED]
+        assert watch.refusal is None
+    finally:
+        watch.close()
 
 
 def test_roles_are_named_for_people():

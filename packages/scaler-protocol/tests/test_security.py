@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import stat
+import struct
 from typing import Any, Dict, List, Optional
 
 import pytest
@@ -315,7 +317,16 @@ def test_a_peer_with_keys_is_told_when_the_server_has_none(cluster_keys):
         outcome = _connect(server, cluster_keys.client)
     finally:
         server.close()
-    assert outcome[0] == "failed" and "or it runs without keys" in outcome[1]
+    assert outcome[0] == "failed" and "it runs without keys" in outcome[1]
+
+
+def test_a_connection_closed_during_the_handshake_is_not_blamed_on_keys_when_none_are_involved(cluster_keys):
+    # what a client's DEALER sees at a scheduler's monitor port (an XPUB) on a busy machine: the XPUB closes the
+    # connection when it reads the DEALER's socket type, and the DEALER's next write fails (EPIPE, no detail)
+    closed = [struct.pack("=hi", zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.EPIPE), b"tcp://127.0.0.1:2347"]
+    assert handshake_failure(closed, NO_KEYS, "the scheduler") is None
+    with_keys = peer_keys(cluster_keys.client)
+    assert "or it is not the peer wanted" in handshake_failure(closed, with_keys, "the scheduler")
 
 
 def test_the_monitor_domain_refuses_a_client_key(cluster_keys):

@@ -11,6 +11,13 @@ turns the monitor's events into three that a core can act on:
   keys and the other none), `ConnectionWatch.refusal` says why (`security.handshake_failure`); a core treats
   that as the peer refusing this process, not as a wrong address.
 
+A process without keys cannot always tell a wrong address from a server with keys at once. A server with keys
+drops it, and on a busy host may close before its own greeting, which names its mechanism, is out: the
+connection then just closes during the handshake, which ZeroMQ reports without detail and tries again by
+itself 100 ms later (as it does not after a mismatch this side found). A server with keys names its mechanism
+on one of the next tries; a socket of another kind never does. So a handshake that closed without detail is
+``REFUSED`` only after `UNEXPLAINED_CLOSES` in a row.
+
 The shells (client agent, worker agent, monitors) read the monitor socket beside the socket it watches and
 hand each change to their core; the cores decide what it means. The peer that answers a Hello says what it
 is (`HelloAck.role`, protocol 1.5): `role_name` words it for the error of a peer that is not the one wanted.
@@ -49,6 +56,8 @@ def role_name(role: PeerRole) -> str:
     return _ROLE_NAMES.get(role, f"a peer of role {role.name}")
 
 
+UNEXPLAINED_CLOSES = 5
+
 _HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
@@ -66,6 +75,7 @@ class ConnectionWatch:
         self._peer = peer
         self.monitor: Any = socket.get_monitor_socket(_EVENTS)  # a PAIR socket of the same context
         self._phase = "idle"  # idle (no connection), handshaking, up
+        self._unexplained = 0  # handshakes in a row that ended without saying why
         self.refusal: Optional[str] = None  # why the last REFUSED handshake failed over keys; None: not over keys
 
     def change(self, frames: List[Any]) -> Optional[str]:
@@ -77,17 +87,23 @@ class ConnectionWatch:
             return None
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._phase = "up"
+            self._unexplained = 0
             return UP
         self._phase = "idle"  # closed, or about to be (a failed handshake)
-        if event & _HANDSHAKE_FAILED:
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self._keys.own is None:  # unexplained: see above
+            self._unexplained += 1
+            if self._unexplained < UNEXPLAINED_CLOSES:
+                return None
+        elif event & _HANDSHAKE_FAILED:
             self.refusal = handshake_failure(frames, self._keys, self._peer)
+            self._unexplained = 0
             return REFUSED
-        if phase == "handshaking":
-            self.refusal = None
-            return REFUSED
-        if phase == "up" and event == zmq.EVENT_DISCONNECTED:
-            return DOWN
-        return None
+        elif phase != "handshaking":
+            return DOWN if phase == "up" and event == zmq.EVENT_DISCONNECTED else None
+        # closed by this side over the peer's answer (ZeroMQ does not try again then), or unexplained too often
+        self._unexplained = 0
+        self.refusal = None
+        return REFUSED
 
     def close(self) -> None:
         try:

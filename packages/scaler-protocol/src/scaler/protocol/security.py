@@ -386,16 +386,22 @@ def handshake_failure(frames: List[Any], keys: Keys, peer: str) -> Optional[str]
         )
     if kind not in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL):
         return None
+    mismatch = kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
     detail = _PROTOCOL_ERRORS.get(value, str(value)) if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else str(value)
-    if keys.own is None:  # a server with keys drops a peer without them (a mechanism mismatch, or no detail)
+    if keys.own is None:
+        if not mismatch:  # not over keys: what answered closed the connection (e.g. a socket of another kind)
+            return None
         return (
             f"{peer} requires CurveZMQ keys: give this process its key pair and the server's public key "
             f"(--key-file and --server-key-file, Client(security=SecurityConfig(...)); docs/security.md) "
             f"(ZeroMQ: {detail})"
         )
+    if mismatch:
+        return f"the CurveZMQ handshake with {peer} failed: it runs without keys (ZeroMQ: {detail})"
+    # a server that cannot decrypt our greeting, one without keys and a socket of another kind may all just close
     return (
         f"the CurveZMQ handshake with {peer} failed: either {fingerprint(keys.server_public)} is not its public "
-        f"key (--server-key-file), or it runs without keys (ZeroMQ: {detail})"
+        f"key (--server-key-file), or it runs without keys, or it is not the peer wanted (ZeroMQ: {detail})"
     )
 
 
