@@ -5,6 +5,7 @@
     python3 benchmarks/run.py --quick         # sizes / 10, 1 repetition: a look in minutes (results/quick.json)
     python3 benchmarks/run.py --workloads map_noop round_trip --engines scaler dask
     python3 benchmarks/run.py --report-only   # redo table, chart and docs from results/latest.json
+    python3 benchmarks/run.py --engines scaler --baseline REV --workloads map_noop --out compare  # before/after
 
 Each engine lives in its own virtualenv under benchmarks/.envs/ (created here with
 ``python3 -m venv`` and pip, rebuilt when its requirements change; this project's
@@ -62,8 +63,11 @@ ENGINES: Dict[str, Tuple[str, str, List[str]]] = {
     "processpool": ("baseline", "run_processpool.py", ["psutil"]),
     "mp-pool": ("baseline", "run_mppool.py", ["psutil"]),
     "joblib": ("joblib", "run_joblib.py", ["joblib", "psutil"]),
+    # this project built from another commit (--baseline REV): before and after a change, interleaved in one run
+    "scaler-baseline": ("scaler-baseline", "run_scaler.py", OUR_REQUIREMENTS),
 }
 OURS = "scaler"
+BASELINE = "scaler-baseline"
 DEFAULT_ENGINES = ["scaler", "scaler-secure", "opengris-scaler", "dask", "processpool", "mp-pool", "joblib"]
 SECURE = "scaler-secure"
 SECURE_TARGET = 0.8  # issue 14: with keys, at least 80% of the no-op map's throughput without
@@ -151,9 +155,9 @@ def our_source(working_tree: bool, revision: str = "HEAD") -> str:
     return f"commit {commit} (packages tree {tree[:12]})"
 
 
-def _export_committed_packages(commit: str) -> Path:
+def _export_committed_packages(commit: str, env_name: str) -> Path:
     """Copy packages/ of a commit (only the distributions we install) out of git."""
-    target = ENVS / "src-scaler"
+    target = ENVS / f"src-{env_name}"
     if target.exists():
         subprocess.run(["rm", "-rf", str(target)], check=True)
     target.mkdir(parents=True)
@@ -179,7 +183,7 @@ def ensure_env(name: str, requirements: List[str], rebuild: bool, log, source: s
     if not rebuild and python.exists() and stamp.exists() and stamp.read_text() == stamp_text:
         return python
     if source.startswith("commit"):
-        exported = _export_committed_packages(source.split()[1])
+        exported = _export_committed_packages(source.split()[1], name)
         requirements = [
             str(exported / Path(requirement).name) if requirement.startswith(str(REPO / "packages")) else requirement
             for requirement in requirements
@@ -540,6 +544,8 @@ def print_report(data: Dict[str, Any]) -> None:
         f"{machine['date']}, {OURS} from {machine.get('scaler_source', machine['commit'])}, mode {data['mode']}, "
         f"{data['repetitions']} repetitions"
     )
+    if data.get("baseline_source"):
+        print(f"{BASELINE} from {data['baseline_source']}")
     print("medians (min–max); 'scaler vs X' is how many times better this project is (> 1: better)\n")
     print(results_table(data))
     print(f"\nWith keys ({SECURE}): {security_cost(data)}")
@@ -695,6 +701,8 @@ def main() -> int:
     parser.add_argument("--working-tree", action="store_true",
                         help=f"build {OURS} from the working tree instead of the last commit")  # fmt: skip
     parser.add_argument("--commit", default="HEAD", help=f"build {OURS} from this commit (default: HEAD)")
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help=f"build {BASELINE} from this commit and run it too, interleaved: before and after")  # fmt: skip
     parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
                         help="redo table, chart and docs from a results file (default: latest)")  # fmt: skip
     args = parser.parse_args()
@@ -728,10 +736,17 @@ def main() -> int:
     if args.scale:
         mode += f" ×{args.scale:g}"
 
+    if (args.baseline is None) != (BASELINE not in args.engines):
+        if args.baseline is None:
+            parser.error(f"engine {BASELINE} needs --baseline REV")
+        args.engines.append(BASELINE)
     source = our_source(args.working_tree, args.commit)
+    sources = {ENGINES[OURS][0]: source}
+    if args.baseline is not None:
+        sources[ENGINES[BASELINE][0]] = our_source(False, args.baseline)
     for engine in args.engines:
         env_name, _, requirements = ENGINES[engine]
-        ensure_env(env_name, requirements, args.rebuild_envs, log, source if env_name == ENGINES[OURS][0] else "")
+        ensure_env(env_name, requirements, args.rebuild_envs, log, sources.get(env_name, ""))
 
     data: Dict[str, Any] = {
         "mode": mode,
@@ -741,6 +756,7 @@ def main() -> int:
         "engines": list(args.engines),
         "sizes": sizes,
         "machine": machine_description(source),
+        "baseline_source": sources.get(ENGINES[BASELINE][0]),
         "versions": {},
         "runs": [],
         "json": f"{name}.json",
