@@ -7,7 +7,8 @@ a collection error). First, the same tests run against the unchanged copy and mu
 failure afterwards is the fault's doing.
 
     python3 dev.py test mutants                 # the tox environment `mutants` runs this file:
-    python tests/mutants.py WORKDIR [--report FILE]   # only inside tox
+    python tests/mutants.py WORKDIR [--report FILE] [--every-test]   # only inside tox
+    python3 dev.py test mutants -- --every-test  # every test that catches each fault, for docs/testing.md
 
 WORKDIR receives the copy (every file git knows of, with uncommitted changes) and the reports; the copy's
 distributions are installed editable into the running interpreter's environment, with every extra. Each edit
@@ -234,12 +235,15 @@ def install_editable(tree: Path) -> None:
     )  # fmt: skip
 
 
-def run_tests(tree: Path, workdir: Path, name: str, tests: List[str]) -> Tuple[int, List[str], float]:
-    """pytest on ``tests`` in the copy: its exit code, the ids of the tests that failed, and its seconds."""
+def run_tests(
+    tree: Path, workdir: Path, name: str, tests: List[str], first_failure: bool = False
+) -> Tuple[int, List[str], float]:
+    """pytest on ``tests`` in the copy: its exit code, the ids of the tests that failed, and its seconds.
+    ``first_failure``: stop at the first test that fails (one is enough to show a fault is caught)."""
     report = workdir / f"{name}.xml"
     environ = dict(os.environ, PYTHONPYCACHEPREFIX=str(workdir / "pycache" / name))  # no bytecode of another run
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--timeout={TIMEOUT_SECONDS}",
-               f"--junitxml={report}", *tests]  # fmt: skip
+               f"--junitxml={report}", *(["-x"] if first_failure else []), *tests]  # fmt: skip
     print(f"mutants: {name}: pytest {' '.join(tests)}", flush=True)
     started = time.monotonic()
     code = subprocess.run(command, cwd=tree, env=environ).returncode
@@ -269,19 +273,19 @@ def apply(tree: Path, fault: Fault) -> dict:
     return originals
 
 
-def check(workdir: Path) -> List[Tuple[Fault, List[str], float]]:
+def check(workdir: Path, every_test: bool) -> List[Tuple[Fault, List[str], float]]:
     tree = workdir / "sources"
     copy_sources(tree)
     install_editable(tree)
-    every_test = list(dict.fromkeys(test for fault in FAULTS for test in fault.tests))
-    code, failed, _ = run_tests(tree, workdir, "baseline", every_test)
+    selection = list(dict.fromkeys(test for fault in FAULTS for test in fault.tests))
+    code, failed, _ = run_tests(tree, workdir, "baseline", selection)
     if code != 0:
         raise CheckError(f"the unchanged sources fail these tests (exit code {code}): {', '.join(failed)}")
     caught = []
     for number, fault in enumerate(FAULTS, 1):
         originals = apply(tree, fault)
         try:
-            code, failed, seconds = run_tests(tree, workdir, f"fault-{number}", fault.tests)
+            code, failed, seconds = run_tests(tree, workdir, f"fault-{number}", fault.tests, not every_test)
         finally:
             for path, text in originals.items():
                 path.write_text(text)
@@ -314,13 +318,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", type=Path, help="where the copy of the sources and the reports go")
     parser.add_argument("--report", type=Path, help="also write the report (a Markdown table) to this file")
+    parser.add_argument("--every-test", action="store_true",
+                        help="run each fault's tests to the end (default: stop at the first that catches it)")  # fmt: skip
     args = parser.parse_args()
     if "TOX_ENV_NAME" not in os.environ:
         print("mutants: it installs the copy into the running environment: run it through python3 dev.py test mutants")
         return 2
     args.workdir.mkdir(parents=True, exist_ok=True)
     try:
-        caught = check(args.workdir.resolve())
+        caught = check(args.workdir.resolve(), args.every_test)
     except CheckError as error:
         print(f"mutants: FAILED: {error}", file=sys.stderr)
         return 1
