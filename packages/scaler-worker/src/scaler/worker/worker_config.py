@@ -77,6 +77,7 @@ class WorkerConfig:
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
     logging_config_file: Optional[str] = None  # Python's fileConfig format: replaces level and paths
     security: SecurityConfig = NO_SECURITY  # its key pair, the server's public key, its tasks' client key
+    group_id: str = ""  # the worker group a worker manager started it in (docs/scaling.md)
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -104,6 +105,7 @@ class WorkerConfig:
             logging_paths=tuple(args.logging_paths),
             logging_config_file=args.logging_config_file,
             security=security_from_arguments(args),
+            group_id=args.worker_group_id,
         )
 
     def to_arguments(self) -> List[str]:
@@ -128,6 +130,7 @@ class WorkerConfig:
             "--logging-paths",
             *self.logging_paths,
             *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
+            *(["--worker-group-id", self.group_id] if self.group_id else []),
         ]
 
 
@@ -221,5 +224,12 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="results larger than this go through object storage instead of travelling inline "
         f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
+    )
+    parser.add_argument(
+        "--worker-group-id",
+        default="",
+        metavar="ID",
+        help="the worker group these workers belong to: set by the worker manager that starts them "
+        "(docs/scaling.md)",
     )
     add_security_arguments(parser, worker=True)
