@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show, show_group
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -326,7 +326,7 @@ class SchedulerCore:
             self._routing.add_worker(worker)
             self._managers.on_worker_joined(worker, out)
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
-            group = f", group {show(worker.group_id)}" if worker.group_id else ""
+            group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
             logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}{group}")
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show_group
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class WebhookManager:
             late = group.state is _S.RUNNING and now - group.started > START_TIMEOUT_SECONDS
             if late and connected(group_id) == 0:
                 logger.warning(
-                    f"Scheduler: webhook group {show(group_id)} has no worker connected "
+                    f"Scheduler: webhook group {show_group(group_id)} has no worker connected "
                     f"{START_TIMEOUT_SECONDS:g}s after it started: shutting it down"
                 )
                 group.state = _S.STOPPING
@@ -126,7 +126,7 @@ class WebhookManager:
             self._on_started(group_id, answer.body)
         elif action == SHUTDOWN:
             self._groups.pop(group_id, None)
-            logger.info(f"Scheduler: webhook shut down group {show(group_id)}")
+            logger.info(f"Scheduler: webhook shut down group {show_group(group_id)}")
         return self._act()
 
     # ----------------------------------------------------------------- calls
@@ -206,4 +206,4 @@ class WebhookManager:
         count = len(workers) if isinstance(workers, list) and workers else (group.workers if group else 1)
         stopping = group is not None and group.state is _S.STOPPING  # stopped while it started
         self._groups[group_id] = _Group(_S.STOPPING if stopping else _S.RUNNING, count, self._now, False, "webhook")
-        logger.info(f"Scheduler: webhook started group {show(group_id)} of {count} worker(s)")
+        logger.info(f"Scheduler: webhook started group {show_group(group_id)} of {count} worker(s)")

@@ -25,7 +25,7 @@ import logging
 from typing import Any, Dict, List, Optional, Set
 
 from scaler.protocol import messages as m
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show, show_group
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.security import OPEN, Credential
 from scaler.scheduler.outbox import Outbox
@@ -164,8 +164,8 @@ class WorkerManagers:
 
     def add(self, manager: Manager) -> None:
         self._managers[manager.manager_id] = manager
-        kind = "the OpenGRIS webhook" if manager.webhook is not None else "worker manager"
-        logger.info(f"Scheduler: {kind} {show(manager.manager_id)} connected")
+        if manager.webhook is None:
+            logger.info(f"Scheduler: worker manager {show(manager.manager_id)} connected")
 
     def remove(self, manager_id: bytes, why: str) -> None:
         """The manager left, timed out or its connection closed: its groups are forgotten (their workers are
@@ -242,7 +242,7 @@ class WorkerManagers:
         for manager in managers:
             manager.decision = decisions[manager.manager_id]
             for group_id in manager.decision.retire:
-                logger.info(f"Scheduler: group {show(group_id)} idle: drain it, then stop it")
+                logger.info(f"Scheduler: group {show_group(group_id)} idle: drain it, then stop it")
                 self._step(self._groups[group_id], _E.DRAIN, out)
         for group in list(self._groups.values()):
             if group.state is not GroupState.ACTIVE:
@@ -304,7 +304,7 @@ class WorkerManagers:
                 other = self._groups.get(group_id)
                 if other is not None:
                     logger.warning(
-                        f"Scheduler: dropped group {show(group_id)} of {show(manager.manager_id)}: "
+                        f"Scheduler: dropped group {show_group(group_id)} of {show(manager.manager_id)}: "
                         f"{show(other.manager_id)} has a group of that ID"
                     )
                     continue
@@ -319,7 +319,7 @@ class WorkerManagers:
             self._step(group, _E.GONE, out)
 
     def _step(self, group: ManagedGroup, event: GroupEvent, out: Outbox) -> None:
-        transition = GROUP_LIFECYCLE.step(group.state, event, show(group.group_id), group.history)
+        transition = GROUP_LIFECYCLE.step(group.state, event, show_group(group.group_id), group.history)
         group.state = transition.next_state
         group.history.append(event)
         del group.history[:-_HISTORY_LENGTH]
@@ -331,7 +331,7 @@ class WorkerManagers:
             self._routing.drain(self._workers[worker_id], out)
 
     def _tell_stop(self, group: ManagedGroup, out: Outbox) -> None:
-        logger.info(f"Scheduler: group {show(group.group_id)} drained: its manager stops it")
+        logger.info(f"Scheduler: group {show_group(group.group_id)} drained: its manager stops it")
 
     def _forget(self, group: ManagedGroup, out: Outbox) -> None:
         manager = self._managers.get(group.manager_id)

@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -41,10 +42,14 @@ logger = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 64 * 1024
 POLL_SECONDS = 0.5
 CLOSE_TIMEOUT_SECONDS = 15.0
+START_TIMEOUT_SECONDS = 30.0
 
 
 class WorkerAdapter:
-    """The adapter's decisions on each request, over a `NativeGroups` (thread-safe: requests come on threads)."""
+    """The adapter's decisions on each request, over a `NativeGroups` (thread-safe: requests come on threads).
+
+    Groups start on a thread that lives as long as the adapter: a child ends when the thread that started it
+    does (the kernel's parent-death signal), and a request's thread ends with the request."""
 
     def __init__(self, config: WorkerConfig, max_groups: int, workers_per_group: int) -> None:
         self._config = config
@@ -53,6 +58,7 @@ class WorkerAdapter:
         self._workers_per_group = workers_per_group
         self._running: Dict[str, str] = {}  # group ID -> where it runs
         self._lock = threading.Lock()
+        self._launcher = ThreadPoolExecutor(1, thread_name_prefix="scaler-adapter-groups")
 
     def answer(self, request: Any) -> Tuple[int, Dict[str, Any]]:
         """(HTTP status, JSON answer) for a decoded request body."""
@@ -77,8 +83,9 @@ class WorkerAdapter:
             return 429, {"error": f"all {self._max_groups} worker groups are running"}
         group_id = f"native-{uuid.uuid4().hex}"
         try:
-            where = self._groups.start(group_id.encode(), self._workers_per_group)
-        except GroupBackendError as error:
+            start = self._launcher.submit(self._groups.start, group_id.encode(), self._workers_per_group)
+            where = start.result(START_TIMEOUT_SECONDS)
+        except (GroupBackendError, TimeoutError) as error:
             return 500, {"error": str(error)}
         self._running[group_id] = where
         logger.info(f"Adapter: started worker group {group_id} ({where})")
@@ -105,6 +112,7 @@ class WorkerAdapter:
         with self._lock:
             self._groups.close(CLOSE_TIMEOUT_SECONDS)
             self._running.clear()
+        self._launcher.shutdown(wait=False)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -169,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="workers in each group (default: %(default)s)")  # fmt: skip
     parser.add_argument("--insecure", action="store_true",
                         help="listen at an address other hosts reach (anyone who reaches it starts workers)")  # fmt: skip
-    add_common_arguments(parser, event_loop=False)
+    add_common_arguments(parser)  # --event-loop: the workers'
     return parser
 
 

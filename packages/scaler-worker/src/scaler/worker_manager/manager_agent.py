@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from scaler.protocol import codec, connection_events
 from scaler.protocol.errors import DisconnectedError, ProtocolError
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show, show_group
 from scaler.protocol.security import NO_KEYS, Keys
 from scaler.worker.peer_connection import PeerConnection, ZmqConnect
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackend, GroupBackendError
@@ -182,7 +182,7 @@ class ManagerAgent:
         try:
             self._backend.stop(group_id)
         except GroupBackendError as error:  # it stays stopping: a group that ends is noticed by the poll
-            logger.error(f"Worker manager {show(self.manager_id)}: could not stop group {show(group_id)}: {error}")
+            logger.error(f"Worker manager {show(self.manager_id)}: could not stop group {show_group(group_id)}: {error}")
 
     def _poll(self) -> None:
         try:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List
 from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.connection_events import NOT_THE_PEER, role_name
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show, show_group
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
 from scaler.worker_manager.manager_events import (
@@ -196,8 +196,8 @@ class ManagerCore:
             _A.STOP: self._stop,
             _A.NOTE_RUNNING: self._note_running,
             _A.BACK_OFF: self._back_off,
-            _A.TELL_ENDED: lambda g: logger.warning(f"{self._name}: group {show(g.group_id)} ended: {g.reason}"),
-            _A.TELL_STOPPED: lambda g: logger.info(f"{self._name}: group {show(g.group_id)} stopped"),
+            _A.TELL_ENDED: lambda g: logger.warning(f"{self._name}: group {show_group(g.group_id)} ended: {g.reason}"),
+            _A.TELL_STOPPED: lambda g: logger.info(f"{self._name}: group {show_group(g.group_id)} stopped"),
             _A.FORGET: lambda g: self._groups.pop(g.group_id, None),
         }
 
@@ -271,7 +271,7 @@ class ManagerCore:
         for _ in range(min(wanted, settings.max_groups - len(self._groups))):
             group_id = self.manager_id + b"/%d" % next(self._serial)
             self._groups[group_id] = _Group(group_id, self._now)
-            logger.info(f"{self._name}: starting group {show(group_id)} of {settings.workers_per_group} worker(s)")
+            logger.info(f"{self._name}: starting group {show_group(group_id)} of {settings.workers_per_group} worker(s)")
             self._out.append(StartGroup(group_id, settings.workers_per_group))
 
     def _heartbeat(self) -> None:
@@ -317,10 +317,10 @@ class ManagerCore:
         for group in list(self._groups.values()):
             if group.state is _S.STARTING and 0 < settings.start_timeout_seconds <= now - group.created:
                 group.reason = f"not running {settings.start_timeout_seconds:g}s after its start"
-                logger.warning(f"{self._name}: group {show(group.group_id)} {group.reason}: stopping it")
+                logger.warning(f"{self._name}: group {show_group(group.group_id)} {group.reason}: stopping it")
                 self._step(group, _E.LATE)
             elif group.state is _S.RUNNING and 0 < settings.retire_after_seconds <= now - group.running_since:
-                logger.info(f"{self._name}: group {show(group.group_id)} ran its time: it retires")
+                logger.info(f"{self._name}: group {show_group(group.group_id)} ran its time: it retires")
                 self._step(group, _E.RETIRE)
             if group.state is _S.RUNNING and now - group.running_since >= STABLE_SECONDS:
                 self._retry_delay = 0.0
@@ -340,7 +340,7 @@ class ManagerCore:
         group = self._groups.get(event.group_id)
         if group is not None:
             group.detail = event.detail
-            logger.info(f"{self._name}: group {show(group.group_id)}: {event.detail}")
+            logger.info(f"{self._name}: group {show_group(group.group_id)}: {event.detail}")
 
     def _step_id(self, group_id: bytes, event: GroupEvent, reason: str = "") -> None:
         group = self._groups.get(group_id)
@@ -349,11 +349,11 @@ class ManagerCore:
         if reason:
             group.reason = reason
             if event is _E.START_FAILED:
-                logger.error(f"{self._name}: group {show(group_id)} could not start: {reason}")
+                logger.error(f"{self._name}: group {show_group(group_id)} could not start: {reason}")
         self._step(group, event)
 
     def _step(self, group: _Group, event: GroupEvent) -> None:
-        transition = GROUP_LIFECYCLE.step(group.state, event, show(group.group_id), group.history)
+        transition = GROUP_LIFECYCLE.step(group.state, event, show_group(group.group_id), group.history)
         group.state = transition.next_state
         group.history.append(event)
         del group.history[:-8]

@@ -1,5 +1,7 @@
 """Worker groups as local processes: each group is a ``scaler_cluster`` child of the manager, stopped with
-SIGTERM (its workers leave cleanly), and ends with the manager however the manager ends."""
+SIGTERM (its workers leave cleanly), and ends with the manager however the manager ends. Start groups from a
+thread that lives as long as they do: the kernel's parent-death signal follows the thread that started a
+child."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from typing import Dict, List, Set, Tuple
 
 from scaler.cluster.cluster import exit_cause
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show_group
 from scaler.protocol.process_control import start_child
 from scaler.worker import WorkerConfig
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackendError, cluster_command
@@ -60,7 +62,7 @@ class NativeGroups:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.warning(f"group {show(group_id)} (pid {process.pid}) did not stop in time: killing it")
+                logger.warning(f"group {show_group(group_id)} (pid {process.pid}) did not stop in time: killing it")
                 process.kill()
                 process.wait()
         self._processes.clear()

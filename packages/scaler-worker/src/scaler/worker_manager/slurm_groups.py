@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show_group
 from scaler.worker import WorkerConfig
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackendError, cluster_command
 
@@ -85,7 +85,7 @@ class SlurmGroups:
         script = os.path.join(os.path.abspath(options.job_directory), f"scaler-group-{name}-{os.getpid()}.sh")
         command = " ".join(shlex.quote(part) for part in cluster_command(self._config, group_id, workers, options.python))
         with open(script, "w") as file:
-            file.write(f"#!/bin/sh\n# Scaler worker group {show(group_id)}\nexec {command}\n")
+            file.write(f"#!/bin/sh\n# Scaler worker group {show_group(group_id)}\nexec {command}\n")
         arguments = [
             "sbatch", "--parsable", f"--job-name=scaler-{name}", "--nodes=1", "--ntasks=1",
             f"--cpus-per-task={workers * options.cpus_per_worker}",
