@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument(
         "--adapter-webhook-url", default="", metavar="URL",
         help="an OpenGRIS worker adapter's webhook (scaler_native_worker_adapter): the scheduler starts and "
-        "shuts down its worker groups as it does a worker manager's",
+        "shuts down its worker groups as it does a worker manager's (default: none)",
     )  # fmt: skip
     scaling.add_argument(
         "--adapter-webhook-timeout-seconds", type=_positive, default=10.0, metavar="SECONDS",
