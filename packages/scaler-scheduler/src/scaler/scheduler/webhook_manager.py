@@ -146,8 +146,7 @@ class WebhookManager:
             if group.state is _S.STOPPING and not group.calling and not group_id.startswith(self._placeholder):
                 group.calling = True
                 calls.append(self._call(SHUTDOWN, group_id, {"worker_group_id": group_id.decode(errors="replace")}))
-        # the desired count counts the groups it names to stop (gone already or not), until a heartbeat says so
-        counted = len(stop) + sum(g.state is not _S.STOPPING for group_id, g in self._groups.items())
+        counted = sum(g.state is not _S.STOPPING for g in self._groups.values())
         max_groups = self._info[0]
         for _ in range(min(self._desired, max_groups) - counted):
             call_id = next(self._ids)

@@ -8,8 +8,8 @@ active groups, and carries out its decisions: a group to retire is drained first
 and give back those they have not started: `TaskRouting.drain`), and once none of its workers holds a task
 the manager is told to stop it. So scaling down never loses a task, nor runs one twice. Each manager gets a
 `WorkerManagerCommand` in answer to each heartbeat, and at once when its command changes: how many groups it
-should have (`desiredGroups`: the groups it reports starting or running, those being drained included), and
-which to stop now (`stopGroups`). A manager may ask for one of its groups to be drained by reporting it
+should have (`desiredGroups`: the groups it reports starting or running, those being drained included, those
+it is told to stop not), and which to stop now (`stopGroups`). A manager may ask for one of its groups to be drained by reporting it
 ``retiring`` (a time limit near).
 
 The OpenGRIS webhook (`webhook_manager.py`) is one more manager behind the same decision: its heartbeat is
@@ -275,12 +275,11 @@ class WorkerManagers:
         )
 
     def _send_command(self, manager: Manager, out: Outbox, only_if_changed: bool = False) -> None:
-        draining = [g for g in manager.groups.values() if g.state is not GroupState.ACTIVE]
-        command = m.WorkerManagerCommand(  # the groups it counts that are drained count until they stop
-            desired_groups=manager.decision.desired_groups + sum(g.reported in _COUNTED for g in draining),
-            stop_groups=[
-                g.group_id for g in draining if g.state is GroupState.DRAINED and g.reported is not _STOPPING
-            ],
+        draining = [g for g in manager.groups.values() if g.state is GroupState.DRAINING and g.reported in _COUNTED]
+        drained = [g for g in manager.groups.values() if g.state is GroupState.DRAINED and g.reported is not _STOPPING]
+        command = m.WorkerManagerCommand(  # a group it counts that drains still counts, until it is named to stop
+            desired_groups=manager.decision.desired_groups + len(draining),
+            stop_groups=[g.group_id for g in drained],
         )
         if only_if_changed and command == manager.sent:
             return

@@ -3,10 +3,11 @@
 The scheduler decides, the manager acts. The manager says Hello as a worker manager, then every heartbeat
 interval what it can start (workers per group, its minimum and maximum of groups, its workers' capabilities)
 and the groups it has. The scheduler answers each heartbeat with a `WorkerManagerCommand`: how many groups it
-should have (``desiredGroups``: those starting or running, the ones the scheduler drains included) and which
-groups to stop now (``stopGroups``: drained, none of their workers holds a task). The manager starts groups
-while it has fewer than desired (at most its maximum in all, retiring and stopping ones included), stops
-exactly the groups named, and never stops a group on a count alone: so a group stops only once drained.
+should have starting or running (``desiredGroups``: the ones the scheduler drains count, the ones it names to
+stop do not) and which groups to stop now (``stopGroups``: drained, none of their workers holds a task). The
+manager stops exactly the groups named, then starts groups while it has fewer than desired (at most its
+maximum in all, retiring and stopping ones included), and never stops a group on a count alone: so a group
+stops only once drained.
 
 A group that runs for `ManagerSettings.retire_after_seconds` (a Slurm job near its time limit) is reported
 ``retiring``: the scheduler drains it and names it to stop, and meanwhile asks for a group in its place if

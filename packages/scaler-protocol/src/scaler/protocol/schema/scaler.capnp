@@ -356,7 +356,8 @@ struct WorkerManagerCommand {
   kind @0 :WorkerManagerCommandKind;      # kind, count, workerIds: reserved since 1.0, unused; senders leave
   count @1 :UInt32;                       # them at zero
   workerIds @2 :List(Data);
-  desiredGroups @3 :UInt32;               # groups it should have, its retiring and stopping ones not counted (1.6)
+  desiredGroups @3 :UInt32;               # groups it should have starting or running, those being drained
+                                          # included, those in stopGroups not (1.6)
   stopGroups @4 :List(Data);              # its groups drained by the scheduler: stop them now (1.6)
 }
 

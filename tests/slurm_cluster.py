@@ -1,0 +1,105 @@
+"""A real one-node Slurm for tests, started and always stopped by the test: munged, slurmctld and slurmd from
+the distribution's packages (``slurm-wlm``, ``munge``; `.ci/run` installs them), run as root in a folder of
+their own: their own munge socket, their own ports, their own ``slurm.conf`` (named by ``SLURM_CONF``, which
+the Slurm commands read), so nothing of the host's configuration is used or changed. Jobs get no CPU or
+memory limits here. Every daemon is stopped by the PID it was started with."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from cluster_processes import wait_until
+
+from scaler.protocol.addresses import free_tcp_port
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "runuser")
+START_SECONDS = 30
+
+
+class SlurmCluster:
+    def __init__(self, directory: Path) -> None:
+        missing = [name for name in DAEMONS if shutil.which(name, path=f"{os.environ.get('PATH')}:/usr/sbin") is None]
+        if missing or os.geteuid() != 0:
+            raise RuntimeError(
+                f"a real Slurm needs root and the packages slurm-wlm and munge (missing: {', '.join(missing) or 'none'}; "
+                f"euid {os.geteuid()}): apt-get install slurm-wlm munge (.ci/run does)"
+            )
+        self.directory = directory
+        self.node = socket.gethostname().split(".")[0]
+        self.environment: Dict[str, str] = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
+        self._daemons: List[subprocess.Popen] = []
+
+    def start(self) -> None:
+        directory = self.directory
+        for name in ("munge", "state", "spool", "log"):
+            (directory / name).mkdir(parents=True, exist_ok=True)
+        shutil.chown(directory / "munge", "munge", "munge")
+        os.chmod(directory / "munge", 0o755)
+        os.chmod(directory, 0o755)
+        munge = directory / "munge"
+        self._start("munged", [
+            "runuser", "-u", "munge", "--", _sbin("munged"), "--foreground", f"--socket={munge}/socket",
+            "--key-file=/etc/munge/munge.key", f"--log-file={munge}/log", f"--pid-file={munge}/pid",
+            f"--seed-file={munge}/seed",
+        ])  # fmt: skip
+        wait_until(lambda: (munge / "socket").exists(), START_SECONDS, "munged's socket")
+        ports = free_tcp_port(count=2)
+        (directory / "slurm.conf").write_text(
+            "\n".join([
+                "ClusterName=scalertest", f"SlurmctldHost={self.node}", "SlurmUser=root", "AuthType=auth/munge",
+                f"AuthInfo=socket={munge}/socket", f"SlurmctldPort={ports}", f"SlurmdPort={ports + 1}",
+                f"StateSaveLocation={directory}/state", f"SlurmdSpoolDir={directory}/spool",
+                f"SlurmctldPidFile={directory}/slurmctld.pid", f"SlurmdPidFile={directory}/slurmd.pid",
+                f"SlurmctldLogFile={directory}/log/slurmctld.log", f"SlurmdLogFile={directory}/log/slurmd.log",
+                "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU", "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/backfill",
+                "ReturnToService=2", "MinJobAge=300",
+                f"NodeName={self.node} CPUs=8 RealMemory=1000 State=UNKNOWN",  # more CPUs than cores: jobs sleep
+                f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            ]) + "\n"
+        )  # fmt: skip
+        self._start("slurmctld", [_sbin("slurmctld"), "-D"])
+        self._start("slurmd", [_sbin("slurmd"), "-D"])
+        wait_until(lambda: self.command("sinfo", "-h", "-o", "%t").strip() == "idle", START_SECONDS, "an idle node")
+
+    def command(self, *arguments: str) -> str:
+        done = subprocess.run(arguments, capture_output=True, text=True, timeout=30, env=self.environment)
+        return done.stdout if done.returncode == 0 else ""
+
+    def jobs(self) -> List[str]:
+        """``JOBID STATE`` of every job Slurm knows that has not ended."""
+        return self.command("squeue", "-h", "-o", "%i %T").split("\n")[:-1]
+
+    def stop(self) -> None:
+        munged = self.directory / "munge" / "pid"  # runuser's child: stopped by the PID it wrote
+        for process in reversed(self._daemons):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        if munged.exists():
+            try:
+                os.kill(int(munged.read_text().strip()), signal.SIGTERM)
+            except (ValueError, ProcessLookupError):
+                pass
+        deadline = time.monotonic() + 15
+        for process in reversed(self._daemons):
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+
+    def _start(self, name: str, command: List[str]) -> None:
+        log = open(self.directory / "log" / f"{name}.out", "wb")
+        self._daemons.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.environment))
+
+
+def _sbin(name: str) -> str:
+    return shutil.which(name, path=f"{os.environ.get('PATH')}:/usr/sbin") or name
