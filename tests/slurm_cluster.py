@@ -6,11 +6,13 @@ memory limits here. Every daemon is stopped by the PID it was started with."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -21,6 +23,7 @@ from scaler.protocol.addresses import free_tcp_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "runuser")
 START_SECONDS = 30
+STOP_SECONDS = 5
 
 
 class SlurmCluster:
@@ -32,18 +35,19 @@ class SlurmCluster:
                 f"euid {os.geteuid()}): apt-get install slurm-wlm munge (.ci/run does)"
             )
         self.directory = directory
+        # munged runs as the user munge, which must reach its directory: not under pytest's (root only)
+        self.munge = Path(tempfile.mkdtemp(prefix="scaler-munge-"))
         self.node = socket.gethostname().split(".")[0]
         self.environment: Dict[str, str] = {**os.environ, "SLURM_CONF": str(directory / "slurm.conf")}
         self._daemons: List[subprocess.Popen] = []
 
     def start(self) -> None:
         directory = self.directory
-        for name in ("munge", "state", "spool", "log"):
+        for name in ("state", "spool", "log"):
             (directory / name).mkdir(parents=True, exist_ok=True)
-        shutil.chown(directory / "munge", "munge", "munge")
-        os.chmod(directory / "munge", 0o755)
-        os.chmod(directory, 0o755)
-        munge = directory / "munge"
+        munge = self.munge
+        shutil.chown(munge, "munge", "munge")
+        os.chmod(munge, 0o755)
         self._start("munged", [
             "runuser", "-u", "munge", "--", _sbin("munged"), "--foreground", f"--socket={munge}/socket",
             "--key-file=/etc/munge/munge.key", f"--log-file={munge}/log", f"--pid-file={munge}/pid",
@@ -62,7 +66,8 @@ class SlurmCluster:
                 "SelectTypeParameters=CR_CPU", "JobAcctGatherType=jobacct_gather/none",
                 "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/backfill",
                 "ReturnToService=2", "MinJobAge=300",
-                f"NodeName={self.node} CPUs=8 RealMemory=1000 State=UNKNOWN",  # more CPUs than cores: jobs sleep
+                "SlurmdParameters=config_overrides",  # the node as configured: more CPUs than cores (jobs sleep)
+                f"NodeName={self.node} CPUs=8 RealMemory=1000 State=UNKNOWN",
                 f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
             ]) + "\n"
         )  # fmt: skip
@@ -78,27 +83,39 @@ class SlurmCluster:
         """``JOBID STATE`` of every job Slurm knows that has not ended."""
         return self.command("squeue", "-h", "-o", "%i %T").split("\n")[:-1]
 
+    def cancel_all(self) -> None:
+        """Cancel every job (a test's jobs end with the test) and wait until Slurm has none left running."""
+        self.command("scancel", f"--user={getpass.getuser()}")
+        wait_until(lambda: not self.jobs(), START_SECONDS, "every job to end")
+
     def stop(self) -> None:
-        munged = self.directory / "munge" / "pid"  # runuser's child: stopped by the PID it wrote
-        for process in reversed(self._daemons):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        if munged.exists():
-            try:
-                os.kill(int(munged.read_text().strip()), signal.SIGTERM)
-            except (ValueError, ProcessLookupError):
-                pass
-        deadline = time.monotonic() + 15
-        for process in reversed(self._daemons):
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        """Cancel what runs, then stop slurmd, slurmctld and munged, in that order (slurmd waits for its
+        controller), each by the PID it was started with (munged: the one it wrote, runuser's child)."""
+        try:
+            self.cancel_all()
+        finally:
+            for process in reversed(self._daemons):
+                if process is self._daemons[0]:  # runuser: munged ends, then runuser does
+                    _terminate_pid_file(self.munge / "pid")
+                elif process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(STOP_SECONDS)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(STOP_SECONDS)
+            shutil.rmtree(self.munge, ignore_errors=True)
 
     def _start(self, name: str, command: List[str]) -> None:
         log = open(self.directory / "log" / f"{name}.out", "wb")
         self._daemons.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.environment))
+
+
+def _terminate_pid_file(path: Path) -> None:
+    try:
+        os.kill(int(path.read_text().strip()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
 
 
 def _sbin(name: str) -> str:

@@ -12,13 +12,18 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import cloudpickle
 import pytest
+import test_scaling
 from cluster_processes import Processes, next_snapshot, wait_until
 from slurm_cluster import SlurmCluster
 from test_scaling import SCALE, WAIT, logged, run_once
 
 from scaler import Client
 from scaler.protocol.addresses import default_monitor_address
+
+
+cloudpickle.register_pickle_by_value(test_scaling)  # run_once goes to the workers by value
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +40,14 @@ def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
             del os.environ["SLURM_CONF"]
         else:
             os.environ["SLURM_CONF"] = before
+
+
+@pytest.fixture(autouse=True)
+def _jobs_end_with_the_test(slurm) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        slurm.cancel_all()
 
 
 def slurm_manager(processes: Processes, address: str, log: Path, *options: str) -> subprocess.Popen:
