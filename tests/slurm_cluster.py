@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -31,8 +30,8 @@ class SlurmCluster:
         missing = [name for name in DAEMONS if shutil.which(name, path=f"{os.environ.get('PATH')}:/usr/sbin") is None]
         if missing or os.geteuid() != 0:
             raise RuntimeError(
-                f"a real Slurm needs root and the packages slurm-wlm and munge (missing: {', '.join(missing) or 'none'}; "
-                f"euid {os.geteuid()}): apt-get install slurm-wlm munge (.ci/run does)"
+                f"a real Slurm needs root and the packages slurm-wlm and munge (missing: "
+                f"{', '.join(missing) or 'none'}; euid {os.geteuid()}): apt-get install slurm-wlm munge (.ci/run does)"
             )
         self.directory = directory
         # munged runs as the user munge, which must reach its directory: not under pytest's (root only)
@@ -68,7 +67,7 @@ class SlurmCluster:
                 "ReturnToService=2", "MinJobAge=300",
                 "SlurmdParameters=config_overrides",  # the node as configured: more CPUs than cores (jobs sleep)
                 f"NodeName={self.node} CPUs=8 RealMemory=1000 State=UNKNOWN",
-                f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
             ]) + "\n"
         )  # fmt: skip
         self._start("slurmctld", [_sbin("slurmctld"), "-D"])

@@ -22,7 +22,6 @@ from test_scaling import SCALE, WAIT, logged, run_once
 from scaler import Client
 from scaler.protocol.addresses import default_monitor_address
 
-
 cloudpickle.register_pickle_by_value(test_scaling)  # run_once goes to the workers by value
 
 

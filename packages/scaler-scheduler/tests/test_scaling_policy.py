@@ -182,7 +182,8 @@ def test_decisions_stay_within_limits_follow_the_delays_and_never_overshoot(scen
                 assert decision.retire == []
             retired = {g.group_id: g for g in load.groups if g.group_id in decision.retire}
             assert len(retired) == len(decision.retire)
-            assert all(g.idle_since is not None and now - g.idle_since >= SETTINGS.idle_seconds for g in retired.values())
+            idle_since = [g.idle_since for g in retired.values()]
+            assert all(since is not None and now - since >= SETTINGS.idle_seconds for since in idle_since)
             assert decision.desired_groups >= min(spec["low"], active) or not decision.retire
             # the manager does as told: retired groups go, new ones start with no worker yet
             kept = [g for g in groups[name] if g[0] not in retired]

@@ -13,8 +13,14 @@ from scaler.protocol.security import Credential
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scaling_policy import ScalingSettings
 from scaler.scheduler.scheduler_core import SchedulerCore
-from scaler.scheduler.scheduler_events import ConnectionClosed, FromPeer, MonitorSubscription, PeerConnection
-from scaler.scheduler.scheduler_events import Publish, Tick
+from scaler.scheduler.scheduler_events import (
+    ConnectionClosed,
+    FromPeer,
+    MonitorSubscription,
+    PeerConnection,
+    Publish,
+    Tick,
+)
 from scaler.scheduler.webhook_manager import CallWebhook, WebhookAnswer
 
 MANAGER = b"M|host|9|aa"
@@ -262,7 +268,7 @@ def test_whatever_the_order_of_events_every_task_starts_exactly_once(operations)
         else:  # a pause
             now += value * 0.5
         feed(Tick())  # the scheduler's tick (every 0.5 s in a real one)
-        for worker_id, state in workers.items():  # each worker starts the first task it holds
+        for state in workers.values():  # each worker starts the first task it holds
             if state[1] and not state[2]:
                 state[2] = True
                 starts[state[1][0][0]] = starts.get(state[1][0][0], 0) + 1

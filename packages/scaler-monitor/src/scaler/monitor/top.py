@@ -9,10 +9,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.ids import show
-from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.protocol.messages import Counter, StateSnapshot, WorkerSnapshot
 
 CONFIG_SECTION = "top"
@@ -244,7 +244,8 @@ def _managers(snapshot: StateSnapshot) -> List[str]:
     for row in manager_rows(snapshot):
         lines.append(
             f"{row['manager']} {row['kind'] or '?'}: {row['groups']} group(s), target {row['target']}, at most "
-            f"{row['max_groups']} of {row['workers_per_group']} worker(s), capabilities {row['capabilities'] or 'none'}, "
+            f"{row['max_groups']} of {row['workers_per_group']} worker(s), "
+            f"capabilities {row['capabilities'] or 'none'}, "
             f"seen {row['last_seen_seconds']:.1f}s ago"
         )
         for group in (g for g in groups if g["manager"] == row["manager"]):

@@ -82,8 +82,11 @@ def waiting_work(
     return waiting
 
 
+DEFAULT_SCALING = ScalingSettings()
+
+
 class ScalingPolicy:
-    def __init__(self, settings: ScalingSettings = ScalingSettings()) -> None:
+    def __init__(self, settings: ScalingSettings = DEFAULT_SCALING) -> None:
         self.settings = settings
         self._waiting_since: Dict[bytes, float] = {}  # manager -> since when it has uncovered work, unpaused
 

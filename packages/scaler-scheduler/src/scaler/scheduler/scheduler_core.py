@@ -44,6 +44,7 @@ from scaler.scheduler.monitor_snapshot import state_snapshot
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Worker
+from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
     CannotForward,
     ConnectionClosed,
@@ -60,7 +61,6 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
-from scaler.scheduler.scaling_policy import ScalingPolicy, ScalingSettings
 from scaler.scheduler.storage_link import StorageLink
 from scaler.scheduler.task_routing import TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
@@ -88,7 +88,7 @@ class SchedulerSettings:
     graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
     graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
-    scaling: ScalingSettings = ScalingSettings()  # when worker managers grow and shrink their groups
+    scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
 
 

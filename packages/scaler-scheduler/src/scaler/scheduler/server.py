@@ -48,7 +48,7 @@ from scaler.protocol.security import (
     server_keys,
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
-from scaler.scheduler.scaling_policy import ScalingSettings
+from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
@@ -102,7 +102,7 @@ class SchedulerServer:
         metrics_port: Optional[int] = None,
         metrics_host: str = "127.0.0.1",
         security: SecurityConfig = NO_SECURITY,
-        scaling: ScalingSettings = ScalingSettings(),
+        scaling: ScalingSettings = DEFAULT_SCALING,
         adapter_webhook_url: str = "",
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
     ) -> None:

@@ -124,7 +124,7 @@ class TaskRouting:
     def queued_by_needs(self) -> Dict[FrozenSet[str], int]:
         """The tasks queued here, by the capabilities they need (frozenset() for those that need none, and for
         every task under the even policy)."""
-        queued = {frozenset(): self.state_counts[TaskState.QUEUED]}
+        queued: Dict[FrozenSet[str], int] = {frozenset(): self.state_counts[TaskState.QUEUED]}
         tasks = self._tasks
         for needs, queue in self._capability_queues.items():
             count = 0

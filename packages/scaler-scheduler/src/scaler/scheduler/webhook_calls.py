@@ -71,8 +71,9 @@ def post_json(url: str, body: Dict[str, Any], timeout: float) -> Tuple[int, Dict
     except urllib.error.URLError as error:
         return 0, {}, f"cannot reach it: {error.reason}"
     except (OSError, ValueError) as error:  # a timeout (TimeoutError is an OSError), a reset, a bad answer
-        why = f"no answer within {timeout:g}s" if isinstance(error, TimeoutError) else f"{type(error).__name__}: {error}"
-        return 0, {}, why
+        if isinstance(error, TimeoutError):
+            return 0, {}, f"no answer within {timeout:g}s"
+        return 0, {}, f"{type(error).__name__}: {error}"
 
 
 def _read_json(response: Any, deadline: float) -> Dict[str, Any]:

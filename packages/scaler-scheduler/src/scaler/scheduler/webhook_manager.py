@@ -168,7 +168,9 @@ class WebhookManager:
         why = answer.error or f"HTTP {answer.status}: {answer.body.get('error', answer.body) if answer.body else ''}"
         self._retry_delay = min(MAX_RETRY_SECONDS, max(FIRST_RETRY_SECONDS, self._retry_delay * 2))
         self._retry_at = self._now + self._retry_delay
-        logger.warning(f"Scheduler: webhook {self.url}: {action} failed ({why}); trying again in {self._retry_delay:g}s")
+        logger.warning(
+            f"Scheduler: webhook {self.url}: {action} failed ({why}); trying again in {self._retry_delay:g}s"
+        )
         if action == INFO:
             self._asking_info = False
         elif action == START:

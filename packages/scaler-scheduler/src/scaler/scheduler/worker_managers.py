@@ -9,8 +9,8 @@ and give back those they have not started: `TaskRouting.drain`), and once none o
 the manager is told to stop it. So scaling down never loses a task, nor runs one twice. Each manager gets a
 `WorkerManagerCommand` in answer to each heartbeat, and at once when its command changes: how many groups it
 should have (`desiredGroups`: the groups it reports starting or running, those being drained included, those
-it is told to stop not), and which to stop now (`stopGroups`). A manager may ask for one of its groups to be drained by reporting it
-``retiring`` (a time limit near).
+it is told to stop not), and which to stop now (`stopGroups`). A manager may ask for one of its groups to be
+drained by reporting it ``retiring`` (a time limit near).
 
 The OpenGRIS webhook (`webhook_manager.py`) is one more manager behind the same decision: its heartbeat is
 made here from what the scheduler started through it, and its commands become HTTP calls.

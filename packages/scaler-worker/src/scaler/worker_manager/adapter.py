@@ -175,8 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the most workers, in all groups (default: -1, unlimited)")  # fmt: skip
     parser.add_argument("--workers-per-group", type=int, default=1, metavar="K",
                         help="workers in each group (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--insecure", action="store_true",
-                        help="listen at an address other hosts reach (anyone who reaches it starts workers)")  # fmt: skip
+    parser.add_argument(
+        "--insecure", action="store_true",
+        help="listen at an address other hosts reach (anyone who reaches it starts workers)",
+    )  # fmt: skip
     add_common_arguments(parser)  # --event-loop: the workers'
     return parser
 

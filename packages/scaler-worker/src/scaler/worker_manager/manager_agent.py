@@ -182,7 +182,8 @@ class ManagerAgent:
         try:
             self._backend.stop(group_id)
         except GroupBackendError as error:  # it stays stopping: a group that ends is noticed by the poll
-            logger.error(f"Worker manager {show(self.manager_id)}: could not stop group {show_group(group_id)}: {error}")
+            name = f"Worker manager {show(self.manager_id)}"
+            logger.error(f"{name}: could not stop group {show_group(group_id)}: {error}")
 
     def _poll(self) -> None:
         try:

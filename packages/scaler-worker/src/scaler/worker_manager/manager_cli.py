@@ -82,7 +82,8 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
                            help="CPUs asked for each worker (default: %(default)s)")  # fmt: skip
         group.add_argument("--memory", default="", help="memory asked for each job, as sbatch --mem takes it")
         group.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
-                           help="one more option for sbatch, e.g. --sbatch-option=--account=proj (repeatable)")  # fmt: skip
+                           help="one more option for sbatch, e.g. --sbatch-option=--account=proj "
+                           "(repeatable)")  # fmt: skip
         group.add_argument("--job-directory", default="scaler-jobs", metavar="DIR",
                            help="where job scripts and job output go: a directory the compute nodes share "
                            "(default: %(default)s)")  # fmt: skip
@@ -159,7 +160,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if workers_keys.secure != bool(args.manager_key_file):
             raise ValueError("with keys, give both the manager's key pair (--manager-key-file) and the workers' "
                              "(--key-file), with --server-key-file")  # fmt: skip
-        keys = peer_keys(SecurityConfig(key_file=args.manager_key_file, server_key_file=config.security.server_key_file))
+        own = SecurityConfig(key_file=args.manager_key_file, server_key_file=config.security.server_key_file)
+        keys = peer_keys(own)
         limits, backend = (_native if kind == "native" else _slurm)(args, config)
         if args.min_groups > limits["max_groups"]:
             raise ValueError(f"--min-groups {args.min_groups} is more than the {limits['max_groups']} groups allowed")

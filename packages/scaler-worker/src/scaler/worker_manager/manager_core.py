@@ -199,7 +199,7 @@ class ManagerCore:
             _A.BACK_OFF: self._back_off,
             _A.TELL_ENDED: lambda g: logger.warning(f"{self._name}: group {show_group(g.group_id)} ended: {g.reason}"),
             _A.TELL_STOPPED: lambda g: logger.info(f"{self._name}: group {show_group(g.group_id)} stopped"),
-            _A.FORGET: lambda g: self._groups.pop(g.group_id, None),
+            _A.FORGET: self._forget,
         }
 
     def handle(self, event: Any, now: float) -> List[Any]:
@@ -272,7 +272,8 @@ class ManagerCore:
         for _ in range(min(wanted, settings.max_groups - len(self._groups))):
             group_id = self.manager_id + b"/%d" % next(self._serial)
             self._groups[group_id] = _Group(group_id, self._now)
-            logger.info(f"{self._name}: starting group {show_group(group_id)} of {settings.workers_per_group} worker(s)")
+            workers = settings.workers_per_group
+            logger.info(f"{self._name}: starting group {show_group(group_id)} of {workers} worker(s)")
             self._out.append(StartGroup(group_id, settings.workers_per_group))
 
     def _heartbeat(self) -> None:
@@ -360,6 +361,9 @@ class ManagerCore:
         del group.history[:-8]
         for action in transition.actions:
             self._carry_out[action](group)
+
+    def _forget(self, group: _Group) -> None:
+        del self._groups[group.group_id]
 
     def _stop(self, group: _Group) -> None:
         group.stop_sent = self._now

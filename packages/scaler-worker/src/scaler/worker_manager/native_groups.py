@@ -50,7 +50,8 @@ class NativeGroups:
                 changes.append((group_id, RUNNING, ""))
             if process.poll() is not None:
                 del self._processes[group_id]
-                changes.append((group_id, ENDED, f"scaler_cluster (pid {process.pid}) {exit_cause(process.returncode)}"))
+                why = f"scaler_cluster (pid {process.pid}) {exit_cause(process.returncode)}"
+                changes.append((group_id, ENDED, why))
         return changes
 
     def close(self, timeout: float) -> None:

@@ -83,7 +83,7 @@ class SlurmGroups:
         options = self._options
         name = group_id.decode().rpartition("/")[2]
         script = os.path.join(os.path.abspath(options.job_directory), f"scaler-group-{name}-{os.getpid()}.sh")
-        command = " ".join(shlex.quote(part) for part in cluster_command(self._config, group_id, workers, options.python))
+        command = " ".join(map(shlex.quote, cluster_command(self._config, group_id, workers, options.python)))
         with open(script, "w") as file:
             file.write(f"#!/bin/sh\n# Scaler worker group {show_group(group_id)}\nexec {command}\n")
         arguments = [
