@@ -17,7 +17,7 @@ import pytest
 import test_scaling
 from cluster_processes import Processes, next_snapshot, wait_until
 from slurm_cluster import SlurmCluster
-from test_scaling import SCALE, WAIT, logged, run_once
+from test_scaling import SCALE, WAIT, logged, run_burst
 
 from scaler import Client
 from scaler.protocol.addresses import default_monitor_address
@@ -63,14 +63,7 @@ def test_a_burst_of_5000_tasks_runs_once_each_on_jobs_that_retire_before_their_t
     log = tmp_path / "manager.log"
     # a time limit of one minute, drained 58 s before it: each job retires after 2 s of running
     slurm_manager(processes, address, log, "--max-jobs", "2", "--time-limit", "1", "--drain-margin-seconds", "58")
-    runs = tmp_path / "runs"
-    runs.mkdir()
-    with Client(address=address, timeout_seconds=WAIT) as client:
-        results = client.map(run_once, [(str(runs), i) for i in range(5000)])
-    assert results == [i * i for i in range(5000)]
-    lines = {int(path.name): path.read_text().split() for path in runs.iterdir()}
-    assert sorted(lines) == list(range(5000))
-    assert [i for i, ran in lines.items() if len(ran) != 1] == []
+    run_burst(address, tmp_path / "runs")
     assert logged(log, "ran its time: it retires") and logged(scheduler_log, "drained: its manager stops it")
     monitor = default_monitor_address(address)
     wait_until(lambda: not slurm.jobs() and not (next_snapshot(monitor) or _empty).workers, WAIT, "idle jobs ended")

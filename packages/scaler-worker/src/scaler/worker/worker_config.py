@@ -141,7 +141,10 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive_int(text: str) -> int:
+# argparse types of numbers, for the options of the programs that run workers (and of worker managers)
+
+
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -151,7 +154,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -161,13 +164,23 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
 
 
@@ -195,7 +208,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-worker-queue-size",
         "-wqs",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_QUEUE_CAPACITY,
         metavar="N",
         help=f"tasks a worker accepts to queue (default: {DEFAULT_QUEUE_CAPACITY})",
@@ -203,7 +216,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-interval-seconds",
         "-hi",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
         metavar="SECONDS",
         help=f"seconds between heartbeats to the scheduler (default: {DEFAULT_HEARTBEAT_INTERVAL_SECONDS:g})",
@@ -211,7 +224,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worker-timeout-seconds",
         "-wt",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_WORKER_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="a worker that hears nothing from the scheduler (or the storage server) for this long exits; one "
@@ -219,7 +232,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task-inline-threshold",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_INLINE_THRESHOLD_BYTES,
         metavar="BYTES",
         help="results larger than this go through object storage instead of travelling inline "

@@ -12,38 +12,16 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.worker import WorkerConfig, add_worker_arguments, parse_capabilities
+from scaler.worker.worker_config import non_negative_float, non_negative_int, positive_int
 
 PROGRAM = "scaler_worker_manager"
 KINDS = ("native", "slurm")
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
 
 
 def build_parser(kind: str) -> argparse.ArgumentParser:
@@ -57,28 +35,28 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     add_worker_arguments(parser)
     group = parser.add_argument_group("worker groups", "how many, and how large (docs/scaling.md)")
     if kind == "native":
-        group.add_argument("--max-workers", type=_count(1), required=True, metavar="N",
+        group.add_argument("--max-workers", type=positive_int, required=True, metavar="N",
                            help="the most workers this host runs, in all groups")  # fmt: skip
-        group.add_argument("--workers-per-group", type=_count(1), default=1, metavar="K",
+        group.add_argument("--workers-per-group", type=positive_int, default=1, metavar="K",
                            help="workers started and stopped together (default: %(default)s)")  # fmt: skip
-        group.add_argument("--group-lifetime-seconds", type=_seconds, default=0.0, metavar="SECONDS",
+        group.add_argument("--group-lifetime-seconds", type=non_negative_float, default=0.0, metavar="SECONDS",
                            help="a group that ran this long is drained and replaced if needed (default: 0, no "
                            "limit)")  # fmt: skip
     else:
-        group.add_argument("--max-jobs", type=_count(1), required=True, metavar="N",
+        group.add_argument("--max-jobs", type=positive_int, required=True, metavar="N",
                            help="the most Slurm jobs (worker groups) at once, queued or running")  # fmt: skip
-        group.add_argument("--job-workers", type=_count(1), default=1, metavar="K",
+        group.add_argument("--job-workers", type=positive_int, default=1, metavar="K",
                            help="workers in each job (default: %(default)s)")  # fmt: skip
         group.add_argument("--partition", default="", help="the Slurm partition (default: Slurm's default)")
         group.add_argument("--time-limit", default="", metavar="TIME",
                            help="each job's time limit, in Slurm's format (30, 1:00:00, 1-0); a job is drained "
                            "before it (default: the partition's)")  # fmt: skip
-        group.add_argument("--drain-margin-seconds", type=_seconds, default=60.0, metavar="SECONDS",
+        group.add_argument("--drain-margin-seconds", type=non_negative_float, default=60.0, metavar="SECONDS",
                            help="a job is drained this long before its time limit (default: %(default)s)")  # fmt: skip
-        group.add_argument("--start-timeout-seconds", type=_seconds, default=600.0, metavar="SECONDS",
+        group.add_argument("--start-timeout-seconds", type=non_negative_float, default=600.0, metavar="SECONDS",
                            help="a job Slurm has not started after this long is cancelled (default: %(default)s; "
                            "0: wait forever)")  # fmt: skip
-        group.add_argument("--cpus-per-worker", type=_count(1), default=1, metavar="N",
+        group.add_argument("--cpus-per-worker", type=positive_int, default=1, metavar="N",
                            help="CPUs asked for each worker (default: %(default)s)")  # fmt: skip
         group.add_argument("--memory", default="", help="memory asked for each job, as sbatch --mem takes it")
         group.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
@@ -90,9 +68,9 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
         group.add_argument("--python", default=sys.executable, metavar="PATH",
                            help="the Python of the jobs, with scaler-worker installed (default: this one, "
                            "%(default)s)")  # fmt: skip
-    group.add_argument("--min-groups", type=_count(0), default=0, metavar="N",
+    group.add_argument("--min-groups", type=non_negative_int, default=0, metavar="N",
                        help="groups kept however idle (default: %(default)s)")  # fmt: skip
-    group.add_argument("--leave-timeout-seconds", type=_seconds, default=30.0, metavar="SECONDS",
+    group.add_argument("--leave-timeout-seconds", type=non_negative_float, default=30.0, metavar="SECONDS",
                        help="on a stop signal, groups drain this long at most before they stop (default: "
                        "%(default)s)")  # fmt: skip
     parser.add_argument("--manager-key-file", metavar="FILE",
