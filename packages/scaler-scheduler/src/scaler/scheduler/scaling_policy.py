@@ -12,8 +12,8 @@ The rule in words is `docs/scaling.md`:
   that worker's capabilities. A manager can take work whose key is a subset of its workers' capabilities.
 - **Up.** Managers take the waiting work in turn, the first connected first. The groups a manager is
   starting cover what their workers will run when they arrive; what is left uncovered, once it has waited
-  `ScalingSettings.up_after_seconds` without a pause, asks for as many more groups as cover it (a group
-  covers its workers' slots), up to the manager's maximum. What a manager covers is gone for the next one.
+  `ScalingSettings.up_after_seconds` without a pause, asks for as many more groups as cover it (a worker of
+  a group covers one task), up to the manager's maximum. What a manager covers is gone for the next one.
 - **Down.** A group whose workers have held no task for `ScalingSettings.idle_seconds` is retired (drained,
   then stopped), the longest idle first, as long as its manager keeps its minimum and has no uncovered work.
 - **Limits.** A manager never has fewer than its minimum of groups, nor is asked for more than its maximum.
