@@ -52,7 +52,7 @@ def _jobs_end_with_the_test(slurm) -> Iterator[None]:
 def slurm_manager(processes: Processes, address: str, log: Path, *options: str) -> subprocess.Popen:
     jobs = log.parent / "jobs"
     return processes.start("scaler_worker_manager", "slurm", address, "--partition", "debug", "--job-directory",
-                           str(jobs), *options, log_path=str(log))  # fmt: skip
+                           str(jobs), "--squeue-interval-seconds", "0.5", *options, log_path=str(log))  # fmt: skip
 
 
 def test_a_burst_of_5000_tasks_runs_once_each_on_jobs_that_retire_before_their_time_limit(

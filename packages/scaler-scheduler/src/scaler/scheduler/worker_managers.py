@@ -140,10 +140,6 @@ class WorkerManagers:
     def get(self, manager_id: bytes) -> Optional[Manager]:
         return self._managers.get(manager_id)
 
-    @property
-    def managers(self) -> List[Manager]:
-        return list(self._managers.values())
-
     # ----------------------------------------------------------------- managers
 
     def on_hello(self, source: bytes, credential: Credential, now: float) -> None:

@@ -26,6 +26,7 @@ class GroupBackendError(ScalerError):
 
 class GroupBackend(Protocol):
     kind: str  # "native", "slurm": what its manager says it is
+    poll_seconds: float  # how often `poll` is called
 
     def start(self, group_id: bytes, workers: int) -> str:
         """Start a group of ``workers`` workers; return where it runs, for people ("pid 42", "slurm job 7").

@@ -65,6 +65,7 @@ class ManagerAgent:
         self._exit: Optional[asyncio.Future] = None
         self._scheduler: Optional[PeerConnection] = None
         self._polling = False
+        self._next_poll = 0.0
         self._effects: Dict[type, Callable[[Any], None]] = {
             Send: self._send,
             StartGroup: self._start_group,
@@ -142,8 +143,10 @@ class ManagerAgent:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             self._deliver(Tick())
-            if not self._polling:
+            now = time.monotonic()
+            if not self._polling and now >= self._next_poll:
                 self._polling = True
+                self._next_poll = now + self._backend.poll_seconds
                 self._in_backend(self._poll)
 
     # ----------------------------------------------------------------- effects

@@ -18,7 +18,7 @@ from scaler.protocol.command_line import add_common_arguments, parse_arguments, 
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.worker import WorkerConfig, add_worker_arguments, parse_capabilities
-from scaler.worker.worker_config import non_negative_float, non_negative_int, positive_int
+from scaler.worker.worker_config import non_negative_float, non_negative_int, positive_float, positive_int
 
 PROGRAM = "scaler_worker_manager"
 KINDS = ("native", "slurm")
@@ -65,6 +65,8 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
         group.add_argument("--job-directory", default="scaler-jobs", metavar="DIR",
                            help="where job scripts and job output go: a directory the compute nodes share "
                            "(default: %(default)s)")  # fmt: skip
+        group.add_argument("--squeue-interval-seconds", type=positive_float, default=5.0, metavar="SECONDS",
+                           help="how often squeue is asked about the jobs (default: %(default)s)")  # fmt: skip
         group.add_argument("--python", default=sys.executable, metavar="PATH",
                            help="the Python of the jobs, with scaler-worker installed (default: this one, "
                            "%(default)s)")  # fmt: skip
@@ -104,7 +106,7 @@ def _slurm(args: Any, config: WorkerConfig) -> Tuple[Dict[str, Any], Any]:
     options = SlurmOptions(
         partition=args.partition, time_limit=args.time_limit, cpus_per_worker=args.cpus_per_worker,
         memory=args.memory, sbatch_options=tuple(args.sbatch_option), job_directory=args.job_directory,
-        python=args.python,
+        python=args.python, poll_seconds=args.squeue_interval_seconds,
     )  # fmt: skip
     limits = dict(workers_per_group=args.job_workers, max_groups=args.max_jobs, retire_after_seconds=retire_after,
                   start_timeout_seconds=args.start_timeout_seconds)  # fmt: skip

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 class NativeGroups:
     kind = "native"
+    poll_seconds = 0.5
 
     def __init__(self, config: WorkerConfig) -> None:
         self._config = config

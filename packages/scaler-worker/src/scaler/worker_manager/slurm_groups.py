@@ -46,6 +46,7 @@ class SlurmOptions:
     job_directory: str = "."  # the job scripts and their output (on a file system the compute nodes share)
     python: str = sys.executable  # the interpreter the jobs run scaler_cluster with
     command_timeout: float = 30.0
+    poll_seconds: float = 5.0  # squeue this often (each call is work for slurmctld)
 
 
 def time_limit_seconds(text: str) -> float:
@@ -77,6 +78,7 @@ class SlurmGroups:
         self._running: Set[bytes] = set()  # reported running
         self._user = getpass.getuser()
         self._squeue_failing = False
+        self.poll_seconds = options.poll_seconds
         os.makedirs(options.job_directory, exist_ok=True)
 
     def start(self, group_id: bytes, workers: int) -> str:
