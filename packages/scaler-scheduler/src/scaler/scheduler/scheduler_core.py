@@ -353,8 +353,8 @@ class SchedulerCore:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
         same key, still authorized as its role (the authorized keys were read again). Else the message is
         refused, and a peer whose key was revoked is forgotten (its tasks withdrawn or queued again)."""
-        source = {Client: "client_id", Worker: "worker_id", Manager: "manager_id"}[type(peer)]
-        source = getattr(peer, source)
+        kind = type(peer)
+        source = peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
         if credential.key == peer.credential.key and peer.role in credential.roles:
             peer.credential = credential
             return True
