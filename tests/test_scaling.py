@@ -159,7 +159,7 @@ def test_a_manager_with_bad_options_or_no_scheduler_says_why_and_exits(tmp_path)
 
     address = f"tcp://127.0.0.1:{free_tcp_port()}"
     cases = [
-        (("native", address), "the following arguments are required: --max-workers"),
+        (("native", address), "--max-workers is required (or max-workers in [native_worker_manager] of --config)"),
         (("native", address, "--max-workers", "2", "--min-groups", "3"), "--min-groups 3 is more than the 2"),
         (("native", address, "--max-workers", "1", "--workers-per-group", "2"), "is less than --workers-per-group"),
         (("slurm", address, "--max-jobs", "1", "--time-limit", "1", "--drain-margin-seconds", "90"), "not longer"),

@@ -35,16 +35,17 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
     add_worker_arguments(parser)
     group = parser.add_argument_group("worker groups", "how many, and how large (docs/scaling.md)")
     if kind == "native":
-        group.add_argument("--max-workers", type=positive_int, required=True, metavar="N",
-                           help="the most workers this host runs, in all groups")  # fmt: skip
+        group.add_argument("--max-workers", type=positive_int, metavar="N",
+                           help="the most workers this host runs, in all groups (required)")  # fmt: skip
         group.add_argument("--workers-per-group", type=positive_int, default=1, metavar="K",
                            help="workers started and stopped together (default: %(default)s)")  # fmt: skip
         group.add_argument("--group-lifetime-seconds", type=non_negative_float, default=0.0, metavar="SECONDS",
                            help="a group that ran this long is drained and replaced if needed (default: 0, no "
                            "limit)")  # fmt: skip
     else:
-        group.add_argument("--max-jobs", type=positive_int, required=True, metavar="N",
-                           help="the most Slurm jobs (worker groups) at once, queued or running")  # fmt: skip
+        group.add_argument("--max-jobs", type=positive_int, metavar="N",
+                           help="the most Slurm jobs (worker groups) at once, queued or running "
+                           "(required)")  # fmt: skip
         group.add_argument("--job-workers", type=positive_int, default=1, metavar="K",
                            help="workers in each job (default: %(default)s)")  # fmt: skip
         group.add_argument("--partition", default="", help="the Slurm partition (default: Slurm's default)")
@@ -131,6 +132,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kind = arguments[0]
     parser = build_parser(kind)
     args = parse_arguments(parser, f"{kind}_worker_manager", arguments[1:])
+    limit = "max_workers" if kind == "native" else "max_jobs"
+    if getattr(args, limit) is None:  # required, from the command line or the config file
+        option = limit.replace("_", "-")
+        parser.error(f"--{option} is required (or {option} in [{kind}_worker_manager] of --config)")
     try:
         setup_logging(args.logging_level, tuple(args.logging_paths), args.logging_config_file)
         if args.worker_group_id:
