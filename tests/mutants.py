@@ -202,6 +202,17 @@ FAULTS = [
             "tests/test_security.py::test_a_client_touches_no_other_clients_objects_with_or_without_keys",
         ],
     ),
+    Fault(
+        "a worker group is stopped while its workers still hold tasks",
+        [
+            (
+                f"{SCHEDULER}/worker_managers.py",
+                "                busy = any(self._workers[w].tasks for w in self._members.get(group.group_id, ()))\n",
+                "                busy = False\n",
+            )
+        ],
+        ["packages/scaler-scheduler/tests/test_worker_managers.py"],
+    ),
 ]
 
 

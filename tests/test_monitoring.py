@@ -153,7 +153,7 @@ def _artifact_directory(tmp_path: Path) -> Path:
     return directory
 
 
-def test_the_page_shows_workers_tasks_and_charts_in_a_real_browser(cluster, tmp_path):
+def test_the_page_shows_workers_tasks_charts_and_managers_in_a_real_browser(cluster, processes, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -173,6 +173,15 @@ def test_the_page_shows_workers_tasks_and_charts_in_a_real_browser(cluster, tmp_
         wait.until(
             lambda b: f"{__name__}.square" in b.find_element(By.ID, "functions").text
         )  # per-function counts come with the workers' next heartbeats
+
+        # a worker manager that keeps one group of one worker: the manager, the target and the group show
+        processes.start("scaler_worker_manager", "native", cluster["address"], "--max-workers", "1", "--min-groups",
+                        "1", log_path=str(tmp_path / "manager.log"))  # fmt: skip
+        wait.until(lambda b: "running" in b.find_element(By.ID, "groups").text)
+        manager = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#managers tbody tr td")]
+        assert manager[0].startswith("M|") and manager[1:5] == ["native", "1", "1", "1"]
+        group = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#groups tbody tr td")]
+        assert group[0].startswith(manager[0] + "/") and group[1] == "running" and group[5].startswith("pid ")
 
         header = browser.find_element(By.CSS_SELECTOR, '#workers th[data-key="rss_bytes"]')
         header.click()

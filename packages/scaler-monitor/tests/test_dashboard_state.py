@@ -47,3 +47,26 @@ def test_page_state_before_and_after_a_snapshot():
         {"client": "C|h|1|aa", "tasks": 2, "pending": 3, "cpu": 50.0, "rss_bytes": 0, "last_seen_seconds": 0.5}
     ]
     assert '"tasks_received": 7' in state.page_json
+
+
+def test_page_state_shows_worker_managers_and_their_groups():
+    from scaler.protocol import messages as m
+
+    state = DashboardState("tcp://127.0.0.1:2347")
+    snapshot = _snapshot(1)
+    snapshot.workers = [m.WorkerSnapshot(worker_id=b"W|h|1|aa", assigned_tasks=3, group_id=b"native-1")]
+    heartbeat = m.WorkerManagerHeartbeat(
+        max_groups=4, workers_per_group=1, kind="webhook",
+        groups=[m.WorkerGroup(b"native-1", m.WorkerGroupState.RUNNING, 1, "webhook")],
+    )  # fmt: skip
+    snapshot.managers = [m.ManagerSnapshot(b"M|webhook|http://h:1/", heartbeat, 1, [], 0.0)]
+    state.on_snapshot(snapshot, now=1.0)
+    page = state.page()["snapshot"]
+    assert page["managers"] == [
+        {"manager": "M|webhook|http://h:1/", "kind": "webhook", "groups": 1, "target": 1, "max_groups": 4,
+         "workers_per_group": 1, "capabilities": "", "last_seen_seconds": 0.0}
+    ]  # fmt: skip
+    assert page["groups"] == [
+        {"group": "native-1", "manager": "M|webhook|http://h:1/", "state": "running", "workers": 1,
+         "expected_workers": 1, "tasks": 3, "detail": "webhook"}
+    ]  # fmt: skip

@@ -1,4 +1,5 @@
 from scaler.monitor.top import SORT_COLUMNS, TopView, render, show_bytes, waiting_screen
+from scaler.protocol import messages as m
 from scaler.protocol.messages import Capability, Counter, StateSnapshot, WorkerHeartbeat, WorkerSnapshot
 
 
@@ -152,3 +153,23 @@ def test_every_line_fits_an_80_column_terminal():
 def test_waiting_screen_names_the_address():
     screen = waiting_screen("tcp://127.0.0.1:2347", TopView(), 80)
     assert screen.startswith("scaler_top: no snapshot from tcp://127.0.0.1:2347 yet")
+
+
+def test_worker_managers_their_groups_and_the_target_are_shown():
+    snapshot = _snapshot()
+    snapshot.workers[0].group_id = b"M|h|9|aa/1"
+    heartbeat = m.WorkerManagerHeartbeat(
+        max_workers=4, workers_per_group=2, max_groups=2, kind="slurm", capabilities=[Capability("gpu", 1)],
+        groups=[
+            m.WorkerGroup(b"M|h|9|aa/1", m.WorkerGroupState.RUNNING, 2, "slurm job 17"),
+            m.WorkerGroup(b"M|h|9|aa/2", m.WorkerGroupState.STARTING, 2, "slurm job 18"),
+        ],
+    )  # fmt: skip
+    snapshot.managers = [m.ManagerSnapshot(b"M|h|9|aa", heartbeat, 2, [b"M|h|9|aa/1"], 0.5)]
+    screen = render(snapshot)
+    assert "Total 1 worker manager(s)" in screen
+    assert "M|h|9|aa slurm: 2 group(s), target 2, at most 2 of 2 worker(s), capabilities gpu=1" in screen
+    assert "  M|h|9|aa/1 running, draining: 1/2 worker(s), 6 task(s) slurm job 17" in screen
+    assert "  M|h|9|aa/2 starting: 0/2 worker(s), 0 task(s) slurm job 18" in screen
+    assert set(_rows(screen)) == {"W|busy|1|aa", "W|idle|2|bb"}  # the worker table is still last
+    assert "worker manager" not in render(_snapshot())

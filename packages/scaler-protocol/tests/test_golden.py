@@ -42,6 +42,7 @@ FROZEN = {
     "1.3": "50189c6aa17e6c32f23cdcc4c8f48d8bc4a740c61a285d352067f380bad00061",
     "1.4": "ed2cd03bbfbc75b7582a61e11fb6fa9286331145d11e981dd4b1f6b72d5732a2",
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
+    "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -60,6 +61,20 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerHeartbeat, "held_task_ids"),
         (m.WorkerHeartbeatEcho, "send_task_ids"),
     ],
+    "1.6": [
+        (m.WorkerInfo, "group_id"),
+        (m.WorkerSnapshot, "group_id"),
+        (m.WorkerSnapshot, "draining"),
+        (m.StateSnapshot, "managers"),
+        (m.WorkerManagerHeartbeat, "workers_per_group"),
+        (m.WorkerManagerHeartbeat, "min_groups"),
+        (m.WorkerManagerHeartbeat, "max_groups"),
+        (m.WorkerManagerHeartbeat, "capabilities"),
+        (m.WorkerManagerHeartbeat, "groups"),
+        (m.WorkerManagerHeartbeat, "kind"),
+        (m.WorkerManagerCommand, "desired_groups"),
+        (m.WorkerManagerCommand, "stop_groups"),
+    ],
 }
 
 
@@ -69,6 +84,21 @@ _TASK_ID = bytes(range(16))
 _OTHER_TASK_ID = bytes(range(16, 32))
 _CLIENT_ID = b"C|golden-host|4242|0a0b0c0d0e0f"
 _WORKER_ID = b"W|golden-host|4343|1a1b1c1d1e1f"
+_MANAGER_ID = b"M|golden-host|4444|2a2b2c2d2e2f"
+_GROUP_ID = _MANAGER_ID + b"/7"
+_MANAGER_HEARTBEAT = m.WorkerManagerHeartbeat(
+    max_workers=64,
+    running_workers=12,
+    workers_per_group=4,
+    min_groups=1,
+    max_groups=16,
+    capabilities=_CAPABILITIES,
+    groups=[
+        m.WorkerGroup(_GROUP_ID, m.WorkerGroupState.RUNNING, 4, "slurm job 17"),
+        m.WorkerGroup(_MANAGER_ID + b"/8", m.WorkerGroupState.RETIRING, 4, "slurm job 18"),
+    ],
+    kind="slurm",
+)
 _HEARTBEAT = m.WorkerHeartbeat(
     agent_cpu=1.5,
     agent_rss_bytes=33_554_432,
@@ -109,7 +139,7 @@ GOLDEN = [
         role=m.PeerRole.WORKER,
         pid=4343,
         hostname="golden-host",
-        worker_info=m.WorkerInfo(slots=4, queue_capacity=1000, capabilities=_CAPABILITIES),
+        worker_info=m.WorkerInfo(slots=4, queue_capacity=1000, capabilities=_CAPABILITIES, group_id=_GROUP_ID),
     ),
     m.HelloAck(
         version=_VERSION,
@@ -180,6 +210,8 @@ GOLDEN = [
                 assigned_tasks=9,
                 capabilities=_CAPABILITIES,
                 last_seen_seconds_ago=0.5,
+                group_id=_GROUP_ID,
+                draining=True,
             )
         ],
         clients=2,
@@ -192,9 +224,24 @@ GOLDEN = [
                 last_seen_seconds_ago=1.5,
             )
         ],
+        managers=[
+            m.ManagerSnapshot(
+                manager_id=_MANAGER_ID,
+                heartbeat=_MANAGER_HEARTBEAT,
+                desired_groups=3,
+                draining_groups=[_GROUP_ID],
+                last_seen_seconds_ago=0.25,
+            )
+        ],
     ),
-    m.WorkerManagerHeartbeat(max_workers=64, running_workers=12),
-    m.WorkerManagerCommand(kind=m.WorkerManagerCommandKind.STOP_WORKERS, count=2, worker_ids=[_WORKER_ID]),
+    _MANAGER_HEARTBEAT,
+    m.WorkerManagerCommand(
+        kind=m.WorkerManagerCommandKind.STOP_WORKERS,
+        count=2,
+        worker_ids=[_WORKER_ID],
+        desired_groups=3,
+        stop_groups=[_GROUP_ID],
+    ),
     m.TaskOutputBatch(
         outputs=[
             m.TaskOutput(task_id=_TASK_ID, client_id=_CLIENT_ID, stream=m.OutputStream.STDOUT, text="step 1 of 3\n"),

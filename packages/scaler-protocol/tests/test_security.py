@@ -98,7 +98,8 @@ def test_fingerprints_are_sha256_of_the_key_as_ssh_shows_them(tmp_path, capsys):
 def test_authorized_keys_have_the_roles_of_their_directories_and_the_server_key_is_the_scheduler(cluster_keys):
     keys = server_keys(cluster_keys.server)
     for config, role in ((cluster_keys.client, PeerRole.CLIENT), (cluster_keys.worker, PeerRole.WORKER),
-                         (cluster_keys.monitor, PeerRole.MONITOR)):  # fmt: skip
+                         (cluster_keys.monitor, PeerRole.MONITOR),
+                         (cluster_keys.manager, PeerRole.WORKER_MANAGER)):  # fmt: skip
         own = load_key_pair(config.key_file).public.decode()
         assert keys.credential(own).roles == {role}
     assert keys.credential(keys.own.public.decode()).roles == {PeerRole.SCHEDULER}

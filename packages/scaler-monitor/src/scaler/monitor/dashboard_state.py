@@ -2,8 +2,8 @@
 
 Each snapshot becomes one point of the charts (rates of tasks received, succeeded and failed per second from
 the scheduler's totals, queue depth, workers, scheduler CPU and memory), kept for the last `HISTORY_POINTS`
-snapshots, and the tables of the page (workers, clients, functions, task states, messages), all as plain
-JSON-ready values.
+snapshots, and the tables of the page (workers, worker managers and their groups, clients, functions, task states,
+messages), all as plain JSON-ready values.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import collections
 import json
 from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
+from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.protocol.ids import show
 from scaler.protocol.messages import FunctionStats, StateSnapshot
 from scaler.protocol.snapshot_metrics import FunctionTotals, tasks_received
@@ -98,6 +99,8 @@ class DashboardState:
                 "workers": [_worker(worker) for worker in snapshot.workers],
                 "clients": [_client(client) for client in snapshot.client_snapshots],
                 "functions": [_function(stats) for stats in self._function_totals.values()],
+                "managers": manager_rows(snapshot),
+                "groups": group_rows(snapshot),
             },
         }
 

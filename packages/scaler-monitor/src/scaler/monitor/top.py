@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
 from scaler.protocol.ids import show
@@ -228,9 +229,31 @@ def render(
     lines = [*head, rule, view.status_line()]
     if view.help:
         lines += HELP_TEXT
+    lines += _managers(snapshot)
     lines += ["", f"Total {len(snapshot.workers)} worker(s)"]
     lines += _worker_table(snapshot.workers, view.sort_by, view.descending, width)
     return "\n".join(line[:width] for line in lines) + "\n"
+
+
+def _managers(snapshot: StateSnapshot) -> List[str]:
+    """The worker managers (none: nothing), each with the scheduler's target, and each group under its manager."""
+    if not snapshot.managers:
+        return []
+    lines = ["", f"Total {len(snapshot.managers)} worker manager(s)"]
+    groups = group_rows(snapshot)
+    for row in manager_rows(snapshot):
+        lines.append(
+            f"{row['manager']} {row['kind'] or '?'}: {row['groups']} group(s), target {row['target']}, at most "
+            f"{row['max_groups']} of {row['workers_per_group']} worker(s), "
+            f"capabilities {row['capabilities'] or 'none'}, "
+            f"seen {row['last_seen_seconds']:.1f}s ago"
+        )
+        for group in (g for g in groups if g["manager"] == row["manager"]):
+            lines.append(
+                f"  {group['group']} {group['state']}: {group['workers']}/{group['expected_workers']} worker(s), "
+                f"{group['tasks']:,} task(s) {group['detail']}".rstrip()
+            )
+    return lines
 
 
 def waiting_lines(address: str, problem: str = "") -> List[str]:

@@ -70,6 +70,11 @@ class IDGenerator:
         return self._prefix + next(self._counter).to_bytes(8, "big")
 
 
+def show_group(group_id: bytes) -> str:
+    """Printable form of a worker group's ID (worker managers make them of text)."""
+    return group_id.decode(errors="replace")
+
+
 def show(identifier: bytes) -> str:
     """Printable form of any ID, for logs and error messages."""
     if identifier[:2] in (b"C|", b"W|", b"S|", b"M|"):

@@ -62,15 +62,20 @@ class ClusterKeys:
     client: SecurityConfig
     worker: SecurityConfig  # its tasks' Clients use the client key
     monitor: SecurityConfig
+    manager: SecurityConfig  # a worker manager's own key pair (its workers use the worker's)
 
 
 def write_cluster_keys(directory: str) -> ClusterKeys:
-    """Key pairs for the server, a client, a worker and a monitor in ``directory``, and the authorized keys
-    directory ``directory/authorized`` that holds the public keys of the last three."""
+    """Key pairs for the server, a client, a worker, a monitor and a worker manager in ``directory``, and the
+    authorized keys directory ``directory/authorized`` that holds the public keys of the last four."""
     server_public, server_secret = write_key_pair(directory, "server")
     authorized = os.path.join(directory, "authorized")
     pairs = {}
-    for name, role in (("client", PeerRole.CLIENT), ("worker", PeerRole.WORKER), ("monitor", PeerRole.MONITOR)):
+    roles = (
+        ("client", PeerRole.CLIENT), ("worker", PeerRole.WORKER), ("monitor", PeerRole.MONITOR),
+        ("manager", PeerRole.WORKER_MANAGER),
+    )  # fmt: skip
+    for name, role in roles:
         public, secret = write_key_pair(directory, name)
         role_directory = os.path.join(authorized, ROLE_DIRECTORIES[role])
         os.makedirs(role_directory, exist_ok=True)
@@ -82,6 +87,7 @@ def write_cluster_keys(directory: str) -> ClusterKeys:
         client=SecurityConfig(key_file=pairs["client"], server_key_file=server_public),
         worker=SecurityConfig(key_file=pairs["worker"], server_key_file=server_public, task_key_file=pairs["client"]),
         monitor=SecurityConfig(key_file=pairs["monitor"], server_key_file=server_public),
+        manager=SecurityConfig(key_file=pairs["manager"], server_key_file=server_public),
     )
 
 

@@ -66,6 +66,13 @@ class WorkerManagerCommandKind(enum.IntEnum):
     STOP_WORKERS = 1
 
 
+class WorkerGroupState(enum.IntEnum):
+    STARTING = 0
+    RUNNING = 1
+    RETIRING = 2
+    STOPPING = 3
+
+
 @dataclass(slots=True)
 class Version:
     major: int = 0
@@ -83,6 +90,7 @@ class WorkerInfo:
     slots: int = 1
     queue_capacity: int = 0
     capabilities: List[Capability] = field(default_factory=list)
+    group_id: bytes = b""  # 1.6: the worker group a worker manager started it in
 
 
 @dataclass(slots=True)
@@ -292,6 +300,8 @@ class WorkerSnapshot:
     assigned_tasks: int = 0
     capabilities: List[Capability] = field(default_factory=list)
     last_seen_seconds_ago: float = 0.0
+    group_id: bytes = b""  # 1.6: its worker group
+    draining: bool = False  # 1.6: its group is being drained: it takes no new task
 
 
 @dataclass(slots=True)
@@ -319,19 +329,45 @@ class StateSnapshot:
     clients: int = 0
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
+    managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
+
+
+@dataclass(slots=True)
+class WorkerGroup:
+    group_id: bytes = b""
+    state: WorkerGroupState = WorkerGroupState.STARTING
+    workers: int = 0
+    detail: str = ""
 
 
 @dataclass(slots=True)
 class WorkerManagerHeartbeat:
     max_workers: int = 0
     running_workers: int = 0
+    workers_per_group: int = 0  # 1.6, and the fields below
+    min_groups: int = 0
+    max_groups: int = 0
+    capabilities: List[Capability] = field(default_factory=list)
+    groups: List[WorkerGroup] = field(default_factory=list)
+    kind: str = ""
+
+
+@dataclass(slots=True)
+class ManagerSnapshot:
+    manager_id: bytes = b""
+    heartbeat: WorkerManagerHeartbeat = field(default_factory=WorkerManagerHeartbeat)
+    desired_groups: int = 0
+    draining_groups: List[bytes] = field(default_factory=list)
+    last_seen_seconds_ago: float = 0.0
 
 
 @dataclass(slots=True)
 class WorkerManagerCommand:
-    kind: WorkerManagerCommandKind = WorkerManagerCommandKind.START_WORKERS
+    kind: WorkerManagerCommandKind = WorkerManagerCommandKind.START_WORKERS  # kind, count, worker_ids: unused
     count: int = 0
     worker_ids: List[bytes] = field(default_factory=list)
+    desired_groups: int = 0  # 1.6: groups it should have, retiring and stopping ones aside
+    stop_groups: List[bytes] = field(default_factory=list)  # 1.6: drained groups to stop now
 
 
 @dataclass(slots=True)

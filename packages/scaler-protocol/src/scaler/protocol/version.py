@@ -16,7 +16,9 @@ from scaler.protocol.messages import Version
 # 1.4: nested tasks: WaitingTasks (a worker's tasks that wait for the tasks they submitted)
 # 1.5: failure handling: HelloAck.role, PeerRole.objectStorage, TaskBatch.sequence, WorkerHeartbeat.lastBatch,
 #      heldTasks, heldDigest, heldTaskIds, WorkerHeartbeatEcho.sendTaskIds
-PROTOCOL_VERSION = Version(major=1, minor=5)
+# 1.6: worker managers: WorkerInfo.groupId, WorkerManagerHeartbeat's groups and limits, WorkerManagerCommand's
+#      desiredGroups and stopGroups, StateSnapshot.managers, WorkerSnapshot.groupId and draining
+PROTOCOL_VERSION = Version(major=1, minor=6)
 
 
 # The first version of each message that a peer of an older minor version cannot read (a new union member):
@@ -24,6 +26,7 @@ PROTOCOL_VERSION = Version(major=1, minor=5)
 TASK_OUTPUT_VERSION = Version(major=1, minor=3)  # TaskOutputBatch
 WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
 RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
+MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -11,6 +11,7 @@ from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
+from scaler.scheduler.scaling_policy import ScalingSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,9 +67,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker silent this long is forgotten and its tasks run elsewhere (a worker whose connection "
         "closes, at once) (default: %(default)s)",
     )  # fmt: skip
+    scaling = parser.add_argument_group("scaling", "how worker managers grow and shrink (docs/scaling.md)")
+    scaling.add_argument(
+        "--scale-up-after-seconds", type=_non_negative, default=1.0, metavar="SECONDS",
+        help="tasks wait for a processor this long before worker managers start groups for them "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    scaling.add_argument(
+        "--scale-down-idle-seconds", type=_non_negative, default=30.0, metavar="SECONDS",
+        help="a manager's worker group whose workers hold no task this long is drained and stopped "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    scaling.add_argument(
+        "--adapter-webhook-url", default="", metavar="URL",
+        help="an OpenGRIS worker adapter's webhook (scaler_native_worker_adapter): the scheduler starts and "
+        "shuts down its worker groups as it does a worker manager's (default: none)",
+    )  # fmt: skip
+    scaling.add_argument(
+        "--adapter-webhook-timeout-seconds", type=_positive, default=10.0, metavar="SECONDS",
+        help="each call to the webhook ends within this time; a call that does not is tried again later "
+        "(default: %(default)s)",
+    )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a positive number")
+    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -98,6 +137,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             client_timeout_seconds=args.client_timeout_seconds,
             worker_timeout_seconds=args.worker_timeout_seconds,
             security=security_from_arguments(args),
+            scaling=ScalingSettings(args.scale_up_after_seconds, args.scale_down_idle_seconds),
+            adapter_webhook_url=args.adapter_webhook_url,
+            adapter_webhook_timeout_seconds=args.adapter_webhook_timeout_seconds,
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)

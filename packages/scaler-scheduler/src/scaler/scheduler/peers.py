@@ -14,7 +14,7 @@ DEFAULT_QUEUE_CAPACITY = 1000
 class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
-        "balance_pending", "waiting", "credential", "reconciles", "batch_sequence",
+        "balance_pending", "waiting", "credential", "reconciles", "batch_sequence", "group_id", "draining",
     )  # fmt: skip
     role = m.PeerRole.WORKER
 
@@ -35,6 +35,8 @@ class Worker:
         self.reconciles = knows(hello.version, RECONCILING_VERSION)
         self.batch_sequence = 0  # of the last TaskBatch sent to it
         self.waiting: Set[bytes] = set()  # of its tasks, those that wait for tasks they submitted (no room held)
+        self.group_id = hello.worker_info.group_id  # the worker group a manager started it in (b"": none)
+        self.draining = False  # its group is drained before it stops: it takes no new task (capacity 0)
 
     @property
     def load(self) -> int:

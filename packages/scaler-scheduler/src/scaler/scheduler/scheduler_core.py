@@ -15,7 +15,9 @@ It is made of:
   before they reach a client;
 - the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
   and the requests the scheduler sends it;
-- the monitor: a snapshot each second while someone is subscribed.
+- the worker managers (`worker_managers.py`, deciding with `scaling_policy.py`; the OpenGRIS webhook is one
+  of them: `webhook_manager.py`): how many worker groups each should run, and which to drain and stop;
+- the monitor: a snapshot each second while someone is subscribed (`monitor_snapshot.py`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,22 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
-from scaler.protocol.ids import show
+from scaler.protocol.ids import show, show_group
 from scaler.protocol.security import Credential, RefusalLog
-from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, incompatibility, knows
+from scaler.protocol.version import (
+    MANAGING_VERSION,
+    PROTOCOL_VERSION,
+    TASK_OUTPUT_VERSION,
+    incompatibility,
+    knows,
+    show_version,
+)
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
+from scaler.scheduler.monitor_snapshot import state_snapshot
 from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Worker
+from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
     CannotForward,
     ConnectionClosed,
@@ -50,8 +62,9 @@ from scaler.scheduler.scheduler_events import (
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_lifecycle import TaskState
 from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.webhook_manager import WebhookAnswer
+from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
 TICK_SECONDS = 0.5  # timeouts, queue expiry and balancing are looked at this often
 SNAPSHOT_SECONDS = 1.0  # the monitor's snapshot period, while someone is subscribed
@@ -75,6 +88,8 @@ class SchedulerSettings:
     graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
     graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
+    scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
+    adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
 
 
 class SchedulerCore:
@@ -90,12 +105,11 @@ class SchedulerCore:
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid
         )
-        # Connections (their file descriptors) and the peers that said Hello on them; a peer whose connection
-        # closes is gone. An fd is reused once closed: a Hello from another peer on a known fd means the old
-        # owner's connection closed, and the close event still on its way is not this new connection's.
-        self._connections: Dict[int, bytes] = {}  # connection -> the last peer that said Hello on it
-        self._connection_of: Dict[bytes, int] = {}  # peer -> the connection of its last Hello
-        self._closes_to_skip: Counter = Counter()  # connection -> close events of its previous owners
+        self._managers = WorkerManagers(
+            self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
+            settings.adapter_webhook_url,
+        )  # fmt: skip
+        self._connections = PeerConnections()  # a peer whose connection closes is gone
         self._subscribers = 0
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
@@ -111,6 +125,7 @@ class SchedulerCore:
             ConnectionClosed: self._on_connection_closed,
             MonitorSubscription: self._on_monitor_subscription,
             Tick: self._on_tick,
+            WebhookAnswer: self._managers.on_webhook_answer,
         }
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
@@ -132,6 +147,10 @@ class SchedulerCore:
             m.DisconnectRequest: self._on_worker_disconnect,
             m.TaskOutputBatch: self._on_task_output,
         }
+        self._manager_handlers: Dict[type, _PeerHandler] = {
+            m.WorkerManagerHeartbeat: self._managers.on_heartbeat,
+            m.DisconnectRequest: self._managers.on_disconnect,
+        }
 
     # ----------------------------------------------------------------- the entry point
 
@@ -145,6 +164,9 @@ class SchedulerCore:
             if peer is None:
                 peer = self._workers.get(source)
                 handlers = self._worker_handlers
+                if peer is None:
+                    peer = self._managers.get(source)
+                    handlers = self._manager_handlers
             handler = handlers.get(type(message))
             if handler is not None and peer is not None:
                 if event.credential is peer.credential or self._same_credential(peer, event.credential, now, out):
@@ -156,7 +178,7 @@ class SchedulerCore:
                 refusal = m.Refusal(PROTOCOL_VERSION, f"send Hello first (got {type(message).__name__})")
                 out.sends.append(Send(source, refusal))
             else:
-                role = "client" if handlers is self._client_handlers else "worker"
+                role = peer.role.name.lower()
                 logger.warning(
                     f"Scheduler: dropped {type(message).__name__} from {role} {show(source)}: not a {role} message"
                 )
@@ -227,30 +249,18 @@ class SchedulerCore:
         self._routing.cannot_forward(event.to, event.message_type, event.items, event.reasons, out)
 
     def _on_peer_connection(self, event: PeerConnection, now: float, out: Outbox) -> None:
-        connection, source = event.connection, event.source
-        owner = self._connections.get(connection)
-        if owner is not None and owner != source:  # the fd was reused: the owner's connection closed
-            self._closes_to_skip[connection] += 1
-            self._connection_gone(owner, connection, out)
-        self._connections[connection] = source
-        self._connection_of[source] = connection
+        gone = self._connections.on_hello(event.source, event.connection)
+        if gone is not None:
+            self._connection_gone(gone, out)
 
     def _on_connection_closed(self, event: ConnectionClosed, now: float, out: Outbox) -> None:
-        connection = event.connection
-        if self._closes_to_skip[connection] > 0:  # the close of a previous owner of this fd, seen already
-            self._closes_to_skip[connection] -= 1
-            return
-        del self._closes_to_skip[connection]
-        owner = self._connections.pop(connection, None)
-        if owner is not None:
-            self._connection_gone(owner, connection, out)
+        gone = self._connections.on_closed(event.connection)
+        if gone is not None:
+            self._connection_gone(gone, out)
 
-    def _connection_gone(self, peer_id: bytes, connection: int, out: Outbox) -> None:
-        """The connection on which ``peer_id`` said Hello closed: unless it said Hello again on another one
-        since, it is gone (a peer's session is its connection: it does not come back on a new one)."""
-        if self._connection_of.get(peer_id) != connection:
-            return
-        del self._connection_of[peer_id]
+    def _connection_gone(self, peer_id: bytes, out: Outbox) -> None:
+        """The connection on which ``peer_id`` said Hello closed: it is gone (it does not come back on a new
+        one)."""
         worker = self._workers.get(peer_id)
         if worker is not None:
             logger.warning(f"Scheduler: worker {show(peer_id)} disconnected (its connection closed)")
@@ -260,6 +270,7 @@ class SchedulerCore:
         if client is not None:
             logger.warning(f"Scheduler: client {show(peer_id)} disconnected (its connection closed)")
             self._remove_client(client, out, forget=True)
+        self._managers.remove(peer_id, "its connection closed")
 
     def _on_monitor_subscription(self, event: MonitorSubscription, now: float, out: Outbox) -> None:
         self._subscribers = max(0, self._subscribers + event.change)
@@ -279,9 +290,12 @@ class SchedulerCore:
         self._routing.expire(now, out)
         self._routing.dispatch(out)
         self._routing.balance(out)
+        self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            out.sends.append(Publish(self._snapshot(now), self._subscribers > 0))
+            snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
+            snapshot.managers = self._managers.snapshots(now)
+            out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
 
@@ -291,12 +305,15 @@ class SchedulerCore:
             logger.warning(f"Scheduler: refused {show(source)}: {reason}")
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
-        if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT):
+        if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT, m.PeerRole.WORKER_MANAGER):
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, f"role {hello.role.name} cannot connect here")))
             return
-        reason = _credential_problem(
-            source, hello.role, credential, self._clients.get(source) or self._workers.get(source)
-        )
+        if hello.role == m.PeerRole.WORKER_MANAGER and not knows(hello.version, MANAGING_VERSION):
+            reason = f"a worker manager needs protocol {show_version(MANAGING_VERSION)} or later"
+            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
+            return
+        known = self._clients.get(source) or self._workers.get(source) or self._managers.get(source)
+        reason = _credential_problem(source, hello.role, credential, known)
         if reason is not None:
             self._refuse(source, credential, reason, now, out)
             return
@@ -304,9 +321,16 @@ class SchedulerCore:
             old = self._workers.get(source)
             if old is not None:
                 self._routing.remove_worker(old, out)
-            self._routing.add_worker(Worker(source, hello, now, credential))
+                self._managers.on_worker_left(old)
+            worker = Worker(source, hello, now, credential)
+            self._routing.add_worker(worker)
+            self._managers.on_worker_joined(worker, out)
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
-            logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}")
+            group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
+            logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}{group}")
+            timeout = self.settings.worker_timeout_seconds
+        elif hello.role == m.PeerRole.WORKER_MANAGER:
+            self._managers.on_hello(source, credential, now)
             timeout = self.settings.worker_timeout_seconds
         else:
             client = self._clients.get(source)
@@ -329,7 +353,8 @@ class SchedulerCore:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
         same key, still authorized as its role (the authorized keys were read again). Else the message is
         refused, and a peer whose key was revoked is forgotten (its tasks withdrawn or queued again)."""
-        source = peer.client_id if type(peer) is Client else peer.worker_id
+        kind = type(peer)
+        source = peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
         if credential.key == peer.credential.key and peer.role in credential.roles:
             peer.credential = credential
             return True
@@ -340,8 +365,11 @@ class SchedulerCore:
             self._refuse(source, credential, reason, now, out)
             if type(peer) is Client:
                 self._remove_client(peer, out, forget=True)
+            elif type(peer) is Manager:
+                self._managers.remove(source, "its key was revoked")
             else:
                 self._routing.remove_worker(peer, out)
+                self._managers.on_worker_left(peer)
         return False
 
     def _refuse(self, source: bytes, credential: Credential, reason: str, now: float, out: Outbox) -> None:
@@ -391,8 +419,9 @@ class SchedulerCore:
         out.sends.append(Send(source, m.DisconnectResponse()))
 
     def _remove_worker(self, worker: Worker, out: Outbox) -> None:
-        self._connection_of.pop(worker.worker_id, None)
+        self._connections.forget(worker.worker_id)
         self._routing.remove_worker(worker, out)
+        self._managers.on_worker_left(worker)
 
     def _on_shutdown_request(self, source: bytes, message: Any, now: float, out: Outbox) -> None:
         if self.settings.protected:
@@ -416,7 +445,7 @@ class SchedulerCore:
         """The client left (``forget``) or cleared: its graphs and tasks are dropped, its objects cleared."""
         if forget:
             del self._clients[client.client_id]
-            self._connection_of.pop(client.client_id, None)
+            self._connections.forget(client.client_id)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
@@ -469,29 +498,6 @@ class SchedulerCore:
                 kept[1].extend(flags)
         out.results.update(results)
         out.confirms.update(confirms)
-
-    # ----------------------------------------------------------------- monitor
-
-    def _snapshot(self, now: float) -> m.StateSnapshot:
-        workers = [
-            m.WorkerSnapshot(
-                worker_id=w.worker_id,
-                heartbeat=w.heartbeat,
-                slots=w.info.slots,
-                assigned_tasks=len(w.tasks),
-                capabilities=list(w.info.capabilities),
-                last_seen_seconds_ago=now - w.last_seen,
-            )
-            for w in self._workers.values()
-        ]
-        clients = [
-            m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen) for c in self._clients.values()
-        ]
-        counts = self._routing.state_counts
-        states = [m.Counter(state.value, max(0, counts[state])) for state in TaskState]
-        return m.StateSnapshot(
-            task_states=states, workers=workers, clients=len(self._clients), client_snapshots=clients
-        )
 
 
 def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:

@@ -48,6 +48,7 @@ from scaler.protocol.security import (
     server_keys,
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
+from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
@@ -69,12 +70,15 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
+from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
+from scaler.scheduler.webhook_manager import CallWebhook
 
 logger = logging.getLogger(__name__)
 
 _BURST = 256  # messages read per wake-up before yielding to timers and other sockets
 _SHUTDOWN_GRACE_SECONDS = 0.5  # for the last messages to leave before the sockets close
 _STOP_TIMEOUT_SECONDS = 5.0
+DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
 
 
 class SchedulerStartError(ScalerError):
@@ -98,8 +102,16 @@ class SchedulerServer:
         metrics_port: Optional[int] = None,
         metrics_host: str = "127.0.0.1",
         security: SecurityConfig = NO_SECURITY,
+        scaling: ScalingSettings = DEFAULT_SCALING,
+        adapter_webhook_url: str = "",
+        adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
     ) -> None:
         self.address = check_address(address)
+        if adapter_webhook_url:
+            try:
+                check_webhook_url(adapter_webhook_url)
+            except ValueError as error:
+                raise SchedulerStartError(f"--adapter-webhook-url: {error}") from None
         self.object_storage_address = check_address(object_storage_address or default_storage_address(address))
         self.monitor_address = check_address(monitor_address or default_monitor_address(address))
         check_exposure("the scheduler", (self.address, self.monitor_address), security)
@@ -120,8 +132,13 @@ class SchedulerServer:
                 graph_sorter=graph_sorter,
                 graph_inline_bytes=graph_inline_bytes,
                 snapshot_every_second=metrics_port is not None,
+                scaling=scaling,
+                adapter_webhook_url=adapter_webhook_url,
             )
         )
+        self._webhook_url = adapter_webhook_url
+        self._webhook_timeout = adapter_webhook_timeout_seconds
+        self._webhook: Optional[WebhookCaller] = None  # makes the webhook's calls, on threads of its own
         self._context = zmq.Context()
         self._router: Any = None
         self._router_connections: Any = None  # the monitor socket of the ROUTER: closed connections
@@ -146,6 +163,7 @@ class SchedulerServer:
             StartFailed: self._start_failed,
             Publish: self._publish,
             Shutdown: self._shutdown,
+            CallWebhook: self._call_webhook,
         }
 
     # ----------------------------------------------------------------- lifecycle
@@ -156,6 +174,11 @@ class SchedulerServer:
         try:
             self._open_sockets()
             self._serve_metrics()
+            if self._webhook_url:
+                self._webhook = WebhookCaller(
+                    self._webhook_url, self._webhook_timeout, lambda answer: self._feed_from_thread(loop, answer)
+                )
+                logger.info(f"Scheduler: worker adapter webhook at {self._webhook_url}")
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._stop.set)
             self._watch(self._storage, self._storage_event)
@@ -247,6 +270,8 @@ class SchedulerServer:
         self._context.term()
         if self._metrics is not None:
             self._metrics.close()
+        if self._webhook is not None:
+            self._webhook.close()
         if self._storage_process is not None:
             stop_process(self._storage_process)
 
@@ -339,6 +364,17 @@ class SchedulerServer:
                 self._send(effect.to, effect.message)
             else:
                 self._performers[type(effect)](effect)
+
+    def _feed_from_thread(self, loop: asyncio.AbstractEventLoop, event: Any) -> None:
+        """Hand ``event`` to the core from another thread (a webhook call's answer)."""
+        try:
+            loop.call_soon_threadsafe(self._feed, event)
+        except RuntimeError:  # the loop closed: the scheduler stopped meanwhile
+            pass
+
+    def _call_webhook(self, effect: CallWebhook) -> None:
+        if self._webhook is not None:
+            self._webhook.call(effect)
 
     def _send(self, to: bytes, message: Any) -> None:
         self._sent[type(message).__name__] += 1

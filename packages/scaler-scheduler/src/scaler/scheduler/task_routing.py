@@ -112,6 +112,30 @@ class TaskRouting:
         for task_id in list(worker.tasks):
             self._step(self._tasks[task_id], TaskEvent.WORKER_GONE, out)
 
+    def drain(self, worker: Worker, out: Outbox) -> None:
+        """Send ``worker`` no new task, and ask it for the tasks it has not started (they run elsewhere): its
+        group is to stop. Called again while it holds tasks, in case some came back from a balance in flight."""
+        worker.draining = True
+        worker.capacity = 0  # no room: the dispatch passes it by
+        if worker.tasks and not worker.balance_pending:
+            worker.balance_pending = True
+            out.sends.append(Send(worker.worker_id, m.BalanceRequest(len(worker.tasks))))
+
+    def queued_by_needs(self) -> Dict[FrozenSet[str], int]:
+        """The tasks queued here, by the capabilities they need (frozenset() for those that need none, and for
+        every task under the even policy)."""
+        queued: Dict[FrozenSet[str], int] = {frozenset(): self.state_counts[TaskState.QUEUED]}
+        tasks = self._tasks
+        for needs, queue in self._capability_queues.items():
+            count = 0
+            for _, seq, task_id in queue:  # lazily pruned: an entry counts if it is its task's current one
+                record = tasks.get(task_id)
+                count += record is not None and record.queue_seq == seq and record.state is TaskState.QUEUED
+            if count:
+                queued[needs] = queued.get(needs, 0) + count
+                queued[frozenset()] -= count
+        return {needs: count for needs, count in queued.items() if count > 0}
+
     def withdraw(self, client: Client, out: Outbox) -> None:
         """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
         for task_id in list(client.tasks):
@@ -297,10 +321,10 @@ class TaskRouting:
         """Ask busy workers to give back queued tasks when another worker is idle and nothing waits here."""
         if len(self._workers) < 2 or self._queue:
             return
-        workers = self._workers.values()
+        workers = [w for w in self._workers.values() if not w.draining]  # a draining worker is no place to go
         if not any(w.load == 0 for w in workers):
             return
-        mean = sum(w.load for w in workers) / len(self._workers)
+        mean = sum(w.load for w in workers) / len(workers)
         for worker in workers:
             excess = worker.load - math.ceil(mean)
             if excess >= 1 and worker.load >= 2 and not worker.balance_pending:

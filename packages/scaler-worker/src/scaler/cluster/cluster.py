@@ -66,6 +66,7 @@ def run_cluster(
     logging_config_file: Optional[str] = None,
     die_with_parent_process: bool = True,
     security: SecurityConfig = NO_SECURITY,
+    worker_group_id: str = "",
 ) -> int:
     """Keep ``n_workers`` workers of the scheduler at ``address`` alive until SIGTERM or SIGINT. Blocks.
 
@@ -92,6 +93,7 @@ def run_cluster(
         logging_paths=tuple(logging_paths),
         logging_config_file=logging_config_file,
         security=security,
+        group_id=worker_group_id,
     )
     peer_keys(security)  # the workers would fail alike: say why once, before starting them
     return ClusterSupervisor(config, n_workers).run()
@@ -126,6 +128,7 @@ class ClusterSupervisor:
             f"worker_timeout_seconds={config.worker_timeout_seconds:g}, "
             f"capabilities={','.join(c.name for c in config.capabilities) or 'none'}, "
             f"queue_size={config.queue_capacity}, scheduler={config.scheduler_address}"
+            + (f", group={config.group_id}" if config.group_id else "")
         )
         self._install_signal_handlers()
         try:
@@ -174,7 +177,7 @@ class ClusterSupervisor:
                 continue
             worker.process = None
             code = process.returncode
-            cause = _exit_cause(code)
+            cause = exit_cause(code)
             if code == EXIT_OK:
                 logger.info(
                     f"Worker[{worker.index}] (pid {process.pid}) {cause}: it was asked to leave, not replacing it"
@@ -274,7 +277,7 @@ def _send_signal(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
-def _exit_cause(code: int) -> str:
+def exit_cause(code: int) -> str:
     if code < 0:
         try:
             return f"was killed by signal {signal.Signals(-code).name}"

@@ -73,6 +73,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             logging_config_file=args.logging_config_file,
             die_with_parent_process=False,  # a cluster started from a shell outlives the shell (nohup, &)
             security=security_from_arguments(args),
+            worker_group_id=args.worker_group_id,
         )
     except (ScalerError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -77,6 +77,7 @@ class WorkerConfig:
     logging_paths: Tuple[str, ...] = ("/dev/stdout",)
     logging_config_file: Optional[str] = None  # Python's fileConfig format: replaces level and paths
     security: SecurityConfig = NO_SECURITY  # its key pair, the server's public key, its tasks' client key
+    group_id: str = ""  # the worker group a worker manager started it in (docs/scaling.md)
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -104,6 +105,7 @@ class WorkerConfig:
             logging_paths=tuple(args.logging_paths),
             logging_config_file=args.logging_config_file,
             security=security_from_arguments(args),
+            group_id=args.worker_group_id,
         )
 
     def to_arguments(self) -> List[str]:
@@ -128,6 +130,7 @@ class WorkerConfig:
             "--logging-paths",
             *self.logging_paths,
             *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
+            *(["--worker-group-id", self.group_id] if self.group_id else []),
         ]
 
 
@@ -138,7 +141,10 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive_int(text: str) -> int:
+# argparse types of numbers, for the options of the programs that run workers (and of worker managers)
+
+
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -148,7 +154,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _non_negative_int(text: str) -> int:
+def non_negative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -158,13 +164,23 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
 
 
@@ -192,7 +208,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-worker-queue-size",
         "-wqs",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_QUEUE_CAPACITY,
         metavar="N",
         help=f"tasks a worker accepts to queue (default: {DEFAULT_QUEUE_CAPACITY})",
@@ -200,7 +216,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--heartbeat-interval-seconds",
         "-hi",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
         metavar="SECONDS",
         help=f"seconds between heartbeats to the scheduler (default: {DEFAULT_HEARTBEAT_INTERVAL_SECONDS:g})",
@@ -208,7 +224,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worker-timeout-seconds",
         "-wt",
-        type=_positive_float,
+        type=positive_float,
         default=DEFAULT_WORKER_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="a worker that hears nothing from the scheduler (or the storage server) for this long exits; one "
@@ -216,10 +232,17 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--task-inline-threshold",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_INLINE_THRESHOLD_BYTES,
         metavar="BYTES",
         help="results larger than this go through object storage instead of travelling inline "
         f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
+    )
+    parser.add_argument(
+        "--worker-group-id",
+        default="",
+        metavar="ID",
+        help="the worker group these workers belong to: set by the worker manager that starts them "
+        "(docs/scaling.md)",
     )
     add_security_arguments(parser, worker=True)

@@ -67,7 +67,12 @@ class WorkerSession:
             m.PeerRole.WORKER,
             identity.pid,
             identity.hostname,
-            m.WorkerInfo(slots=1, queue_capacity=config.queue_capacity, capabilities=config.capabilities),
+            m.WorkerInfo(
+                slots=1,
+                queue_capacity=config.queue_capacity,
+                capabilities=config.capabilities,
+                group_id=config.group_id.encode(),
+            ),
         )
         self.connected = False  # the scheduler's HelloAck came
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)

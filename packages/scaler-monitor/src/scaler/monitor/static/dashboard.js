@@ -217,6 +217,8 @@ function setupSorting() {
 
 function fillTables(snapshot) {
   fillSortable("workers", snapshot.workers);
+  fillSortable("managers", snapshot.managers);
+  fillSortable("groups", snapshot.groups);
   fillSortable("functions", snapshot.functions);
   fillSortable("clients", snapshot.clients);
   fillCounters("task-states", snapshot.task_states);
@@ -262,6 +264,7 @@ function showState(state) {
   setText("card-cpu", snapshot.scheduler.cpu.toFixed(1) + "%");
   setText("card-rss", formatBytes(snapshot.scheduler.rss_bytes));
   setText("workers-count", `(${snapshot.workers.length})`);
+  setText("managers-count", `(${snapshot.managers.length})`);
   fillTables(snapshot);
   drawCharts();
 }

@@ -29,6 +29,7 @@ struct WorkerInfo {
   slots @0 :UInt32;                       # tasks the worker runs at once
   queueCapacity @1 :UInt32;               # tasks the worker accepts to queue
   capabilities @2 :List(Capability);
+  groupId @3 :Data;                       # the worker group a worker manager started it in (1.6); empty: none
 }
 
 # First message of every peer, to the scheduler and to the object storage server.
@@ -262,6 +263,8 @@ struct WorkerSnapshot {
   assignedTasks @3 :UInt32;
   capabilities @4 :List(Capability);
   lastSeenSecondsAgo @5 :Float32;
+  groupId @6 :Data;                       # its worker group (WorkerInfo.groupId, 1.6)
+  draining @7 :Bool;                      # it takes no new task: its group is being drained (1.6)
 }
 
 struct ClientSnapshot {
@@ -286,11 +289,43 @@ struct StateSnapshot {
   clients @6 :UInt32;
   objects @7 :UInt64;
   clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
+  managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
 }
 
+# A worker manager as the scheduler sees it (1.6), for monitors.
+struct ManagerSnapshot {
+  managerId @0 :Data;
+  heartbeat @1 :WorkerManagerHeartbeat;   # its last
+  desiredGroups @2 :UInt32;               # the scheduler's target: groups it should have
+  drainingGroups @3 :List(Data);          # its groups the scheduler drains (no new tasks) before it stops them
+  lastSeenSecondsAgo @4 :Float32;
+}
+
+# Worker manager -> scheduler, every heartbeat interval: what it can start and what it runs.
 struct WorkerManagerHeartbeat {
-  maxWorkers @0 :UInt32;
-  runningWorkers @1 :UInt32;
+  maxWorkers @0 :UInt32;                  # the most workers it runs: maxGroups x workersPerGroup
+  runningWorkers @1 :UInt32;              # workers of its running groups
+  workersPerGroup @2 :UInt32;             # protocol 1.6, and every field below
+  minGroups @3 :UInt32;                   # groups it keeps however idle
+  maxGroups @4 :UInt32;                   # groups it can run at once
+  capabilities @5 :List(Capability);      # what the workers of its groups offer
+  groups @6 :List(WorkerGroup);           # its groups now, each once
+  kind @7 :Text;                          # what runs its groups ("native", "slurm", "webhook"), for people
+}
+
+enum WorkerGroupState {
+  starting @0;                            # asked for, not running yet (a process starting, a job pending)
+  running @1;
+  retiring @2;                            # it asks the scheduler to drain it (a time limit near)
+  stopping @3;                            # being stopped
+}
+
+# A group of workers that a manager starts and stops together (1.6).
+struct WorkerGroup {
+  groupId @0 :Data;                       # unique in the cluster; its workers say it in WorkerInfo.groupId
+  state @1 :WorkerGroupState;
+  workers @2 :UInt32;                     # workers it runs when started
+  detail @3 :Text;                        # where it runs ("pid 4242", "slurm job 17"), for people
 }
 
 enum WorkerManagerCommandKind {
@@ -316,10 +351,14 @@ struct TaskOutputBatch {
   outputs @0 :List(TaskOutput);
 }
 
+# Scheduler -> worker manager, in answer to each heartbeat (1.6): declarative, so a lost one costs nothing.
 struct WorkerManagerCommand {
-  kind @0 :WorkerManagerCommandKind;
-  count @1 :UInt32;
+  kind @0 :WorkerManagerCommandKind;      # kind, count, workerIds: reserved since 1.0, unused; senders leave
+  count @1 :UInt32;                       # them at zero
   workerIds @2 :List(Data);
+  desiredGroups @3 :UInt32;               # groups it should have starting or running, those being drained
+                                          # included, those in stopGroups not (1.6)
+  stopGroups @4 :List(Data);              # its groups drained by the scheduler: stop them now (1.6)
 }
 
 # Worker -> scheduler: tasks that started or stopped waiting inside the Scaler client for tasks they
