@@ -702,7 +702,7 @@ def main() -> int:
                         help=f"build {OURS} from the working tree instead of the last commit")  # fmt: skip
     parser.add_argument("--commit", default="HEAD", help=f"build {OURS} from this commit (default: HEAD)")
     parser.add_argument("--baseline", default=None, metavar="REV",
-                        help=f"build {BASELINE} from this commit and run it too, interleaved: before and after")  # fmt: skip
+                        help=f"build {BASELINE} from this commit and run it too, interleaved (before and after)")
     parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
                         help="redo table, chart and docs from a results file (default: latest)")  # fmt: skip
     args = parser.parse_args()

@@ -330,7 +330,7 @@ def main() -> int:
     parser.add_argument("workdir", type=Path, help="where the copy of the sources and the reports go")
     parser.add_argument("--report", type=Path, help="also write the report (a Markdown table) to this file")
     parser.add_argument("--every-test", action="store_true",
-                        help="run each fault's tests to the end (default: stop at the first that catches it)")  # fmt: skip
+                        help="run each fault's tests to the end (default: stop at the first failure)")
     args = parser.parse_args()
     if "TOX_ENV_NAME" not in os.environ:
         print("mutants: it installs the copy into the running environment: run it through python3 dev.py test mutants")

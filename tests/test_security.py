@@ -26,6 +26,7 @@ from scaler.monitor.subscription import SnapshotSubscription
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_monitor_address
+from scaler.protocol.connection_events import REFUSED, ConnectionWatch, closed_in_handshake
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, new_client_id, new_worker_id
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys, write_key_pair
@@ -33,7 +34,6 @@ from scaler.protocol.security import (
     NO_SECURITY,
     SecurityConfig,
     fingerprint,
-    handshake_failure,
     load_key_pair,
     new_socket,
     peer_keys,
@@ -107,7 +107,8 @@ class RawPeer:
         self._context = zmq.Context()
         self.socket = new_socket(self._context, zmq.DEALER, self._keys)
         self.socket.setsockopt(zmq.IDENTITY, identity)
-        self._handshakes = self.socket.get_monitor_socket()  # handshake_failure picks the failures
+        self._address = address
+        self._watch = ConnectionWatch(self.socket, self._keys, "the peer")  # a refused handshake, as Scaler sees it
         self.socket.connect(address)
         info = m.WorkerInfo(1, 10, [])
         self.answer = self.request(m.Hello(PROTOCOL_VERSION, role, os.getpid(), "attacker", info))
@@ -123,21 +124,18 @@ class RawPeer:
         """The next message, or the refused handshake's reason (a str); fails the test when neither comes."""
         poller = zmq.Poller()
         poller.register(self.socket, zmq.POLLIN)
-        poller.register(self._handshakes, zmq.POLLIN)
+        poller.register(self._watch.monitor, zmq.POLLIN)
         deadline = time.monotonic() + ANSWER_MS / 1000
         while time.monotonic() < deadline:
             ready = dict(poller.poll(500))
             if self.socket in ready:
                 return codec.decode(self.socket.recv_multipart())[0]
-            if self._handshakes in ready:
-                reason = handshake_failure(self._handshakes.recv_multipart(), self._keys, "the peer")
-                if reason is not None:
-                    return reason
+            if self._watch.monitor in ready and self._watch.change(self._watch.monitor.recv_multipart()) == REFUSED:
+                return self._watch.refusal or closed_in_handshake(self._address, "a scheduler")
         raise AssertionError("neither an answer nor a refused handshake")
 
     def close(self) -> None:
-        self.socket.disable_monitor()
-        self._handshakes.close(linger=0)
+        self._watch.close()
         self.socket.close(linger=0)
         self._context.term()
 
@@ -275,7 +273,7 @@ def test_a_worker_key_or_a_monitor_key_cannot_submit(secure_cluster, role):
 
 
 def test_a_client_or_a_worker_without_keys_is_told_keys_are_required(secure_cluster, processes, tmp_path):
-    with pytest.raises(ProtocolError, match="requires CurveZMQ keys"):
+    with pytest.raises((ProtocolError, DisconnectedError), match="requires CurveZMQ keys"):
         Client(secure_cluster.address, timeout_seconds=30)
     log = tmp_path / "worker.log"
     worker = processes.start("scaler_worker", secure_cluster.address, log_path=str(log))
@@ -349,7 +347,7 @@ def test_a_secure_local_cluster_is_one_flag():
     with SchedulerClusterCombo(n_workers=1, security=True, logging_level="WARNING") as combo:
         with Client(combo.get_address(), security=combo.security) as client:
             assert client.submit(fibonacci, client, 5).result(timeout=120) == 5
-        with pytest.raises(ProtocolError, match="requires CurveZMQ keys"):
+        with pytest.raises((ProtocolError, DisconnectedError), match="requires CurveZMQ keys"):
             Client(combo.get_address(), timeout_seconds=30)
         keys = combo.security.key_file
         assert keys is not None and os.stat(os.path.dirname(keys)).st_mode & 0o077 == 0

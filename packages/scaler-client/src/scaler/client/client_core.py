@@ -52,7 +52,7 @@ from scaler.client.storage_requests import StorageRequests
 from scaler.client.tasks_in_flight import TasksInFlight
 from scaler.protocol import connection_events
 from scaler.protocol.addresses import default_storage_address
-from scaler.protocol.connection_events import NOT_THE_PEER, role_name
+from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import (
@@ -164,7 +164,7 @@ class ClientCore:
             SessionAction.HELLO_AGAIN: self._hello_again,
             SessionAction.STOP_NOT_A_SCHEDULER: lambda ack, now: self._stop(
                 DisconnectedError(
-                    f"{self._address} is not a scheduler: {NOT_THE_PEER}"
+                    closed_in_handshake(self._address, "a scheduler")
                     if ack is None
                     else f"{self._address} is {role_name(ack.role)}, not a scheduler"
                 )

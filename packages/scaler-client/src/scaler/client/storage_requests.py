@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 from scaler.client.client_events import Effect, HandshakeFailed, ObjectsFailed, Reply, ReplyError, ToStorage
 from scaler.protocol import connection_events, object_frames
-from scaler.protocol.connection_events import NOT_THE_PEER, role_name
+from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import (
@@ -161,7 +161,7 @@ class StorageRequests:
             self._lose_everything(DisconnectedError(lost))
             self._down = True
         else:
-            what = f"{self.address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
+            what = closed_in_handshake(f"{self.address}, named by the scheduler,", "an object storage server")
             self._refused(DisconnectedError(what))
 
     def _refused(self, error: Exception) -> None:

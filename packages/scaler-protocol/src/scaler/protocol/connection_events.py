@@ -11,12 +11,13 @@ turns the monitor's events into three that a core can act on:
   keys and the other none), `ConnectionWatch.refusal` says why (`security.handshake_failure`); a core treats
   that as the peer refusing this process, not as a wrong address.
 
-A process without keys cannot always tell a wrong address from a server with keys at once. A server with keys
+A process without keys cannot always tell a wrong address from a server with keys. A server with keys
 drops it, and on a busy host may close before its own greeting, which names its mechanism, is out: the
 connection then just closes during the handshake, which ZeroMQ reports without detail and tries again by
 itself 100 ms later (as it does not after a mismatch this side found). A server with keys names its mechanism
 on one of the next tries; a socket of another kind never does. So a handshake that closed without detail is
-``REFUSED`` only after `UNEXPLAINED_CLOSES` in a row.
+``REFUSED`` only after `UNEXPLAINED_CLOSES` in a row; even so, a busy server with keys may close so quickly that
+this side finds nothing to say, and `closed_in_handshake` words the error for both.
 
 The shells (client agent, worker agent, monitors) read the monitor socket beside the socket it watches and
 hand each change to their core; the cores decide what it means. The peer that answers a Hello says what it
@@ -37,10 +38,17 @@ UP = "up"
 DOWN = "down"
 REFUSED = "refused"
 
-# why a connection that closed during its handshake was not to the peer wanted
-NOT_THE_PEER = (
-    "it closed the connection during the ZeroMQ handshake (a scheduler's monitor address, its port + 2, does)"
-)
+
+
+def closed_in_handshake(address: str, wanted: str) -> str:
+    """The error of a connection to ``address`` that closed during its handshake without saying why (`REFUSED`
+    with no `ConnectionWatch.refusal`): not ``wanted`` (e.g. "a scheduler"), or a server with keys (see above)."""
+    return (
+        f"{address} is not {wanted}, or it requires CurveZMQ keys: it closed the connection during the ZeroMQ "
+        "handshake, as a socket of another kind does (a scheduler's monitor address, its port + 2, for one), and "
+        "as a server with keys may do to a process without them (docs/security.md)"
+    )
+
 
 _ROLE_NAMES = {
     PeerRole.SCHEDULER: "a scheduler",

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Tuple
 from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
-from scaler.protocol.connection_events import NOT_THE_PEER, role_name
+from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
@@ -178,7 +178,7 @@ class WorkerSession:
                 out.append(SendToScheduler(self._hello))
         elif change == connection_events.REFUSED:
             if not self.connected:
-                self._leave(EXIT_REFUSED, f"{address} is not a scheduler: {NOT_THE_PEER}", False)
+                self._leave(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"), False)
         elif self.connected:
             self._leave(EXIT_FAILURE, f"lost the connection to scheduler {address}", False)
         else:
@@ -248,7 +248,7 @@ class WorkerSession:
                 logger.info(f"{self._name}: connected to object storage {address} again")
                 out.append(SendToStorage(self._hello))
         elif change == connection_events.REFUSED:
-            why = f"{address}, named by the scheduler, is not an object storage server: {NOT_THE_PEER}"
+            why = closed_in_handshake(f"{address}, named by the scheduler,", "an object storage server")
             self._leave(EXIT_REFUSED, why, True)
         else:
             self.storage_down = True

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List
 
 from scaler.protocol import connection_events
 from scaler.protocol import messages as m
-from scaler.protocol.connection_events import NOT_THE_PEER, role_name
+from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
@@ -299,7 +299,7 @@ class ManagerCore:
             if event.refusal:
                 self._end(EXIT_REFUSED, event.refusal)
             elif not self._connected:
-                self._end(EXIT_REFUSED, f"{address} is not a scheduler: {NOT_THE_PEER}")
+                self._end(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"))
         elif self._connected:
             self._lost(f"lost the connection to scheduler {address}")
         else:
