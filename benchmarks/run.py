@@ -5,6 +5,7 @@
     python3 benchmarks/run.py --quick         # sizes / 10, 1 repetition: a look in minutes (results/quick.json)
     python3 benchmarks/run.py --workloads map_noop round_trip --engines scaler dask
     python3 benchmarks/run.py --report-only   # redo table, chart and docs from results/latest.json
+    python3 benchmarks/run.py --simulator     # the load simulator: one scheduler, up to 1,000 workers (simulator.py)
 
 Each engine lives in its own virtualenv under benchmarks/.envs/ (created here with
 ``python3 -m venv`` and pip, rebuilt when its requirements change; this project's
@@ -37,6 +38,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import simulator  # noqa: E402  (the load simulator's scenarios and figures)
+
 REPO = HERE.parent
 ENVS = HERE / ".envs"
 RUNNERS = HERE / "runners"
@@ -632,7 +636,8 @@ rewrites this page), `--workloads`, `--engines`, `--repetitions`, `--timeout`; `
 table, chart and page from the JSON. Logs of the last run of each engine and workload are in
 `benchmarks/logs/`. No test asserts a timing.
 """
-    DOC.write_text(text)
+    kept = simulator.kept_section(DOC)  # written by --simulator, kept as it is
+    DOC.write_text(text + ("\n" + kept if kept else ""))
 
 
 WORKLOAD_DESCRIPTIONS = {
@@ -697,12 +702,18 @@ def main() -> int:
     parser.add_argument("--commit", default="HEAD", help=f"build {OURS} from this commit (default: HEAD)")
     parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
                         help="redo table, chart and docs from a results file (default: latest)")  # fmt: skip
+    parser.add_argument("--simulator", action="store_true",
+                        help="run the load simulator instead of the workloads (results/simulator.json)")  # fmt: skip
+    parser.add_argument("--keep", action="store_true",
+                        help="with --simulator: keep the figures at 1,000 workers for the next runs")  # fmt: skip
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     RESULTS.mkdir(exist_ok=True)
+    if args.simulator:
+        return run_simulator(args, log)
     if args.report_only is not None:
         json_path = Path(args.report_only) if args.report_only else RESULTS / "latest.json"
         data = json.loads(json_path.read_text())
@@ -783,6 +794,36 @@ def main() -> int:
         write_doc(data, png_path)
         log(f"wrote {DOC.relative_to(REPO)}")
     log(f"wrote {json_path.relative_to(REPO)} in {data['total_seconds']:.0f} s")
+    return 0
+
+
+def run_simulator(args: argparse.Namespace, log) -> int:
+    """``--simulator``: every scenario of the load simulator (simulator.py), the comparison with the kept figures,
+    and, for a full run, the simulator's section of docs/benchmarks.md (or, with --report-only, just that)."""
+    if args.report_only is not None:
+        json_path = Path(args.report_only) if args.report_only else RESULTS / "simulator.json"
+        data = json.loads(json_path.read_text())
+    else:
+        source = our_source(args.working_tree, args.commit)
+        env_name, _, requirements = ENGINES[OURS]
+        python = ensure_env(env_name, requirements, args.rebuild_envs, log, source)
+        name = args.out or ("simulator-quick" if args.quick else "simulator")
+        json_path = RESULTS / f"{name}.json"
+        data = {"mode": "quick" if args.quick else "full", "machine": machine_description(source),
+                "json": json_path.name}  # fmt: skip
+        repetitions = args.repetitions or (1 if args.quick else 3)
+        simulator.run_all(python, RUNNERS, args.quick, repetitions, MARKER_VARIABLE, _kill_leftovers, log, json_path,
+                          data)  # fmt: skip
+        log(f"wrote {json_path.relative_to(REPO)}")
+    print()
+    print(simulator.section(data))
+    print(simulator.compare_with_kept(data))
+    if args.keep:
+        simulator.keep(data)
+        log(f"kept the figures at 1,000 workers in {simulator.KEPT.relative_to(REPO)}")
+    if not args.no_docs and data["mode"] == "full":
+        simulator.replace_section(DOC, simulator.section(data))
+        log(f"wrote the simulator's section of {DOC.relative_to(REPO)}")
     return 0
 
 
