@@ -1,0 +1,135 @@
+"""The workers by load: who takes the next task, and who holds the most, without a scan of every worker.
+
+`WorkerLoads` files each worker under its load (`Worker.load`: the tasks it holds less those that wait) in
+buckets, one per load, each in the order its workers came into it. The next task goes to the first worker of
+the least loaded bucket with room (and the capabilities the task needs), which then moves to the end of the
+next bucket: workers of equal load take tasks in turn. Workers with room are filed by their set of
+capabilities, apart from the full ones; every worker is also filed in one set of buckets for balancing, read
+from the most loaded down. So a pick, or a change of a worker's load, costs a few dictionary operations
+whatever the number of workers; a worker whose load changed while an event was handled (results, tasks given
+back, tasks that began to wait) is filed again once (`touch`, then `refresh` before the next pick).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Dict, FrozenSet, Iterator, List, Optional, Set
+
+from scaler.scheduler.peers import Worker
+
+
+class _Buckets:
+    """Workers by load: load -> {worker ID: worker} in the order they came in, and a heap of the loads present."""
+
+    __slots__ = ("by_load", "_loads", "_in_heap")
+
+    def __init__(self) -> None:
+        self.by_load: Dict[int, Dict[bytes, Worker]] = {}
+        self._loads: List[int] = []  # loads of buckets, some emptied since (dropped when they reach the top)
+        self._in_heap: Set[int] = set()
+
+    def add(self, worker: Worker, load: int) -> None:
+        bucket = self.by_load.get(load)
+        if bucket is None:
+            bucket = self.by_load[load] = {}
+            if load not in self._in_heap:
+                self._in_heap.add(load)
+                heapq.heappush(self._loads, load)
+        bucket[worker.worker_id] = worker
+
+    def remove(self, worker: Worker, load: int) -> None:
+        bucket = self.by_load[load]
+        del bucket[worker.worker_id]
+        if not bucket:
+            del self.by_load[load]
+
+    def least(self) -> Optional[int]:
+        loads = self._loads
+        while loads and loads[0] not in self.by_load:
+            self._in_heap.discard(heapq.heappop(loads))
+        return loads[0] if loads else None
+
+
+class WorkerLoads:
+    """Every connected worker, filed by load (see the module's description)."""
+
+    __slots__ = ("_room", "_all", "_eligible", "_touched", "total_load")
+
+    def __init__(self) -> None:
+        self._room: Dict[FrozenSet[str], _Buckets] = {}  # by capabilities: the workers with room
+        self._all = _Buckets()  # every worker
+        self._eligible: Dict[Optional[FrozenSet[str]], List[_Buckets]] = {}  # needs -> the room of capable workers
+        self._touched: Dict[bytes, Worker] = {}  # workers whose load changed since they were filed
+        self.total_load = 0  # of every worker
+
+    def add(self, worker: Worker) -> None:
+        if worker.capabilities not in self._room:
+            self._room[worker.capabilities] = _Buckets()
+            self._eligible.clear()  # a new set of capabilities: which workers can take what, again
+        self._file(worker)
+
+    def remove(self, worker: Worker) -> None:
+        self._unfile(worker)
+        self._touched.pop(worker.worker_id, None)
+
+    def touch(self, worker: Worker) -> None:
+        """``worker``'s load changed: it is filed again at the next `refresh`."""
+        self._touched[worker.worker_id] = worker
+
+    def refresh(self) -> None:
+        if self._touched:
+            for worker in self._touched.values():
+                self._refile(worker)
+            self._touched.clear()
+
+    def took(self, worker: Worker) -> None:
+        """``worker`` was given a task (its load is one more): filed again now, for the next pick."""
+        self._refile(worker)
+
+    def least_loaded(self, needs: Optional[FrozenSet[str]]) -> Optional[Worker]:
+        """The least loaded worker with room that offers every capability in ``needs`` (None: any worker)."""
+        candidates = self._eligible.get(needs)
+        if candidates is None:
+            candidates = self._eligible[needs] = [
+                buckets for capabilities, buckets in self._room.items() if needs is None or needs <= capabilities
+            ]
+        best: Optional[_Buckets] = None
+        best_load = 0
+        for buckets in candidates:
+            load = buckets.least()
+            if load is not None and (best is None or load < best_load):
+                best, best_load = buckets, load
+        if best is None:
+            return None
+        return next(iter(best.by_load[best_load].values()))
+
+    def any_idle(self) -> bool:
+        """Whether some worker holds no task that takes room."""
+        return 0 in self._all.by_load
+
+    def most_loaded(self) -> Iterator[Worker]:
+        """Every worker, the most loaded first (read it only as far as needed)."""
+        for load in sorted(self._all.by_load, reverse=True):
+            yield from list(self._all.by_load[load].values())
+
+    def _refile(self, worker: Worker) -> None:
+        load = worker.load
+        if load != worker.filed_load or (load < worker.capacity) != worker.filed_with_room:
+            self._unfile(worker)
+            self._file(worker)
+
+    def _file(self, worker: Worker) -> None:
+        load = worker.load
+        self._all.add(worker, load)
+        self.total_load += load
+        worker.filed_load = load
+        worker.filed_with_room = load < worker.capacity
+        if worker.filed_with_room:
+            self._room[worker.capabilities].add(worker, load)
+
+    def _unfile(self, worker: Worker) -> None:
+        load = worker.filed_load
+        self._all.remove(worker, load)
+        self.total_load -= load
+        if worker.filed_with_room:
+            self._room[worker.capabilities].remove(worker, load)
