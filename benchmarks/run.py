@@ -83,6 +83,7 @@ SIZES: Dict[str, Tuple[int, int]] = {
     "shared_object": (100, 20),
     "graph": (10_000, 1_000),
     "chain": (1_000, 200),
+    "graph_vs_map": (100_000, 10_000),
     "queued_memory": (1_000_000, 100_000),
     "executor_map": (100_000, 10_000),
 }
@@ -99,6 +100,8 @@ METRICS: List[Tuple[str, str, str, bool]] = [
     ("shared_object", "effective_mb_per_s", "shared 10 MB object, effective MB/s", True),
     ("graph", "nodes_per_s", "reduction graph, nodes/s", True),
     ("chain", "nodes_per_s", "chain, nodes/s", True),
+    ("graph_vs_map", "tree_vs_map", "reduction tree / no-op map, nodes/s per task/s", True),
+    ("graph_vs_map", "mapreduce_vs_map", "wide map-reduce / no-op map, nodes/s per task/s", True),
     ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
     ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
     ("executor_map", "calls_per_s", "Executor.map, calls/s", True),
@@ -116,6 +119,8 @@ def _target(workload: str, metric: str, size: int) -> Optional[Tuple[str, float,
         ("big_args", "mb_per_s"): ("≥ 500 MB/s", 500, True),
         ("queued_memory", "scheduler_bytes_per_task"): ("≤ 1 KB/task", 1024, False),
         ("queued_memory", "client_bytes_per_task"): ("≤ 2 KB/task", 2048, False),
+        ("graph_vs_map", "tree_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
+        ("graph_vs_map", "mapreduce_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
     }
     if (workload, metric) == ("sleep", "seconds"):
         bound = 5.3 * size / 1000
@@ -653,6 +658,9 @@ WORKLOAD_DESCRIPTIONS = {
     "task (the pools have no such feature)",
     "graph": "`client.get` of a reduction graph of about N nodes (N/2 leaves, pairwise sums to one root)",
     "chain": "`client.get` of a chain of N `inc` nodes",
+    "graph_vs_map": "in one cluster, a no-op map of N tasks, then `client.get` of a reduction tree of about N nodes "
+    "(as `graph`) and of a wide map-reduce of about N nodes (maps of one data node, a sum of each 100 maps, one "
+    "total): each graph's nodes/s as a share of the map's tasks/s, and the scheduler's CPU per node",
     "queued_memory": "both workers held by a blocking task, then N tasks submitted through the batch call; peak RSS "
     "growth of the scheduler process and of the client process divided by N, once the scheduler's RSS stayed flat "
     "for 2 s. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one "
