@@ -93,11 +93,13 @@ class _Graph:
         "results", "index", "in_flight", "finished", "history",
     )  # fmt: skip
 
-    def __init__(self, graph_id: bytes, client_id: bytes, tasks: List[Any], index: GraphIndex) -> None:
+    def __init__(
+        self, graph_id: bytes, client_id: bytes, tasks: List[Any], positions: Dict[bytes, int], index: GraphIndex
+    ) -> None:
         self.graph_id = graph_id
         self.client_id = client_id
         self.task_ids = [task.task_id for task in tasks]
-        self.positions: Dict[bytes, int] = {task_id: i for i, task_id in enumerate(self.task_ids)}
+        self.positions = positions  # task ID -> its node
         self.tasks: List[Optional[Any]] = list(tasks)  # codec.RoutedTask; None once released or finished
         size = len(tasks)
         self.state = bytearray(size)  # each node's state, as its position in NODE_STATES (PENDING is 0)
@@ -183,23 +185,22 @@ class GraphTasks:
     def submit(self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool]) -> GraphActions:
         """A new graph; ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
         actions = GraphActions()
-        problem = self._problem(message, known)
+        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        positions = {task.task_id: i for i, task in enumerate(tasks)}
+        problem = self._problem(message, positions, known)
         if problem is not None:
             logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
             for target in dict.fromkeys(message.targets):
                 actions.results.append(_rejected(target, f"graph rejected: {problem}"))
             return actions
-        tasks: List[Any] = message.tasks  # codec.RoutedTask
         if not message.targets:
             return actions  # nothing is wanted: nothing runs
-        positions = {task.task_id: i for i, task in enumerate(tasks)}
-        edges = set()
+        edges = set()  # (a node, a node that needs it): an argument named twice is one edge
         for i, task in enumerate(tasks):
             for _, needed in task.dependencies:
                 edges.add((positions[needed], i))
-        ordered = sorted(edges)
-        index = make_graph_index(len(tasks), [a for a, _ in ordered], [b for _, b in ordered], self.use_graphblas)
-        graph = _Graph(message.graph_id, client_id, list(tasks), index)
+        index = make_graph_index(len(tasks), [a for a, _ in edges], [b for _, b in edges], self.use_graphblas)
+        graph = _Graph(message.graph_id, client_id, list(tasks), positions, index)
         for target in message.targets:
             i = positions[target]
             if not graph.wanted[i]:
@@ -220,7 +221,7 @@ class GraphTasks:
         """
         passed: List[m.TaskResult] = []
         actions = GraphActions()
-        touched: Dict[bytes, _Graph] = {}
+        touched: Dict[bytes, Tuple[_Graph, List[int]]] = {}  # graph ID -> the graph, and its nodes that ended
         cancelled = self._cancelled.get(client_id)
         for result in results:
             if cancelled is not None and result.task_id in cancelled:
@@ -230,9 +231,11 @@ class GraphTasks:
             if graph is None or graph.client_id != client_id:
                 passed.append(result)
                 continue
-            touched[graph.graph_id] = graph
+            entry = touched.get(graph.graph_id)
+            if entry is None:
+                entry = touched[graph.graph_id] = (graph, [])
+            finished = entry[1]
             i = graph.positions[result.task_id]
-            finished: List[int] = []
             if result.status == m.TaskStatus.SUCCESS:
                 self._step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
                 if graph.index.unfinished_dependants(i) == 0:
@@ -241,8 +244,8 @@ class GraphTasks:
                 if result.status not in _FAILURES:
                     logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
                 self._step(graph, i, NodeEvent.FAILED, actions, finished, result)
+        for graph, finished in touched.values():  # the index hears of the batch's ends at once
             self._finish(graph, finished, actions)
-        for graph in touched.values():
             self._settle(graph, actions)
         return passed, self._tidy(client_id, actions)
 
@@ -301,16 +304,19 @@ class GraphTasks:
 
     # ----------------------------------------------------------------- decisions
 
-    def _problem(self, message: m.GraphTask, known: Callable[[bytes], bool]) -> Optional[str]:
-        positions: Set[bytes] = set()
+    def _problem(
+        self, message: m.GraphTask, positions: Dict[bytes, int], known: Callable[[bytes], bool]
+    ) -> Optional[str]:
         tasks: List[Any] = message.tasks  # codec.RoutedTask
+        if len(positions) < len(tasks):
+            seen: Set[bytes] = set()
+            for task in tasks:
+                if task.task_id in seen:
+                    return f"task {show(task.task_id)} appears twice"
+                seen.add(task.task_id)
         for task in tasks:
-            task_id = task.task_id
-            if task_id in positions:
-                return f"task {show(task_id)} appears twice"
-            if known(task_id) or task_id in self._nodes:
-                return f"task {show(task_id)} is already known to the scheduler"
-            positions.add(task_id)
+            if known(task.task_id) or task.task_id in self._nodes:
+                return f"task {show(task.task_id)} is already known to the scheduler"
         for task in tasks:
             for _, needed in task.dependencies:
                 if needed == task.task_id:
