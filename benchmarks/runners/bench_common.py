@@ -304,14 +304,10 @@ def _map_reduce_graph(size: int, fan_in: int = 100):
     return graph, "total", maps
 
 
-def _scheduler_cpu(engine: Engine) -> float:
-    return sum(seconds for role, seconds, _ in cpu_snapshot(engine).values() if role in engine.scheduler_roles)
-
-
 def workload_graph_vs_map(engine: Engine, size: int):
     """A no-op map of ``size`` tasks, then a reduction tree and a wide map-reduce of about ``size`` nodes each,
-    in the same cluster: each graph's nodes/s as a share of the map's tasks/s, and the scheduler's CPU per
-    task of each."""
+    in the same cluster: each graph's nodes/s as a share of the map's tasks/s, and the CPU per task of each
+    process role (``tree_scheduler_us_per_task``...)."""
     metrics: Dict[str, Any] = {}
     tree, tree_root, leaves = _reduction_graph(size)
     wide, wide_root, maps = _map_reduce_graph(size)
@@ -322,12 +318,13 @@ def workload_graph_vs_map(engine: Engine, size: int):
     )
     seconds = 0.0
     for name, run, tasks in parts:
-        cpu, start = _scheduler_cpu(engine), time.perf_counter()
+        before, start = cpu_snapshot(engine), time.perf_counter()
         _check(run(), f"{name}: wrong results")
         elapsed = time.perf_counter() - start
         seconds += elapsed
         metrics[f"{name}_per_s"] = tasks / elapsed
-        metrics[f"{name}_scheduler_us_per_task"] = (_scheduler_cpu(engine) - cpu) * 1e6 / tasks
+        for role, entry in cpu_breakdown(before, cpu_snapshot(engine), tasks).items():
+            metrics[f"{name}_{role.replace(' ', '_')}_us_per_task"] = entry["cpu_us_per_task"]
     metrics["tree_vs_map"] = metrics["tree_per_s"] / metrics["map_per_s"]
     metrics["mapreduce_vs_map"] = metrics["mapreduce_per_s"] / metrics["map_per_s"]
     metrics["seconds"] = seconds
