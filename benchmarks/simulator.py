@@ -33,9 +33,11 @@ SECTION_START = "<!-- simulator: start (written by benchmarks/run.py --simulator
 SECTION_END = "<!-- simulator: end -->"
 WORKER_COUNTS = (2, 10, 100, 1000)
 CLIENT_COUNTS = (1, 10, 100)
-QUIET_LOAD = 1.0  # the 1-minute load average a run waits for
-QUIET_WAIT_SECONDS = 600.0  # before the first run
-QUIET_WAIT_BETWEEN_SECONDS = 90.0  # before each other run (this simulator's own load takes a minute to fade)
+QUIET_LOAD = 1.0  # the 1-minute load average the first run waits for (600 s at most)
+QUIET_WAIT_SECONDS = 600.0
+# before each other run: the load of the run before it takes a minute to fade (it counts in the 1-minute average)
+QUIET_LOAD_BETWEEN = 1.5
+QUIET_WAIT_BETWEEN_SECONDS = 60.0
 RUN_TIMEOUT_SECONDS = 1800.0
 REGRESSION = 0.2  # a kept figure worse by more than this is flagged
 
@@ -64,13 +66,13 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def wait_for_quiet(limit: float, log: Callable[[str], None]) -> float:
-    """Wait (``limit`` seconds at most) for the 1-minute load average to drop below `QUIET_LOAD`; return it."""
+def wait_for_quiet(threshold: float, limit: float, log: Callable[[str], None]) -> float:
+    """Wait (``limit`` seconds at most) for the 1-minute load average to drop below ``threshold``; return it."""
     deadline = time.monotonic() + limit
     load = load_average()
-    if load >= QUIET_LOAD:
-        log(f"load average {load:.2f}: waiting up to {limit:.0f} s for it to drop below {QUIET_LOAD}")
-    while load >= QUIET_LOAD and time.monotonic() < deadline:
+    if load >= threshold:
+        log(f"load average {load:.2f}: waiting up to {limit:.0f} s for it to drop below {threshold}")
+    while load >= threshold and time.monotonic() < deadline:
         time.sleep(5)
         load = load_average()
     return load
@@ -109,12 +111,12 @@ def run_all(python: Path, runners: Path, quick: bool, repetitions: int, marker_v
             data: Dict[str, Any]) -> Dict[str, Any]:  # fmt: skip
     configs = configurations(quick)
     data.update(configurations=[name for name, _ in configs], runs=[], repetitions=repetitions)
-    data["load_at_start"] = wait_for_quiet(QUIET_WAIT_SECONDS, log)
+    data["load_at_start"] = wait_for_quiet(QUIET_LOAD, QUIET_WAIT_SECONDS, log)
     for repetition in range(repetitions):
         shift = (repetition * 5) % len(configs)
         for name, arguments in configs[shift:] + configs[:shift]:
             if data["runs"]:
-                wait_for_quiet(QUIET_WAIT_BETWEEN_SECONDS, log)
+                wait_for_quiet(QUIET_LOAD_BETWEEN, QUIET_WAIT_BETWEEN_SECONDS, log)
             record = run_scenario(python, runners, name, arguments, marker_variable, kill_leftovers)
             record["repetition"] = repetition
             data["runs"].append(record)

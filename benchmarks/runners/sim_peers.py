@@ -33,6 +33,7 @@ from scaler.protocol.version import PROTOCOL_VERSION
 BATCH_TASKS = 1000  # tasks per TaskBatch from a client, as the Python client sends them
 _RESULT_PAYLOAD = b"\x80\x05N."  # pickle of None
 _ARGUMENT = b"\x80\x05K\x07."  # pickle of 7: one small inline argument, as a no-op map task has
+_FUNCTION = "bench_tasks.noop"  # the name its heartbeats give the tasks it ran
 
 
 class Loop:
@@ -187,6 +188,7 @@ class SimWorker(Peer):
         self.batches = 0
         self.first_batch_at: Optional[float] = None
         self.tasks_done = 0
+        self.task_seconds = 0.0  # reported per function, as a real worker's heartbeat does
         self.given_back = 0
         super().__init__(loop, address, identity)
 
@@ -221,6 +223,7 @@ class SimWorker(Peer):
         self.last_batch = batch.sequence
         if self.delay <= 0:  # answered at once: it never holds a task between two messages
             self.tasks_done += len(batch.tasks)
+            self.task_seconds += 1e-6 * len(batch.tasks)
             results = [_result(task.task_id, task.attempt) for task in batch.tasks]
             self.send(m.TaskResultBatch(results))
             return
@@ -257,6 +260,7 @@ class SimWorker(Peer):
             self.loop.call_at(self.finish_at, self._finish)
         if results:
             self.tasks_done += len(results)
+            self.task_seconds += self.delay * len(results)
             self.send(m.TaskResultBatch(results))
             self.loop.touched(self)
 
@@ -282,9 +286,11 @@ class SimWorker(Peer):
         digest = 0
         for task_id in self.held:
             digest ^= task_term(task_id)
+        functions = [m.FunctionStats(_FUNCTION, self.tasks_done, 0, self.task_seconds)] if self.tasks_done else []
         return m.WorkerHeartbeat(
             queued_tasks=len(self.queue),
             running_tasks=int(self.running is not None),
+            functions=functions,
             last_batch=self.last_batch,
             held_tasks=len(self.held),
             held_digest=folded(digest),
