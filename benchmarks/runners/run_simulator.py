@@ -7,7 +7,8 @@
     python run_simulator.py new_worker --workers 1000 --out RESULT.json
 
 The scheduler is the program users run (``python -m scaler.scheduler.cli``, builtin asyncio loop, as in the
-other benchmarks), in its own process; its CPU time and resident memory are read with psutil. Every worker
+other benchmarks), in its own process, with its storage server; its CPU time and resident memory are read with
+psutil. Every worker
 and client is a `sim_peers` peer in this process (`sim_peers.Loop`), so the scheduler alone does the work it
 would do for real peers. Started by ``benchmarks/run.py --simulator`` inside this project's virtualenv; writes
 one JSON object (``status``, ``metrics``, ``problems``).
@@ -31,26 +32,61 @@ import zmq
 from sim_peers import BATCH_TASKS, Loop, SimClient, SimWorker
 
 from scaler.protocol import codec
+from scaler.protocol import messages as m
 from scaler.protocol.process_control import start_child
+from scaler.protocol.version import PROTOCOL_VERSION
 
 CONNECT_SECONDS_PER_PEER = 0.05  # bound on connecting peers: 10 s + this per peer
 RUN_TIMEOUT_SECONDS = 900.0
+START_TRIES = 3
+START_SECONDS = 30.0
 
 
 class Scheduler:
-    """``python -m scaler.scheduler.cli`` on free local ports (it starts its storage server at port + 1)."""
+    """``python -m scaler.scheduler.cli`` on free local ports, with the storage server it uses at port + 1 (started
+    here, so that a port taken between the choice and the bind is noticed at once and other ports tried)."""
 
     def __init__(self, log_path: str, heartbeat_interval: float = 1.0) -> None:
-        self.port = _free_ports(3)
-        self.address = f"tcp://127.0.0.1:{self.port}"
-        self.monitor_address = f"tcp://127.0.0.1:{self.port + 2}"
-        command = [
-            sys.executable, "-m", "scaler.scheduler.cli", self.address, "--logging-level", "WARNING",
-            "--event-loop", "builtin", "--heartbeat-interval-seconds", repr(heartbeat_interval),
-        ]  # fmt: skip
-        with open(log_path, "w") as log:
-            self.process = start_child(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        self._psutil = psutil.Process(self.process.pid)
+        self._log = open(log_path, "w")
+        self.processes: List[subprocess.Popen] = []
+        for _ in range(START_TRIES):
+            self.port = _free_ports(3)
+            self.address = f"tcp://127.0.0.1:{self.port}"
+            self.monitor_address = f"tcp://127.0.0.1:{self.port + 2}"
+            storage = f"tcp://127.0.0.1:{self.port + 1}"
+            common = ["--logging-level", "WARNING", "--event-loop", "builtin"]
+            self.processes = [
+                self._start("scaler.storage", storage, *common),
+                self._start("scaler.scheduler.cli", self.address, *common, "--object-storage-address", storage,
+                            "--heartbeat-interval-seconds", repr(heartbeat_interval)),
+            ]  # fmt: skip
+            if self._answers():
+                self.process = self.processes[1]
+                self._psutil = psutil.Process(self.process.pid)
+                return
+            self.stop()
+        raise RuntimeError(f"no scheduler answered in {START_TRIES} tries (see {log_path})")
+
+    def _start(self, module: str, *arguments: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", module, *arguments]
+        return start_child(command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def _answers(self) -> bool:
+        """Whether the scheduler answers a Hello (it does once its storage server did) while both run."""
+        context = zmq.Context()
+        probe = context.socket(zmq.DEALER)
+        probe.setsockopt(zmq.LINGER, 0)
+        probe.connect(self.address)
+        try:
+            probe.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, os.getpid(), "probe")))
+            deadline = time.monotonic() + START_SECONDS
+            while time.monotonic() < deadline and all(process.poll() is None for process in self.processes):
+                if probe.poll(200):
+                    return type(codec.decode(probe.recv_multipart())[0]) is m.HelloAck
+            return False
+        finally:
+            probe.close(linger=0)
+            context.term()
 
     def cpu(self) -> float:
         times = self._psutil.cpu_times()
@@ -60,13 +96,14 @@ class Scheduler:
         return self._psutil.memory_info().rss
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
 
 
 def _free_ports(count: int) -> int:
@@ -323,9 +360,10 @@ def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # three descriptors per simulated peer
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     record: Dict[str, Any] = {"scenario": args.scenario, "arguments": vars(args)}
-    scheduler = Scheduler(args.log, args.interval if args.scenario == "heartbeats" else 1.0)
     loop = Loop()
+    scheduler = None
     try:
+        scheduler = Scheduler(args.log, args.interval if args.scenario == "heartbeats" else 1.0)
         record["metrics"] = SCENARIOS[args.scenario](loop, scheduler, args)
         problems = [f"{peer.identity.decode()}: {p}" for peer in loop.peers for p in getattr(peer, "problems", [])]
         record["problems"] = problems[:20]
@@ -338,7 +376,8 @@ def main() -> None:
         record["traceback"] = traceback.format_exc()[-4000:]
     finally:
         loop.close()
-        scheduler.stop()
+        if scheduler is not None:
+            scheduler.stop()
         with open(args.out, "w") as file:
             json.dump(record, file)
 

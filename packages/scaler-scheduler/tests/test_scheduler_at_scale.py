@@ -107,6 +107,19 @@ def test_balancing_asks_only_the_workers_above_the_mean():
     assert [(e.to, e.message.count) for e in requests] == [(a, 3)]
 
 
+def test_a_worker_that_joins_workers_of_equal_load_is_given_its_share():
+    ids = workers(6)
+    core = core_with(ids[:5])
+    on = assigned(core.handle(FromPeer(CLIENT, m.TaskBatch([task(n) for n in range(20)])), 1.0))  # four each
+    core.handle(FromPeer(ids[5], m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER, 1, "host", m.WorkerInfo(1, 100))), 1.5)
+    # twenty tasks over six workers: a mean of three, so three workers give one each (none goes below three)
+    requests = sent(core.handle(Tick(), 2.0), m.BalanceRequest)
+    assert sorted(e.message.count for e in requests) == [1, 1, 1]
+    for request in requests:  # each gives back its last task, which goes to the newcomer
+        effects = core.handle(FromPeer(request.to, m.BalanceResponse([on[request.to][-1].task_id])), 2.5)
+        assert list(assigned(effects)) == [ids[5]]
+
+
 def test_a_heartbeat_is_checked_against_the_tasks_sent_up_to_its_last_batch():
     (worker,) = workers(1)
     core = core_with([worker])

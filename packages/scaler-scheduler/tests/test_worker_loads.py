@@ -72,7 +72,7 @@ def test_the_pick_is_always_a_least_loaded_worker_with_room_and_the_capabilities
                 loads.took(picked)
         loads.refresh()
         assert loads.total_load == sum(w.load for w in workers.values())
-        assert loads.any_idle() == any(w.load == 0 for w in workers.values())
+        assert loads.idle_count() == sum(w.load == 0 for w in workers.values())
         order = [w.load for w in loads.most_loaded()]
         assert order == sorted((w.load for w in workers.values()), reverse=True)
         for needs in NEEDS:

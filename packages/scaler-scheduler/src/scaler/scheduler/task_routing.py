@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 from collections import Counter
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
@@ -310,22 +309,26 @@ class TaskRouting:
             self._step(record, TaskEvent.EXPIRED, out, result)
 
     def balance(self, out: Outbox) -> None:
-        """Ask busy workers to give back queued tasks when another worker is idle and nothing waits here: those
-        above the mean load, the most loaded first (only they are looked at)."""
+        """When workers are idle and nothing waits here, ask the most loaded workers to give back queued tasks:
+        as many as the idle workers need to reach the mean load (one at least), none going below it (only the
+        workers asked are looked at)."""
         if len(self._workers) < 2 or self._queue:
             return
         loads = self._loads
         loads.refresh()
-        if not loads.any_idle():
+        idle = loads.idle_count()
+        if not idle:
             return
-        ceiling = math.ceil(loads.total_load / len(self._workers))
+        mean = max(1, loads.total_load // len(self._workers))
+        need = idle * mean
         for worker in loads.most_loaded():
-            excess = worker.load - ceiling
-            if excess < 1:
+            give = min(need, worker.load - mean)
+            if give < 1:
                 return
-            if worker.load >= 2 and not worker.balance_pending:
+            if not worker.balance_pending:
                 worker.balance_pending = True
-                out.sends.append(Send(worker.worker_id, m.BalanceRequest(excess)))
+                out.sends.append(Send(worker.worker_id, m.BalanceRequest(give)))
+                need -= give
 
     # ----------------------------------------------------------------- dispatch
 

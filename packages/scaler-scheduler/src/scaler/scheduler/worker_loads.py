@@ -103,9 +103,9 @@ class WorkerLoads:
             return None
         return next(iter(best.by_load[best_load].values()))
 
-    def any_idle(self) -> bool:
-        """Whether some worker holds no task that takes room."""
-        return 0 in self._all.by_load
+    def idle_count(self) -> int:
+        """How many workers hold no task that takes room."""
+        return len(self._all.by_load.get(0, ()))
 
     def most_loaded(self) -> Iterator[Worker]:
         """Every worker, the most loaded first (read it only as far as needed)."""
