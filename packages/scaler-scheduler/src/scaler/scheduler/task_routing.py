@@ -38,7 +38,7 @@ _HISTORY_MASK = (1 << 32) - 1
 _EVENTS = list(TaskEvent)
 _EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
 assert len(_EVENTS) < 16
-MAX_RUN = 32  # tasks given at once to the least loaded worker, while each worker's share is that large
+MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 
