@@ -214,6 +214,30 @@ def routing(loop: Loop, scheduler: Scheduler, args: Any) -> Dict[str, Any]:
     }
 
 
+def round_trip(loop: Loop, scheduler: Scheduler, args: Any) -> Dict[str, Any]:
+    """One task at a time: a client submits a task, waits for its result, and again, ``--tasks`` times, to
+    ``--workers`` workers that answer at once: the scheduler's CPU per round trip."""
+    (client,) = clients = [SimClient(loop, scheduler.address, _identity("C", 0))]
+    _connect(loop, clients)
+    workers = [SimWorker(loop, scheduler.address, _identity("W", i)) for i in range(args.workers)]
+    _connect(loop, workers)
+
+    def answered() -> bool:
+        return client.to_submit == 0 and client.results == client.submitted
+
+    client.submit(max(1, args.tasks // 10), 1, 1)  # a warm-up tenth, unmeasured
+    loop.run_until(answered, RUN_TIMEOUT_SECONDS, "warm-up")
+    cpu, started = scheduler.cpu(), time.perf_counter()
+    client.submit(args.tasks, 1, 1)
+    loop.run_until(answered, RUN_TIMEOUT_SECONDS, f"{args.tasks} round trips")
+    seconds, cpu = time.perf_counter() - started, scheduler.cpu() - cpu
+    return {
+        "round_trips": args.tasks,
+        "ms_per_round_trip": seconds * 1e3 / args.tasks,
+        "scheduler_cpu_us_per_round_trip": cpu * 1e6 / args.tasks,
+    }
+
+
 def heartbeats(loop: Loop, scheduler: Scheduler, args: Any) -> Dict[str, Any]:
     """Scheduler CPU per worker heartbeat: ``--workers`` workers beating every ``--interval`` seconds, each
     holding ``--held`` tasks it has not answered (tasks of an hour each: they stay)."""
@@ -334,6 +358,7 @@ def new_worker(loop: Loop, scheduler: Scheduler, args: Any) -> Dict[str, Any]:
 
 SCENARIOS: Dict[str, Callable[[Loop, Scheduler, Any], Dict[str, Any]]] = {
     "routing": routing,
+    "round_trip": round_trip,
     "heartbeats": heartbeats,
     "peer_memory": peer_memory,
     "queue_memory": queue_memory,

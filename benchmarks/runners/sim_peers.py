@@ -313,21 +313,23 @@ class SimClient(Peer):
         self.outstanding: Set[bytes] = set()
         self.to_submit = 0
         self.window = 0
+        self.batch = BATCH_TASKS
         self.submitted = 0
         self.results = 0
         self.keep_ids = True  # False: count only (tasks that stay queued need no bookkeeping here)
 
-    def submit(self, total: int, window: int) -> None:
-        """Send ``total`` more tasks, ``window`` at most unanswered at a time."""
+    def submit(self, total: int, window: int, batch: int = BATCH_TASKS) -> None:
+        """Send ``total`` more tasks, ``batch`` per message, ``window`` at most unanswered at a time."""
         self.to_submit += total
         self.window = window
+        self.batch = batch
         self._pump()
         self.loop.touched(self)
 
     def _pump(self) -> None:
         """Whole batches (the last one may be short), while the window has room for them."""
         while self.to_submit > 0:
-            count = min(BATCH_TASKS, self.to_submit)
+            count = min(self.batch, self.to_submit)
             if self.submitted - self.results + count > max(self.window, count):
                 return
             self.send_frame(self._batch(count))

@@ -69,6 +69,10 @@ class _Queued:
             raise zmq.Again()
         return self.messages.pop(0)
 
+    def getsockopt(self, option: int) -> int:
+        assert option == zmq.EVENTS
+        return zmq.POLLIN if self.messages else 0
+
 
 def test_messages_read_in_one_wake_up_reach_the_core_together_up_to_the_burst_limit(monkeypatch):
     server = SchedulerServer("tcp://127.0.0.1:1")

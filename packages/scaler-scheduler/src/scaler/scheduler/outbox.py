@@ -10,7 +10,7 @@ that a later message of the same burst does not hand them to it again.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, DefaultDict, Dict, List, Tuple
+from typing import Any, DefaultDict, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.scheduler.scheduler_events import Send
@@ -27,24 +27,32 @@ class Outbox:
         self.cancels: DefaultDict[bytes, List[bytes]] = defaultdict(list)  # worker -> task IDs to cancel
         self.results: DefaultDict[bytes, List[Any]] = defaultdict(list)  # client -> results
         self.confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}  # client -> (task IDs, cancelled)
-        self.checked_results: DefaultDict[bytes, List[Any]] = defaultdict(list)  # through the graph layer
-        self.checked_confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}  # likewise
+        # results and confirms that went through the graph layer (None until one did)
+        self.checked_results: Optional[DefaultDict[bytes, List[Any]]] = None
+        self.checked_confirms: Optional[Dict[bytes, Tuple[List[bytes], List[bool]]]] = None
         self.last: List[Any] = []  # sent after all the others (the graph layer's answers)
 
     def confirm(self, client_id: bytes, task_id: bytes, cancelled: bool) -> None:
         add_confirms(self.confirms, client_id, [task_id], [cancelled])
 
+    def checked(self) -> Tuple[DefaultDict[bytes, List[Any]], Dict[bytes, Tuple[List[bytes], List[bool]]]]:
+        """Where results and confirms go once through the graph layer."""
+        if self.checked_results is None or self.checked_confirms is None:
+            self.checked_results, self.checked_confirms = defaultdict(list), {}
+        return self.checked_results, self.checked_confirms
+
     def effects(self) -> List[Any]:
         effects = self.sends
-        results = self.checked_results
-        for client_id, batch in self.results.items():
-            results[client_id].extend(batch)
+        results, confirms = self.results, self.confirms
+        if self.checked_results is not None and self.checked_confirms is not None:  # the graph layer's first
+            results, confirms = self.checked_results, self.checked_confirms
+            for client_id, batch in self.results.items():
+                results[client_id].extend(batch)
+            for client_id, (task_ids, cancelled) in self.confirms.items():
+                add_confirms(confirms, client_id, task_ids, cancelled)
         for client_id, batch in results.items():
             if batch:
                 effects.append(Send(client_id, m.TaskResultBatch(batch)))
-        confirms = self.checked_confirms
-        for client_id, (task_ids, cancelled) in self.confirms.items():
-            add_confirms(confirms, client_id, task_ids, cancelled)
         for client_id, (task_ids, cancelled) in confirms.items():
             if task_ids:
                 effects.append(Send(client_id, m.TaskCancelConfirm(task_ids, cancelled)))

@@ -471,7 +471,7 @@ class SchedulerCore:
         waits in the outbox's ``checked_`` side.
         """
         graphs = self._graphs
-        results = out.checked_results
+        results, confirms = out.checked()
         while out.results or out.confirms:
             new_results, new_confirms = out.results, out.confirms
             out.results, out.confirms = defaultdict(list), {}
@@ -481,7 +481,7 @@ class SchedulerCore:
                 self._apply_graph(client_id, actions, now, out)
             for client_id, (task_ids, flags) in new_confirms.items():
                 task_ids, flags = graphs.on_confirms(client_id, task_ids, flags)
-                add_confirms(out.checked_confirms, client_id, task_ids, flags)
+                add_confirms(confirms, client_id, task_ids, flags)
 
     # ----------------------------------------------------------------- monitor
 

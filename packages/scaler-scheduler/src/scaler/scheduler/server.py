@@ -284,7 +284,9 @@ class SchedulerServer:
                 events.append(event)
         if events:
             self._feed(events[0] if len(events) == 1 and not more else Burst(events, more))
-            more = True  # what it sent may have consumed the descriptor's edge: a read that finds nothing resets it
+            # what it sent may have consumed the descriptor's edge: reading ZMQ_EVENTS resets it (and says whether
+            # more came meanwhile)
+            more = more or bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
         if more:
             asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy, together)
 

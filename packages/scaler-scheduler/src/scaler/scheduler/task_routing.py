@@ -340,6 +340,8 @@ class TaskRouting:
         if not self._changed or not self._workers:
             return
         self._changed = False
+        if not self._queue and not self._capability_queues:
+            return
         loads = self._loads
         loads.refresh()
         # loads stay within one run of each other

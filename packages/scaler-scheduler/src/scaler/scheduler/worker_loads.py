@@ -19,33 +19,32 @@ from scaler.scheduler.peers import Worker
 
 
 class _Buckets:
-    """Workers by load: load -> {worker ID: worker} in the order they came in, and a heap of the loads present."""
+    """Workers by load: load -> {worker ID: worker} in the order they came in (a bucket emptied stays, for the
+    next worker of that load), and a heap of the loads whose bucket may hold workers."""
 
     __slots__ = ("by_load", "_loads", "_in_heap")
 
     def __init__(self) -> None:
         self.by_load: Dict[int, Dict[bytes, Worker]] = {}
-        self._loads: List[int] = []  # loads of buckets, some emptied since (dropped when they reach the top)
+        self._loads: List[int] = []  # dropped when found empty at the top
         self._in_heap: Set[int] = set()
 
     def add(self, worker: Worker, load: int) -> None:
         bucket = self.by_load.get(load)
         if bucket is None:
             bucket = self.by_load[load] = {}
-            if load not in self._in_heap:
-                self._in_heap.add(load)
-                heapq.heappush(self._loads, load)
         bucket[worker.worker_id] = worker
+        if load not in self._in_heap:
+            self._in_heap.add(load)
+            heapq.heappush(self._loads, load)
 
     def remove(self, worker: Worker, load: int) -> None:
-        bucket = self.by_load[load]
-        del bucket[worker.worker_id]
-        if not bucket:
-            del self.by_load[load]
+        del self.by_load[load][worker.worker_id]
 
     def least(self) -> Optional[int]:
-        loads = self._loads
-        while loads and loads[0] not in self.by_load:
+        """The least load of a worker here (None: no worker)."""
+        loads, by_load = self._loads, self.by_load
+        while loads and not by_load[loads[0]]:
             self._in_heap.discard(heapq.heappop(loads))
         return loads[0] if loads else None
 
@@ -109,8 +108,9 @@ class WorkerLoads:
 
     def most_loaded(self) -> Iterator[Worker]:
         """Every worker, the most loaded first (read it only as far as needed)."""
-        for load in sorted(self._all.by_load, reverse=True):
-            yield from list(self._all.by_load[load].values())
+        by_load = self._all.by_load
+        for load in sorted(by_load, reverse=True):
+            yield from list(by_load[load].values())
 
     def _refile(self, worker: Worker) -> None:
         load = worker.load
