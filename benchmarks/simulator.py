@@ -259,8 +259,9 @@ def section(data: Dict[str, Any]) -> str:
     loads = [run["load_before"] for run in data["runs"]]
     queue = summary.get("queue memory", {}).get("metrics", {})
     queued = int(queue["tasks"]["median"]) if "tasks" in queue else 0
+    beats = _median(summary, "heartbeats idle", "heartbeats_per_s")
     figure_rows = [
-        ["scheduler CPU per worker heartbeat (1,000 workers, 10,000 heartbeats/s)",
+        [f"scheduler CPU per worker heartbeat (1,000 workers, {_format(beats)} heartbeats/s)",
          f"{_cell(summary, 'heartbeats idle', 'scheduler_cpu_us_per_heartbeat')} µs"],
         ["... while each worker holds 100 tasks",
          f"{_cell(summary, 'heartbeats holding', 'scheduler_cpu_us_per_heartbeat')} µs"],
