@@ -272,9 +272,8 @@ def section(data: Dict[str, Any]) -> str:
         ["scheduler CPU per queued task (taking them in)",
          f"{_cell(summary, 'queue memory', 'scheduler_cpu_us_per_queued_task')} µs"],
         ["a new worker's first task among 1,000 busy ones, tasks waiting in the scheduler",
-         f"{_cell(summary, 'new worker', 'queued_seconds', 1000)} ms"],
-        ["... no task waiting in the scheduler (balancing moves them)",
-         f"{_cell(summary, 'new worker', 'on_workers_seconds', 1000)} ms"],
+         _first_task(summary, "queued")],
+        ["... no task waiting in the scheduler (balancing moves them)", _first_task(summary, "on_workers")],
     ]  # fmt: skip
     return f"""{SECTION_START}
 ## One scheduler, many workers and clients (the load simulator)
@@ -302,6 +301,17 @@ At 1,000 workers, as a share of the throughput at 10: {", ".join(flat) or "not m
 """
 
 
+
+
+def _first_task(summary: Dict[str, Any], case: str) -> str:
+    """How soon new workers got their first task, in ms, and how many got none in time."""
+    unserved = _median(summary, "new worker", f"{case}_unserved")
+    seconds = summary.get("new worker", {}).get("metrics", {}).get(f"{case}_seconds")
+    text = f"{_cell(summary, 'new worker', f'{case}_seconds', 1000)} ms" if seconds else ""
+    if unserved:
+        never = f"{unserved:g} of each run's newcomers got no task within 30 s"
+        text = f"{text}; {never}" if text else never
+    return text or _cell(summary, "new worker", f"{case}_seconds")
 
 
 def _clients(count: int) -> str:
