@@ -40,6 +40,8 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import simulator  # noqa: E402  (the load simulator's scenarios and figures)
+from tables import number as _format  # noqa: E402
+from tables import table as _table  # noqa: E402
 
 REPO = HERE.parent
 ENVS = HERE / ".envs"
@@ -377,21 +379,6 @@ def aggregate(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]
     return summary
 
 
-def _format(value: Optional[float]) -> str:
-    if value is None:
-        return "–"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
 def _timeout_bound(entry: Optional[Dict[str, Any]], metric: str, timeout: float) -> Optional[float]:
     """For an engine that timed out: the throughput it stayed below (size / time limit)."""
     if entry is None or entry["status"] != "timeout" or not metric.endswith("_per_s") or "mb_" in metric:
@@ -429,12 +416,6 @@ def _ratio(ours: Optional[float], peer: Optional[float], higher_better: bool) ->
     if ratio < 0.1:
         return f"×{ratio:.2g}"
     return f"×{ratio:.2f}" if ratio < 10 else f"×{ratio:.0f}"
-
-
-def _table(rows: List[List[str]], header: List[str]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def results_table(data: Dict[str, Any]) -> str:

@@ -25,6 +25,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from tables import number as _format
+from tables import table as _table
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 LOGS = HERE / "logs"
@@ -157,21 +160,6 @@ def _median(summary: Dict[str, Any], name: str, metric: str) -> Optional[float]:
     return entry["metrics"][metric]["median"]
 
 
-def _format(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "–"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
 def _cell(summary: Dict[str, Any], name: str, metric: str, scale: float = 1.0) -> str:
     entry = summary.get(name)
     if not entry:
@@ -184,11 +172,6 @@ def _cell(summary: Dict[str, Any], name: str, metric: str, scale: float = 1.0) -
     if stats["min"] == stats["max"] or entry["runs"] < 2:
         return _format(stats["median"] * scale)
     return f"{_format(stats['median'] * scale)} ({_format(stats['min'] * scale)}–{_format(stats['max'] * scale)})"
-
-
-def _table(rows: List[List[str]], header: List[str]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 def key_figures(summary: Dict[str, Any]) -> Dict[str, Tuple[Optional[float], bool]]:
@@ -278,17 +261,19 @@ def section(data: Dict[str, Any]) -> str:
     return f"""{SECTION_START}
 ## One scheduler, many workers and clients (the load simulator)
 
-`python3 benchmarks/run.py --simulator` drives one real scheduler process (and the storage server it starts)
-with simulated workers and clients: DEALER sockets in one process that speak the real protocol (Hello,
-heartbeats that say what each worker holds, task batches, results, balancing), answering each task at once,
-so that the scheduler alone is measured ([benchmarks/README.md](../benchmarks/README.md#the-load-simulator)).
-Raw numbers: `benchmarks/results/{Path(data["json"]).name}`; {machine["cpu_model"]}, {machine["cores"]} cores,
-this project built from {machine.get("scaler_source", machine["commit"])}, {machine["date"]}, {data["repetitions"]}
-repetitions (medians, min–max in parentheses); load average {min(loads):.2f}–{max(loads):.2f} before the runs,
-so every figure carries the noise of the other work on this machine's 2 cores.
+`python3 benchmarks/run.py --simulator` drives one real scheduler process (and its storage server) with
+simulated workers and clients: DEALER sockets in one process that speak the real protocol (Hello, heartbeats
+that say what each worker holds, task batches, results, balancing), answering each task at once, so that the
+scheduler alone is measured ([benchmarks/README.md](../benchmarks/README.md#the-load-simulator)).
+
+- Raw numbers: `benchmarks/results/{Path(data["json"]).name}`; {machine["cpu_model"]}, {machine["cores"]} cores.
+- This project built from {machine.get("scaler_source", machine["commit"])}; {machine["date"]}.
+- {data["repetitions"]} repetitions, medians with min–max in parentheses; load average
+  {min(loads):.2f}–{max(loads):.2f} before the runs: every figure carries the noise of the other work on this
+  machine's 2 cores.
 
 **Routing capacity**: tasks/s through the scheduler with workers that answer at once (clients submit
-{int(_median(summary, 'routing 10w 1c', 'tasks') or 0):,} tasks in all, batches of 1,000, at most 20,000
+{int(_median(summary, 'routing 10w 1c', 'tasks') or 0):,} tasks in all, in batches of 1,000, at most 20,000
 unanswered), and the scheduler's CPU per task (its process, all threads). The simulator takes the other core,
 so the scheduler's CPU per task is the steadier figure.
 

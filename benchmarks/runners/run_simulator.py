@@ -35,6 +35,7 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.process_control import start_child
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.scheduler.server import stop_process
 
 CONNECT_SECONDS_PER_PEER = 0.05  # bound on connecting peers: 10 s + this per peer
 RUN_TIMEOUT_SECONDS = 900.0
@@ -98,13 +99,7 @@ class Scheduler:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            stop_process(process)
 
 
 def _free_ports(count: int) -> int:
