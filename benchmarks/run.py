@@ -6,6 +6,7 @@
     python3 benchmarks/run.py --workloads map_noop round_trip --engines scaler dask
     python3 benchmarks/run.py --report-only   # redo table, chart and docs from results/latest.json
     python3 benchmarks/run.py --engines scaler --baseline REV --workloads map_noop --out compare  # before/after
+    python3 benchmarks/run.py --simulator     # the load simulator: one scheduler, up to 1,000 workers (simulator.py)
 
 Each engine lives in its own virtualenv under benchmarks/.envs/ (created here with
 ``python3 -m venv`` and pip, rebuilt when its requirements change; this project's
@@ -38,6 +39,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import simulator  # noqa: E402  (the load simulator's scenarios and figures)
+from tables import number as _format  # noqa: E402
+from tables import table as _table  # noqa: E402
+
 REPO = HERE.parent
 ENVS = HERE / ".envs"
 RUNNERS = HERE / "runners"
@@ -83,6 +89,7 @@ SIZES: Dict[str, Tuple[int, int]] = {
     "shared_object": (100, 20),
     "graph": (10_000, 1_000),
     "chain": (1_000, 200),
+    "graph_vs_map": (100_000, 10_000),
     "queued_memory": (1_000_000, 100_000),
     "executor_map": (100_000, 10_000),
 }
@@ -99,6 +106,8 @@ METRICS: List[Tuple[str, str, str, bool]] = [
     ("shared_object", "effective_mb_per_s", "shared 10 MB object, effective MB/s", True),
     ("graph", "nodes_per_s", "reduction graph, nodes/s", True),
     ("chain", "nodes_per_s", "chain, nodes/s", True),
+    ("graph_vs_map", "tree_vs_map", "reduction tree / no-op map, nodes/s per task/s", True),
+    ("graph_vs_map", "mapreduce_vs_map", "wide map-reduce / no-op map, nodes/s per task/s", True),
     ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
     ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
     ("executor_map", "calls_per_s", "Executor.map, calls/s", True),
@@ -116,6 +125,8 @@ def _target(workload: str, metric: str, size: int) -> Optional[Tuple[str, float,
         ("big_args", "mb_per_s"): ("≥ 500 MB/s", 500, True),
         ("queued_memory", "scheduler_bytes_per_task"): ("≤ 1 KB/task", 1024, False),
         ("queued_memory", "client_bytes_per_task"): ("≤ 2 KB/task", 2048, False),
+        ("graph_vs_map", "tree_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
+        ("graph_vs_map", "mapreduce_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
     }
     if (workload, metric) == ("sleep", "seconds"):
         bound = 5.3 * size / 1000
@@ -372,21 +383,6 @@ def aggregate(runs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Dict[str, Any]]
     return summary
 
 
-def _format(value: Optional[float]) -> str:
-    if value is None:
-        return "–"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
-
-
 def _timeout_bound(entry: Optional[Dict[str, Any]], metric: str, timeout: float) -> Optional[float]:
     """For an engine that timed out: the throughput it stayed below (size / time limit)."""
     if entry is None or entry["status"] != "timeout" or not metric.endswith("_per_s") or "mb_" in metric:
@@ -424,12 +420,6 @@ def _ratio(ours: Optional[float], peer: Optional[float], higher_better: bool) ->
     if ratio < 0.1:
         return f"×{ratio:.2g}"
     return f"×{ratio:.2f}" if ratio < 10 else f"×{ratio:.0f}"
-
-
-def _table(rows: List[List[str]], header: List[str]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def results_table(data: Dict[str, Any]) -> str:
@@ -638,7 +628,8 @@ rewrites this page), `--workloads`, `--engines`, `--repetitions`, `--timeout`; `
 table, chart and page from the JSON. Logs of the last run of each engine and workload are in
 `benchmarks/logs/`. No test asserts a timing.
 """
-    DOC.write_text(text)
+    kept = simulator.kept_section(DOC)  # written by --simulator, kept as it is
+    DOC.write_text(text + ("\n" + kept if kept else ""))
 
 
 WORKLOAD_DESCRIPTIONS = {
@@ -654,6 +645,9 @@ WORKLOAD_DESCRIPTIONS = {
     "task (the pools have no such feature)",
     "graph": "`client.get` of a reduction graph of about N nodes (N/2 leaves, pairwise sums to one root)",
     "chain": "`client.get` of a chain of N `inc` nodes",
+    "graph_vs_map": "in one cluster, a no-op map of N tasks, then `client.get` of a reduction tree of about N nodes "
+    "(as `graph`) and of a wide map-reduce of about N nodes (maps of one data node, a sum of each 100 maps, one "
+    "total): each graph's nodes/s as a share of the map's tasks/s, and the scheduler's CPU per node",
     "queued_memory": "both workers held by a blocking task, then N tasks submitted through the batch call; peak RSS "
     "growth of the scheduler process and of the client process divided by N, once the scheduler's RSS stayed flat "
     "for 2 s. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one "
@@ -705,12 +699,18 @@ def main() -> int:
                         help=f"build {BASELINE} from this commit and run it too, interleaved (before and after)")
     parser.add_argument("--report-only", nargs="?", const="", default=None, metavar="JSON",
                         help="redo table, chart and docs from a results file (default: latest)")  # fmt: skip
+    parser.add_argument("--simulator", action="store_true",
+                        help="run the load simulator instead of the workloads (results/simulator.json)")  # fmt: skip
+    parser.add_argument("--keep", action="store_true",
+                        help="with --simulator: keep the figures at 1,000 workers for the next runs")  # fmt: skip
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     RESULTS.mkdir(exist_ok=True)
+    if args.simulator:
+        return run_simulator(args, log)
     if args.report_only is not None:
         json_path = Path(args.report_only) if args.report_only else RESULTS / "latest.json"
         data = json.loads(json_path.read_text())
@@ -799,6 +799,36 @@ def main() -> int:
         write_doc(data, png_path)
         log(f"wrote {DOC.relative_to(REPO)}")
     log(f"wrote {json_path.relative_to(REPO)} in {data['total_seconds']:.0f} s")
+    return 0
+
+
+def run_simulator(args: argparse.Namespace, log) -> int:
+    """``--simulator``: every scenario of the load simulator (simulator.py), the comparison with the kept figures,
+    and, for a full run, the simulator's section of docs/benchmarks.md (or, with --report-only, just that)."""
+    if args.report_only is not None:
+        json_path = Path(args.report_only) if args.report_only else RESULTS / "simulator.json"
+        data = json.loads(json_path.read_text())
+    else:
+        source = our_source(args.working_tree, args.commit)
+        env_name, _, requirements = ENGINES[OURS]
+        python = ensure_env(env_name, requirements, args.rebuild_envs, log, source)
+        name = args.out or ("simulator-quick" if args.quick else "simulator")
+        json_path = RESULTS / f"{name}.json"
+        data = {"mode": "quick" if args.quick else "full", "machine": machine_description(source),
+                "json": json_path.name}  # fmt: skip
+        repetitions = args.repetitions or (1 if args.quick else 3)
+        simulator.run_all(python, RUNNERS, args.quick, repetitions, MARKER_VARIABLE, _kill_leftovers, log, json_path,
+                          data)  # fmt: skip
+        log(f"wrote {json_path.relative_to(REPO)}")
+    print()
+    print(simulator.section(data))
+    print(simulator.compare_with_kept(data))
+    if args.keep:
+        simulator.keep(data)
+        log(f"kept the figures at 1,000 workers in {simulator.KEPT.relative_to(REPO)}")
+    if not args.no_docs and data["mode"] == "full":
+        simulator.replace_section(DOC, simulator.section(data))
+        log(f"wrote the simulator's section of {DOC.relative_to(REPO)}")
     return 0
 
 

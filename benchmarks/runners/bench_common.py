@@ -289,6 +289,48 @@ def workload_graph(engine: Engine, size: int):
     return {"seconds": elapsed, "nodes": len(graph), "nodes_per_s": len(graph) / elapsed}, len(graph)
 
 
+def _map_reduce_graph(size: int, fan_in: int = 100):
+    """About ``size`` nodes: one data node, maps (inc of it), a partial sum of each ``fan_in`` maps, one total."""
+    graph: Dict[str, Any] = {"zero": 0}
+    maps = max(1, (size - 2) * fan_in // (fan_in + 1))
+    for i in range(maps):
+        graph[f"map-{i}"] = (bench_tasks.inc, "zero")
+    partials = []
+    for start in range(0, maps, fan_in):
+        key = f"partial-{start // fan_in}"
+        graph[key] = (bench_tasks.total, *[f"map-{i}" for i in range(start, min(maps, start + fan_in))])
+        partials.append(key)
+    graph["total"] = (bench_tasks.total, *partials)
+    return graph, "total", maps
+
+
+def workload_graph_vs_map(engine: Engine, size: int):
+    """A no-op map of ``size`` tasks, then a reduction tree and a wide map-reduce of about ``size`` nodes each,
+    in the same cluster: each graph's nodes/s as a share of the map's tasks/s, and the CPU per task of each
+    process role (``tree_scheduler_us_per_task``...)."""
+    metrics: Dict[str, Any] = {}
+    tree, tree_root, leaves = _reduction_graph(size)
+    wide, wide_root, maps = _map_reduce_graph(size)
+    parts = (
+        ("map", lambda: engine.map(bench_tasks.noop, range(size)) == list(range(size)), size),
+        ("tree", lambda: engine.get(tree, [tree_root])[tree_root] == leaves, len(tree)),
+        ("mapreduce", lambda: engine.get(wide, [wide_root])[wide_root] == maps, len(wide)),
+    )
+    seconds = 0.0
+    for name, run, tasks in parts:
+        before, start = cpu_snapshot(engine), time.perf_counter()
+        _check(run(), f"{name}: wrong results")
+        elapsed = time.perf_counter() - start
+        seconds += elapsed
+        metrics[f"{name}_per_s"] = tasks / elapsed
+        for role, entry in cpu_breakdown(before, cpu_snapshot(engine), tasks).items():
+            metrics[f"{name}_{role.replace(' ', '_')}_us_per_task"] = entry["cpu_us_per_task"]
+    metrics["tree_vs_map"] = metrics["tree_per_s"] / metrics["map_per_s"]
+    metrics["mapreduce_vs_map"] = metrics["mapreduce_per_s"] / metrics["map_per_s"]
+    metrics["seconds"] = seconds
+    return metrics, size + len(tree) + len(wide)
+
+
 def workload_chain(engine: Engine, size: int):
     graph: Dict[str, Any] = {"zero": 0, "chain-0": (bench_tasks.inc, "zero")}
     for i in range(1, size):
@@ -375,6 +417,7 @@ WORKLOADS: Dict[str, Callable] = {
     "shared_object": workload_shared_object,
     "graph": workload_graph,
     "chain": workload_chain,
+    "graph_vs_map": workload_graph_vs_map,
     "queued_memory": workload_queued_memory,
     "executor_map": workload_executor_map,
 }

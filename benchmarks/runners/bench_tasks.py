@@ -38,3 +38,7 @@ def inc(x):
 
 def add(x, y):
     return x + y
+
+
+def total(*values):
+    return sum(values)

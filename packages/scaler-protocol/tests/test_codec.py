@@ -274,6 +274,35 @@ def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
     assert routed.tasks[3].to_task() == expected[3]
 
 
+def test_graph_nodes_are_routed_and_the_scheduler_replaces_the_arguments_that_name_other_nodes():
+    needed = messages.Task(task_id=b"a" * 16, function_id=b"f", arguments=[messages.Argument("x", data=b"1")])
+    node = messages.Task(
+        task_id=b"b" * 16, function_id=b"g", store_result=True,
+        arguments=[
+            messages.Argument("", messages.ArgumentKind.TASK, needed.task_id),
+            messages.Argument("k", messages.ArgumentKind.INLINE, b"literal"),
+            messages.Argument("", messages.ArgumentKind.TASK, needed.task_id),
+        ],
+    )  # fmt: skip
+    graph = messages.GraphTask(graph_id=b"G" * 16, tasks=[needed, node], targets=[node.task_id])
+    routed, _ = codec.decode_routed(codec.encode(graph))
+    assert (routed.graph_id, routed.targets) == (graph.graph_id, graph.targets)
+    first, second = routed.tasks
+    assert list(first.dependencies) == [] and list(second.dependencies) == [(0, needed.task_id), (2, needed.task_id)]
+    second.set_argument(0, messages.ArgumentKind.OBJECT, b"result object")
+    second.set_argument(2, messages.ArgumentKind.INLINE, b"result bytes")
+    second.store_result = False
+    sent, _ = codec.decode(codec.encode(messages.TaskBatch([second])))
+    (task,) = sent.tasks
+    assert task.arguments == [
+        messages.Argument("", messages.ArgumentKind.OBJECT, b"result object"),
+        messages.Argument("k", messages.ArgumentKind.INLINE, b"literal"),
+        messages.Argument("", messages.ArgumentKind.INLINE, b"result bytes"),
+    ]
+    assert task.store_result is False and task.function_id == b"g"
+    assert codec.decode(codec.encode(messages.TaskBatch([first])))[0].tasks == [needed]  # untouched: as received
+
+
 def test_a_routed_task_copied_more_often_than_the_traversal_limit_allows_is_read_again():
     tasks = _tasks(20)
     routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(tasks)))

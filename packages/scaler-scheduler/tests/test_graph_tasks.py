@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
@@ -122,7 +123,9 @@ def oid(n: int) -> bytes:
 
 
 def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g1") -> m.GraphTask:
-    return m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets])
+    """The graph as the scheduler's shell reads it (`codec.decode_routed`: each node a `codec.RoutedTask`)."""
+    message = m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets])
+    return codec.decode_routed(codec.encode(message))[0]
 
 
 def core_with(sorter: str, capacity: int = 1000, inline_bytes: int = 0) -> SchedulerCore:
@@ -146,7 +149,9 @@ def messages(effects, to=None, kind=None) -> List:
 
 
 def assigned(effects) -> Dict[int, m.Task]:
-    return {int.from_bytes(t.task_id, "big"): t for b in messages(effects, WORKER, m.TaskBatch) for t in b.tasks}
+    """The tasks sent to the worker, as it reads them."""
+    tasks = [t for b in messages(effects, WORKER, m.TaskBatch) for t in b.tasks]
+    return {int.from_bytes(t.task_id, "big"): t.to_task() for t in tasks}
 
 
 def to_client(effects, client=CLIENT) -> Dict[int, m.TaskResult]:

@@ -12,7 +12,8 @@ from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_events import FromPeer, FromStorage, Start
+from scaler.scheduler import server as server_module
+from scaler.scheduler.scheduler_events import Burst, FromPeer, FromStorage, Start
 from scaler.scheduler.server import SchedulerServer
 
 CLIENT = b"C|host|1|aa"
@@ -51,6 +52,48 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
         assert rejected.status == m.TaskStatus.REJECTED
         assert "could not forward this task" in rejected.error_text
         assert server.core.task_count == 2
+    finally:
+        server._context.term()
+
+
+class _Queued:
+    """Stands in for a socket that has ``messages`` waiting to be read."""
+
+    closed = False
+
+    def __init__(self, messages: List[Any]) -> None:
+        self.messages = list(messages)
+
+    def recv_multipart(self, flags: int = 0, copy: bool = True) -> Any:
+        if not self.messages:
+            raise zmq.Again()
+        return self.messages.pop(0)
+
+    def getsockopt(self, option: int) -> int:
+        assert option == zmq.EVENTS
+        return zmq.POLLIN if self.messages else 0
+
+
+def test_messages_read_in_one_wake_up_reach_the_core_together_up_to_the_burst_limit(monkeypatch):
+    server = SchedulerServer("tcp://127.0.0.1:1")
+    fed: List[Any] = []
+    monkeypatch.setattr(server, "_feed", fed.append)
+    monkeypatch.setattr(server_module, "_BURST", 3)
+    to_event = lambda frames: FromPeer(CLIENT, frames)  # noqa: E731 - the message is what was read
+
+    async def drain(messages: List[Any]) -> None:
+        server._drain(_Queued(messages), to_event, True, True)
+        for _ in range(5):  # the drains it asked for
+            await asyncio.sleep(0)
+
+    try:
+        asyncio.run(drain(["a", "b", "c", "d", "e"]))
+        assert [type(event) for event in fed] == [Burst, Burst]
+        assert [[e.message for e in burst.events] for burst in fed] == [["a", "b", "c"], ["d", "e"]]
+        assert [burst.more for burst in fed] == [True, False]  # the first stopped at the limit: more waited
+        fed.clear()
+        asyncio.run(drain(["alone"]))
+        assert [type(event) for event in fed] == [FromPeer]  # a message alone is an event of its own
     finally:
         server._context.term()
 

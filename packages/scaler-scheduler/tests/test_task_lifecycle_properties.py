@@ -4,8 +4,10 @@ Several clients submit batches (some with retries, some with queue timeouts), ca
 fall silent, or their connection closes); workers join, answer with results of the attempt they hold or of
 an old one, fail, die, confirm cancels (asked for or not), give tasks back, lose tasks without a word, leave,
 fall silent or lose their connection; task batches reach a worker late (its heartbeats cross them), and its
-heartbeats say truthfully what it holds; the shell reports tasks it cannot encode; time passes in ticks. Then
-the workers do their work until nothing is left. Whatever happened:
+heartbeats say truthfully what it holds; the shell reports tasks it cannot encode; time passes in ticks;
+the messages of clients and workers reach the core one by one, or several at a time in a `Burst` (read
+together by the shell, with more waiting or not). Then the workers do their work until nothing is left.
+Whatever happened:
 
 - every task ends in exactly one terminal state (the core's counts) and the core holds nothing;
 - a task's client is told of its end at most once, and exactly once if the client never cleared or left;
@@ -27,6 +29,7 @@ from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
+    Burst,
     CannotForward,
     ConnectionClosed,
     FromPeer,
@@ -61,8 +64,11 @@ _STEPS = st.lists(
 class _Model:
     """The peers around the core: what each worker holds, what each client was told."""
 
-    def __init__(self, core: SchedulerCore) -> None:
+    def __init__(self, core: SchedulerCore, burst: int = 1, busy: bool = False) -> None:
         self.core = core
+        self.burst = burst  # messages of peers fed together (1: one by one)
+        self.busy = busy  # a burst says more messages wait
+        self.pending: List[Any] = []  # messages of peers read, not yet fed
         self.now = 1.0
         self.held: Dict[bytes, Dict[bytes, int]] = {}  # worker -> task -> attempt it holds
         self.in_flight: Dict[bytes, List[m.TaskBatch]] = defaultdict(list)  # worker -> batches not delivered yet
@@ -82,6 +88,22 @@ class _Model:
         self.next_worker = 0
 
     def feed(self, event: Any) -> None:
+        """The event reaches the core: a message of a peer waits for its burst; any other event comes after the
+        messages read before it."""
+        if type(event) in (FromPeer, PeerConnection) and self.burst > 1:
+            self.pending.append(event)
+            if len(self.pending) >= self.burst:
+                self.flush()
+            return
+        self.flush()
+        self.handle(event)
+
+    def flush(self) -> None:
+        if self.pending:
+            burst, self.pending = Burst(self.pending, self.busy), []
+            self.handle(burst)
+
+    def handle(self, event: Any) -> None:
         for effect in self.core.handle(event, self.now):
             if type(effect) is Send:
                 self.absorb(effect.to, effect.message)
@@ -172,12 +194,12 @@ class _Model:
 
 
 @settings(max_examples=500, deadline=None)
-@given(_STEPS)
-def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(steps):
+@given(_STEPS, st.sampled_from([1, 1, 2, 5]), st.booleans())
+def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(steps, burst, busy):
     core = SchedulerCore(SchedulerSettings(worker_timeout_seconds=TIMEOUT, client_timeout_seconds=TIMEOUT))
     core.handle(Start(), 0.0)
     core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
-    model = _Model(core)
+    model = _Model(core, burst, busy)
     for client in CLIENTS:
         model.connect(client)
         model.feed(FromPeer(client, m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host")))
@@ -268,6 +290,7 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
     model.now += TIMEOUT + 1
     _heartbeats_and_tick(model)
     for _ in range(1000):
+        model.flush()
         if core.task_count == 0:
             break
         if not [w for w in model.held if w not in model.silent]:
@@ -282,6 +305,7 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
         model.now += 0.5
         _heartbeats_and_tick(model)
 
+    model.flush()
     assert core.task_count == 0
     counts = core.state_counts
     assert all(counts[state] == 0 for state in TaskState if state not in TERMINAL_STATES), counts

@@ -195,9 +195,9 @@ def decode(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
 
 
 def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
-    """`decode`, except that a `TaskBatch` holds `RoutedTask` items and a `TaskResultBatch` `RoutedResult`
-    items: what the scheduler routes by is read, the rest stays in the received frame and is copied through
-    (in C++, not field by field in Python) when `encode` sends the item on."""
+    """`decode`, except that a `TaskBatch` and a `GraphTask` hold `RoutedTask` items and a `TaskResultBatch`
+    `RoutedResult` items: what the scheduler routes by is read, the rest stays in the received frame and is
+    copied through (in C++, not field by field in Python) when `encode` sends the item on."""
     return _decode(frames, routed=True)
 
 
@@ -218,6 +218,11 @@ def _decode(frames: Sequence[Any], routed: bool) -> Tuple[Any, List[Any]]:
         which = str(reader.which())
         if which == "taskBatch":
             message: Any = _task_batch(segments, limit, reader.taskBatch, routed)
+        elif routed and which == "graphTask":
+            graph = reader.graphTask
+            received = _Received(segments, limit, "graphTask", "tasks", graph.tasks)
+            tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(received.items)]
+            message = messages.GraphTask(graph.graphId, tasks, list(graph.targets))
         elif routed and which == "taskResultBatch":
             received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
             results: List[Any] = [RoutedResult(received, i, item) for i, item in enumerate(received.items)]
@@ -405,6 +410,7 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     _TASK_FIELDS[name]
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
+_TASK_ARGUMENT = messages.ArgumentKind.TASK.value
 _F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS = (
     _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments")
 )
@@ -418,11 +424,14 @@ class RoutedTask:
 
     Every field a worker reads is read once here too, so that a task a worker could not read is refused when
     it is submitted (the batch comes as a `DamagedTaskBatch`), not found out by its worker. ``client_id`` and
-    ``attempt`` may be changed; they are written over the copy when the task is sent."""
+    ``attempt`` may be changed; they are written over the copy when the task is sent. A node of a graph names
+    the nodes whose results it needs (``dependencies``: the position of each such argument, kind ``task``, and
+    the task ID it names); the scheduler replaces those arguments (`set_argument`) and may ask for the result
+    to be stored (``store_result``), written over the copy too."""
 
     __slots__ = (
-        "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "_received",
-        "_index",
+        "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "dependencies",
+        "store_result", "_arguments", "_received", "_index",
     )  # fmt: skip
 
     def __init__(self, received: _Received, index: int, reader: Any) -> None:
@@ -435,8 +444,11 @@ class RoutedTask:
             [_reader(messages.Capability)(c) for c in capabilities] if len(capabilities) else ()
         )
         self.attempt: int = get(_F_ATTEMPT)
-        self.timeout_seconds: float = get(_F_TIMEOUT)
+        self.timeout_seconds: float = get(_F_TIMEOUT) or 0.0  # (a zero of its own would cost 24 bytes a task)
         self.retries: int = get(_F_RETRIES)
+        self.dependencies: Sequence[Tuple[int, bytes]] = ()
+        self.store_result: Optional[bool] = None  # None: as received
+        self._arguments: Optional[List[Tuple[int, messages.ArgumentKind, bytes]]] = None  # written over the copy
         self._received = received
         self._index = index
         # the rest, read only to know it can be read (the worker reads it); by index: faster than iterating
@@ -446,14 +458,33 @@ class RoutedTask:
         for position in range(len(arguments)):
             get_argument = arguments[position]._get_by_field
             get_argument(_F_ARGUMENT_NAME)
-            get_argument(_F_ARGUMENT_DATA)
-            if get_argument(_F_ARGUMENT_KIND).raw not in _ARGUMENT_KINDS:
+            data = get_argument(_F_ARGUMENT_DATA)
+            kind = get_argument(_F_ARGUMENT_KIND).raw
+            if kind not in _ARGUMENT_KINDS:
                 raise ProtocolError("unknown argument kind")
+            if kind == _TASK_ARGUMENT:
+                if not self.dependencies:
+                    self.dependencies = []
+                self.dependencies.append((position, data))  # type: ignore[attr-defined]
+
+    def set_argument(self, position: int, kind: messages.ArgumentKind, data: bytes) -> None:
+        """The argument at ``position`` becomes ``kind``, ``data`` in the task sent on."""
+        if self._arguments is None:
+            self._arguments = []
+        self._arguments.append((position, kind, data))
 
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)
         builder.clientId = self.client_id
         builder.attempt = self.attempt
+        if self.store_result is not None:
+            builder.storeResult = self.store_result
+        if self._arguments is not None:
+            arguments = builder.arguments
+            for position, kind, data in self._arguments:
+                argument = arguments[position]
+                argument.kind = int(kind)
+                argument.data = data
 
     def to_task(self) -> messages.Task:
         """The whole `Task` (for tests: the scheduler itself never needs it)."""

@@ -1,8 +1,11 @@
 """Graph tasks in the scheduler, without I/O.
 
 A client sends a whole graph as one `GraphTask`: tasks that name each other's
-results through ``Argument{kind task}``, and the targets it wants. `GraphTasks`
-stands between that client and the scheduler's ordinary task machinery:
+results through ``Argument{kind task}``, and the targets it wants. The shell
+reads it as it reads a `TaskBatch` (`codec.decode_routed`): each node a
+`codec.RoutedTask` that names the nodes it needs (``dependencies``) and is
+copied on from the received message when it is sent. `GraphTasks` stands
+between that client and the scheduler's ordinary task machinery:
 
 - a node is *released* (handed to the scheduler as if the client had submitted
   it) once every node it needs has succeeded; its task arguments are rewritten
@@ -73,7 +76,7 @@ DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the schedule
 class GraphActions:
     """What the scheduler must do for one client after a graph decision."""
 
-    release: List[m.Task] = field(default_factory=list)  # queue as if the client had submitted them
+    release: List[Any] = field(default_factory=list)  # codec.RoutedTask: queue as if the client had submitted them
     cancel: List[bytes] = field(default_factory=list)  # released nodes to cancel (confirms come back here)
     results: List[m.TaskResult] = field(default_factory=list)  # to the client
     confirm_ids: List[bytes] = field(default_factory=list)  # TaskCancelConfirm to the client
@@ -90,18 +93,20 @@ class _Graph:
         "results", "index", "in_flight", "finished", "history",
     )  # fmt: skip
 
-    def __init__(self, graph_id: bytes, client_id: bytes, tasks: List[m.Task], index: GraphIndex) -> None:
+    def __init__(
+        self, graph_id: bytes, client_id: bytes, tasks: List[Any], positions: Dict[bytes, int], index: GraphIndex
+    ) -> None:
         self.graph_id = graph_id
         self.client_id = client_id
         self.task_ids = [task.task_id for task in tasks]
-        self.positions: Dict[bytes, int] = {task_id: i for i, task_id in enumerate(self.task_ids)}
-        self.tasks: List[Optional[m.Task]] = list(tasks)  # None once released or finished
+        self.positions = positions  # task ID -> its node
+        self.tasks: List[Optional[Any]] = list(tasks)  # codec.RoutedTask; None once released or finished
         size = len(tasks)
         self.state = bytearray(size)  # each node's state, as its position in NODE_STATES (PENDING is 0)
         self.target = bytearray(size)
         self.wanted = bytearray(size)  # a target whose result the client still waits for
         self.wanted_count = 0
-        self.results: Dict[int, m.TaskResult] = {}  # successful results held for the nodes that need them
+        self.results: Dict[int, Any] = {}  # successes held for the nodes that need them (m.TaskResult, _Payload)
         self.index = index
         self.in_flight = 0  # released and not returned
         self.finished = 0
@@ -180,24 +185,22 @@ class GraphTasks:
     def submit(self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool]) -> GraphActions:
         """A new graph; ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
         actions = GraphActions()
-        problem = self._problem(message, known)
+        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        positions = {task.task_id: i for i, task in enumerate(tasks)}
+        problem = self._problem(message, positions, known)
         if problem is not None:
             logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
             for target in dict.fromkeys(message.targets):
                 actions.results.append(_rejected(target, f"graph rejected: {problem}"))
             return actions
-        tasks = message.tasks
         if not message.targets:
             return actions  # nothing is wanted: nothing runs
-        positions = {task.task_id: i for i, task in enumerate(tasks)}
-        edges = set()
+        edges = set()  # (a node, a node that needs it): an argument named twice is one edge
         for i, task in enumerate(tasks):
-            for argument in task.arguments:
-                if argument.kind == m.ArgumentKind.TASK:
-                    edges.add((positions[argument.data], i))
-        ordered = sorted(edges)
-        index = make_graph_index(len(tasks), [a for a, _ in ordered], [b for _, b in ordered], self.use_graphblas)
-        graph = _Graph(message.graph_id, client_id, list(tasks), index)
+            for _, needed in task.dependencies:
+                edges.add((positions[needed], i))
+        index = make_graph_index(len(tasks), [a for a, _ in edges], [b for _, b in edges], self.use_graphblas)
+        graph = _Graph(message.graph_id, client_id, list(tasks), positions, index)
         for target in message.targets:
             i = positions[target]
             if not graph.wanted[i]:
@@ -218,7 +221,7 @@ class GraphTasks:
         """
         passed: List[m.TaskResult] = []
         actions = GraphActions()
-        touched: Dict[bytes, _Graph] = {}
+        touched: Dict[bytes, Tuple[_Graph, List[int]]] = {}  # graph ID -> the graph, and its nodes that ended
         cancelled = self._cancelled.get(client_id)
         for result in results:
             if cancelled is not None and result.task_id in cancelled:
@@ -228,12 +231,11 @@ class GraphTasks:
             if graph is None or graph.client_id != client_id:
                 passed.append(result)
                 continue
-            touched[graph.graph_id] = graph
-            to_result = getattr(result, "to_result", None)
-            if to_result is not None:  # a result read only in part (codec.RoutedResult): held here, so read it all
-                result = to_result()
+            entry = touched.get(graph.graph_id)
+            if entry is None:
+                entry = touched[graph.graph_id] = (graph, [])
+            finished = entry[1]
             i = graph.positions[result.task_id]
-            finished: List[int] = []
             if result.status == m.TaskStatus.SUCCESS:
                 self._step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
                 if graph.index.unfinished_dependants(i) == 0:
@@ -242,8 +244,8 @@ class GraphTasks:
                 if result.status not in _FAILURES:
                     logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
                 self._step(graph, i, NodeEvent.FAILED, actions, finished, result)
+        for graph, finished in touched.values():  # the index hears of the batch's ends at once
             self._finish(graph, finished, actions)
-        for graph in touched.values():
             self._settle(graph, actions)
         return passed, self._tidy(client_id, actions)
 
@@ -302,23 +304,25 @@ class GraphTasks:
 
     # ----------------------------------------------------------------- decisions
 
-    def _problem(self, message: m.GraphTask, known: Callable[[bytes], bool]) -> Optional[str]:
-        positions: Set[bytes] = set()
-        for task in message.tasks:
-            task_id = task.task_id
-            if task_id in positions:
-                return f"task {show(task_id)} appears twice"
-            if known(task_id) or task_id in self._nodes:
-                return f"task {show(task_id)} is already known to the scheduler"
-            positions.add(task_id)
-        for task in message.tasks:
-            for argument in task.arguments:
-                if argument.kind != m.ArgumentKind.TASK:
-                    continue
-                if argument.data == task.task_id:
+    def _problem(
+        self, message: m.GraphTask, positions: Dict[bytes, int], known: Callable[[bytes], bool]
+    ) -> Optional[str]:
+        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        if len(positions) < len(tasks):
+            seen: Set[bytes] = set()
+            for task in tasks:
+                if task.task_id in seen:
+                    return f"task {show(task.task_id)} appears twice"
+                seen.add(task.task_id)
+        for task in tasks:
+            if known(task.task_id) or task.task_id in self._nodes:
+                return f"task {show(task.task_id)} is already known to the scheduler"
+        for task in tasks:
+            for _, needed in task.dependencies:
+                if needed == task.task_id:
                     return f"task {show(task.task_id)} needs its own result"
-                if argument.data not in positions:
-                    return f"task {show(task.task_id)} needs task {show(argument.data)}, which is not in the graph"
+                if needed not in positions:
+                    return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
         for target in message.targets:
             if target not in positions:
                 return f"target {show(target)} is not a task of the graph"
@@ -400,7 +404,7 @@ class GraphTasks:
         for task_id in graph.task_ids:
             nodes.pop(task_id, None)
 
-    def _unhold(self, graph: _Graph, i: int) -> m.TaskResult:
+    def _unhold(self, graph: _Graph, i: int) -> Any:
         result = graph.results.pop(i)
         if result.payload_kind != m.PayloadKind.OBJECT:
             self._inline_bytes -= len(result.payload)
@@ -412,14 +416,12 @@ class GraphTasks:
         task = graph.tasks[i]
         assert task is not None
         graph.tasks[i] = None
-        for argument in task.arguments:
-            if argument.kind == m.ArgumentKind.TASK:
-                needed = graph.results[graph.positions[argument.data]]
-                if needed.payload_kind == m.PayloadKind.OBJECT:
-                    argument.kind = m.ArgumentKind.OBJECT
-                else:  # an inline result (from a worker that does not know storeResult)
-                    argument.kind = m.ArgumentKind.INLINE
-                argument.data = needed.payload
+        for position, needed_id in task.dependencies:
+            needed = graph.results[graph.positions[needed_id]]
+            if needed.payload_kind == m.PayloadKind.OBJECT:
+                task.set_argument(position, m.ArgumentKind.OBJECT, needed.payload)
+            else:  # an inline result (held here while the budget lasts)
+                task.set_argument(position, m.ArgumentKind.INLINE, needed.payload)
         # a result others need stays small and inline (held here) while the budget lasts, else goes to storage
         task.store_result = graph.index.unfinished_dependants(i) > 0 and self._inline_bytes >= self._inline_budget
         graph.in_flight += 1
@@ -429,9 +431,16 @@ class GraphTasks:
         graph.in_flight -= 1
 
     def _hold(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
-        graph.results[i] = result
-        if result.payload_kind != m.PayloadKind.OBJECT:
-            self._inline_bytes += len(result.payload)
+        """A success kept for the nodes that need it: whole for a target (the client gets it), else its payload
+        alone; copied out of the message it came in (`codec.RoutedResult`), which is not kept."""
+        if graph.wanted[i]:
+            to_result = getattr(result, "to_result", None)
+            held = to_result() if to_result is not None else result
+        else:
+            held = _Payload(result.payload_kind, result.payload)
+        graph.results[i] = held
+        if held.payload_kind != m.PayloadKind.OBJECT:
+            self._inline_bytes += len(held.payload)
 
     def _deliver_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         _unwant(graph, i)
@@ -475,6 +484,17 @@ class GraphTasks:
         finished.append(i)
 
 
+class _Payload:
+    """What the nodes that need a successful node's result take from it."""
+
+    __slots__ = ("payload_kind", "payload")
+    status = m.TaskStatus.SUCCESS
+
+    def __init__(self, payload_kind: m.PayloadKind, payload: bytes) -> None:
+        self.payload_kind = payload_kind
+        self.payload = payload
+
+
 def _unwant(graph: _Graph, i: int) -> None:
     if graph.wanted[i]:
         graph.wanted[i] = 0
@@ -485,7 +505,7 @@ def _rejected(task_id: bytes, reason: str) -> m.TaskResult:
     return m.TaskResult(task_id, 0, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
 
 
-def _drop(result: m.TaskResult, actions: GraphActions) -> None:
+def _drop(result: Any, actions: GraphActions) -> None:
     """A result nobody will read: delete its object, if it has one."""
     if result.status == m.TaskStatus.SUCCESS and result.payload_kind == m.PayloadKind.OBJECT and result.payload:
         actions.deletes.append(result.payload)

@@ -1,8 +1,9 @@
-"""What the scheduler keeps about each connected worker and client."""
+"""What the scheduler keeps about each connected worker and client, and when it forgets a silent one."""
 
 from __future__ import annotations
 
-from typing import Dict, Set
+import heapq
+from typing import Any, Dict, List, Mapping, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.security import Credential
@@ -15,6 +16,7 @@ class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
         "balance_pending", "waiting", "credential", "reconciles", "batch_sequence", "group_id", "draining",
+        "digest", "filed_load", "filed_with_room",
     )  # fmt: skip
     role = m.PeerRole.WORKER
 
@@ -26,6 +28,7 @@ class Worker:
         self.pid = hello.pid
         # the tasks it holds, each with the sequence of the TaskBatch it was sent in (in the order sent)
         self.tasks: Dict[bytes, int] = {}
+        self.digest = 0  # of `tasks` (held_tasks.task_term of each, XORed), kept as they come and go
         self.last_seen = now
         self.heartbeat = m.WorkerHeartbeat()
         self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
@@ -37,6 +40,8 @@ class Worker:
         self.waiting: Set[bytes] = set()  # of its tasks, those that wait for tasks they submitted (no room held)
         self.group_id = hello.worker_info.group_id  # the worker group a manager started it in (b"": none)
         self.draining = False  # its group is drained before it stops: it takes no new task (capacity 0)
+        self.filed_load = 0  # where `worker_loads.WorkerLoads` filed it: under this load,
+        self.filed_with_room = False  # and among the workers with room or not
 
     @property
     def load(self) -> int:
@@ -55,3 +60,39 @@ class Client:
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
+
+
+class Silence:
+    """When each peer of one kind (workers or clients) falls silent for longer than ``timeout``, found without a
+    scan: a heap of (deadline, peer ID), one entry per peer. An entry that comes due is checked against the
+    peer's last message (``last_seen``, set by the core at every message) and pushed again if the peer spoke
+    since: a peer costs one heap operation per timeout period, never one per message."""
+
+    __slots__ = ("timeout", "_deadlines", "_watched")
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._deadlines: List[Tuple[float, bytes]] = []
+        self._watched: Set[bytes] = set()  # peer IDs with an entry
+
+    def watch(self, peer_id: bytes, now: float) -> None:
+        """``peer_id`` said Hello (an entry of an earlier peer under that ID serves it too)."""
+        if peer_id not in self._watched:
+            self._watched.add(peer_id)
+            heapq.heappush(self._deadlines, (now + self.timeout, peer_id))
+
+    def silent(self, peers: Mapping[bytes, Any], now: float) -> List[Any]:
+        """The peers of ``peers`` silent for longer than the timeout at ``now``."""
+        deadlines = self._deadlines
+        found = []
+        while deadlines and deadlines[0][0] < now:
+            _, peer_id = heapq.heappop(deadlines)
+            peer = peers.get(peer_id)
+            if peer is None:  # gone: its entry goes too
+                self._watched.discard(peer_id)
+            elif now - peer.last_seen > self.timeout:
+                self._watched.discard(peer_id)
+                found.append(peer)
+            else:
+                heapq.heappush(deadlines, (peer.last_seen + self.timeout, peer_id))
+        return found

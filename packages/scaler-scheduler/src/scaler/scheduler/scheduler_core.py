@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
@@ -41,11 +41,12 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
 from scaler.scheduler.monitor_snapshot import state_snapshot
-from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.outbox import Outbox, add_confirms
 from scaler.scheduler.peer_connections import PeerConnections
-from scaler.scheduler.peers import Client, Worker
+from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
+    Burst,
     CannotForward,
     ConnectionClosed,
     FromPeer,
@@ -67,6 +68,7 @@ from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
 TICK_SECONDS = 0.5  # timeouts, queue expiry and balancing are looked at this often
+BUSY_SECONDS = 1.0  # after a burst that left messages waiting, the scheduler counts as busy this long
 SNAPSHOT_SECONDS = 1.0  # the monitor's snapshot period, while someone is subscribed
 
 logger = logging.getLogger(__name__)
@@ -97,6 +99,8 @@ class SchedulerCore:
         self.settings = settings
         self._workers: Dict[bytes, Worker] = {}
         self._clients: Dict[bytes, Client] = {}
+        self._silent_workers = Silence(settings.worker_timeout_seconds)
+        self._silent_clients = Silence(settings.client_timeout_seconds)
         self._routing = TaskRouting(
             self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
         )
@@ -114,6 +118,7 @@ class SchedulerCore:
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._next_snapshot = 0.0
+        self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
             FromStorage: self._on_storage_message,
@@ -157,6 +162,20 @@ class SchedulerCore:
     def handle(self, event: Any, now: float) -> List[Any]:
         """Decide what ``event`` means at time ``now`` (seconds, monotonic); return the effects, in order."""
         out = Outbox()
+        if type(event) is Burst:
+            if event.more:
+                self._busy_until = now + BUSY_SECONDS
+            for each in event.events:
+                try:
+                    self._handle(each, now, out)
+                except Exception:  # one bad message must not cost the others of its burst their effects
+                    logger.exception(f"Scheduler: failed to handle {describe(each)}")
+        else:
+            self._handle(event, now, out)
+        self._routing.dispatch(out, now < self._busy_until)
+        return out.effects()
+
+    def _handle(self, event: Any, now: float, out: Outbox) -> None:
         if type(event) is FromPeer:  # the hot path, inline: a client's or worker's message to its handler
             source, message = event.source, event.message
             peer: Any = self._clients.get(source)
@@ -186,8 +205,6 @@ class SchedulerCore:
             self._handlers[type(event)](event, now, out)
         if self._graphs.active:
             self._through_graphs(out, now)
-        self._routing.dispatch(out)
-        return out.effects()
 
     @property
     def next_wakeup(self) -> float:
@@ -279,16 +296,14 @@ class SchedulerCore:
         """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
         self._next_tick = now + TICK_SECONDS
         self._storage.on_tick(now, out)
-        for worker in list(self._workers.values()):
-            if now - worker.last_seen > self.settings.worker_timeout_seconds:
-                logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
-                self._remove_worker(worker, out)
-        for client in list(self._clients.values()):
-            if now - client.last_seen > self.settings.client_timeout_seconds:
-                logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
-                self._remove_client(client, out, forget=True)
+        for worker in self._silent_workers.silent(self._workers, now):
+            logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
+            self._remove_worker(worker, out)
+        for client in self._silent_clients.silent(self._clients, now):
+            logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
+            self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
-        self._routing.dispatch(out)
+        self._routing.dispatch(out, now < self._busy_until)
         self._routing.balance(out)
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
@@ -324,6 +339,7 @@ class SchedulerCore:
                 self._managers.on_worker_left(old)
             worker = Worker(source, hello, now, credential)
             self._routing.add_worker(worker)
+            self._silent_workers.watch(source, now)
             self._managers.on_worker_joined(worker, out)
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
             group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
@@ -336,6 +352,7 @@ class SchedulerCore:
             client = self._clients.get(source)
             if client is None:
                 self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
+                self._silent_clients.watch(source, now)
                 logger.info(f"Scheduler: client {show(source)} connected")
             else:
                 client.last_seen = now
@@ -479,11 +496,11 @@ class SchedulerCore:
         """Hand the results and cancel confirms bound for clients to the graph layer first.
 
         It takes those of graph nodes; what it then decides may produce more of them (released nodes are
-        queued, cancels confirmed at once), which it examines in turn. What it sends goes last.
+        queued, cancels confirmed at once), which it examines in turn. What it sends goes last; what it passed
+        waits in the outbox's ``checked_`` side.
         """
         graphs = self._graphs
-        results: Dict[bytes, List[Any]] = defaultdict(list)
-        confirms: Dict[bytes, Tuple[List[bytes], List[bool]]] = {}
+        results, confirms = out.checked()
         while out.results or out.confirms:
             new_results, new_confirms = out.results, out.confirms
             out.results, out.confirms = defaultdict(list), {}
@@ -493,11 +510,14 @@ class SchedulerCore:
                 self._apply_graph(client_id, actions, now, out)
             for client_id, (task_ids, flags) in new_confirms.items():
                 task_ids, flags = graphs.on_confirms(client_id, task_ids, flags)
-                kept = confirms.setdefault(client_id, ([], []))
-                kept[0].extend(task_ids)
-                kept[1].extend(flags)
-        out.results.update(results)
-        out.confirms.update(confirms)
+                add_confirms(confirms, client_id, task_ids, flags)
+
+
+def describe(event: Any) -> str:
+    """An event, in a log line."""
+    if type(event) is FromPeer:
+        return f"{type(event.message).__name__} from {show(event.source)}"
+    return type(event).__name__
 
 
 def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:

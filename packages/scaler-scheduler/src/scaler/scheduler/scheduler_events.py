@@ -33,6 +33,17 @@ class FromPeer:
 
 
 @dataclass(slots=True)
+class Burst:
+    """Messages read together (a `FromPeer`, or the `PeerConnection` of a Hello, each, in the order read), handled
+    one after the other as one event: what they make goes out together (one batch of results per client, of
+    tasks per worker), and queued tasks are dispatched once, after all of them. ``more``: the shell stopped
+    reading at its limit, more messages wait (the scheduler is behind)."""
+
+    events: List[Any]
+    more: bool = False
+
+
+@dataclass(slots=True)
 class PeerConnection:
     """Peer ``source`` said Hello on ``connection`` (the file descriptor of its connection; the Hello follows)."""
 

@@ -3,9 +3,10 @@
 It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server, a ZeroMQ socket
 monitor of each, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
 carries out the effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ
-file descriptor and drained in bursts, so a burst of messages costs one wake-up. With keys, every socket is
-CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized keys only (monitor
-keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
+file descriptor and drained in bursts, so a burst of messages costs one wake-up; the messages of clients and
+workers read in one burst reach the core together (`Burst`), so what they make leaves together. With keys,
+every socket is CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized
+keys only (monitor keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
 
 Connections: the ROUTER's monitor reports each closed connection by its file descriptor (`ConnectionClosed`),
 and a Hello comes with the file descriptor of the connection it came on (`PeerConnection`, from the
@@ -49,9 +50,10 @@ from scaler.protocol.security import (
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings, describe
 from scaler.scheduler.scheduler_events import (
     STORAGE,
+    Burst,
     CannotForward,
     ConnectionClosed,
     FromPeer,
@@ -146,7 +148,7 @@ class SchedulerServer:
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._storage_watch: Optional[ConnectionWatch] = None
         self._monitor: Any = None
-        self._watched: List[Any] = []  # (socket, to_event, copy) read by _drain
+        self._watched: List[Any] = []  # (socket, to_event, copy, together) read by _drain
         self._storage_process: Optional[subprocess.Popen] = None
         self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
         self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
@@ -252,7 +254,7 @@ class SchedulerServer:
 
     def _close(self) -> None:
         loop = asyncio.get_event_loop()
-        for socket, _, _ in self._watched:
+        for socket, _, _, _ in self._watched:
             try:
                 loop.remove_reader(socket.getsockopt(zmq.FD))
             except Exception:  # noqa: BLE001 - the loop may be closing already
@@ -277,29 +279,46 @@ class SchedulerServer:
 
     # ----------------------------------------------------------------- reading
 
-    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True) -> None:
-        """Read ``socket`` as it becomes readable; ``copy=False``: as frames, which carry ZeroMQ's properties."""
-        self._watched.append((socket, to_event, copy))
+    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True, together=False) -> None:
+        """Read ``socket`` as it becomes readable; ``copy=False``: as frames, which carry ZeroMQ's properties;
+        ``together``: the events of a burst go to the core as one `Burst`."""
+        self._watched.append((socket, to_event, copy, together))
         loop = asyncio.get_running_loop()
-        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event, copy)
-        loop.call_soon(self._drain, socket, to_event, copy)
+        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event, copy, together)
+        loop.call_soon(self._drain, socket, to_event, copy, together)
 
-    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True) -> None:
+    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True, together=False) -> None:
         if socket.closed:
             return
+        events: List[Any] = []
+        more = True  # a full burst: more may wait
         for _ in range(_BURST):
             try:
                 frames = socket.recv_multipart(zmq.NOBLOCK, copy=copy)
             except zmq.Again:
-                return
+                more = False
+                break
             event = to_event(frames)
-            if event is not None:
+            if event is None:
+                continue
+            if not together:
                 self._feed(event)
-        asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy)
+            elif type(event) is list:
+                events.extend(event)
+            else:
+                events.append(event)
+        if events:
+            self._feed(events[0] if len(events) == 1 and not more else Burst(events, more))
+            # what it sent may have consumed the descriptor's edge: reading ZMQ_EVENTS resets it (and says whether
+            # more came meanwhile)
+            more = more or bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        if more:
+            asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy, together)
 
-    def _router_event(self, frames: List[Any]) -> Optional[FromPeer]:
-        """A client's or worker's message, received as ``zmq.Frame``s (a Hello's connection is in its frame; with
-        keys, the key ZeroMQ authenticated is the property User-Id of each frame)."""
+    def _router_event(self, frames: List[Any]) -> Any:
+        """A client's or worker's message, received as ``zmq.Frame``s (a Hello's connection is in its frame: the
+        Hello comes after a `PeerConnection`; with keys, the key ZeroMQ authenticated is the property User-Id of
+        each frame)."""
         source = frames[0].bytes
         head = frames[1] if len(frames) > 1 else None
         credential = OPEN
@@ -315,7 +334,8 @@ class SchedulerServer:
             return None
         self._received[type(message).__name__] += 1
         if type(message) is m.Hello:
-            self._feed(PeerConnection(source, head.get(zmq.SRCFD)))  # type: ignore[union-attr]
+            connection = PeerConnection(source, head.get(zmq.SRCFD))  # type: ignore[union-attr]
+            return [connection, FromPeer(source, message, credential)]
         return FromPeer(source, message, credential)
 
     def _router_connection_event(self, frames: List[Any]) -> ConnectionClosed:
@@ -348,8 +368,8 @@ class SchedulerServer:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
             self._feed(Tick())
             # sending can consume a file descriptor's edge: look for pending input ourselves
-            for socket, to_event, copy in self._watched:
-                self._drain(socket, to_event, copy)
+            for socket, to_event, copy, together in self._watched:
+                self._drain(socket, to_event, copy, together)
 
     # ----------------------------------------------------------------- the core, and its effects
 
@@ -357,7 +377,7 @@ class SchedulerServer:
         try:
             effects = self.core.handle(event, time.monotonic())
         except Exception:  # one bad message must not stop the scheduler
-            logger.exception(f"Scheduler: failed to handle {_describe(event)}")
+            logger.exception(f"Scheduler: failed to handle {describe(event)}")
             return
         for effect in effects:
             if type(effect) is Send:
@@ -418,7 +438,7 @@ class SchedulerServer:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
-        self._watch(self._router, self._router_event, copy=False)
+        self._watch(self._router, self._router_event, copy=False, together=True)
         self._watch(self._monitor, self._monitor_event)
         logger.info("Scheduler: started")
 
@@ -445,12 +465,6 @@ class SchedulerServer:
     def _shutdown(self, effect: Shutdown) -> None:
         logger.info(f"Scheduler: shutting down: {effect.reason}")
         asyncio.get_running_loop().call_later(_SHUTDOWN_GRACE_SECONDS, self._stop.set)  # type: ignore[union-attr]
-
-
-def _describe(event: Any) -> str:
-    if type(event) is FromPeer:
-        return f"{type(event.message).__name__} from {show(event.source)}"
-    return type(event).__name__
 
 
 def start_object_storage_process(address: str, security: SecurityConfig = NO_SECURITY) -> subprocess.Popen:

@@ -10,6 +10,10 @@ scheduler core calls them through its dispatch table. `dispatch` runs after ever
 it hands queued tasks to the least loaded workers with room, when something changed since. A worker's load
 is the tasks it holds less those that wait for tasks they submitted (`WaitingTasks`): a waiting task holds
 no room, so a worker whose every task waits takes more, and nested tasks never deadlock (docs/scheduling.md).
+
+Nothing here looks at every worker or every task for one event: the workers are filed by load
+(`worker_loads.WorkerLoads`), the queue and the queue timeouts are heaps, and what each worker holds is kept
+with its digest, so a heartbeat is checked against the few tasks sent since its last batch (`reconcile`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 from collections import Counter
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
@@ -28,8 +31,14 @@ from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
+from scaler.scheduler.worker_loads import WorkerLoads
 
-_HISTORY_LENGTH = 8
+# a task's recent events, four bits each in one integer (no list per task): the last eight
+_HISTORY_MASK = (1 << 32) - 1
+_EVENTS = list(TaskEvent)
+_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
+assert len(_EVENTS) < 16
+MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 
@@ -43,7 +52,7 @@ class TaskRecord:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
-        self.history: List[TaskEvent] = []  # its last events, for the error of a missing transition
+        self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
         self.queue_seq = 0
         self.needs = needs  # capability names a worker must have, or None
         self.deaths = 0  # times its processor or worker died while holding it
@@ -62,6 +71,7 @@ class TaskRouting:
         max_task_deaths: int,
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self._loads = WorkerLoads()
         self._clients = clients
         self._capability_policy = capability_policy
         self._max_task_deaths = max_task_deaths
@@ -99,11 +109,13 @@ class TaskRouting:
 
     def add_worker(self, worker: Worker) -> None:
         self._workers[worker.worker_id] = worker
+        self._loads.add(worker)
         self._changed = True
 
     def remove_worker(self, worker: Worker, out: Outbox) -> None:
         """The worker left, died or timed out: what it held runs elsewhere, or ends if it was being cancelled."""
         del self._workers[worker.worker_id]
+        self._loads.remove(worker)
         if worker.tasks:
             logger.warning(
                 f"Scheduler: worker {show(worker.worker_id)} left holding {len(worker.tasks)} task(s): "
@@ -115,8 +127,8 @@ class TaskRouting:
     def drain(self, worker: Worker, out: Outbox) -> None:
         """Send ``worker`` no new task, and ask it for the tasks it has not started (they run elsewhere): its
         group is to stop. Called again while it holds tasks, in case some came back from a balance in flight."""
-        worker.draining = True
-        worker.capacity = 0  # no room: the dispatch passes it by
+        if not worker.draining:
+            self._loads.drain(worker)  # no room (capacity 0): the dispatch and the balancing pass it by
         if worker.tasks and not worker.balance_pending:
             worker.balance_pending = True
             out.sends.append(Send(worker.worker_id, m.BalanceRequest(len(worker.tasks))))
@@ -204,7 +216,8 @@ class TaskRouting:
         The tasks sent in batches after the last one it had received when it sent the heartbeat
         (``last_batch``) are on their way: they do not count. A heartbeat that lists the IDs settles it: a task
         sent in time that it does not hold is queued again (the worker lost it), a task it holds that it was not
-        sent (or not any more) is cancelled there. Else its count and digest are compared with ours."""
+        sent (or not any more) is cancelled there. Else its count and digest are compared with ours (kept as tasks
+        come and go, less the tasks on their way: the newest ones)."""
         tasks = worker.tasks
         last_batch = heartbeat.last_batch
         if len(heartbeat.held_task_ids) == heartbeat.held_tasks:  # a list of the IDs (or nothing held)
@@ -225,11 +238,12 @@ class TaskRouting:
                 )
                 out.cancels[worker.worker_id].extend(unknown)
             return False
-        count = digest = 0  # made here, once a heartbeat, rather than kept up to date at every task
-        for task_id, sequence in tasks.items():
+        count, digest = len(tasks), worker.digest
+        for task_id, sequence in reversed(tasks.items()):  # in the order sent: the newest first
             if sequence <= last_batch:
-                count += 1
-                digest ^= task_term(task_id)
+                break
+            count -= 1
+            digest ^= task_term(task_id)
         return count != heartbeat.held_tasks or folded(digest) != heartbeat.held_digest
 
     def cancel(self, client_id: bytes, task_ids: Iterable[bytes], out: Outbox) -> None:
@@ -269,6 +283,7 @@ class TaskRouting:
                 worker.waiting.add(task_id)
             else:
                 worker.waiting.discard(task_id)
+        self._loads.touch(worker)
         self._changed = True
 
     def on_balance_response(self, source: bytes, message: m.BalanceResponse, now: float, out: Outbox) -> None:
@@ -318,51 +333,72 @@ class TaskRouting:
             self._step(record, TaskEvent.EXPIRED, out, result)
 
     def balance(self, out: Outbox) -> None:
-        """Ask busy workers to give back queued tasks when another worker is idle and nothing waits here."""
+        """When workers are idle and nothing waits here, ask the most loaded workers to give back queued tasks:
+        as many as the idle workers need to reach the mean load (one at least), none going below it (only the
+        workers asked are looked at)."""
         if len(self._workers) < 2 or self._queue:
             return
-        workers = [w for w in self._workers.values() if not w.draining]  # a draining worker is no place to go
-        if not any(w.load == 0 for w in workers):
+        loads = self._loads
+        loads.refresh()
+        idle = loads.idle_count()
+        if not idle:
             return
-        mean = sum(w.load for w in workers) / len(workers)
-        for worker in workers:
-            excess = worker.load - math.ceil(mean)
-            if excess >= 1 and worker.load >= 2 and not worker.balance_pending:
+        mean = max(1, loads.total_load // loads.balanced_count)
+        need = idle * mean
+        for worker in loads.most_loaded():
+            give = min(need, worker.load - mean)
+            if give < 1:
+                return
+            if not worker.balance_pending:
                 worker.balance_pending = True
-                out.sends.append(Send(worker.worker_id, m.BalanceRequest(excess)))
+                out.sends.append(Send(worker.worker_id, m.BalanceRequest(give)))
+                need -= give
 
     # ----------------------------------------------------------------- dispatch
 
-    def dispatch(self, out: Outbox) -> None:
-        """Send queued tasks to the least loaded workers that have room (and the capabilities they need)."""
+    def dispatch(self, out: Outbox, busy: bool = False) -> None:
+        """Send queued tasks to the least loaded workers that have room (and the capabilities they need): one
+        at a time while there is about a task per worker, in runs of up to `MAX_RUN` while each worker's share
+        of the tasks (here and on the workers) is larger, and in full runs while the scheduler is ``busy``
+        (messages wait for it: each message it sends should carry more, so that it reads and writes fewer)."""
         if not self._changed or not self._workers:
             return
         self._changed = False
+        if not self._queue and not self._capability_queues:
+            return
+        loads = self._loads
+        loads.refresh()
+        # loads stay within one run of each other
+        share = (self.state_counts[TaskState.QUEUED] + loads.total_load) // len(self._workers)
+        run = MAX_RUN if busy else max(1, min(MAX_RUN, share))
         for needs, queue in list(self._capability_queues.items()):
             # tasks that need capabilities go first: fewer workers can take them
-            self._assign(queue, [w for w in self._workers.values() if needs <= w.capabilities], out)
+            self._assign(queue, needs, run, out)
             if not queue:
                 del self._capability_queues[needs]
         if self._queue:
-            self._assign(self._queue, self._workers.values(), out)
+            self._assign(self._queue, None, run, out)
 
-    def _assign(self, queue: List[Tuple[int, int, bytes]], workers: Iterable[Worker], out: Outbox) -> None:
-        room = [(w.load, index, w) for index, w in enumerate(workers) if w.load < w.capacity]
-        heapq.heapify(room)
+    def _assign(self, queue: List[Tuple[int, int, bytes]], needs: Optional[FrozenSet[str]], run: int, out: Outbox):
+        """Queued tasks, best first, ``run`` at a time to the least loaded worker with room that has ``needs``."""
         tasks = self._tasks
         step = self._step
-        while queue and room:
-            _, seq, task_id = heapq.heappop(queue)
-            record = tasks.get(task_id)
-            if record is None or record.queue_seq != seq:
-                continue  # done, or queued again since
-            load, index, worker = room[0]
-            record.worker_id = worker.worker_id
-            step(record, TaskEvent.ASSIGN, out)
-            if load + 1 < worker.capacity:
-                heapq.heapreplace(room, (load + 1, index, worker))
-            else:
-                heapq.heappop(room)
+        loads = self._loads
+        while queue:
+            worker = loads.least_loaded(needs)
+            if worker is None:
+                return
+            worker_id = worker.worker_id
+            for _ in range(min(run, worker.capacity - worker.load)):
+                if not queue:
+                    break
+                _, seq, task_id = heapq.heappop(queue)
+                record = tasks.get(task_id)
+                if record is None or record.queue_seq != seq:
+                    continue  # done, or queued again since
+                record.worker_id = worker_id
+                step(record, TaskEvent.ASSIGN, out)
+            loads.took(worker)
 
     def _enqueue(self, record: TaskRecord) -> None:
         record.queue_seq = seq = next(self._seq)
@@ -392,14 +428,11 @@ class TaskRouting:
         old = record.state
         plan = self._plans.get((old, event))
         if plan is None:
-            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), record.history)  # raises, with the story
+            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), _story(record.history))  # raises
             return
         new, actions = plan
         record.state = new
-        history = record.history
-        history.append(event)
-        if len(history) > _HISTORY_LENGTH:
-            del history[0]
+        record.history = ((record.history << 4) | _EVENT_CODES[event]) & _HISTORY_MASK
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
@@ -418,13 +451,13 @@ class TaskRouting:
             worker.batch_sequence += 1
             out.sequences[worker_id] = worker.batch_sequence
         worker.tasks[task.task_id] = worker.batch_sequence
+        worker.digest ^= task_term(task.task_id)
         batch.append(task)
 
     def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
         if worker is not None:
-            worker.tasks.pop(record.task.task_id, None)
-            worker.waiting.discard(record.task.task_id)
+            self._release(worker, record.task.task_id)
         record.worker_id = None
         self._enqueue(record)
 
@@ -453,7 +486,22 @@ class TaskRouting:
         if record.worker_id is not None:
             worker = self._workers.get(record.worker_id)
             if worker is not None:
-                worker.tasks.pop(task_id, None)
-                if worker.waiting:
-                    worker.waiting.discard(task_id)
+                self._release(worker, task_id)
                 self._changed = True  # room on that worker
+
+    def _release(self, worker: Worker, task_id: bytes) -> None:
+        """``worker`` no longer holds the task."""
+        if worker.tasks.pop(task_id, None) is not None:
+            worker.digest ^= task_term(task_id)
+        if worker.waiting:
+            worker.waiting.discard(task_id)
+        self._loads.touch(worker)
+
+
+def _story(history: int) -> List[TaskEvent]:
+    """A task's recent events, oldest first, from its `TaskRecord.history`."""
+    events = []
+    while history:
+        events.append(_EVENTS[(history & 15) - 1])
+        history >>= 4
+    return events[::-1]
