@@ -48,8 +48,9 @@ class Scheduler:
     """``python -m scaler.scheduler.cli`` on free local ports, with the storage server it uses at port + 1 (started
     here, so that a port taken between the choice and the bind is noticed at once and other ports tried)."""
 
-    def __init__(self, log_path: str, heartbeat_interval: float = 1.0) -> None:
+    def __init__(self, log_path: str, heartbeat_interval: float = 1.0, python: str = sys.executable) -> None:
         self._log = open(log_path, "w")
+        self._python = python
         self.processes: List[subprocess.Popen] = []
         for _ in range(START_TRIES):
             self.port = _free_ports(3)
@@ -70,7 +71,7 @@ class Scheduler:
         raise RuntimeError(f"no scheduler answered in {START_TRIES} tries (see {log_path})")
 
     def _start(self, module: str, *arguments: str) -> subprocess.Popen:
-        command = [sys.executable, "-m", module, *arguments]
+        command = [self._python, "-m", module, *arguments]
         return start_child(command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
 
     def _answers(self) -> bool:
@@ -390,6 +391,8 @@ def main() -> None:
     parser.add_argument("--joins", type=int, default=5, help="workers that join, one after another (new_worker)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--log", default=os.devnull, help="the scheduler's (and its storage server's) output")
+    parser.add_argument("--scheduler-python", default=sys.executable,
+                        help="the interpreter that runs the scheduler and its storage server (default: this one)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # three descriptors per simulated peer
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -397,7 +400,8 @@ def main() -> None:
     loop = Loop()
     scheduler = None
     try:
-        scheduler = Scheduler(args.log, args.interval if args.scenario == "heartbeats" else 1.0)
+        interval = args.interval if args.scenario == "heartbeats" else 1.0
+        scheduler = Scheduler(args.log, interval, args.scheduler_python)
         record["metrics"] = SCENARIOS[args.scenario](loop, scheduler, args)
         problems = [f"{peer.identity.decode()}: {p}" for peer in loop.peers for p in getattr(peer, "problems", [])]
         record["problems"] = problems[:20]
