@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from scaler.protocol.command_line import add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, non_negative_float, parse_arguments, positive_float
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
@@ -69,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     scaling = parser.add_argument_group("scaling", "how worker managers grow and shrink (docs/scaling.md)")
     scaling.add_argument(
-        "--scale-up-after-seconds", type=_non_negative, default=1.0, metavar="SECONDS",
+        "--scale-up-after-seconds", type=non_negative_float, default=1.0, metavar="SECONDS",
         help="tasks wait for a processor this long before worker managers start groups for them "
         "(default: %(default)s)",
     )  # fmt: skip
     scaling.add_argument(
-        "--scale-down-idle-seconds", type=_non_negative, default=30.0, metavar="SECONDS",
+        "--scale-down-idle-seconds", type=non_negative_float, default=30.0, metavar="SECONDS",
         help="a manager's worker group whose workers hold no task this long is drained and stopped "
         "(default: %(default)s)",
     )  # fmt: skip
@@ -84,30 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         "shuts down its worker groups as it does a worker manager's (default: none)",
     )  # fmt: skip
     scaling.add_argument(
-        "--adapter-webhook-timeout-seconds", type=_positive, default=10.0, metavar="SECONDS",
+        "--adapter-webhook-timeout-seconds", type=positive_float, default=10.0, metavar="SECONDS",
         help="each call to the webhook ends within this time; a call that does not is tried again later "
         "(default: %(default)s)",
     )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def _positive(text: str) -> float:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("0 is not a positive number")
-    return value
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, positive_int, setup_logging
 from scaler.protocol.errors import ScalerError
 from scaler.symphony.symphony_settings import DEFAULT_SESSION_TYPE, DEFAULT_USER, SymphonySettings
 from scaler.worker import WorkerConfig, add_worker_arguments
@@ -21,16 +21,6 @@ CONFIG_SECTION = "symphony_cluster"
 PASSWORD_VARIABLE = "SCALER_SYMPHONY_PASSWORD"  # the Symphony user's password (not an option: it would show in ps)
 
 MISSING_SOAMAPI_EXIT_STATUS = 1
-
-
-def _positive_integer(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--base-concurrency",
         "-n",
-        type=_positive_integer,
+        type=positive_int,
         default=os.cpu_count() or 1,
         metavar="N",
         help="tasks in Symphony at once, not counting nested tasks (submitted from tasks running on this worker), "

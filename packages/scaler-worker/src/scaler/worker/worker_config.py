@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from scaler.protocol.addresses import AddressError, check_address
+from scaler.protocol.command_line import non_negative_int, positive_float, positive_int
 from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
 
@@ -141,49 +142,6 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-# argparse types of numbers, for the options of the programs that run workers (and of worker managers)
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
 def _capabilities(text: str) -> str:
     try:
         parse_capabilities(text)
@@ -242,7 +200,6 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--worker-group-id",
         default="",
         metavar="ID",
-        help="the worker group these workers belong to: set by the worker manager that starts them "
-        "(docs/scaling.md)",
+        help="the worker group these workers belong to: set by the worker manager that starts them (docs/scaling.md)",
     )
     add_security_arguments(parser, worker=True)

@@ -14,11 +14,18 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scaler.protocol.command_line import add_common_arguments, parse_arguments, setup_logging
+from scaler.protocol.command_line import (
+    add_common_arguments,
+    non_negative_float,
+    non_negative_int,
+    parse_arguments,
+    positive_float,
+    positive_int,
+    setup_logging,
+)
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.worker import WorkerConfig, add_worker_arguments, parse_capabilities
-from scaler.worker.worker_config import non_negative_float, non_negative_int, positive_float, positive_int
 
 PROGRAM = "scaler_worker_manager"
 KINDS = ("native", "slurm")
