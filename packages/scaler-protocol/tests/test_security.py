@@ -257,7 +257,11 @@ def _connect(server: _Server, config: Optional[SecurityConfig]) -> List[Any]:
     watch = socket.get_monitor_socket()  # handshake_failure picks the failures among its events
     try:
         socket.connect(server.address)
-        socket.send(b"hi")
+        socket.setsockopt(zmq.SNDTIMEO, WAIT_MS)
+        try:
+            socket.send(b"hi")
+        except zmq.Again:
+            pass  # no connection to queue it on: the handshake failed before the send (its event is in `watch`)
         poller = zmq.Poller()
         poller.register(server.socket, zmq.POLLIN)
         poller.register(watch, zmq.POLLIN)
