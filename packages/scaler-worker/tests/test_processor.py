@@ -17,7 +17,7 @@ from worker_harness import DEADLINE_SECONDS, wait_until
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting
+from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
 
 
 class Agent:
@@ -122,12 +122,41 @@ def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tm
     agent.link.send(ahead)
     agent.link.send(Drop(ahead[1].task_id))
     release.touch()
-    answers = []
+    # the processor reads its pipe before it says the first task ended: the Dropped comes first, in that message
+    message = agent.receive()
+    assert [type(a).__name__ for a in message] == ["Dropped", "ProcessorResult"]
+    answers = list(message)
     while len(answers) < 4:
         message = agent.receive()
         answers.extend(message if isinstance(message, list) else [message])
-    assert [type(a).__name__ for a in answers] == ["ProcessorResult", "Dropped", "ProcessorResult", "ProcessorResult"]
-    assert [a.task_id for a in answers] == [first, ahead[1].task_id, ahead[0].task_id, ahead[2].task_id]
+    assert [type(a).__name__ for a in answers] == ["Dropped", "ProcessorResult", "ProcessorResult", "ProcessorResult"]
+    assert [a.task_id for a in answers] == [ahead[1].task_id, first, ahead[0].task_id, ahead[2].task_id]
+
+
+def test_a_drop_that_comes_once_the_task_started_is_not_answered_and_its_result_comes(agent: Agent, tmp_path):
+    first_release, second_release = tmp_path / "first", tmp_path / "second"
+    first = agent.send(tasks.block, str(tmp_path / "first-pid"), str(first_release))
+    second = agent.send(tasks.block, str(tmp_path / "second-pid"), str(second_release))
+    wait_until(lambda: (tmp_path / "first-pid").exists(), "the first task runs")
+    first_release.touch()
+    assert agent.receive().task_id == first  # its result alone: the second task starts
+    wait_until(lambda: (tmp_path / "second-pid").exists(), "the second task runs")
+    agent.link.send(Drop(second))
+    second_release.touch()
+    assert agent.receive().task_id == second  # no Dropped: the agent took it for started, and it was
+
+
+def test_a_drop_read_as_a_task_begins_to_wait_comes_before_it_says_so(agent: Agent, tmp_path):
+    release, done = tmp_path / "release", tmp_path / "done"
+    parent = agent.send(tasks.block_then_wait_in_client, str(tmp_path / "pid"), str(release), str(done))
+    wait_until(lambda: (tmp_path / "pid").exists(), "the first task runs")
+    ahead = agent.send(tasks.process_id)
+    agent.link.send(Drop(ahead))
+    release.touch()  # it waits now: the processor reads its pipe, then says so
+    assert agent.receive() == [Dropped(ahead), TaskWaiting(parent, True)]
+    done.touch()
+    agent.expect_waiting(parent, False)
+    assert agent.expect_result(parent) == "released"
 
 
 def test_a_task_waiting_in_the_client_lets_other_tasks_run_then_resumes(agent: Agent, tmp_path):

@@ -12,9 +12,9 @@ Nested tasks. Each task runs in a greenlet of its own (`greenlet`: stack
 switching in one thread), under the hub (`_Processor.serve`, the main
 greenlet). The processor installs a task context for the Scaler client
 (`scaler.protocol.task_context`): when a task waits there (on `result()` of a
-task it submitted, in `Client.map`, ...), it tells the agent (`TaskWaiting`),
-asks what it waits for to wake the hub once done, and switches back to the
-hub, which runs the next task meanwhile. A task whose wait is over is resumed
+task it submitted, in `Client.map`, ...), it asks what it waits for to wake
+the hub once done, and switches back to the hub, which tells the agent
+(`TaskWaiting`) and runs the next task meanwhile. A task whose wait is over is resumed
 when the hub is free and no task sent ahead is pending, in whatever order the
 waits end; the hub tells the agent (`TaskWaiting(..., False)`). So a waiting
 task holds no slot, costs its greenlet's saved stack and its frames (no
@@ -211,19 +211,23 @@ class _Processor:
         fifo = self._fifo
         resumable = self._resumable
         handlers = self._handlers
+        drained = False  # nothing needs reading before the head of the FIFO starts (see processor_protocol)
         while True:
             if not fifo and not resumable:
                 self._flush()
                 if self._waiting:
                     self._idle()
-                    continue
-                try:
-                    message = pipe.receive()
-                except (EOFError, OSError):  # the agent closed the pipe or is gone
-                    return
-                handlers[type(message)](message)
+                else:
+                    try:
+                        message = pipe.receive()
+                    except (EOFError, OSError):  # the agent closed the pipe or is gone
+                        return
+                    handlers[type(message)](message)
+                drained = bool(fifo) and not fifo[0].task.sent_ahead  # sent as nothing ran: it will not be dropped
                 continue
-            self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
+            if not drained:
+                self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
+            drained = False
             if fifo:
                 accepted = fifo.popleft()
                 started = _Started(accepted.task.task_id, accepted.task.profiling)
@@ -236,7 +240,12 @@ class _Processor:
                 outcome = self._switch_to(started, None)
             else:
                 continue
+            # the Pipe is read before the agent hears that the task ended or waits, and not again before the head of
+            # the FIFO starts: a Dropped for the head comes ahead of that notice, or the head has started
+            self._drain()
+            drained = True
             if outcome is _WAITS:
+                self._send(TaskWaiting(started.task_id, True))
                 continue
             if len(self._spare) < _SPARE_GREENLETS:
                 self._spare.append(started.greenlet)
@@ -268,8 +277,7 @@ class _Processor:
         if timeout is not None:
             deadline = time.monotonic() + timeout
             heapq.heappush(self._deadlines, (deadline, next(self._sequence), started.waits, started))
-        self._send(TaskWaiting(started.task_id, True))
-        self._hub.switch(_WAITS)  # back here once the hub resumes it
+        self._hub.switch(_WAITS)  # the hub tells the agent (`TaskWaiting`); back here once the hub resumes it
 
     # ------------------------------------------------------------------------- switching
 
