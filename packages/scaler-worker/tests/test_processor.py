@@ -133,6 +133,28 @@ def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tm
     assert [a.task_id for a in answers] == [ahead[1].task_id, first, ahead[0].task_id, ahead[2].task_id]
 
 
+def test_a_quick_tasks_result_held_for_company_is_sent_while_the_long_task_after_it_runs(agent: Agent, tmp_path):
+    # both tasks in one message, as the agent sends a run of quick tasks ahead: once the quick one ends the processor
+    # holds its result for company and starts the long one at once; the result must not wait for that one to end
+    function_id = tasks.add.__name__.encode().ljust(16, b"_")[:16]
+    quick = ProcessorTask(
+        b"q" * 16, function_id, cloudpickle.dumps(tasks.add), b"", None, [("", cloudpickle.dumps(1), b"")], False
+    )
+    release, pid = tmp_path / "release", tmp_path / "pid"
+    long = ProcessorTask(
+        b"l" * 16, b"block".ljust(16, b"_"), cloudpickle.dumps(tasks.block), b"", None,
+        [("", cloudpickle.dumps(str(pid)), b""), ("", cloudpickle.dumps(str(release)), b"")], False, sent_ahead=True,
+    )  # fmt: skip
+    agent.link.send([quick, long])
+    agent._unanswered.update({quick.task_id, long.task_id})
+    try:
+        assert agent.expect_result(quick.task_id) == 1  # before the long task is released
+        wait_until(pid.exists, "the long task runs")  # it had started (or was about to): its result is not here
+    finally:
+        release.touch()
+    assert agent.expect_result(long.task_id) is None
+
+
 def test_a_drop_that_comes_once_the_task_started_is_not_answered_and_its_result_comes(agent: Agent, tmp_path):
     first_release, second_release = tmp_path / "first", tmp_path / "second"
     first = agent.send(tasks.block, str(tmp_path / "first-pid"), str(first_release))

@@ -35,6 +35,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import tracemalloc
@@ -53,6 +54,7 @@ from scaler.protocol.process_control import die_with_parent, reuse_payload_memor
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
+    RESULT_HOLD_LIMIT_SECONDS,
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
     Drop,
@@ -183,8 +185,16 @@ class _Processor:
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
         self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they start in order
-        self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
+        # messages for the agent not sent yet (results held during quick tasks): `_lock` guards them and every send
+        # of them, which the hub and the flusher thread make (`_send_held`)
+        self._out: List[Any] = []
         self._held_since = 0.0
+        self._lock = threading.Lock()
+        self._flusher_wake = threading.Condition(self._lock)
+        self._flusher: Optional[threading.Thread] = None  # started the first time a task starts with results held
+        self._flusher_idle = True  # it waits without a timeout: a hold must wake it
+        self._held_lately = False  # the hub held results since the flusher last looked
+        self._stopping = False
         self._hub = greenlet.getcurrent()
         self._spare: List[greenlet.greenlet] = []  # greenlets whose task ended, each ready for another
         self._current: Optional[_Started] = None  # the task whose greenlet runs now
@@ -221,6 +231,7 @@ class _Processor:
                     try:
                         message = pipe.receive()
                     except (EOFError, OSError):  # the agent closed the pipe or is gone
+                        self._stop_flusher()
                         return
                     handlers[type(message)](message)
                 drained = bool(fifo) and not fifo[0].task.sent_ahead  # sent as nothing ran: it will not be dropped
@@ -251,11 +262,19 @@ class _Processor:
                 self._spare.append(started.greenlet)
             _flush_standard_streams()
             now = time.perf_counter()
-            self._emit(outcome, now)
-            # hold the result for company only during a run of quick tasks, and never long
-            if fifo and outcome.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
-                continue
-            self._flush()
+            with self._lock:
+                out = self._out
+                if not out:
+                    self._held_since = now
+                out.append(outcome)
+                # hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
+                # starts now, and should it run long, the flusher sends what is held (`_send_late`)
+                if fifo and outcome.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
+                    self._held_lately = True
+                    if self._flusher_idle:
+                        self._wake_flusher()
+                    continue
+                self._send_held()
 
     def wait(self, done: Callable[[], bool], timeout: Optional[float], notify: Notify) -> None:
         """The task context's wait hook: switch to the hub until ``done()`` or ``timeout``; the hub runs other
@@ -365,18 +384,18 @@ class _Processor:
         if self._woken or self._deadlines:
             self._collect_wakes()
 
-    def _emit(self, message: Any, now: Optional[float] = None) -> None:
-        """Queue ``message`` for the agent (sent by the next `_flush`)."""
-        if not self._out:
-            self._held_since = time.perf_counter() if now is None else now
-        self._out.append(message)
-
     def _send(self, message: Any) -> None:
         """Send ``message`` now, after anything held."""
-        self._out.append(message)
-        self._flush()
+        with self._lock:
+            self._out.append(message)
+            self._send_held()
 
     def _flush(self) -> None:
+        with self._lock:
+            self._send_held()
+
+    def _send_held(self) -> None:
+        """Send what is held, in one message (call with `_lock` held: the hub and the flusher send)."""
         out = self._out
         if not out:
             return
@@ -385,6 +404,45 @@ class _Processor:
             self._pipe.send(out[0] if len(out) == 1 else out)
         except (OSError, ValueError):
             _agent_gone()
+
+    # ------------------------------------------------------------------------- the flusher
+
+    def _wake_flusher(self) -> None:
+        """Results are held as a task starts and the flusher sleeps without a timeout: wake it, or start it the
+        first time (call with `_lock` held)."""
+        self._flusher_idle = False
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._send_late, name="scaler-held-results", daemon=True)
+            self._flusher.start()
+        else:
+            self._flusher_wake.notify()
+
+    def _send_late(self) -> None:
+        """The flusher thread: send what the hub holds once the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old
+        (the task that started meanwhile runs long). While the hub holds results now and then it looks every
+        `RESULT_HOLD_LIMIT_SECONDS`, rather than be woken for each hold; once a look finds no hold since the last,
+        it sleeps until the hub wakes it (`_wake_flusher`)."""
+        wake = self._flusher_wake
+        with wake:
+            while not self._stopping:
+                if self._out:
+                    delay = self._held_since + RESULT_HOLD_LIMIT_SECONDS - time.perf_counter()
+                    if delay <= 0:
+                        self._send_held()
+                        continue
+                elif self._held_lately:
+                    delay = RESULT_HOLD_LIMIT_SECONDS
+                else:
+                    self._flusher_idle = True
+                    wake.wait()
+                    continue
+                self._held_lately = False
+                wake.wait(delay)
+
+    def _stop_flusher(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._flusher_wake.notify()
 
     def _handle(self, message: Any) -> None:
         self._handlers[type(message)](message)
@@ -404,7 +462,13 @@ class _Processor:
         for position, accepted in enumerate(fifo):
             if accepted.task.task_id == drop.task_id:
                 del fifo[position]
-                self._emit(Dropped(drop.task_id))
+                with self._lock:  # held with the results it comes among (the flusher sends it should a task run long)
+                    if not self._out:
+                        self._held_since = time.perf_counter()
+                    self._out.append(Dropped(drop.task_id))
+                    self._held_lately = True
+                    if self._flusher_idle:
+                        self._wake_flusher()
                 return
         # started already (or unknown): its result answers the agent
 

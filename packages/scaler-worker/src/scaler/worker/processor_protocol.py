@@ -66,9 +66,11 @@ OBJECT_CACHE_BYTES = 256 * 1024 * 1024
 PROCESSOR_PIPELINE_DEPTH = 4
 PIPELINE_TASK_SECONDS = 0.1
 # the processor holds a result back (to send it with the next ones) only after a task this quick, and only
-# while the oldest held result is younger than RESULT_HOLD_SECONDS
+# while the oldest held result is younger than RESULT_HOLD_SECONDS; whatever the tasks started meanwhile do, a
+# thread of the processor sends what is held once the oldest of it is RESULT_HOLD_LIMIT_SECONDS old
 RESULT_HOLD_TASK_SECONDS = 0.0002
 RESULT_HOLD_SECONDS = 0.001
+RESULT_HOLD_LIMIT_SECONDS = 0.005
 
 
 class ProcessorTask(NamedTuple):
