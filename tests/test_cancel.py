@@ -1,5 +1,5 @@
 """Cancelling tasks the scheduler holds: queued at the scheduler, queued at a busy worker, running, sent ahead
-into the worker's processor behind a running task.
+into the worker's processor behind a running task, started behind a quick task whose result the processor held.
 
 Every task cancelled here is one the scheduler's monitor snapshot already shows, so the cancel must travel to
 the scheduler (and on to the worker when the worker holds the task); each test then checks the scheduler's view
@@ -27,14 +27,14 @@ QUEUE_SIZE = 2  # the worker's room: one task running, one waiting beside it
 AHEAD_QUEUE_SIZE = 4  # room for a running task and three sent ahead (PROCESSOR_PIPELINE_DEPTH is 4)
 
 
-def hold(directory: str, tag: str) -> str:
-    """Mark this task started, then wait for the release file of ``directory`` (10 minutes at most)."""
+def hold(directory: str, tag: str, release: str = "release") -> str:
+    """Mark this task started, then wait for the file ``release`` of ``directory`` (10 minutes at most)."""
     import os
     import time
 
     open(os.path.join(directory, "started", tag), "w").close()
     deadline = time.monotonic() + 600
-    while not os.path.exists(os.path.join(directory, "release")) and time.monotonic() < deadline:
+    while not os.path.exists(os.path.join(directory, release)) and time.monotonic() < deadline:
         time.sleep(0.01)
     return tag
 
@@ -247,3 +247,25 @@ def test_cancel_of_a_task_sent_ahead_behind_a_running_task_is_confirmed_while_it
         assert client.submit(square, 3).result(timeout=60) == 9  # and the worker takes new work
         held.wait_for(lambda view: view.held == 0 and view.assigned == 0, "the scheduler to hold nothing more")
         assert held.started() == {*warm, "long", "a", "c"}  # the cancelled task never ran
+
+
+def test_cancel_of_a_long_task_that_started_behind_a_quick_one_stops_it(tmp_path):
+    """The processor holds a quick task's result for company as it starts the long task sent ahead behind it; it
+    sends that result within RESULT_HOLD_LIMIT_SECONDS all the same, so the worker learns that the long task
+    started, and a cancel of it stops its processor (the worker is free again, the long task never released)."""
+    with one_worker(AHEAD_QUEUE_SIZE, tmp_path) as held:
+        client, directory = held.client, str(held.directory)
+        warm = [f"warm-{n}" for n in range(3)]  # quick tasks first: the worker then sends the next ones ahead
+        assert [client.submit(mark, directory, tag).result(timeout=60) for tag in warm] == warm
+        first = client.submit(hold, directory, "first", "go")
+        wait_until(lambda: "first" in held.started(), 60, "the first task to run")
+        quick = client.submit(mark, directory, "quick")
+        long = client.submit(hold, directory, "long", "never")  # `hold` is on the processor already: nothing to fetch
+        held.wait_for(lambda view: view.assigned == 3, "the worker to hold the two tasks behind the first")
+        (held.directory / "go").touch()  # the quick task starts, then the long one at once, from the processor's queue
+        assert first.result(timeout=60) == "first"
+        assert quick.result(timeout=60) == "quick"  # not held until the long task ends: it never does
+        wait_until(lambda: "long" in held.started(), 60, "the long task to run")
+        assert long.cancel(), "the scheduler did not confirm the cancel of the long task"
+        assert client.submit(square, 3).result(timeout=60) == 9  # its processor was stopped: the worker is free
+        held.wait_for(lambda view: view.held == 0 and view.assigned == 0, "the scheduler to hold nothing more")

@@ -4,9 +4,12 @@ Started by the agent with the multiprocessing "spawn" context, so it inherits
 nothing of the agent's ZeroMQ state. It reads `ProcessorTask`s from its Pipe
 into a local FIFO (the agent sends a few ahead), runs them one at a time in
 its main thread and writes back their `ProcessorResult`s, several in one
-message during a run of quick tasks. It never talks to the scheduler or the
-storage server for the agent: a cancel, a timeout or a crash costs the agent
-only this process, which it replaces.
+message during a run of quick tasks. The results it holds for company while
+the next task runs are sent by a thread of its own, the flusher, should that
+task run past `RESULT_HOLD_LIMIT_SECONDS` (`_send_late`; one lock guards the
+held messages and every send of them, the hub's and the flusher's). It never
+talks to the scheduler or the storage server for the agent: a cancel, a
+timeout or a crash costs the agent only this process, which it replaces.
 
 Nested tasks. Each task runs in a greenlet of its own (`greenlet`: stack
 switching in one thread), under the hub (`_Processor.serve`, the main

@@ -20,9 +20,13 @@ started from the processor's next message.
 
 Results. The processor answers each task with its `ProcessorResult`, possibly several in one list. It sends
 at once when its FIFO is empty, or when the task that just finished took longer than
-`RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results until its FIFO is empty or the
-oldest held one is `RESULT_HOLD_SECONDS` old. A held result thus waits for at most one further task, and
-only while the tasks run quickly.
+`RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results, and starts the head of its
+FIFO, until its FIFO is empty or the oldest held one is `RESULT_HOLD_SECONDS` old. Whatever the task started
+meanwhile does (it may run for minutes), a thread of the processor sends what is held once the oldest of it
+is `RESULT_HOLD_LIMIT_SECONDS` old (later only while a task keeps Python's GIL: up to the interpreter's
+switch interval, 5 ms, for Python code, longer in C code that does not release it). So the agent hears that
+the task before ended, and takes the head of its inbox for started, within that bound of its start. A
+``Dropped`` waits with the results it comes among, on the same bound.
 
 Output. A task submitted with ``stream_output`` runs with its ``sys.stdout`` and ``sys.stderr`` captured: what
 it prints travels as lists of `TaskOutputText`, every `task_output.FLUSH_SECONDS` while it runs (from a thread

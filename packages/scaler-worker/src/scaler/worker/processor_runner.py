@@ -27,9 +27,10 @@ each and resume in any order, so nested tasks cannot deadlock the worker.
 Ending tasks: a cancel of a task sent ahead is confirmed at once (reported `returned`), without waiting for
 the running one; the task is dropped the same way, kept in the model of the FIFO until the processor
 answers, and nothing more is reported of it. Should it be taken for started (the processor took it before
-it read the Drop: as the Drop was on its way, or while it held the results of quick tasks before it, so
-that the agent hears of its start only once it ends or waits: docs/testing.md), the processor is stopped
-once that message is read, and its result, if the message brought it, dropped: it never delivers a result.
+it read the Drop: as the Drop was on its way, or while it held the results of quick tasks before it, which
+it sends within `RESULT_HOLD_LIMIT_SECONDS` all the same: `processor_protocol`), the processor is stopped
+once that message is read, and its result, if the message brought it, dropped: it never delivers a result,
+and runs at most about that long after its cancel was confirmed.
 A started task (running or waiting; cancelled, timed out) ends by stopping the processor, which ends every
 started task (reported `died`, naming what happened) and returns the ones sent ahead (they had not
 started); a new processor takes over. The same when the processor dies on its own.
