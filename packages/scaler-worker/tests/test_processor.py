@@ -153,6 +153,9 @@ def test_a_quick_tasks_result_held_for_company_is_sent_while_the_long_task_after
     finally:
         release.touch()
     assert agent.expect_result(long.task_id) is None
+    agent.link.close()  # the flusher thread it started does not keep it alive
+    wait_until(lambda: agent.link.process.exitcode is not None, "the processor to exit")
+    assert agent.link.process.exitcode == 0
 
 
 def test_a_drop_that_comes_once_the_task_started_is_not_answered_and_its_result_comes(agent: Agent, tmp_path):

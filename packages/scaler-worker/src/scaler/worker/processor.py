@@ -394,8 +394,9 @@ class _Processor:
             self._send_held()
 
     def _flush(self) -> None:
-        with self._lock:
-            self._send_held()
+        if self._out:  # only the hub adds to it: found empty, it is
+            with self._lock:
+                self._send_held()
 
     def _send_held(self) -> None:
         """Send what is held, in one message (call with `_lock` held: the hub and the flusher send)."""
