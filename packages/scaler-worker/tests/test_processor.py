@@ -158,6 +158,32 @@ def test_a_quick_tasks_result_held_for_company_is_sent_while_the_long_task_after
     assert agent.link.process.exitcode == 0
 
 
+def test_results_sent_by_the_hub_and_by_the_flusher_arrive_once_each_and_in_order(agent: Agent):
+    # runs of quick tasks (their results held) each ended by a task longer than RESULT_HOLD_LIMIT_SECONDS (the
+    # flusher sends what is held while it runs, as the hub holds and sends on either side of it)
+    sent: List[bytes] = []
+    loaded: set = set()
+    for start in range(0, 600, 50):
+        batch = []
+        for n in range(start, start + 50):
+            function = tasks.sleep if n % 50 == 49 else tasks.add
+            function_id = function.__name__.encode().ljust(16, b"_")
+            payload = None if function_id in loaded else cloudpickle.dumps(function)
+            loaded.add(function_id)
+            arguments = [("", cloudpickle.dumps(0.01 if function is tasks.sleep else n), b"")]
+            task_id = n.to_bytes(16, "big")
+            batch.append(ProcessorTask(task_id, function_id, payload, b"", None, arguments, False, sent_ahead=n > 0))
+            sent.append(task_id)
+        assert agent.link.send(batch) or _flushed(agent)
+    received: List[bytes] = []
+    while len(received) < len(sent):
+        message = agent.receive()
+        for result in message if isinstance(message, list) else [message]:
+            assert isinstance(result, ProcessorResult) and result.status == m.TaskStatus.SUCCESS, result
+            received.append(result.task_id)
+    assert received == sent
+
+
 def test_a_drop_that_comes_once_the_task_started_is_not_answered_and_its_result_comes(agent: Agent, tmp_path):
     first_release, second_release = tmp_path / "first", tmp_path / "second"
     first = agent.send(tasks.block, str(tmp_path / "first-pid"), str(first_release))

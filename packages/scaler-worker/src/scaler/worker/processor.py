@@ -6,8 +6,9 @@ into a local FIFO (the agent sends a few ahead), runs them one at a time in
 its main thread and writes back their `ProcessorResult`s, several in one
 message during a run of quick tasks. The results it holds for company while
 the next task runs are sent by a thread of its own, the flusher, should that
-task run past `RESULT_HOLD_LIMIT_SECONDS` (`_send_late`; one lock guards the
-held messages and every send of them, the hub's and the flusher's). It never
+task run past `RESULT_HOLD_LIMIT_SECONDS` (`_send_late`; every send of them,
+the hub's and the flusher's, takes one lock, so they leave in order; the hub
+holds one without it). It never
 talks to the scheduler or the storage server for the agent: a cancel, a
 timeout or a crash costs the agent only this process, which it replaces.
 
@@ -188,8 +189,8 @@ class _Processor:
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
         self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they start in order
-        # messages for the agent not sent yet (results held during quick tasks): `_lock` guards them and every send
-        # of them, which the hub and the flusher thread make (`_send_held`)
+        # messages for the agent not sent yet (results held during quick tasks): only the hub adds to them, without
+        # a lock; whoever sends them (the hub, the flusher thread) takes `_lock` and sends in order (`_send_held`)
         self._out: List[Any] = []
         self._held_since = 0.0
         self._lock = threading.Lock()
@@ -265,19 +266,16 @@ class _Processor:
                 self._spare.append(started.greenlet)
             _flush_standard_streams()
             now = time.perf_counter()
-            with self._lock:
-                out = self._out
-                if not out:
-                    self._held_since = now
-                out.append(outcome)
-                # hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
-                # starts now, and should it run long, the flusher sends what is held (`_send_late`)
-                if fifo and outcome.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
-                    self._held_lately = True
-                    if self._flusher_idle:
-                        self._wake_flusher()
-                    continue
-                self._send_held()
+            # hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
+            # starts now, and should it run long, the flusher sends what is held (`_send_late`)
+            if (
+                fifo
+                and outcome.seconds < RESULT_HOLD_TASK_SECONDS
+                and (not self._out or now - self._held_since < RESULT_HOLD_SECONDS)
+            ):
+                self._hold(outcome, now)
+                continue
+            self._send(outcome)
 
     def wait(self, done: Callable[[], bool], timeout: Optional[float], notify: Notify) -> None:
         """The task context's wait hook: switch to the hub until ``done()`` or ``timeout``; the hub runs other
@@ -399,33 +397,49 @@ class _Processor:
                 self._send_held()
 
     def _send_held(self) -> None:
-        """Send what is held, in one message (call with `_lock` held: the hub and the flusher send)."""
+        """Send what is held, in one message (call with `_lock` held: the hub and the flusher send). What the hub
+        adds meanwhile stays for the next send: the copy and the deletion are each one step under the GIL."""
         out = self._out
         if not out:
             return
-        self._out = []
+        taken = out[:]
+        del out[: len(taken)]
         try:
-            self._pipe.send(out[0] if len(out) == 1 else out)
+            self._pipe.send(taken[0] if len(taken) == 1 else taken)
         except (OSError, ValueError):
             _agent_gone()
+
+    def _hold(self, message: Any, now: float) -> None:
+        """Keep ``message`` for the next send (by the hub, or the flusher once it is old), as a task starts."""
+        out = self._out
+        if not out:
+            self._held_since = now
+        out.append(message)
+        self._held_lately = True
+        if self._flusher_idle:  # read after the two writes above: see `_send_late`
+            self._wake_flusher()
 
     # ------------------------------------------------------------------------- the flusher
 
     def _wake_flusher(self) -> None:
         """Results are held as a task starts and the flusher sleeps without a timeout: wake it, or start it the
-        first time (call with `_lock` held)."""
-        self._flusher_idle = False
-        if self._flusher is None:
-            self._flusher = threading.Thread(target=self._send_late, name="scaler-held-results", daemon=True)
-            self._flusher.start()
-        else:
-            self._flusher_wake.notify()
+        first time."""
+        with self._lock:
+            if not self._flusher_idle:  # it saw the hold before it slept
+                return
+            self._flusher_idle = False
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._send_late, name="scaler-held-results", daemon=True)
+                self._flusher.start()
+            else:
+                self._flusher_wake.notify()
 
     def _send_late(self) -> None:
         """The flusher thread: send what the hub holds once the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old
         (the task that started meanwhile runs long). While the hub holds results now and then it looks every
         `RESULT_HOLD_LIMIT_SECONDS`, rather than be woken for each hold; once a look finds no hold since the last,
-        it sleeps until the hub wakes it (`_wake_flusher`)."""
+        it sleeps until the hub wakes it (`_wake_flusher`). The hub holds without the lock: it writes, then reads
+        `_flusher_idle`; the flusher sets it, then reads what the hub wrote, so one of them sees the other."""
         wake = self._flusher_wake
         with wake:
             while not self._stopping:
@@ -438,7 +452,10 @@ class _Processor:
                     delay = RESULT_HOLD_LIMIT_SECONDS
                 else:
                     self._flusher_idle = True
-                    wake.wait()
+                    if self._out or self._held_lately:  # held as it was about to sleep
+                        self._flusher_idle = False
+                    else:
+                        wake.wait()
                     continue
                 self._held_lately = False
                 wake.wait(delay)
@@ -466,13 +483,7 @@ class _Processor:
         for position, accepted in enumerate(fifo):
             if accepted.task.task_id == drop.task_id:
                 del fifo[position]
-                with self._lock:  # held with the results it comes among (the flusher sends it should a task run long)
-                    if not self._out:
-                        self._held_since = time.perf_counter()
-                    self._out.append(Dropped(drop.task_id))
-                    self._held_lately = True
-                    if self._flusher_idle:
-                        self._wake_flusher()
+                self._hold(Dropped(drop.task_id), time.perf_counter())  # with the results it comes among
                 return
         # started already (or unknown): its result answers the agent
 
