@@ -1,20 +1,21 @@
-"""Cancelling tasks the scheduler holds: queued at the scheduler, queued at a busy worker, running.
+"""Cancelling tasks the scheduler holds: queued at the scheduler, queued at a busy worker, running, sent ahead
+into the worker's processor behind a running task, started behind a quick task whose result the processor held.
 
 Every task cancelled here is one the scheduler's monitor snapshot already shows, so the cancel must travel to
 the scheduler (and on to the worker when the worker holds the task); each test then checks the scheduler's view
-and that the worker is free again. One worker with room for two tasks makes the three places certain: the
-first task runs, the second waits in the worker's queue, the others wait at the scheduler.
-
-Each test has a fresh worker: one that has just run quick tasks sends the next ones ahead into its busy
-processor, where a cancel is answered only once the running task ends (docs/testing.md, known gaps).
+and that the worker is free again. One worker with room for two tasks makes the first three places certain:
+the first task runs, the second waits in the worker's queue, the others wait at the scheduler (a fresh worker
+sends nothing ahead: it has seen no quick task yet). A worker that has just run quick tasks sends the next ones
+ahead into its processor's queue; with room for four, the three tasks behind a running one are all there.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import random
 from pathlib import Path
-from typing import Callable, Dict, List, NamedTuple, Set
+from typing import Callable, Dict, Iterator, List, NamedTuple, Set
 
 import pytest
 from cluster_processes import next_snapshot, wait_until
@@ -23,17 +24,26 @@ from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.addresses import default_monitor_address
 
 QUEUE_SIZE = 2  # the worker's room: one task running, one waiting beside it
+AHEAD_QUEUE_SIZE = 4  # room for a running task and three sent ahead (PROCESSOR_PIPELINE_DEPTH is 4)
 
 
-def hold(directory: str, tag: str) -> str:
-    """Mark this task started, then wait for the release file of ``directory`` (10 minutes at most)."""
+def hold(directory: str, tag: str, release: str = "release") -> str:
+    """Mark this task started, then wait for the file ``release`` of ``directory`` (10 minutes at most)."""
     import os
     import time
 
     open(os.path.join(directory, "started", tag), "w").close()
     deadline = time.monotonic() + 600
-    while not os.path.exists(os.path.join(directory, "release")) and time.monotonic() < deadline:
+    while not os.path.exists(os.path.join(directory, release)) and time.monotonic() < deadline:
         time.sleep(0.01)
+    return tag
+
+
+def mark(directory: str, tag: str) -> str:
+    """Mark this task started, and return at once."""
+    import os
+
+    open(os.path.join(directory, "started", tag), "w").close()
     return tag
 
 
@@ -100,24 +110,26 @@ class Held:
         return {"running": running, "at-worker": at_worker, "at-scheduler": at_scheduler}
 
 
-@pytest.fixture
-def cluster():
-    combo = SchedulerClusterCombo(n_workers=1, per_worker_queue_size=QUEUE_SIZE, logging_level="WARNING")
+@contextlib.contextmanager
+def one_worker(queue_size: int, directory: Path) -> Iterator[Held]:
+    """A cluster of one worker with room for ``queue_size`` tasks, idle, and a client's `Held` tasks on it."""
+    combo = SchedulerClusterCombo(n_workers=1, per_worker_queue_size=queue_size, logging_level="WARNING")
     try:
-        yield combo
+        with Client(address=combo.get_address(), timeout_seconds=60) as client:
+            held = Held(client, directory)
+            held.wait_for(lambda view: view.workers == 1 and view.held == 0 and view.assigned == 0, "an idle cluster")
+            try:
+                yield held
+            finally:
+                held.release()
     finally:
         combo.shutdown()
 
 
 @pytest.fixture
-def held(cluster, tmp_path):
-    with Client(address=cluster.get_address(), timeout_seconds=60) as client:
-        held = Held(client, tmp_path)
-        held.wait_for(lambda view: view.workers == 1 and view.held == 0 and view.assigned == 0, "an idle cluster")
-        try:
-            yield held
-        finally:
-            held.release()
+def held(tmp_path):
+    with one_worker(QUEUE_SIZE, tmp_path) as held:
+        yield held
 
 
 @pytest.mark.parametrize("place", ["at-scheduler", "at-worker", "running"])
@@ -201,3 +213,59 @@ def test_a_cancel_storm_over_every_place_a_task_waits(held):
         else:
             assert future.result(timeout=120) == tag
     assert held.started() == (set(tags) - chosen) | {running}
+
+
+@pytest.mark.parametrize("end", ["cancelled", "finished"])
+def test_cancel_of_a_task_sent_ahead_behind_a_running_task_is_confirmed_while_it_runs(tmp_path, end):
+    """The processor cannot read its Pipe while the long task runs, yet the worker confirms the cancel of a task
+    behind it at once; the cancelled task never runs, and the others run once the long task is cancelled or
+    finished."""
+    with one_worker(AHEAD_QUEUE_SIZE, tmp_path) as held:
+        client = held.client
+        # quick tasks first: the worker then sends the next tasks ahead, and its processor holds `mark` already,
+        # so the tasks behind the long one go to the processor as soon as the worker gets them, nothing to fetch
+        warm = [f"warm-{n}" for n in range(3)]
+        assert [client.submit(mark, str(held.directory), tag).result(timeout=60) for tag in warm] == warm
+        long = held.submit("long")
+        wait_until(lambda: "long" in held.started(), 60, "the long task to run")
+        behind = {tag: client.submit(mark, str(held.directory), tag) for tag in ("a", "b", "c")}
+        before = held.wait_for(lambda view: view.assigned == 4, "the worker to hold the three tasks behind")
+        # the cancel reaches the worker after the tasks (one connection, in order): they are in the processor's queue
+        assert behind["b"].cancel(), "the worker did not confirm the cancel while the long task ran"
+        assert behind["b"].cancelled()
+        held.wait_for(
+            lambda view: view.states["cancelled"] == before.states["cancelled"] + 1 and view.assigned == 3,
+            "the scheduler to count the task cancelled",
+        )
+        assert held.started() == {*warm, "long"}  # nothing behind the long task ran meanwhile
+        if end == "cancelled":
+            assert long.cancel(), "the scheduler did not confirm the cancel of the long task"
+        else:
+            held.release()
+            assert long.result(timeout=60) == "long"
+        assert [behind[tag].result(timeout=60) for tag in ("a", "c")] == ["a", "c"]
+        assert client.submit(square, 3).result(timeout=60) == 9  # and the worker takes new work
+        held.wait_for(lambda view: view.held == 0 and view.assigned == 0, "the scheduler to hold nothing more")
+        assert held.started() == {*warm, "long", "a", "c"}  # the cancelled task never ran
+
+
+def test_cancel_of_a_long_task_that_started_behind_a_quick_one_stops_it(tmp_path):
+    """The processor holds a quick task's result for company as it starts the long task sent ahead behind it; it
+    sends that result within RESULT_HOLD_LIMIT_SECONDS all the same, so the worker learns that the long task
+    started, and a cancel of it stops its processor (the worker is free again, the long task never released)."""
+    with one_worker(AHEAD_QUEUE_SIZE, tmp_path) as held:
+        client, directory = held.client, str(held.directory)
+        warm = [f"warm-{n}" for n in range(3)]  # quick tasks first: the worker then sends the next ones ahead
+        assert [client.submit(mark, directory, tag).result(timeout=60) for tag in warm] == warm
+        first = client.submit(hold, directory, "first", "go")
+        wait_until(lambda: "first" in held.started(), 60, "the first task to run")
+        quick = client.submit(mark, directory, "quick")
+        long = client.submit(hold, directory, "long", "never")  # `hold` is on the processor already: nothing to fetch
+        held.wait_for(lambda view: view.assigned == 3, "the worker to hold the two tasks behind the first")
+        (held.directory / "go").touch()  # the quick task starts, then the long one at once, from the processor's queue
+        assert first.result(timeout=60) == "first"
+        assert quick.result(timeout=60) == "quick"  # not held until the long task ends: it never does
+        wait_until(lambda: "long" in held.started(), 60, "the long task to run")
+        assert long.cancel(), "the scheduler did not confirm the cancel of the long task"
+        assert client.submit(square, 3).result(timeout=60) == 9  # its processor was stopped: the worker is free
+        held.wait_for(lambda view: view.held == 0 and view.assigned == 0, "the scheduler to hold nothing more")

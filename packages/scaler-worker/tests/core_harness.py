@@ -1,11 +1,13 @@
 """Drives the worker core (`WorkerCore` with a `ProcessorRunner`) through `handle`: no sockets, no processes.
 
 The harness plays the scheduler, the storage server and the processor. Its processor model reads its pipe
-when the real one does (whenever no task runs: idle, or between two switches), keeps the tasks sent in a
-FIFO whose head it starts whenever no task runs, switches out the tasks that wait, resumes a task whose wait
-is over when no task runs and its FIFO is empty, and answers a Drop of a task still in its FIFO, so the tests
-see the same interleavings as a real worker, including a task sent just as the processor resumes a waiting
-task. The clock moves only when a test moves it.
+when the real one does (idle, message by message, and all that is there before a task sent ahead starts; and
+between two switches: as a task ends or waits, before it says so, and not again before the next task
+starts), keeps the tasks sent in a FIFO whose head it starts whenever no task
+runs, switches out the tasks that wait, resumes a task whose wait is over when no task runs and its FIFO is
+empty, and answers a Drop of a task still in its FIFO (its ``Dropped`` goes with the next thing it says), so
+the tests see the same interleavings as a real worker, including a task sent just as the processor resumes a
+waiting task. The clock moves only when a test moves it.
 """
 
 from __future__ import annotations
@@ -113,9 +115,10 @@ class Harness:
         self.waiting: List[ProcessorTask] = []  # switched out, waiting (in the order they began)
         self.resumable: List[ProcessorTask] = []  # their wait is over: resumed when nothing runs, in this order
         self.fifo: List[ProcessorTask] = []  # the tasks sent, not started
-        self.notices: List[Any] = []  # Dropped notices written by the model processor, not handed over yet
+        self.notices: List[Any] = []  # written by the model processor, not handed over yet (Dropped, resumes)
         self.messages: List[Any] = []  # every Pipe message the model processor read
         self.hold = False  # the model processor does not read its pipe (to stage races)
+        self.drained = False  # it read its pipe as the last task ended or waited: the next starts without reading
         self.started: List[int] = []
         self.wake = math.inf  # when the core asked to be woken
         self.exit_code: Optional[int] = None
@@ -174,25 +177,43 @@ class Harness:
         self.handle(Tick())
 
     def pump(self) -> None:
-        """While no task runs, the model processor reads its pipe, then starts the head of its FIFO, or resumes a
-        task whose wait is over (telling the agent); then the notices it wrote reach the agent."""
+        """While no task runs, the model processor starts the head of its FIFO, or resumes a task whose wait is over
+        (telling the agent), having read its pipe unless it did as the last task ended or waited; with nothing
+        to start it reads its pipe message by message. What it wrote reaches the agent when it idles or
+        resumes a task."""
+        resumed = False
         while self.current is None:
-            if self.pipe and not self.hold:
-                message = self.pipe.pop(0)
-                self.messages.append(message)
-                assert isinstance(message, list), message
-                for each in message:
-                    self._read(each)
-            elif self.fifo:
+            if not self.fifo and not self.resumable:
+                if not self.pipe or self.hold:
+                    self.drained = False  # idle: it reads its pipe before it resumes a task
+                    break
+                self._read_one()
+                self.drained = bool(self.fifo) and not self.fifo[0].sent_ahead
+                continue
+            if not self.drained:
+                self._drain()
+            self.drained = False
+            if self.fifo:
                 self.current = self.fifo.pop(0)
             elif self.resumable:  # (even while it does not read its pipe: a task sent may cross the resume)
                 self.current = self.resumable.pop(0)
                 self.notices.append(TaskWaiting(self.current.task_id, False))
-            else:
-                break
-        if self.notices:  # written together, read together
+                resumed = True
+        if self.notices and (self.current is None or resumed):  # written together, read together
             notices, self.notices = self.notices, []
             self.tell(notices if len(notices) > 1 else notices[0])
+
+    def _drain(self) -> None:
+        """Read whatever is in the pipe (nothing while it holds)."""
+        while self.pipe and not self.hold:
+            self._read_one()
+
+    def _read_one(self) -> None:
+        message = self.pipe.pop(0)
+        self.messages.append(message)
+        assert isinstance(message, list), message
+        for each in message:
+            self._read(each)
 
     def _read(self, message: Any) -> None:
         if isinstance(message, Drop):
@@ -267,25 +288,37 @@ class Harness:
     def processor_finishes(
         self, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: Any = b"ok", text: str = ""
     ) -> ProcessorResult:
-        """The running task returns: its result, not handed to the agent yet."""
+        """The running task returns, and the processor reads its pipe: its result, not handed to the agent yet."""
         task = self.current
         assert task is not None, "only a running task finishes"
         self.current = None
+        self._drain()
+        self.drained = True
         return ProcessorResult(task.task_id, status, payload, text, None)
 
     def tell(self, message: Any, processor: Optional[int] = None) -> None:
+        """The processor (the current one, unless ``processor``) says ``message``, after what it wrote before."""
+        if (processor is None or processor == self.processor) and self.notices:
+            notices, self.notices = self.notices, []
+            message = [*notices, *(message if isinstance(message, list) else [message])]
         self.handle(FromRunner(ProcessorOutput(self.processor if processor is None else processor, message)))
 
     def finish(self, status: m.TaskStatus = m.TaskStatus.SUCCESS, payload: Any = b"ok", text: str = "") -> None:
         self.tell(self.processor_finishes(status, payload, text))
 
-    def wait(self) -> None:
-        """The running task waits inside the client: it is switched out, and the processor is free."""
+    def processor_waits(self) -> TaskWaiting:
+        """The running task waits inside the client: it is switched out, the processor is free and reads its
+        pipe; what it says of it, not handed to the agent yet."""
         task = self.current
-        assert task is not None
+        assert task is not None, "only a running task waits"
         self.current = None
         self.waiting.append(task)
-        self.tell(TaskWaiting(task.task_id, True))
+        self._drain()
+        self.drained = True
+        return TaskWaiting(task.task_id, True)
+
+    def wait(self) -> None:
+        self.tell(self.processor_waits())
 
     def resume(self, number: Optional[int] = None) -> None:
         """What a waiting task (task ``number``, or the last to begin waiting) waits for is done: the processor

@@ -17,7 +17,7 @@ from worker_harness import DEADLINE_SECONDS, wait_until
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import Drop, ProcessorResult, ProcessorTask, TaskWaiting
+from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
 
 
 class Agent:
@@ -122,12 +122,92 @@ def test_tasks_sent_ahead_run_in_order_and_a_drop_takes_one_out(agent: Agent, tm
     agent.link.send(ahead)
     agent.link.send(Drop(ahead[1].task_id))
     release.touch()
-    answers = []
+    # the processor reads its pipe before it says the first task ended: the Dropped comes first, in that message
+    message = agent.receive()
+    assert [type(a).__name__ for a in message] == ["Dropped", "ProcessorResult"]
+    answers = list(message)
     while len(answers) < 4:
         message = agent.receive()
         answers.extend(message if isinstance(message, list) else [message])
-    assert [type(a).__name__ for a in answers] == ["ProcessorResult", "Dropped", "ProcessorResult", "ProcessorResult"]
-    assert [a.task_id for a in answers] == [first, ahead[1].task_id, ahead[0].task_id, ahead[2].task_id]
+    assert [type(a).__name__ for a in answers] == ["Dropped", "ProcessorResult", "ProcessorResult", "ProcessorResult"]
+    assert [a.task_id for a in answers] == [ahead[1].task_id, first, ahead[0].task_id, ahead[2].task_id]
+
+
+def test_a_quick_tasks_result_held_for_company_is_sent_while_the_long_task_after_it_runs(agent: Agent, tmp_path):
+    # both tasks in one message, as the agent sends a run of quick tasks ahead: once the quick one ends the processor
+    # holds its result for company and starts the long one at once; the result must not wait for that one to end
+    function_id = tasks.add.__name__.encode().ljust(16, b"_")[:16]
+    quick = ProcessorTask(
+        b"q" * 16, function_id, cloudpickle.dumps(tasks.add), b"", None, [("", cloudpickle.dumps(1), b"")], False
+    )
+    release, pid = tmp_path / "release", tmp_path / "pid"
+    long = ProcessorTask(
+        b"l" * 16, b"block".ljust(16, b"_"), cloudpickle.dumps(tasks.block), b"", None,
+        [("", cloudpickle.dumps(str(pid)), b""), ("", cloudpickle.dumps(str(release)), b"")], False, sent_ahead=True,
+    )  # fmt: skip
+    agent.link.send([quick, long])
+    agent._unanswered.update({quick.task_id, long.task_id})
+    try:
+        assert agent.expect_result(quick.task_id) == 1  # before the long task is released
+        wait_until(pid.exists, "the long task runs")  # it had started (or was about to): its result is not here
+    finally:
+        release.touch()
+    assert agent.expect_result(long.task_id) is None
+    agent.link.close()  # the flusher thread it started does not keep it alive
+    wait_until(lambda: agent.link.process.exitcode is not None, "the processor to exit")
+    assert agent.link.process.exitcode == 0
+
+
+def test_results_sent_by_the_hub_and_by_the_flusher_arrive_once_each_and_in_order(agent: Agent):
+    # runs of quick tasks (their results held) each ended by a task longer than RESULT_HOLD_LIMIT_SECONDS (the
+    # flusher sends what is held while it runs, as the hub holds and sends on either side of it)
+    sent: List[bytes] = []
+    loaded: set = set()
+    for start in range(0, 600, 50):
+        batch = []
+        for n in range(start, start + 50):
+            function = tasks.sleep if n % 50 == 49 else tasks.add
+            function_id = function.__name__.encode().ljust(16, b"_")
+            payload = None if function_id in loaded else cloudpickle.dumps(function)
+            loaded.add(function_id)
+            arguments = [("", cloudpickle.dumps(0.01 if function is tasks.sleep else n), b"")]
+            task_id = n.to_bytes(16, "big")
+            batch.append(ProcessorTask(task_id, function_id, payload, b"", None, arguments, False, sent_ahead=n > 0))
+            sent.append(task_id)
+        assert agent.link.send(batch) or _flushed(agent)
+    received: List[bytes] = []
+    while len(received) < len(sent):
+        message = agent.receive()
+        for result in message if isinstance(message, list) else [message]:
+            assert isinstance(result, ProcessorResult) and result.status == m.TaskStatus.SUCCESS, result
+            received.append(result.task_id)
+    assert received == sent
+
+
+def test_a_drop_that_comes_once_the_task_started_is_not_answered_and_its_result_comes(agent: Agent, tmp_path):
+    first_release, second_release = tmp_path / "first", tmp_path / "second"
+    first = agent.send(tasks.block, str(tmp_path / "first-pid"), str(first_release))
+    second = agent.send(tasks.block, str(tmp_path / "second-pid"), str(second_release))
+    wait_until(lambda: (tmp_path / "first-pid").exists(), "the first task runs")
+    first_release.touch()
+    assert agent.receive().task_id == first  # its result alone: the second task starts
+    wait_until(lambda: (tmp_path / "second-pid").exists(), "the second task runs")
+    agent.link.send(Drop(second))
+    second_release.touch()
+    assert agent.receive().task_id == second  # no Dropped: the agent took it for started, and it was
+
+
+def test_a_drop_read_as_a_task_begins_to_wait_comes_before_it_says_so(agent: Agent, tmp_path):
+    release, done = tmp_path / "release", tmp_path / "done"
+    parent = agent.send(tasks.block_then_wait_in_client, str(tmp_path / "pid"), str(release), str(done))
+    wait_until(lambda: (tmp_path / "pid").exists(), "the first task runs")
+    ahead = agent.send(tasks.process_id)
+    agent.link.send(Drop(ahead))
+    release.touch()  # it waits now: the processor reads its pipe, then says so
+    assert agent.receive() == [Dropped(ahead), TaskWaiting(parent, True)]
+    done.touch()
+    agent.expect_waiting(parent, False)
+    assert agent.expect_result(parent) == "released"
 
 
 def test_a_task_waiting_in_the_client_lets_other_tasks_run_then_resumes(agent: Agent, tmp_path):

@@ -351,7 +351,8 @@ def test_results_in_one_message_are_read_one_by_one():
     h.tell([first, second])
     assert [r.task_id for r in h.results()] == [task_id(2), task_id(3)]
     assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(4)]
-    assert h.runner.inbox == h.fifo_ids() == [task_id(5), task_id(6)]
+    assert h.runner.inbox == [task_id(5), task_id(6)]
+    assert h.fifo_ids() == [task_id(5)] and [t.task_id for [t] in h.pipe] == [task_id(6)]  # read as task 4 ends
 
 
 def test_the_timeout_of_a_task_sent_ahead_counts_from_its_start():
@@ -373,50 +374,84 @@ def test_the_timeout_of_a_task_sent_ahead_counts_from_its_start():
     assert h.run_all() == [task_id(4)]
 
 
-def test_cancel_of_a_task_sent_ahead_is_confirmed_once_the_processor_dropped_it():
-    h = pipelined(5, depth=2)
-    h.hold = True  # the processor is busy with task 2: it reads the Drop later
-    h.handle(FromScheduler(m.TaskCancel([task_id(4)])))
-    assert h.take(m.TaskCancelConfirm) == []  # waits for the processor's answer
-    assert h.pipe == [[Drop(task_id(4))]]
-    h.hold = False
-    h.pump()
-    assert h.take(m.TaskCancelConfirm) == []  # the processor reads its pipe between two tasks
-    h.finish()
-    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(4)], [True])]
+def test_cancel_of_a_task_sent_ahead_is_confirmed_at_once_while_the_task_before_it_runs():
+    h = pipelined(5, depth=2)  # task 2 runs (the processor reads its pipe only once it ends); 3 and 4 are ahead
+    assert h.cancel(3) == m.TaskCancelConfirm([task_id(3)], [True])
+    assert h.pipe == [[Drop(task_id(3))]]
+    assert task_id(3) not in h.core.task_states() and h.runner.cancelled_tasks == [task_id(3)]
+    assert h.runner.inbox == [task_id(3), task_id(4)] and h.core.queued_count == 2  # tasks 4 and 5
+    h.finish()  # task 2 ends: the processor reads the Drop, then says so: [Dropped(3), result of task 2]
     assert h.started == [0]  # no processor was stopped
-    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(3)] and h.runner.inbox == h.fifo_ids() == [
-        task_id(5)
-    ]
-    assert h.run_all() == [task_id(3), task_id(5)]
-    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3), task_id(5)]
-
-
-def test_cancel_of_the_next_task_sent_ahead_taken_for_started_but_dropped():
-    h = pipelined(5, depth=2)
-    h.handle(FromScheduler(m.TaskCancel([task_id(3)])))
-    h.finish()  # the agent takes task 3 for started, then reads that the processor dropped it
-    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3)], [True])]
-    assert sorted(h.runner.started_tasks) == h.started_ids() == [task_id(4)]
+    assert h.running_task() == task_id(4) and h.runner.cancelled_tasks == []
     assert h.run_all() == [task_id(4), task_id(5)]
-    assert task_id(3) not in [r.task_id for r in h.results()]
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(4), task_id(5)]
+    assert h.take(m.TaskCancelConfirm) == []  # one confirm, the first
 
 
-def test_cancel_of_a_task_sent_ahead_that_started_meanwhile_is_answered_by_its_result():
+def test_a_cancelled_task_sent_ahead_that_started_before_the_drop_was_read_is_stopped_without_a_word():
     h = pipelined(5, depth=2)
-    h.hold = True
-    finished = h.processor_finishes()  # task 2 ends; the processor starts task 3 before it reads the Drop
+    finished = h.processor_finishes()  # task 2 ends; the processor finds nothing in its pipe and starts task 3
     h.pump()
     assert h.running_task() == task_id(3)
-    h.handle(FromScheduler(m.TaskCancel([task_id(3), task_id(5)])))  # 5: still queued
-    assert h.take(m.TaskCancelConfirm) == []
-    h.tell(finished)
-    assert sorted(h.runner.started_tasks) == [task_id(3)]  # taken for started: it was, the Drop comes too late
+    # the agent still sees task 3 in the FIFO: confirmed at once (task 5: queued)
+    assert h.cancel(3, 5) == m.TaskCancelConfirm([task_id(3), task_id(5)], [True, True])
+    h.tell(finished)  # no Dropped before task 2's result: task 3 started, the Drop came too late
+    assert h.started == [0, 1]  # its processor was stopped
+    assert [r.task_id for r in h.results()] == [task_id(2)]  # no result of task 3, no death either
+    assert h.run_all() == [task_id(4)]  # task 4 had not started: it runs on the new processor
+    assert [r.task_id for r in h.results()] == [task_id(4)]
+    assert h.core.task_states() == {} and h.runner.cancelled_tasks == []
+
+
+def test_a_cancelled_task_that_started_and_ended_in_the_same_message_delivers_no_result():
+    h = pipelined(5, depth=2)
+    first = h.processor_finishes()  # task 2 ends quickly: its result waits for company
+    h.pump()  # the processor starts task 3
+    assert h.cancel(3) == m.TaskCancelConfirm([task_id(3)], [True])
+    second = h.processor_finishes(payload=b"three")  # task 3 ends too; the Drop comes too late: no answer
+    h.tell([first, second])
+    assert [r.task_id for r in h.results()] == [task_id(2)]  # task 3's result is dropped
+    assert h.started == [0]  # it had ended: nothing to stop
+    assert h.run_all() == [task_id(4), task_id(5)]
+
+
+def test_a_cancelled_task_that_started_as_the_running_task_began_to_wait_is_stopped():
+    h = pipelined(5, depth=2)
+    waits = h.processor_waits()  # task 2 waits; the processor finds nothing in its pipe and starts task 3
+    h.pump()
+    assert h.cancel(3) == m.TaskCancelConfirm([task_id(3)], [True])
+    h.tell(waits)  # task 3 started: the processor is stopped, and task 2 dies with it
+    [died] = h.results()
+    assert (died.task_id, died.status) == (task_id(2), m.TaskStatus.WORKER_DIED)
+    assert died.error_text == f"its processor was stopped to cancel task {task_id(3).hex()}"
+    assert h.started == [0, 1] and h.runner.cancelled_tasks == []
+    assert h.run_all() == [task_id(4), task_id(5)]
+
+
+def test_a_task_sent_ahead_and_cancelled_as_the_result_before_it_crossed_them_is_cancelled_all_the_same():
+    h = pipelined(5, depth=1)  # task 2 runs, task 3 is ahead
+    h.finish()  # task 3 starts; task 4 is sent ahead
+    h.hold = True  # it reaches the processor only after the processor read its pipe as task 3 ended
+    finished = h.processor_finishes()
+    assert h.cancel(4) == m.TaskCancelConfirm([task_id(4)], [True])
+    h.tell(finished)  # no Dropped before it: task 4 is taken for started, and the processor stopped
+    assert h.started == [0, 1] and h.runner.cancelled_tasks == []  # (for nothing: it would have dropped it)
+    assert [r.task_id for r in h.results()] == [task_id(2), task_id(3)]  # nothing of task 4
     h.hold = False
-    h.finish(payload=b"three")
-    assert [(r.task_id, r.payload) for r in h.results()] == [(task_id(2), b"ok"), (task_id(3), b"three")]
-    assert h.take(m.TaskCancelConfirm) == [m.TaskCancelConfirm([task_id(3), task_id(5)], [False, True])]
-    assert h.run_all() == [task_id(4)]
+    h.pump()
+    assert h.run_all() == [task_id(5)]
+
+
+def test_a_task_taken_back_that_started_before_the_drop_was_read_runs_and_delivers():
+    h = pipelined(5, depth=2)
+    finished = h.processor_finishes()  # task 2 ends; the processor starts task 3
+    h.pump()
+    h.assign(make_task(9, priority=5))  # the agent takes back tasks 3 and 4
+    assert h.pipe[-1] == [Drop(task_id(3)), Drop(task_id(4))]
+    h.tell(finished)  # task 3 had started: it runs; task 4 comes back once the processor reads the Drops
+    assert h.runner.state_of(task_id(3)) is SentState.STARTED_DROPPING
+    assert h.run_all() == [task_id(3), task_id(9), task_id(4), task_id(5)]
+    assert [r.task_id for r in h.results()] == [task_id(n) for n in (2, 3, 9, 4, 5)]
 
 
 def test_cancel_of_the_running_task_puts_the_tasks_sent_ahead_back_without_a_death():

@@ -5,8 +5,9 @@ around a real `WorkerCore` + `ProcessorRunner`) with task batches, repeated assi
 requests, storage answers (found, missing, refused, never), results, tasks waiting in the client and their
 waits ending in any order, races with the pipe, processor deaths, time passing (timeouts, results held for
 company, storage silence), and the scheduler or a stop signal ending the worker. After every step: no task is
-answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), a result
-answers the task's latest attempt, the core's books agree with themselves and with the runner's, the
+answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), no
+result comes after a confirmed cancel, a result answers the task's latest attempt, the core's books agree with
+themselves and with the runner's, a cancel of a task the runner has not started is confirmed at once, the
 scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's view of the
 processor is the processor's own. At the end, everything left is let finish: every
 task assigned has then been answered exactly once, unless the worker left (then it says nothing more,
@@ -58,6 +59,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         self.answered: Dict[bytes, int] = {}
         self.assigned: Set[bytes] = set()
         self.cancels_asked: Set[bytes] = set()
+        self.cancelled: Set[bytes] = set()  # the tasks a confirm said cancelled
         self.waiting_heard: Set[bytes] = set()  # the tasks the scheduler was told wait (WaitingTasks)
 
     # ------------------------------------------------------------------------- the scheduler
@@ -76,6 +78,17 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         )
     )
     def assign(self, specs) -> None:
+        self._assign(specs)
+
+    @rule(count=st.integers(2, 6))
+    def a_run_of_quick_tasks(self, count: int) -> None:
+        """Tasks whose data is at hand behind a running task that ends quickly: the worker sends them ahead."""
+        self._assign([(0, FUNCTION, 0.0, False, False)] * count)
+        self.h.answer_gets()
+        if self.h.current is not None:
+            self.h.tell(self.h.processor_finishes()._replace(seconds=0.001))
+
+    def _assign(self, specs) -> None:
         tasks = []
         for priority, function_id, timeout, with_object, store_result in specs:
             arguments = [m.Argument("", m.ArgumentKind.OBJECT, OBJECT)] if with_object else []
@@ -101,9 +114,28 @@ class WorkerCoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data) -> None:
         known = sorted(self.assigned) + [task_id(10_000)]
-        ids = data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3))
+        self._cancel(data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3)))
+
+    @precondition(lambda self: set(self.h.runner.inbox) - set(self.h.runner.cancelled_tasks))
+    @rule(data=st.data(), with_another=st.booleans())
+    def cancel_sent_ahead(self, data, with_another: bool) -> None:
+        """A cancel of a task sent ahead into the processor's FIFO (and maybe of another the worker holds)."""
+        h = self.h
+        ahead = sorted(set(h.runner.inbox) - set(h.runner.cancelled_tasks))
+        ids = [data.draw(st.sampled_from(ahead))]
+        if with_another and h.core.task_states():
+            ids.append(data.draw(st.sampled_from(sorted(h.core.task_states()))))
+        self._cancel(ids)
+
+    def _cancel(self, ids) -> None:
         self.cancels_asked.update(ids)
-        self.h.handle(FromScheduler(m.TaskCancel(ids)))
+        h = self.h
+        h.handle(FromScheduler(m.TaskCancel(ids)))
+        if h.exit_code is None:
+            # whatever the processor does: a task queued or sent ahead is cancelled at once, a started one by
+            # stopping the processor, a finished one is not cancelled
+            confirms = [c for c in h.to_scheduler if isinstance(c, m.TaskCancelConfirm) and c.task_ids == ids]
+            assert confirms, "the cancel waited for the processor"
 
     @rule(count=st.integers(0, 3))
     def balance(self, count: int) -> None:
@@ -179,6 +211,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         h = self.h
         answered = self.answered
         for result in h.results():
+            assert result.task_id not in self.cancelled, "a result after a confirmed cancel"
             assert result.task_id in self.attempts, "answered twice, or never assigned"
             assert result.attempt == self.attempts.pop(result.task_id), "a result answers the latest attempt"
             answered[result.task_id] = answered.get(result.task_id, 0) + 1
@@ -186,6 +219,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
             for cancelled_id, cancelled in zip(confirm.task_ids, confirm.cancelled, strict=True):
                 if cancelled:
                     assert self.attempts.pop(cancelled_id, None) is not None, "cancelled twice, or answered"
+                    self.cancelled.add(cancelled_id)
                     answered[cancelled_id] = answered.get(cancelled_id, 0) + 1
         for response in h.take(m.BalanceResponse):
             for given in response.task_ids:
@@ -218,14 +252,16 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         if self.batch_seconds == 0:
             assert set(self.attempts) - set(states) <= self.cancels_asked
         held = {tid for tid, state in states.items() if state in _HELD_BY_RUNNER}
-        assert held == set(h.runner.started_tasks) | set(h.runner.inbox)
+        cancelled = set(h.runner.cancelled_tasks)  # still on the processor, their cancel confirmed
+        assert cancelled <= self.cancelled and not cancelled & held
+        assert held == (set(h.runner.started_tasks) | set(h.runner.inbox)) - cancelled
         queued = sum(1 for state in states.values() if state in _QUEUED)
-        assert h.core.queued_count == queued + len(h.runner.inbox)
+        assert h.core.queued_count == queued + len(set(h.runner.inbox) - cancelled)
         # the scheduler knows which of the tasks it holds wait: those take no room there
         waiting = {tid for tid in held if h.runner.state_of(tid) is SentState.WAITING}
         assert self.waiting_heard & set(states) == waiting
         assert h.runner.suspended == len(waiting) and h.runner.running <= 2
-        if not h.hold and not h.pipe:
+        if not h.hold and not h.pipe and not h.notices:
             assert sorted(h.runner.started_tasks) == h.started_ids()
             assert h.runner.inbox == h.fifo_ids()
             assert h.runner.running == (h.current is not None)

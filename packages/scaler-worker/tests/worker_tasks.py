@@ -120,6 +120,12 @@ def wait_in_client(path: str, timeout: Any = None) -> str:
     return future.result(timeout)
 
 
+def block_then_wait_in_client(pid_path: str, release_path: str, path: str) -> str:
+    """`block` until ``release_path`` exists, then `wait_in_client` until ``path`` does."""
+    block(pid_path, release_path)
+    return wait_in_client(path)
+
+
 def wait_in_client_from_a_thread(path: str) -> str:
     """The same wait, in a thread of the task: the processor must not run other tasks there."""
     result: List[Any] = []

@@ -4,17 +4,21 @@ Started by the agent with the multiprocessing "spawn" context, so it inherits
 nothing of the agent's ZeroMQ state. It reads `ProcessorTask`s from its Pipe
 into a local FIFO (the agent sends a few ahead), runs them one at a time in
 its main thread and writes back their `ProcessorResult`s, several in one
-message during a run of quick tasks. It never talks to the scheduler or the
-storage server for the agent: a cancel, a timeout or a crash costs the agent
-only this process, which it replaces.
+message during a run of quick tasks. The results it holds for company while
+the next task runs are sent by a thread of its own, the flusher, should that
+task run past `RESULT_HOLD_LIMIT_SECONDS` (`_send_late`; every send of them,
+the hub's and the flusher's, takes one lock, so they leave in order; the hub
+holds one without it). It never
+talks to the scheduler or the storage server for the agent: a cancel, a
+timeout or a crash costs the agent only this process, which it replaces.
 
 Nested tasks. Each task runs in a greenlet of its own (`greenlet`: stack
 switching in one thread), under the hub (`_Processor.serve`, the main
 greenlet). The processor installs a task context for the Scaler client
 (`scaler.protocol.task_context`): when a task waits there (on `result()` of a
-task it submitted, in `Client.map`, ...), it tells the agent (`TaskWaiting`),
-asks what it waits for to wake the hub once done, and switches back to the
-hub, which runs the next task meanwhile. A task whose wait is over is resumed
+task it submitted, in `Client.map`, ...), it asks what it waits for to wake
+the hub once done, and switches back to the hub, which tells the agent
+(`TaskWaiting`) and runs the next task meanwhile. A task whose wait is over is resumed
 when the hub is free and no task sent ahead is pending, in whatever order the
 waits end; the hub tells the agent (`TaskWaiting(..., False)`). So a waiting
 task holds no slot, costs its greenlet's saved stack and its frames (no
@@ -35,6 +39,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import tracemalloc
@@ -53,6 +58,7 @@ from scaler.protocol.process_control import die_with_parent, reuse_payload_memor
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
+    RESULT_HOLD_LIMIT_SECONDS,
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
     Drop,
@@ -183,8 +189,16 @@ class _Processor:
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
         self._fifo: Deque[_Accepted] = deque()  # tasks sent ahead, not started: they start in order
-        self._out: List[Any] = []  # messages for the agent not sent yet (results held during quick tasks)
+        # messages for the agent not sent yet (results held during quick tasks): only the hub adds to them, without
+        # a lock; whoever sends them (the hub, the flusher thread) takes `_lock` and sends in order (`_send_held`)
+        self._out: List[Any] = []
         self._held_since = 0.0
+        self._lock = threading.Lock()
+        self._flusher_wake = threading.Condition(self._lock)
+        self._flusher: Optional[threading.Thread] = None  # started the first time a task starts with results held
+        self._flusher_idle = True  # it waits without a timeout: a hold must wake it
+        self._held_lately = False  # the hub held results since the flusher last looked
+        self._stopping = False
         self._hub = greenlet.getcurrent()
         self._spare: List[greenlet.greenlet] = []  # greenlets whose task ended, each ready for another
         self._current: Optional[_Started] = None  # the task whose greenlet runs now
@@ -211,19 +225,24 @@ class _Processor:
         fifo = self._fifo
         resumable = self._resumable
         handlers = self._handlers
+        drained = False  # nothing needs reading before the head of the FIFO starts (see processor_protocol)
         while True:
             if not fifo and not resumable:
                 self._flush()
                 if self._waiting:
                     self._idle()
-                    continue
-                try:
-                    message = pipe.receive()
-                except (EOFError, OSError):  # the agent closed the pipe or is gone
-                    return
-                handlers[type(message)](message)
+                else:
+                    try:
+                        message = pipe.receive()
+                    except (EOFError, OSError):  # the agent closed the pipe or is gone
+                        self._stop_flusher()
+                        return
+                    handlers[type(message)](message)
+                drained = bool(fifo) and not fifo[0].task.sent_ahead  # sent as nothing ran: it will not be dropped
                 continue
-            self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
+            if not drained:
+                self._drain()  # a Drop, more tasks, ... that came meanwhile are seen before the next task starts
+            drained = False
             if fifo:
                 accepted = fifo.popleft()
                 started = _Started(accepted.task.task_id, accepted.task.profiling)
@@ -236,17 +255,27 @@ class _Processor:
                 outcome = self._switch_to(started, None)
             else:
                 continue
+            # the Pipe is read before the agent hears that the task ended or waits, and not again before the head of
+            # the FIFO starts: a Dropped for the head comes ahead of that notice, or the head has started
+            self._drain()
+            drained = True
             if outcome is _WAITS:
+                self._send(TaskWaiting(started.task_id, True))
                 continue
             if len(self._spare) < _SPARE_GREENLETS:
                 self._spare.append(started.greenlet)
             _flush_standard_streams()
             now = time.perf_counter()
-            self._emit(outcome, now)
-            # hold the result for company only during a run of quick tasks, and never long
-            if fifo and outcome.seconds < RESULT_HOLD_TASK_SECONDS and now - self._held_since < RESULT_HOLD_SECONDS:
+            # hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
+            # starts now, and should it run long, the flusher sends what is held (`_send_late`)
+            if (
+                fifo
+                and outcome.seconds < RESULT_HOLD_TASK_SECONDS
+                and (not self._out or now - self._held_since < RESULT_HOLD_SECONDS)
+            ):
+                self._hold(outcome, now)
                 continue
-            self._flush()
+            self._send(outcome)
 
     def wait(self, done: Callable[[], bool], timeout: Optional[float], notify: Notify) -> None:
         """The task context's wait hook: switch to the hub until ``done()`` or ``timeout``; the hub runs other
@@ -268,8 +297,7 @@ class _Processor:
         if timeout is not None:
             deadline = time.monotonic() + timeout
             heapq.heappush(self._deadlines, (deadline, next(self._sequence), started.waits, started))
-        self._send(TaskWaiting(started.task_id, True))
-        self._hub.switch(_WAITS)  # back here once the hub resumes it
+        self._hub.switch(_WAITS)  # the hub tells the agent (`TaskWaiting`); back here once the hub resumes it
 
     # ------------------------------------------------------------------------- switching
 
@@ -357,26 +385,85 @@ class _Processor:
         if self._woken or self._deadlines:
             self._collect_wakes()
 
-    def _emit(self, message: Any, now: Optional[float] = None) -> None:
-        """Queue ``message`` for the agent (sent by the next `_flush`)."""
-        if not self._out:
-            self._held_since = time.perf_counter() if now is None else now
-        self._out.append(message)
-
     def _send(self, message: Any) -> None:
         """Send ``message`` now, after anything held."""
-        self._out.append(message)
-        self._flush()
+        with self._lock:
+            self._out.append(message)
+            self._send_held()
 
     def _flush(self) -> None:
+        if self._out:  # only the hub adds to it: found empty, it is
+            with self._lock:
+                self._send_held()
+
+    def _send_held(self) -> None:
+        """Send what is held, in one message (call with `_lock` held: the hub and the flusher send). What the hub
+        adds meanwhile stays for the next send: the copy and the deletion are each one step under the GIL."""
         out = self._out
         if not out:
             return
-        self._out = []
+        taken = out[:]
+        del out[: len(taken)]
         try:
-            self._pipe.send(out[0] if len(out) == 1 else out)
+            self._pipe.send(taken[0] if len(taken) == 1 else taken)
         except (OSError, ValueError):
             _agent_gone()
+
+    def _hold(self, message: Any, now: float) -> None:
+        """Keep ``message`` for the next send (by the hub, or the flusher once it is old), as a task starts."""
+        out = self._out
+        if not out:
+            self._held_since = now
+        out.append(message)
+        self._held_lately = True
+        if self._flusher_idle:  # read after the two writes above: see `_send_late`
+            self._wake_flusher()
+
+    # ------------------------------------------------------------------------- the flusher
+
+    def _wake_flusher(self) -> None:
+        """Results are held as a task starts and the flusher sleeps without a timeout: wake it, or start it the
+        first time."""
+        with self._lock:
+            if not self._flusher_idle:  # it saw the hold before it slept
+                return
+            self._flusher_idle = False
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._send_late, name="scaler-held-results", daemon=True)
+                self._flusher.start()
+            else:
+                self._flusher_wake.notify()
+
+    def _send_late(self) -> None:
+        """The flusher thread: send what the hub holds once the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old
+        (the task that started meanwhile runs long). While the hub holds results now and then it looks every
+        `RESULT_HOLD_LIMIT_SECONDS`, rather than be woken for each hold; once a look finds no hold since the last,
+        it sleeps until the hub wakes it (`_wake_flusher`). The hub holds without the lock: it writes, then reads
+        `_flusher_idle`; the flusher sets it, then reads what the hub wrote, so one of them sees the other."""
+        wake = self._flusher_wake
+        with wake:
+            while not self._stopping:
+                if self._out:
+                    delay = self._held_since + RESULT_HOLD_LIMIT_SECONDS - time.perf_counter()
+                    if delay <= 0:
+                        self._send_held()
+                        continue
+                elif self._held_lately:
+                    delay = RESULT_HOLD_LIMIT_SECONDS
+                else:
+                    self._flusher_idle = True
+                    if self._out or self._held_lately:  # held as it was about to sleep
+                        self._flusher_idle = False
+                    else:
+                        wake.wait()
+                    continue
+                self._held_lately = False
+                wake.wait(delay)
+
+    def _stop_flusher(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._flusher_wake.notify()
 
     def _handle(self, message: Any) -> None:
         self._handlers[type(message)](message)
@@ -396,7 +483,7 @@ class _Processor:
         for position, accepted in enumerate(fifo):
             if accepted.task.task_id == drop.task_id:
                 del fifo[position]
-                self._emit(Dropped(drop.task_id))
+                self._hold(Dropped(drop.task_id), time.perf_counter())  # with the results it comes among
                 return
         # started already (or unknown): its result answers the agent
 

@@ -6,16 +6,27 @@ Tasks. The agent sends tasks as a list of `ProcessorTask`: the processor appends
 starts the head of the FIFO whenever no task runs (before it resumes a waiting task). The agent keeps up to
 `PROCESSOR_PIPELINE_DEPTH` tasks "sent ahead" beyond the one running (while no task waits and the tasks
 finish within `PIPELINE_TASK_SECONDS`, as `ProcessorResult.seconds` tells), so the processor never idles
-while the agent turns a result around, and several tasks travel in one message. Before it starts or resumes
-a task the processor reads whatever is readable on the Pipe without blocking, so a `Drop` or more tasks
-that arrived meanwhile are seen in order. ``Drop(task_id)`` asks to take a task out of the FIFO: the
-processor answers ``Dropped(task_id)``, or nothing if the task has started (its result then comes as usual).
+while the agent turns a result around, and several tasks travel in one message. ``Drop(task_id)`` asks to
+take a task out of the FIFO: the processor answers ``Dropped(task_id)``, or nothing if the task has started
+(its result then comes as usual). The processor reads the Pipe only between tasks: when a task ends or waits
+it reads whatever is readable without blocking (so a `Drop` or more tasks that arrived meanwhile are seen in
+order), then tells the agent (the task's result, or `TaskWaiting`), then starts the head of its FIFO
+without reading again. So a ``Drop`` written while a task ran is answered before the agent hears that the
+task ended or waits. Idle, it reads one message at a time; it reads the rest of what is readable before it
+starts a task ``sent_ahead`` (the agent sent it while it took another for running, so a ``Drop`` of it may
+follow), not before one the agent sent as nothing ran (never dropped). A ``Drop`` that comes once its task
+started (it was written as the processor took the task) is not answered; the agent learns that the task
+started from the processor's next message.
 
 Results. The processor answers each task with its `ProcessorResult`, possibly several in one list. It sends
 at once when its FIFO is empty, or when the task that just finished took longer than
-`RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results until its FIFO is empty or the
-oldest held one is `RESULT_HOLD_SECONDS` old. A held result thus waits for at most one further task, and
-only while the tasks run quickly.
+`RESULT_HOLD_TASK_SECONDS`; otherwise (a run of quick tasks) it holds results, and starts the head of its
+FIFO, until its FIFO is empty or the oldest held one is `RESULT_HOLD_SECONDS` old. Whatever the task started
+meanwhile does (it may run for minutes), a thread of the processor sends what is held once the oldest of it
+is `RESULT_HOLD_LIMIT_SECONDS` old (later only while a task keeps Python's GIL: up to the interpreter's
+switch interval, 5 ms, for Python code, longer in C code that does not release it). So the agent hears that
+the task before ended, and takes the head of its inbox for started, within that bound of its start. A
+``Dropped`` waits with the results it comes among, on the same bound.
 
 Output. A task submitted with ``stream_output`` runs with its ``sys.stdout`` and ``sys.stderr`` captured: what
 it prints travels as lists of `TaskOutputText`, every `task_output.FLUSH_SECONDS` while it runs (from a thread
@@ -59,9 +70,11 @@ OBJECT_CACHE_BYTES = 256 * 1024 * 1024
 PROCESSOR_PIPELINE_DEPTH = 4
 PIPELINE_TASK_SECONDS = 0.1
 # the processor holds a result back (to send it with the next ones) only after a task this quick, and only
-# while the oldest held result is younger than RESULT_HOLD_SECONDS
+# while the oldest held result is younger than RESULT_HOLD_SECONDS; whatever the tasks started meanwhile do, a
+# thread of the processor sends what is held once the oldest of it is RESULT_HOLD_LIMIT_SECONDS old
 RESULT_HOLD_TASK_SECONDS = 0.0002
 RESULT_HOLD_SECONDS = 0.001
+RESULT_HOLD_LIMIT_SECONDS = 0.005
 
 
 class ProcessorTask(NamedTuple):
@@ -77,6 +90,7 @@ class ProcessorTask(NamedTuple):
     arguments: List[Tuple[str, Any, bytes]]
     profiling: bool
     stream_output: bool = False  # capture what it prints and send it as `TaskOutputText` (task_output.py)
+    sent_ahead: bool = False  # sent while another task ran (as the agent saw it): a `Drop` of it may follow
 
 
 class Drop(NamedTuple):

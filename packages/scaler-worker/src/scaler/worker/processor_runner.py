@@ -24,11 +24,16 @@ longer counts against the worker's room) and fills the slot. When its wait is ov
 it and says so (`TaskWaiting(..., False)`, `RunnerOwner.resumed`). Waiting tasks cost no process or thread
 each and resume in any order, so nested tasks cannot deadlock the worker.
 
-Ending tasks: a cancelled task sent ahead is dropped the same way (the core confirms once the processor
-answers: ``Dropped``, or its result if it had started). A started task (running or waiting; cancelled,
-timed out) ends by stopping the processor, which ends every started task (reported `died`, naming what
-happened) and returns the ones sent ahead (they had not started); a new processor takes over. The same when
-the processor dies on its own.
+Ending tasks: a cancel of a task sent ahead is confirmed at once (reported `returned`), without waiting for
+the running one; the task is dropped the same way, kept in the model of the FIFO until the processor
+answers, and nothing more is reported of it. Should it be taken for started (the processor took it before
+it read the Drop: as the Drop was on its way, or while it held the results of quick tasks before it, which
+it sends within `RESULT_HOLD_LIMIT_SECONDS` all the same: `processor_protocol`), the processor is stopped
+once that message is read, and its result, if the message brought it, dropped: it never delivers a result,
+and runs at most about that long after its cancel was confirmed.
+A started task (running or waiting; cancelled, timed out) ends by stopping the processor, which ends every
+started task (reported `died`, naming what happened) and returns the ones sent ahead (they had not
+started); a new processor takes over. The same when the processor dies on its own.
 
 Each task's life here is one table (`processor_lifecycle`); a message from the processor the table has no
 transition for (a bug of the processor, or of this model) is logged with the task's recent events and dropped.
@@ -104,7 +109,13 @@ _TERMINAL = PROCESSOR_TASK_LIFECYCLE.terminal
 _HISTORY_LENGTH = 8
 _SENT = SentState.SENT
 _RECALLING = SentState.RECALLING
-_STARTED = frozenset((SentState.RUNNING, SentState.STARTED_DROPPING, SentState.WAITING))
+_DROPPING = SentState.DROPPING
+_WAITING = SentState.WAITING
+_FINISHED = SentState.FINISHED
+_DIED = SentState.DIED
+_STOPPING = SentState.STOPPING
+_STARTED = frozenset((SentState.RUNNING, SentState.STARTED_DROPPING, SentState.STOPPING, SentState.WAITING))
+_CANCELLED = frozenset((SentState.DROPPING, SentState.STOPPING))  # still on the processor, cancel confirmed
 
 
 class _Sent:
@@ -134,9 +145,10 @@ class ProcessorRunner:
         self._running: List[_Sent] = []  # the tasks running on the processor (not waiting)
         self._waiting = 0  # the tasks waiting on the processor
         self._inbox: List[_Sent] = []  # the tasks sent ahead to the processor, not started, in its FIFO order
-        self._returning: List[bytes] = []  # taken back by the message being read
+        self._dropping = 0  # of them, those whose cancel was confirmed (DROPPING)
+        self._returning: List[bytes] = []  # to report returned once the event is handled (taken back, cancelled)
         self._drops: List[Drop] = []
-        self._to_stop: List[_Sent] = []  # started tasks cancelled: the processor is stopped
+        self._to_stop: List[_Sent] = []  # cancelled and started: the processor is stopped once the event is handled
         # mirrors of the processor's caches (same capacity, same get/put sequence)
         self._functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
         self._serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
@@ -154,9 +166,10 @@ class ProcessorRunner:
         A = SentAction
         self._actions: Dict[SentAction, Callable[[_Sent, RunnerOwner, List[Any]], None]] = {
             A.SEND_DROP: self._send_drop,
-            A.STOP_PROCESSOR: self._collect_to_stop,
+            A.REPORT_RETURNED: self._report_returned,
             A.LEAVE_INBOX: self._leave_inbox,
-            A.LEAVE_RUNNING: self._leave_running,
+            A.LEAVE_RUNNING: self._leave,
+            A.STOP_PROCESSOR: self._collect_to_stop,
         }
 
     # ------------------------------------------------------------------------- TaskRunner
@@ -179,7 +192,7 @@ class ProcessorRunner:
         if not running and not inbox:
             ready = owner.next_ready(self._waiting > 0)
             if ready is not None:
-                batch = [self._to_processor(ready)]
+                batch = [self._to_processor(ready, False)]
                 self._run(owner, ready)
         if len(running) == 1 and not self._waiting and self._quick:
             depth = self._pipeline_depth
@@ -190,7 +203,7 @@ class ProcessorRunner:
                         break
                     if batch is None:
                         batch = []
-                    batch.append(self._to_processor(ready))
+                    batch.append(self._to_processor(ready, True))
                     task = ready.task
                     sent = _Sent(task.task_id, task.priority, SentState.SENT)
                     self._tasks[task.task_id] = sent
@@ -199,18 +212,17 @@ class ProcessorRunner:
             out.append(SendToProcessor(self._processor_id, batch))
 
     def cancel(self, owner: RunnerOwner, task_ids: Sequence[bytes], out: List[Any]) -> None:
-        """A task sent ahead is dropped (answered by the processor); a started one by stopping the processor."""
+        """A task sent ahead is cancelled at once and dropped from the processor's FIFO; a started one by
+        stopping the processor."""
         tasks = self._tasks
         for task_id in task_ids:
             sent = tasks.get(task_id)
             if sent is not None:
                 self._step(sent, SentEvent.CANCEL, owner, out)
-        to_stop, self._to_stop = self._to_stop, []
+        self._stop_for_cancels(owner, out)
+        self._end_returning(owner)
         drops, self._drops = self._drops, []
-        if to_stop:
-            named = ", ".join(sorted({sent.task_id.hex() for sent in to_stop}))
-            self._stop(owner, f"its processor was stopped to cancel task {named}", out)
-        elif drops:
+        if drops:
             out.append(SendToProcessor(self._processor_id, drops))
 
     def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
@@ -236,7 +248,8 @@ class ProcessorRunner:
 
     @property
     def unstarted(self) -> int:
-        return len(self._inbox)
+        """The tasks sent ahead, but those whose cancel was confirmed."""
+        return len(self._inbox) - self._dropping
 
     @property
     def running(self) -> int:
@@ -264,6 +277,12 @@ class ProcessorRunner:
         """The IDs of the tasks sent ahead to the processor, not started, in the order they will run."""
         return [sent.task_id for sent in self._inbox]
 
+    @property
+    def cancelled_tasks(self) -> List[bytes]:
+        """The IDs of the tasks still on the processor (sent ahead, or started after all) whose cancel was
+        confirmed."""
+        return [sent.task_id for sent in self._tasks.values() if sent.state in _CANCELLED]
+
     def state_of(self, task_id: bytes) -> Optional[SentState]:
         sent = self._tasks.get(task_id)
         return sent.state if sent is not None else None
@@ -282,9 +301,8 @@ class ProcessorRunner:
                 handlers[type(each)](owner, each, out)
         else:
             handlers[type(message)](owner, message, out)
-        if self._returning:  # the tasks taken back together go back together, in their order
-            returning, self._returning = self._returning, []
-            owner.returned(returning)
+        self._end_returning(owner)  # the tasks taken back together go back together, in their order
+        self._stop_for_cancels(owner, out)  # a cancelled task started, and it did not end in this message
 
     def _on_ended(self, owner: RunnerOwner, ended: ProcessorEnded, out: List[Any]) -> None:
         """The results it wrote before it ended count; every task started there and not ended died with it."""
@@ -309,6 +327,9 @@ class ProcessorRunner:
         if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
         self._leave(sent, owner, out)
+        if sent.state is not _FINISHED:  # its cancel was confirmed: it delivers nothing
+            logger.debug(f"Worker: dropped result of task {result.task_id.hex()}: cancelled")
+            return
         owner.finished(
             result.task_id,
             result.status,
@@ -330,7 +351,8 @@ class ProcessorRunner:
                 return
             self._waiting += 1
             self._leave(sent, owner, out)
-            owner.waiting(sent.task_id)
+            if sent.state is _WAITING:  # (not a task whose cancel was confirmed)
+                owner.waiting(sent.task_id)
             return
         if sent is None or not self._step(sent, SentEvent.RESUME, owner, out):
             logger.warning(f"Worker: dropped resume notice of task {notice.task_id.hex()}: not waiting")
@@ -340,7 +362,8 @@ class ProcessorRunner:
         owner.resumed(sent.task_id)
 
     def _on_dropped(self, owner: RunnerOwner, notice: Dropped, out: List[Any]) -> None:
-        """A task sent ahead was taken out of the processor's FIFO unstarted: it goes back to the core."""
+        """A task sent ahead was taken out of the processor's FIFO unstarted: it goes back to the core, unless its
+        cancel was confirmed."""
         sent = self._tasks.get(notice.task_id)
         if sent is None:
             logger.warning(f"Worker: dropped Dropped notice of task {notice.task_id.hex()}: not known here")
@@ -363,7 +386,11 @@ class ProcessorRunner:
         history.append(event)
         if len(history) > _HISTORY_LENGTH:
             del history[0]
+        if sent.state is _DROPPING:
+            self._dropping -= 1
         sent.state = transition.next_state
+        if sent.state is _DROPPING:  # (only a task in the inbox is)
+            self._dropping += 1
         for action in transition.actions:
             self._actions[action](sent, owner, out)
         if sent.state in _TERMINAL:
@@ -373,17 +400,27 @@ class ProcessorRunner:
     def _send_drop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
         self._drops.append(Drop(sent.task_id))
 
-    def _collect_to_stop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
-        self._to_stop.append(sent)
+    def _report_returned(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        self._returning.append(sent.task_id)
 
     def _leave_inbox(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
         self._inbox.remove(sent)
-        self._returning.append(sent.task_id)
 
-    def _leave_running(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
-        """It was taken for started when the processor was free; the one after it in the FIFO is."""
-        self._returning.append(sent.task_id)
-        self._leave(sent, owner, out)
+    def _collect_to_stop(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
+        self._to_stop.append(sent)
+
+    def _end_returning(self, owner: RunnerOwner) -> None:
+        """Report the tasks the event returned, together and in their order."""
+        if self._returning:
+            returning, self._returning = self._returning, []
+            owner.returned(returning)
+
+    def _stop_for_cancels(self, owner: RunnerOwner, out: List[Any]) -> None:
+        """Stop the processor if a task it is to be stopped for is still there (cancelled, and started)."""
+        to_stop, self._to_stop = self._to_stop, []
+        named = ", ".join(sorted({sent.task_id.hex() for sent in to_stop if sent.state not in _TERMINAL}))
+        if named:
+            self._stop(owner, f"its processor was stopped to cancel task {named}", out)
 
     def _leave(self, sent: _Sent, owner: RunnerOwner, out: List[Any]) -> None:
         """``sent`` no longer runs (ended, waits, or never started): when none runs, the processor starts the
@@ -412,11 +449,13 @@ class ProcessorRunner:
         sent = self._inbox.pop(0)
         self._step(sent, SentEvent.START, owner, out)
         self._running.append(sent)
-        owner.started(sent.task_id)
+        if sent.state is not _STOPPING:  # (a task whose cancel was confirmed is the core's no more)
+            owner.started(sent.task_id)
 
     def _stop(self, owner: RunnerOwner, reason: str, out: List[Any], running_reason: str = "") -> None:
         """Replace the processor: every task started there died (the running ones of ``running_reason`` if
-        given, the others of ``reason``); the tasks sent ahead had not started: they are returned."""
+        given, the others of ``reason``); the tasks sent ahead had not started: they are returned. Nothing is
+        reported of those whose cancel was confirmed."""
         inbox, self._inbox = self._inbox, []
         running, self._running = self._running, []
         started = [sent for sent in self._tasks.values() if sent.state in _STARTED]
@@ -428,10 +467,10 @@ class ProcessorRunner:
         for sent in started:
             self._step(sent, SentEvent.STOP, owner, out)
         self._new_processor(out)
-        if inbox:
-            owner.returned([sent.task_id for sent in inbox])
+        self._end_returning(owner)
         for sent in started:
-            owner.died(sent.task_id, running_reason if running_reason and sent in running else reason)
+            if sent.state is _DIED:
+                owner.died(sent.task_id, running_reason if running_reason and sent in running else reason)
 
     def _new_processor(self, out: List[Any]) -> None:
         self._processor_id = next(self._processor_ids)
@@ -440,7 +479,7 @@ class ProcessorRunner:
         self._objects.clear()
         out.append(StartProcessor(self._processor_id))
 
-    def _to_processor(self, ready: ReadyTask) -> ProcessorTask:
+    def _to_processor(self, ready: ReadyTask, sent_ahead: bool) -> ProcessorTask:
         """What the processor gets for ``ready``: the same get/put sequence on the cache mirrors as the
         processor applies to its own caches when it reads the task."""
         task = ready.task
@@ -467,7 +506,7 @@ class ProcessorRunner:
             arguments = sent_arguments
         return ProcessorTask(
             task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
-            task.stream_output,
+            task.stream_output, sent_ahead,
         )  # fmt: skip
 
 
