@@ -164,12 +164,16 @@ class _Reader:
     def close(self) -> None:
         if self._closed is None:
             self._closed = "closed here"
-            if self._loop is not None:
-                try:
-                    self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
-                except (zmq.ZMQError, OSError, ValueError, RuntimeError):  # the loop or socket is closed already
-                    pass
+        self._unwatch()
         self._wake()
+
+    def _unwatch(self) -> None:
+        loop, self._loop = self._loop, None  # (next() raises once it is closed: it never watches again)
+        if loop is not None:
+            try:
+                loop.remove_reader(self._socket.getsockopt(zmq.FD))
+            except (zmq.ZMQError, OSError, ValueError, RuntimeError):  # the loop or the socket is closed already
+                pass
 
     def _read(self) -> None:
         if self._closed is not None:
@@ -185,6 +189,7 @@ class _Reader:
                 self._loop.call_soon(self._read)
         except zmq.ZMQError as error:  # its context ended
             self._closed = str(error)
+            self._unwatch()
         if frames or self._closed is not None:
             self._wake()
 
