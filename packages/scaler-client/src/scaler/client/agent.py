@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import zmq
 
@@ -214,7 +214,7 @@ class ClientAgent:
             poller.register(wake, zmq.POLLIN)
             while True:
                 if wake in ready:
-                    while _recv_nowait(wake) is not None:
+                    for _ in _received(wake):
                         pass
                     with self._lock:
                         self._wake_pending = False
@@ -224,10 +224,8 @@ class ClientAgent:
                 for peer, from_storage in ((scheduler, False), (self._storage, True)):
                     if peer is None or peer not in ready:
                         continue
-                    for _ in range(_MAX_MESSAGES_PER_SOCKET):
-                        frames = _recv_nowait(peer, copy=not from_storage)  # large results: read where they arrived
-                        if frames is None:
-                            break
+                    # large results: read where they arrived
+                    for frames in _received(peer, copy=not from_storage, limit=_MAX_MESSAGES_PER_SOCKET):
                         try:
                             message, blobs = codec.decode(frames)
                         except ProtocolError as error:
@@ -239,7 +237,7 @@ class ClientAgent:
                             turn.append(FromScheduler(message))
                 for monitor, (watch, to_storage) in watches.items():
                     if monitor in ready:
-                        while (frames := _recv_nowait(monitor)) is not None:
+                        for frames in _received(monitor):
                             change = watch.change(frames)
                             if change is None:
                                 continue
@@ -368,11 +366,18 @@ def _fresh(error: Exception) -> Exception:
         return error
 
 
-def _recv_nowait(sock: zmq.Socket, copy: bool = True) -> Optional[List[Any]]:
+def _received(sock: zmq.Socket, copy: bool = True, limit: int = 0) -> Iterator[List[Any]]:
+    """The messages waiting on ``sock`` (at most ``limit``, if given). After each, ZMQ_EVENTS says whether more
+    wait (~1 µs): cheaper than reading until a read fails (pyzmq raises zmq.Again, ~3 µs, in every turn)."""
+    count = 0
     try:
-        return sock.recv_multipart(zmq.NOBLOCK, copy=copy)
-    except zmq.Again:
-        return None
+        while True:
+            yield sock.recv_multipart(zmq.NOBLOCK, copy=copy)
+            count += 1
+            if count == limit or not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+                return
+    except zmq.Again:  # woken with nothing to read
+        return
 
 
 class _ProcessUsage:

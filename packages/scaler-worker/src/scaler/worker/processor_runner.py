@@ -196,7 +196,7 @@ class ProcessorRunner:
                 self._run(owner, ready)
         if len(running) == 1 and not self._waiting and self._quick:
             depth = self._pipeline_depth
-            if len(inbox) < depth and not any(sent.state is _RECALLING for sent in inbox):
+            if len(inbox) < depth and not (inbox and any(sent.state is _RECALLING for sent in inbox)):
                 while len(inbox) < depth:
                     ready = owner.next_ready(False)
                     if ready is None:

@@ -23,6 +23,8 @@ from scaler.worker.worker_events import SendToScheduler
 RESULT_BATCH_SECONDS = 0.005
 RESULT_BATCH_SIZE = 256
 
+_STATUSES = {status.value: status for status in m.TaskStatus}  # faster than m.TaskStatus(value)
+
 
 class SchedulerAnswers:
     def __init__(self, batch_seconds: float = RESULT_BATCH_SECONDS) -> None:
@@ -42,7 +44,7 @@ class SchedulerAnswers:
         kind = m.PayloadKind.INLINE if payload else m.PayloadKind.NONE
         profiled = m.Profiling(*profiling) if profiling else m.Profiling()
         self._results.append(
-            m.TaskResult(task.task_id, task.attempt, m.TaskStatus(status), kind, payload, error_text, profiled)
+            m.TaskResult(task.task_id, task.attempt, _STATUSES[status], kind, payload, error_text, profiled)
         )
 
     def send_stored(self, entry: TaskEntry, detail: Detail) -> None:

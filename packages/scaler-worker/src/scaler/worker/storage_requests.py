@@ -194,8 +194,11 @@ class StorageRequests:
     @property
     def oldest_request(self) -> float:
         """When the oldest request still unanswered was sent (inf: none is)."""
+        gets, puts = self._gets, self._puts
+        if not gets and not puts:
+            return math.inf
         oldest = math.inf
-        for requests in (self._gets, self._puts):
+        for requests in (gets, puts):
             if requests:
                 oldest = min(oldest, next(iter(requests.values()))[1])  # they are kept in the order sent
         return oldest

@@ -177,7 +177,12 @@ class WorkerCore:
             if answers.pending or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
-            when = min(self._session.wake_time, answers.send_by, storage.oldest_request + self._storage_limit)
+            when = self._session.wake_time
+            if answers.send_by < when:
+                when = answers.send_by
+            oldest = storage.oldest_request
+            if oldest < when:  # (math.inf while no request waits: the usual case, told without more)
+                when = min(when, oldest + self._storage_limit)
             if self._deadlines and self._deadlines[0][0] < when:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
