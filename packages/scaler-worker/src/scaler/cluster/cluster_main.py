@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from scaler.protocol.command_line import add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, positive_int
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import security_from_arguments
 from scaler.worker import add_worker_arguments
@@ -19,16 +19,6 @@ def _default_workers() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-def _worker_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scaler_cluster",
@@ -37,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--num-of-workers",
         "-n",
-        type=_worker_count,
+        type=positive_int,
         default=_default_workers(),
         metavar="N",
         help=f"number of workers (default: number of CPUs - 1, here {_default_workers()})",
