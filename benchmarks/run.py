@@ -577,9 +577,10 @@ reach the targets of issue 3, is in [performance.md](performance.md).
 - {machine["cpu_model"]}, {machine["cores"]} cores, {machine["memory_gib"]} GiB of memory, {machine["os"]}
 - Python {machine["python"]}; {versions}
 - {machine["date"]}; {OURS} built from {source}; mode `{data["mode"]}`, {data["repetitions"]} repetitions,
-  run time limit {data["timeout_seconds"]:g} s; load average {machine["load_average_at_start"]} at the start.
+  run time limit {data["timeout_seconds"]:g} s; load average {machine["load_average_at_start"]} at the start{_load_range(data)}.
 - The 2 cores are shared with other people's work, so every number carries their noise; the engines are
-  interleaved (round robin, order rotated each repetition) so that noise hits all of them alike.
+  interleaved (round robin, order rotated each repetition) so that noise hits all of them alike: compare
+  engines within this page (the ratios), not with a page from a quieter run.
 
 ## Results
 
@@ -631,6 +632,16 @@ table, chart and page from the JSON. Logs of the last run of each engine and wor
     kept = simulator.kept_section(DOC)  # written by --simulator, kept as it is
     DOC.write_text(text + ("\n" + kept if kept else ""))
 
+
+
+def _load_range(data: Dict[str, Any]) -> str:
+    """The load averages read before and after each run, as words for the page ("" if none were read)."""
+    loads = sorted(
+        load for run in data["runs"] for load in (run.get("load_before"), run.get("load_after")) if load is not None
+    )
+    if not loads:
+        return ""
+    return f", {loads[0]:g}–{loads[-1]:g} around the runs (median {statistics.median(loads):g})"
 
 WORKLOAD_DESCRIPTIONS = {
     "map_noop": "the engine's batch call over N no-op tasks: `client.map(fn, [(i,) ...])` here, `client.map` + "
