@@ -133,10 +133,10 @@ FAULTS = [
             ),
             (
                 f"{SCHEDULER}/graph_tasks.py",
-                "                needed = graph.results[graph.positions[argument.data]]\n",
-                "                needed = graph.results.get(graph.positions[argument.data])\n"
-                "                if needed is None:\n"
-                "                    continue\n",
+                "            needed = graph.results[graph.positions[needed_id]]\n",
+                "            needed = graph.results.get(graph.positions[needed_id])\n"
+                "            if needed is None:\n"
+                "                continue\n",
             ),
         ],
         [
