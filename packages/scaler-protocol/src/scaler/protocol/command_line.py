@@ -58,41 +58,36 @@ def add_common_arguments(parser: argparse.ArgumentParser, event_loop: bool = Tru
 # argparse types of numbers, for every program's options
 
 
-def positive_int(text: str) -> int:
+def _read_number(text: str, kind: Callable[[str], Any], what: str) -> Any:
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _read_number(text, int, "an integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _read_number(text, int, "an integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _read_number(text, float, "a number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _read_number(text, float, "a number")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
