@@ -43,6 +43,7 @@ FROZEN = {
     "1.4": "ed2cd03bbfbc75b7582a61e11fb6fa9286331145d11e981dd4b1f6b72d5732a2",
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
+    "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -75,6 +76,7 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerManagerCommand, "desired_groups"),
         (m.WorkerManagerCommand, "stop_groups"),
     ],
+    "1.7": [(m.GraphTask, "more")],
 }
 
 
@@ -172,7 +174,7 @@ GOLDEN = [
     ),
     m.TaskCancel(task_ids=[_TASK_ID, _OTHER_TASK_ID]),
     m.TaskCancelConfirm(task_ids=[_TASK_ID, _OTHER_TASK_ID], cancelled=[True, False]),
-    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID]),
+    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID], more=True),
     m.ObjectRequest(
         request_id=2**40 + 5,
         kind=m.ObjectRequestKind.PUT,

@@ -60,19 +60,37 @@ def _random_dag(size: int, edge_count: int, seed: int) -> Tuple[List[int], List[
     density=st.floats(0.0, 4.0),
     seed=st.integers(0, 10**6),
     batch_sizes=st.lists(st.sampled_from([1, 2, 5, 64, 100]), min_size=1, max_size=8),
+    cut=st.floats(0.0, 1.0),
 )
-def test_graphblas_and_python_indexes_give_identical_answers(size, density, seed, batch_sizes):
+def test_graphblas_and_python_indexes_give_identical_answers(size, density, seed, batch_sizes, cut):
+    """Built whole, or in two parts with completions in between (an open index, then closed)."""
     sources, targets = _random_dag(size, int(size * density), seed)
-    python, graphblas = PythonGraphIndex(size, sources, targets), GraphBLASGraphIndex(size, sources, targets)
+    first = int(size * cut)  # nodes of the first part; the edges into the rest come with the second
+    parts = first < size
+    head = [k for k, b in enumerate(targets) if b < first] if parts else list(range(len(targets)))
+    python = PythonGraphIndex(first if parts else size, [sources[k] for k in head], [targets[k] for k in head], parts)
+    graphblas = GraphBLASGraphIndex(
+        first if parts else size, [sources[k] for k in head], [targets[k] for k in head], parts
+    )
+    order = list(range(first)) if parts else list(range(size))
+    random.Random(seed + 1).shuffle(order)
+    if parts:
+        early = order[: len(order) // 2]  # finished before the second part arrives
+        assert python.finish(early) == graphblas.finish(early)
+        tail = [k for k, b in enumerate(targets) if b >= first]
+        rest_sources, rest_targets = [sources[k] for k in tail], [targets[k] for k in tail]
+        assert python.extend(size - first, rest_sources, rest_targets) == graphblas.extend(
+            size - first, rest_sources, rest_targets
+        )
+        assert python.close() == graphblas.close()
+        order = order[len(order) // 2 :] + list(range(first, size))
     assert python.roots() == graphblas.roots()
     assert python.dependant_counts() == graphblas.dependant_counts()
     starts = random.Random(seed).sample(range(size), min(3, size))
     assert python.descendants(starts) == graphblas.descendants(starts)
-    order = list(range(size))
-    random.Random(seed + 1).shuffle(order)
     position = 0
     for batch in batch_sizes * size:
-        if position >= size:
+        if position >= len(order):
             break
         nodes = order[position : position + batch]
         position += batch
@@ -80,6 +98,15 @@ def test_graphblas_and_python_indexes_give_identical_answers(size, density, seed
     assert [python.unfinished_dependants(i) for i in range(size)] == [
         graphblas.unfinished_dependants(i) for i in range(size)
     ]
+
+
+def test_an_open_index_frees_nothing_until_closed():
+    index = PythonGraphIndex(2, [0], [1], open=True)  # 0 -> 1
+    assert index.finish([0]) == ([1], [])
+    assert index.extend(2, [0, 2], [2, 3]) == [2]  # 0 finished already: 2 is ready; 3 waits for 2
+    assert index.finish([1, 2]) == ([3], [])  # 0 is needed by nobody unfinished, but more may come
+    assert index.close() == [0, 1]  # finished, and nothing needs them
+    assert index.unfinished_dependants(2) == 1 and index.finish([3]) == ([], [2])
 
 
 @pytest.mark.parametrize("index_type", INDEXES)
@@ -122,9 +149,10 @@ def oid(n: int) -> bytes:
     return b"result-" + n.to_bytes(9, "big")
 
 
-def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g1") -> m.GraphTask:
-    """The graph as the scheduler's shell reads it (`codec.decode_routed`: each node a `codec.RoutedTask`)."""
-    message = m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets])
+def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g1", more: bool = False) -> m.GraphTask:
+    """The graph (or a part of it, ``more``) as the scheduler's shell reads it (`codec.decode_routed`: each node a
+    `codec.RoutedTask`)."""
+    message = m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets], more=more)
     return codec.decode_routed(codec.encode(message))[0]
 
 
@@ -378,6 +406,83 @@ def test_results_of_another_clients_tasks_are_not_taken(sorter):
     assert list(to_client(effects, OTHER_CLIENT)) == [50] and to_client(effects) == {}
 
 
+# ----------------------------------------------------------------------------- graphs sent in parts
+
+
+def test_a_graph_in_parts_runs_before_its_last_part_and_frees_nothing_until_then(sorter):
+    core = core_with(sorter)
+    effects = core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[], more=True)), 0.5)
+    assert list(assigned(effects)) == [1]
+    effects = report(core, success(1))
+    assert list(assigned(effects)) == [2]
+    effects = report(core, success(2))
+    assert deleted(effects) == [] and to_client(effects) == {}  # a later part may still need 1 and 2
+    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1), node(4, 2, 3)], targets=[4, 2])), 0.6)
+    (third,) = assigned(effects).values()
+    assert third.arguments[0] == m.Argument("", m.ArgumentKind.OBJECT, oid(1))
+    effects = report(core, success(3))
+    assert deleted(effects) == [oid(1)]
+    assert [a.data for a in assigned(effects)[4].arguments[:2]] == [oid(2), oid(3)]
+    effects = report(core, success(4, stored=False))
+    assert sorted(to_client(effects)) == [2, 4] and to_client(effects)[2].payload == oid(2)  # 2: named later
+    assert deleted(effects) == [oid(3)]
+    assert not core.graphs.active and core.task_count == 0
+
+
+def test_a_failure_reaches_the_nodes_and_targets_of_later_parts(sorter):
+    core = core_with(sorter)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[], more=True)), 0.5)
+    assert to_client(report(core, failure(1, b"boom"))) == {}  # no target yet
+    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1), node(4, 3), node(5, 2)], targets=[], more=True)), 0.6)
+    assert assigned(effects) == {}  # 3 and 4 fail with 1; 5 waits for 2
+    effects = core.handle(FromPeer(CLIENT, graph([node(6, 4, 5)], targets=[1, 4, 6])), 0.7)
+    results = to_client(effects)
+    assert sorted(results) == [1, 4, 6]
+    assert all(r.status == m.TaskStatus.FAILED and r.payload == b"boom" for r in results.values())
+    (cancel,) = messages(effects, WORKER, m.TaskCancel)  # nothing wanted needs 2 any more
+    assert cancel.task_ids == [tid(2)]
+    core.handle(FromPeer(WORKER, m.TaskCancelConfirm([tid(2)], [True])), 1.0)
+    assert not core.graphs.active and core.task_count == 0
+
+
+@pytest.mark.parametrize(
+    "part, problem",
+    [
+        ([node(3, 9)], "not in the graph"),
+        ([node(1)], "already known"),
+        ([node(3, 3)], "its own result"),
+    ],
+)
+def test_a_wrong_later_part_rejects_the_whole_graph(sorter, part, problem):
+    core = core_with(sorter)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2], more=True)), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph(part, targets=[1])), 0.6)
+    results = to_client(effects)
+    assert sorted(results) == [2]  # the target named so far; 1, named again, was never wanted
+    assert results[2].status == m.TaskStatus.REJECTED and problem in results[2].error_text
+    assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(1)])]
+    assert core.graphs.graph_count == 0
+
+
+def test_a_part_of_another_clients_graph_is_refused(sorter):
+    core = core_with(sorter)
+    core.handle(FromPeer(OTHER_CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host")), 0.0)
+    core.handle(FromPeer(CLIENT, graph([node(1)], targets=[], more=True)), 0.5)
+    effects = core.handle(FromPeer(OTHER_CLIENT, graph([node(2)], targets=[2])), 0.6)
+    assert "a graph with that ID is running" in to_client(effects, OTHER_CLIENT)[2].error_text
+    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1)], targets=[3])), 0.7)
+    assert to_client(effects) == {} and core.graphs.node_count == 2  # the owner's graph goes on
+
+
+def test_a_client_leaving_mid_graph_takes_its_open_graph(sorter):
+    core = core_with(sorter)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[], more=True)), 0.5)
+    report(core, success(1))
+    effects = core.handle(FromPeer(CLIENT, m.DisconnectRequest("bye")), 1.0)
+    assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(2)])]
+    assert not core.graphs.active
+
+
 def _run(core: SchedulerCore, effects, limit: int = 10**7) -> Tuple[Dict[int, m.TaskResult], int]:
     """Play the worker until nothing is left: answer each assigned task, a batch at a time."""
     delivered: Dict[int, m.TaskResult] = {}
@@ -443,17 +548,22 @@ def _graph_runs(draw):
     edges = draw(st.sets(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)), max_size=size * 2))
     edges = {(a, b) for a, b in edges if a < b}
     targets = draw(st.lists(st.integers(0, size - 1), min_size=1, max_size=size, unique=True))
-    actions = draw(st.lists(st.tuples(st.sampled_from("ssssfcdw"), st.integers(0, 10**6)), max_size=60))
+    actions = draw(st.lists(st.tuples(st.sampled_from("ssssfcdwp"), st.integers(0, 10**6)), max_size=60))
     inline_bytes = draw(st.sampled_from([0, 20, 10**6]))
-    return size, edges, targets, actions, inline_bytes
+    # sent in parts: where the nodes are cut (in index order, so every edge points to this part or an earlier
+    # one), and in which part each target is named (its own or a later one)
+    cuts = sorted(draw(st.sets(st.integers(1, size - 1), max_size=3))) if size > 1 else []
+    later = draw(st.lists(st.integers(0, 3), min_size=len(targets), max_size=len(targets)))
+    return size, edges, targets, actions, inline_bytes, cuts, later
 
 
 @settings(max_examples=150, deadline=None)
 @given(run=_graph_runs(), sorter=st.sampled_from(["python", "graphblas"] if graphblas_available() else ["python"]))
 def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sorter):
-    """Results (stored or inline), failures, cancels, confirms and worker loss in random order: every target
-    gets exactly one answer, every stored result is delivered or deleted, and no state is left."""
-    size, edges, targets, actions, inline_bytes = run
+    """Results (stored or inline), failures, cancels, confirms, worker loss and the arrival of the graph's parts
+    in random order: every target gets exactly one answer, every stored result is delivered or deleted, and no
+    state is left."""
+    size, edges, targets, actions, inline_bytes, cuts, later = run
     core = core_with(sorter, inline_bytes=inline_bytes)
     tasks = [node(i, *sorted(a for a, b in edges if b == i)) for i in range(size)]
     held: Dict[bytes, m.Task] = {}  # at the worker
@@ -493,9 +603,25 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
             absorb(report(core, m.TaskResult(task.task_id, task.attempt, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE,
                                              b"v")))  # fmt: skip
 
-    absorb(core.handle(FromPeer(CLIENT, graph(tasks, targets)), 0.5))
+    bounds = [0, *cuts, size]
+    parts = [tasks[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    part_of = [next(k for k in range(len(parts)) if n < bounds[k + 1]) for n in range(size)]
+    named: List[List[int]] = [[] for _ in parts]
+    for target, delay in zip(targets, later, strict=True):
+        named[min(len(parts) - 1, part_of[target] + delay)].append(target)
+    sent = 0
+
+    def send_part() -> None:
+        nonlocal sent
+        more = sent < len(parts) - 1
+        absorb(core.handle(FromPeer(CLIENT, graph(parts[sent], named[sent], more=more)), 0.5))
+        sent += 1
+
+    send_part()
     for kind, pick in actions:
-        if kind in "sf" and held:
+        if kind == "p" and sent < len(parts):
+            send_part()
+        elif kind in "sf" and held:
             answer(list(held.values())[pick % len(held)], kind, pick)
         elif kind == "c":
             absorb(core.handle(FromPeer(CLIENT, m.TaskCancel([tid(targets[pick % len(targets)])])), 1.0))
@@ -509,6 +635,8 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
             absorb(core.handle(FromPeer(WORKER, m.DisconnectRequest("bye")), 1.0))
             hello = m.Hello(m.Version(1, 0), m.PeerRole.WORKER, 2, "host", m.WorkerInfo(1, 1000))
             absorb(core.handle(FromPeer(WORKER, hello), 1.0))
+    while sent < len(parts):
+        send_part()
     for _ in range(10 * size + 10):  # then the worker does its work until nothing is left
         if cancels:
             task_id = cancels.pop()

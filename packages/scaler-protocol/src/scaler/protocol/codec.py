@@ -222,7 +222,7 @@ def _decode(frames: Sequence[Any], routed: bool) -> Tuple[Any, List[Any]]:
             graph = reader.graphTask
             received = _Received(segments, limit, "graphTask", "tasks", graph.tasks)
             tasks: List[Any] = [RoutedTask(received, i, item) for i, item in enumerate(received.items)]
-            message = messages.GraphTask(graph.graphId, tasks, list(graph.targets))
+            message = messages.GraphTask(graph.graphId, tasks, list(graph.targets), graph.more)
         elif routed and which == "taskResultBatch":
             received = _Received(segments, limit, "taskResultBatch", "results", reader.taskResultBatch.results)
             results: List[Any] = [RoutedResult(received, i, item) for i, item in enumerate(received.items)]

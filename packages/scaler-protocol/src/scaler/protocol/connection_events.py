@@ -39,7 +39,6 @@ DOWN = "down"
 REFUSED = "refused"
 
 
-
 def closed_in_handshake(address: str, wanted: str) -> str:
     """The error of a connection to ``address`` that closed during its handshake without saying why (`REFUSED`
     with no `ConnectionWatch.refusal`): not ``wanted`` (e.g. "a scheduler"), or a server with keys (see above)."""

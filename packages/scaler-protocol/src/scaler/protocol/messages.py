@@ -232,6 +232,7 @@ class GraphTask:
     graph_id: bytes = b""
     tasks: List[Task] = field(default_factory=list)
     targets: List[bytes] = field(default_factory=list)
+    more: bool = False  # further parts of this graph follow (protocol 1.7)
 
 
 @dataclass(slots=True)

@@ -18,7 +18,8 @@ from scaler.protocol.messages import Version
 #      heldTasks, heldDigest, heldTaskIds, WorkerHeartbeatEcho.sendTaskIds
 # 1.6: worker managers: WorkerInfo.groupId, WorkerManagerHeartbeat's groups and limits, WorkerManagerCommand's
 #      desiredGroups and stopGroups, StateSnapshot.managers, WorkerSnapshot.groupId and draining
-PROTOCOL_VERSION = Version(major=1, minor=6)
+# 1.7: graphs sent in parts: GraphTask.more
+PROTOCOL_VERSION = Version(major=1, minor=7)
 
 
 # The first version of each message that a peer of an older minor version cannot read (a new union member):
@@ -27,6 +28,7 @@ TASK_OUTPUT_VERSION = Version(major=1, minor=3)  # TaskOutputBatch
 WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
 RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
 MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
+GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -1,14 +1,19 @@
 """Topological bookkeeping of one task graph: who waits for whom, who still needs whom.
 
 Nodes are numbered 0..size-1; an edge ``(d, n)`` says that node ``n`` needs the
-result of node ``d``. Two implementations answer the same questions with the
-same results (tests run both on the same graphs):
+result of node ``d``. A graph may grow while it runs (a graph sent in parts):
+`extend` appends nodes whose dependencies are nodes already in the index or
+appended with them. While the index is *open* (more parts may come), every
+node counts one dependant more than it has, so nothing is freed before the
+whole graph is known; `close` takes that count back. Two implementations
+answer the same questions with the same results (tests run both on the same
+graphs):
 
-- `PythonGraphIndex`: compressed adjacency arrays and counters, plain Python;
-- `GraphBLASGraphIndex`: a sparse adjacency matrix in python-graphblas (the
-  ``graphblas`` extra of scaler-scheduler); whole-graph questions (degree counts,
-  roots, everything downstream of a failure) and batched completions are sparse
-  matrix-vector products.
+- `PythonGraphIndex`: adjacency lists and counters, plain Python;
+- `GraphBLASGraphIndex`: the same, plus a sparse adjacency matrix in
+  python-graphblas (the ``graphblas`` extra of scaler-scheduler); whole-graph
+  questions (roots, everything downstream of a failure) and batched
+  completions are sparse matrix-vector products.
 
 `make_graph_index` picks GraphBLAS when it is installed (unless told otherwise).
 Every list returned is sorted ascending, so both give identical answers.
@@ -24,14 +29,22 @@ from typing import Any, List, Optional, Protocol, Sequence, Tuple
 class GraphIndex(Protocol):
     size: int
 
+    def extend(self, count: int, sources: Sequence[int], targets: Sequence[int]) -> List[int]:
+        """Append ``count`` nodes and the edges ``sources[k] -> targets[k]`` (each target one of the new nodes,
+        each source any node; unique pairs, no self-loops). Returns the new nodes all of whose dependencies
+        have finished already (the roots among them included)."""
+
+    def close(self) -> List[int]:
+        """No more nodes will come: the finished nodes that no unfinished node needs any more (freed)."""
+
     def roots(self) -> List[int]:
         """Nodes that need no other node."""
 
     def dependant_counts(self) -> List[int]:
-        """For each node, how many nodes need it (at construction)."""
+        """For each node, how many nodes need it."""
 
     def unfinished_dependants(self, node: int) -> int:
-        """How many nodes that need ``node`` have not finished yet."""
+        """How many nodes that need ``node`` have not finished yet (one more while the index is open)."""
 
     def descendants(self, nodes: Sequence[int]) -> List[int]:
         """Every node reachable from ``nodes`` through one edge or more, without ``nodes`` themselves."""
@@ -50,59 +63,79 @@ def graphblas_available() -> bool:
 
 
 def make_graph_index(
-    size: int, sources: Sequence[int], targets: Sequence[int], use_graphblas: Optional[bool] = None
+    size: int,
+    sources: Sequence[int],
+    targets: Sequence[int],
+    use_graphblas: Optional[bool] = None,
+    open: bool = False,
 ) -> GraphIndex:
-    """The index of a graph whose edges are ``sources[k] -> targets[k]`` (unique pairs, no self-loops)."""
+    """The index of a graph whose edges are ``sources[k] -> targets[k]`` (unique pairs, no self-loops);
+    ``open``: more nodes may come (`GraphIndex.extend`), until `GraphIndex.close`."""
     if use_graphblas is None:
         use_graphblas = graphblas_available()
     if use_graphblas:
-        return GraphBLASGraphIndex(size, sources, targets)
-    return PythonGraphIndex(size, sources, targets)
-
-
-def _compressed(size: int, keys: Sequence[int], values: Sequence[int]) -> Tuple[array, array]:
-    """CSR layout: the values of key k are ``flat[offsets[k]:offsets[k + 1]]``."""
-    offsets = array("q", bytes(8 * (size + 1)))
-    for key in keys:
-        offsets[key + 1] += 1
-    for k in range(size):
-        offsets[k + 1] += offsets[k]
-    position = array("q", offsets[:size])
-    flat = array("q", bytes(8 * len(keys)))
-    for key, value in zip(keys, values, strict=True):
-        flat[position[key]] = value
-        position[key] += 1
-    return offsets, flat
+        return GraphBLASGraphIndex(size, sources, targets, open)
+    return PythonGraphIndex(size, sources, targets, open)
 
 
 class PythonGraphIndex:
-    def __init__(self, size: int, sources: Sequence[int], targets: Sequence[int]) -> None:
-        self.size = size
-        self._dependant_offsets, self._dependants = _compressed(size, sources, targets)
-        self._dependency_offsets, self._dependencies = _compressed(size, targets, sources)
-        offsets = self._dependency_offsets
-        self._waiting = [offsets[k + 1] - offsets[k] for k in range(size)]  # unfinished dependencies
-        offsets = self._dependant_offsets
-        self._holding = [offsets[k + 1] - offsets[k] for k in range(size)]  # unfinished dependants
+    def __init__(self, size: int, sources: Sequence[int], targets: Sequence[int], open: bool = False) -> None:
+        self.size = 0
+        self._open = open
+        self._dependants: List[List[int]] = []
+        self._dependencies: List[List[int]] = []
+        self._waiting: List[int] = []  # unfinished dependencies
+        self._holding: List[int] = []  # unfinished dependants (one more while open)
+        self._done = bytearray()
+        self.extend(size, sources, targets)
+
+    def extend(self, count: int, sources: Sequence[int], targets: Sequence[int]) -> List[int]:
+        start = self.size
+        self.size += count
+        dependants, dependencies, holding, done = self._dependants, self._dependencies, self._holding, self._done
+        dependants.extend([] for _ in range(count))
+        dependencies.extend([] for _ in range(count))
+        holding.extend([1 if self._open else 0] * count)
+        done.extend(bytes(count))
+        waiting = [0] * count
+        for source, target in zip(sources, targets, strict=True):
+            dependants[source].append(target)
+            dependencies[target].append(source)
+            holding[source] += 1
+            if not done[source]:
+                waiting[target - start] += 1
+        self._waiting.extend(waiting)
+        return [start + k for k, left in enumerate(waiting) if left == 0]
+
+    def close(self) -> List[int]:
+        if not self._open:
+            return []
+        self._open = False
+        holding, done = self._holding, self._done
+        freed = []
+        for node in range(self.size):
+            holding[node] -= 1
+            if holding[node] == 0 and done[node]:
+                freed.append(node)
+        return freed
 
     def roots(self) -> List[int]:
-        return [node for node, waiting in enumerate(self._waiting) if waiting == 0]
+        return [node for node, needed in enumerate(self._dependencies) if not needed]
 
     def dependant_counts(self) -> List[int]:
-        offsets = self._dependant_offsets
-        return [offsets[k + 1] - offsets[k] for k in range(self.size)]
+        return [len(dependants) for dependants in self._dependants]
 
     def unfinished_dependants(self, node: int) -> int:
         return self._holding[node]
 
     def descendants(self, nodes: Sequence[int]) -> List[int]:
-        offsets, dependants = self._dependant_offsets, self._dependants
+        dependants = self._dependants
         start = set(nodes)
         seen = set()
         stack = list(start)
         while stack:
             node = stack.pop()
-            for dependant in dependants[offsets[node] : offsets[node + 1]]:
+            for dependant in dependants[node]:
                 if dependant not in seen:
                     seen.add(dependant)
                     stack.append(dependant)
@@ -111,15 +144,15 @@ class PythonGraphIndex:
     def finish(self, nodes: Sequence[int]) -> Tuple[List[int], List[int]]:
         ready: List[int] = []
         freed: List[int] = []
-        waiting, holding = self._waiting, self._holding
-        out_offsets, dependants = self._dependant_offsets, self._dependants
-        in_offsets, dependencies = self._dependency_offsets, self._dependencies
+        waiting, holding, done = self._waiting, self._holding, self._done
+        dependants, dependencies = self._dependants, self._dependencies
         for node in nodes:
-            for dependant in dependants[out_offsets[node] : out_offsets[node + 1]]:
+            done[node] = 1
+            for dependant in dependants[node]:
                 waiting[dependant] -= 1
                 if waiting[dependant] == 0:
                     ready.append(dependant)
-            for dependency in dependencies[in_offsets[node] : in_offsets[node + 1]]:
+            for dependency in dependencies[node]:
                 holding[dependency] -= 1
                 if holding[dependency] == 0:
                     freed.append(dependency)
@@ -129,35 +162,37 @@ class PythonGraphIndex:
 
 
 class GraphBLASGraphIndex(PythonGraphIndex):
-    """The same bookkeeping with the graph held as a GraphBLAS adjacency matrix (``A[d, n]`` set when n needs d).
+    """The same bookkeeping, with the graph also held as a GraphBLAS adjacency matrix (``A[d, n]`` set when n
+    needs d).
 
-    GraphBLAS builds the adjacency and the degree counts, finds the roots,
-    walks everything downstream of a failure, and settles batches of
-    completions (cancel and failure cascades) as sparse matrix-vector products.
-    A completion of a few nodes (the usual result batch) is settled on the
-    adjacency GraphBLAS exported, as `PythonGraphIndex` does: each
+    GraphBLAS finds the roots, walks everything downstream of a failure, and
+    settles batches of completions (cancel and failure cascades) as sparse
+    matrix-vector products. A completion of a few nodes (the usual result
+    batch) is settled on the adjacency lists, as `PythonGraphIndex` does: each
     python-graphblas call costs tens of microseconds, more than the whole
-    Python update of one node.
+    Python update of one node. A graph that grows gets its matrix rebuilt
+    (in GraphBLAS) with each part.
     """
 
     BATCH = 64  # completions at least this many go through GraphBLAS
 
-    def __init__(self, size: int, sources: Sequence[int], targets: Sequence[int]) -> None:
+    def __init__(self, size: int, sources: Sequence[int], targets: Sequence[int], open: bool = False) -> None:
         import graphblas as gb  # the optional extra; imported only when chosen
 
-        self.size = size
         self._gb = gb
-        matrix = gb.Matrix.from_coo(list(sources), list(targets), True, nrows=size, ncols=size, dtype=bool)
-        transposed = matrix.T.new()
-        self._matrix, self._transposed = matrix, transposed
+        self._sources: array = array("q")
+        self._targets: array = array("q")
+        super().__init__(size, sources, targets, open)
+
+    def extend(self, count: int, sources: Sequence[int], targets: Sequence[int]) -> List[int]:
+        ready = super().extend(count, sources, targets)
+        gb, size = self._gb, self.size
+        self._sources.extend(sources)
+        self._targets.extend(targets)
+        matrix = gb.Matrix.from_coo(self._sources, self._targets, True, nrows=size, ncols=size, dtype=bool)
+        self._matrix, self._transposed = matrix, matrix.T.new()
         self._dependency_counts = matrix.reduce_columnwise(gb.agg.count).new()
-        self._dependant_counts = matrix.reduce_rowwise(gb.agg.count).new()
-        self._waiting = self._dependency_counts.to_dense(fill_value=0).tolist()
-        self._holding = self._dependant_counts.to_dense(fill_value=0).tolist()
-        offsets, flat, _ = matrix.to_csr()
-        self._dependant_offsets, self._dependants = offsets.tolist(), flat.tolist()
-        offsets, flat, _ = transposed.to_csr()
-        self._dependency_offsets, self._dependencies = offsets.tolist(), flat.tolist()
+        return ready
 
     def _indices(self, vector: Any) -> List[int]:
         indices, _ = vector.to_coo(values=False)
@@ -173,7 +208,7 @@ class GraphBLASGraphIndex(PythonGraphIndex):
         return self._indices(roots)
 
     def dependant_counts(self) -> List[int]:
-        return self._dependant_counts.to_dense(fill_value=0).tolist()
+        return self._matrix.reduce_rowwise(self._gb.agg.count).new().to_dense(fill_value=0).tolist()
 
     def descendants(self, nodes: Sequence[int]) -> List[int]:
         gb = self._gb
@@ -195,6 +230,8 @@ class GraphBLASGraphIndex(PythonGraphIndex):
         if len(nodes) < self.BATCH:
             return super().finish(nodes)
         gb = self._gb
+        for node in nodes:
+            self._done[node] = 1
         done = self._vector(nodes)
         plus_pair = gb.semiring.plus_pair[gb.dtypes.INT64]
         ready = _settle(self._waiting, done.vxm(self._matrix, plus_pair).new())  # per dependant: its deps done

@@ -62,6 +62,7 @@ from scaler.scheduler.graph_node_lifecycle import (
     REPORTED_TO_FINISHED,
     NodeAction,
     NodeEvent,
+    NodeState,
 )
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ _HISTORY_LENGTH = 8
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
 DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the scheduler holds for dependants
+_FAILED = NODE_STATES.index(NodeState.FAILED)
 
 
 @dataclass
@@ -90,31 +92,30 @@ class GraphActions:
 class _Graph:
     __slots__ = (
         "graph_id", "client_id", "task_ids", "positions", "tasks", "state", "target", "wanted", "wanted_count",
-        "results", "index", "in_flight", "finished", "history",
+        "results", "index", "in_flight", "finished", "history", "open", "failures",
     )  # fmt: skip
 
-    def __init__(
-        self, graph_id: bytes, client_id: bytes, tasks: List[Any], positions: Dict[bytes, int], index: GraphIndex
-    ) -> None:
+    def __init__(self, graph_id: bytes, client_id: bytes, index: GraphIndex, open: bool) -> None:
         self.graph_id = graph_id
         self.client_id = client_id
-        self.task_ids = [task.task_id for task in tasks]
-        self.positions = positions  # task ID -> its node
-        self.tasks: List[Optional[Any]] = list(tasks)  # codec.RoutedTask; None once released or finished
-        size = len(tasks)
-        self.state = bytearray(size)  # each node's state, as its position in NODE_STATES (PENDING is 0)
-        self.target = bytearray(size)
-        self.wanted = bytearray(size)  # a target whose result the client still waits for
+        self.task_ids: List[bytes] = []
+        self.positions: Dict[bytes, int] = {}  # task ID -> its node
+        self.tasks: List[Optional[Any]] = []  # codec.RoutedTask; None once released or finished
+        self.state = bytearray()  # each node's state, as its position in NODE_STATES (PENDING is 0)
+        self.target = bytearray()  # named a target (by any part)
+        self.wanted = bytearray()  # a target whose result the client still waits for
         self.wanted_count = 0
         self.results: Dict[int, Any] = {}  # successes held for the nodes that need them (m.TaskResult, _Payload)
         self.index = index
         self.in_flight = 0  # released and not returned
         self.finished = 0
         self.history: Deque[Tuple[int, NodeEvent]] = deque(maxlen=_HISTORY_LENGTH)  # (node, event), any node
+        self.open = open  # more parts may come: nothing is freed, cancelled or found stuck until the last
+        self.failures: Dict[int, Any] = {}  # while open: each failed node's failure, for nodes still to come
 
     @property
     def done(self) -> bool:
-        return self.finished == len(self.task_ids) and not self.results
+        return self.finished == len(self.task_ids) and not self.results and not self.open
 
 
 # what a node's actions are carried out with: its graph, its position, the scheduler's to-do list, the nodes
@@ -183,34 +184,32 @@ class GraphTasks:
     # ----------------------------------------------------------------- entry points
 
     def submit(self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool]) -> GraphActions:
-        """A new graph; ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
+        """A new graph, or the next part of a graph sent in parts (``message.more`` on every part but the last);
+        ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
         actions = GraphActions()
-        tasks: List[Any] = message.tasks  # codec.RoutedTask
-        positions = {task.task_id: i for i, task in enumerate(tasks)}
-        problem = self._problem(message, positions, known)
-        if problem is not None:
-            logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
-            for target in dict.fromkeys(message.targets):
-                actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+        graph = self._graphs.get(message.graph_id)
+        if graph is not None and not (graph.open and graph.client_id == client_id):
+            self._reject(client_id, message, "a graph with that ID is running", {}, actions)
             return actions
-        if not message.targets:
-            return actions  # nothing is wanted: nothing runs
-        edges = set()  # (a node, a node that needs it): an argument named twice is one edge
-        for i, task in enumerate(tasks):
-            for _, needed in task.dependencies:
-                edges.add((positions[needed], i))
-        index = make_graph_index(len(tasks), [a for a, _ in edges], [b for _, b in edges], self.use_graphblas)
-        graph = _Graph(message.graph_id, client_id, list(tasks), positions, index)
-        for target in message.targets:
-            i = positions[target]
-            if not graph.wanted[i]:
-                graph.target[i] = graph.wanted[i] = 1
-                graph.wanted_count += 1
-        self._graphs[graph.graph_id] = graph
-        for task_id in graph.task_ids:
-            self._nodes[task_id] = graph
-        for i in index.roots():
-            self._step(graph, i, NodeEvent.READY, actions, [])
+        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        base = len(graph.task_ids) if graph is not None else 0
+        positions = {task.task_id: base + i for i, task in enumerate(tasks)}
+        earlier = graph.positions if graph is not None else {}
+        problem = self._problem(message, positions, earlier, known)
+        if problem is not None:
+            self._reject(client_id, message, problem, earlier, actions)
+            if graph is not None:  # a later part: the whole graph is rejected
+                self._reject_graph(graph, problem, actions)
+                self._settle(graph, actions)
+            return self._tidy(client_id, actions)
+        if graph is None:
+            if not message.targets and not message.more:
+                return actions  # nothing is wanted: nothing runs
+            index = make_graph_index(0, (), (), self.use_graphblas, open=message.more)
+            graph = self._graphs[message.graph_id] = _Graph(message.graph_id, client_id, index, message.more)
+        self._append(graph, message, positions, actions)
+        if not message.more:
+            self._close(graph, actions)
         self._settle(graph, actions)
         return self._tidy(client_id, actions)
 
@@ -305,8 +304,13 @@ class GraphTasks:
     # ----------------------------------------------------------------- decisions
 
     def _problem(
-        self, message: m.GraphTask, positions: Dict[bytes, int], known: Callable[[bytes], bool]
+        self,
+        message: m.GraphTask,
+        positions: Dict[bytes, int],
+        earlier: Dict[bytes, int],
+        known: Callable[[bytes], bool],
     ) -> Optional[str]:
+        """What is wrong with a graph, or a part of one (``earlier``: the nodes of its earlier parts)."""
         tasks: List[Any] = message.tasks  # codec.RoutedTask
         if len(positions) < len(tasks):
             seen: Set[bytes] = set()
@@ -321,14 +325,87 @@ class GraphTasks:
             for _, needed in task.dependencies:
                 if needed == task.task_id:
                     return f"task {show(task.task_id)} needs its own result"
-                if needed not in positions:
+                if needed not in positions and needed not in earlier:
                     return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
         for target in message.targets:
-            if target not in positions:
+            if target not in positions and target not in earlier:
                 return f"target {show(target)} is not a task of the graph"
-        if message.graph_id in self._graphs:
+        if not earlier and message.graph_id in self._graphs:
             return "a graph with that ID is running"
         return None
+
+    def _reject(
+        self, client_id: bytes, message: m.GraphTask, problem: str, earlier: Dict[bytes, int], actions: GraphActions
+    ) -> None:
+        """A graph, or a part of one, that cannot run: each target it names is rejected (but nodes of the graph's
+        earlier parts, answered by `_reject_graph`)."""
+        logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
+        for target in dict.fromkeys(message.targets):
+            if target not in earlier:
+                actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+
+    def _reject_graph(self, graph: _Graph, problem: str, actions: GraphActions) -> None:
+        """A later part was wrong: the targets wanted so far are rejected, and the graph closes (then its
+        nodes are cancelled, as for a graph nobody waits for)."""
+        for i in range(len(graph.task_ids)):
+            if graph.wanted[i]:
+                _unwant(graph, i)
+                actions.results.append(_rejected(graph.task_ids[i], f"graph rejected: {problem}"))
+        self._close(graph, actions)
+
+    def _append(self, graph: _Graph, message: m.GraphTask, positions: Dict[bytes, int], actions: GraphActions):
+        """A checked part's nodes join the graph; those whose inputs all succeeded already are released, those
+        below a failure fail with it."""
+        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        base, count = len(graph.task_ids), len(tasks)
+        graph.task_ids.extend(task.task_id for task in tasks)
+        graph.tasks.extend(tasks)
+        if base:
+            graph.positions.update(positions)
+        else:
+            graph.positions = positions
+        for flags in (graph.state, graph.target, graph.wanted):
+            flags.extend(bytes(count))
+        nodes = self._nodes
+        for task_id in positions:
+            nodes[task_id] = graph
+        every = graph.positions
+        state, failures = graph.state, graph.failures
+        edges = set()  # (a node, a node that needs it): an argument named twice is one edge
+        failed_inputs: Dict[int, Any] = {}  # a new node -> the failure of an earlier part's node it needs
+        for i, task in enumerate(tasks, base):
+            for _, needed in task.dependencies:
+                j = every[needed]
+                edges.add((j, i))
+                if j < base and state[j] == _FAILED:
+                    failed_inputs.setdefault(i, failures[j])
+        ready = graph.index.extend(count, [a for a, _ in edges], [b for _, b in edges])
+        for target in message.targets:
+            i = every[target]
+            if graph.target[i]:
+                continue
+            graph.target[i] = graph.wanted[i] = 1
+            graph.wanted_count += 1
+            if state[i] == _FAILED:  # failed before it was named a target
+                self._deliver_failure(graph, i, actions, [], failures[i])
+        finished: List[int] = []
+        for i, failure in failed_inputs.items():
+            for j in (i, *graph.index.descendants([i])):
+                self._step(graph, j, NodeEvent.UPSTREAM_FAILED, actions, finished, failure)
+        for i in ready:
+            self._step(graph, i, NodeEvent.READY, actions, finished)
+        self._finish(graph, finished, actions)
+
+    def _close(self, graph: _Graph, actions: GraphActions) -> None:
+        """The graph's last part arrived (or it was rejected): what no unfinished node needs is freed."""
+        if not graph.open:
+            return
+        graph.open = False
+        graph.failures.clear()
+        finished: List[int] = []
+        for i in graph.index.close():
+            self._step(graph, i, NodeEvent.FREED_WANTED if graph.wanted[i] else NodeEvent.FREED, actions, finished)
+        self._finish(graph, finished, actions)
 
     def _tidy(self, client_id: bytes, actions: GraphActions) -> GraphActions:
         """A node released and cancelled in the same round is neither: the scheduler never hears of it."""
@@ -375,6 +452,8 @@ class GraphTasks:
 
     def _settle(self, graph: _Graph, actions: GraphActions) -> None:
         """After a round of decisions: cancel a graph nobody waits for, reject a stuck one, forget a done one."""
+        if graph.open:
+            return  # more parts come: targets may still be named, and waiting nodes may still get inputs
         size = len(graph.task_ids)
         if graph.wanted_count == 0 and graph.finished < size:
             self._to_every_node(graph, NodeEvent.GRAPH_CANCELLED, actions)
@@ -433,9 +512,8 @@ class GraphTasks:
     def _hold(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         """A success kept for the nodes that need it: whole for a target (the client gets it), else its payload
         alone; copied out of the message it came in (`codec.RoutedResult`), which is not kept."""
-        if graph.wanted[i]:
-            to_result = getattr(result, "to_result", None)
-            held = to_result() if to_result is not None else result
+        if graph.wanted[i] or graph.open:  # while open, any node may still be named a target
+            held = _whole(result)
         else:
             held = _Payload(result.payload_kind, result.payload)
         graph.results[i] = held
@@ -451,6 +529,8 @@ class GraphTasks:
 
     def _deliver_failure(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
         """The failure of this node, or of the node above it that failed, to the client if it waits for it."""
+        if graph.open:  # for the nodes and targets later parts bring
+            graph.failures[i] = _whole(failure)
         if not graph.wanted[i]:
             return
         _unwant(graph, i)
@@ -493,6 +573,12 @@ class _Payload:
     def __init__(self, payload_kind: m.PayloadKind, payload: bytes) -> None:
         self.payload_kind = payload_kind
         self.payload = payload
+
+
+def _whole(result: Any) -> Any:
+    """A result as a `m.TaskResult` of its own, copied out of the message it came in (`codec.RoutedResult`)."""
+    to_result = getattr(result, "to_result", None)
+    return to_result() if to_result is not None else result
 
 
 def _unwant(graph: _Graph, i: int) -> None:

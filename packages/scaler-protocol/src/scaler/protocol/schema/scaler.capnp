@@ -180,6 +180,7 @@ struct GraphTask {
   graphId @0 :Data;
   tasks @1 :List(Task);
   targets @2 :List(Data);                 # task IDs whose results the client wants
+  more @3 :Bool;                          # 1.7: further parts of this graph follow, with the same graphId
 }
 
 enum ObjectRequestKind {
