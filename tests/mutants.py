@@ -128,8 +128,8 @@ FAULTS = [
         [
             (
                 f"{SCHEDULER}/graph_tasks.py",
-                "        for i in index.roots():\n",
-                "        for i in range(len(graph.task_ids)):\n",
+                "        for i in ready:\n",
+                "        for i in range(base, base + count):\n",
             ),
             (
                 f"{SCHEDULER}/graph_tasks.py",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import operator
+import threading
 import time
 
 import pytest
 from cluster_processes import next_snapshot, wait_until
 
+import scaler.client.client
 from scaler import Client, DisconnectedError, GraphCycleError, GraphKeyError, SchedulerClusterCombo
 from scaler.protocol.addresses import default_monitor_address
 from scaler.scheduler.graph_index import graphblas_available
@@ -191,6 +193,21 @@ def test_100000_node_graph(client):
     assert len(graph) >= 99_999
     result = client.get(graph, keys=[level[0]])
     assert result == {level[0]: sum(range(1, leaves + 1))}
+
+
+def test_a_graph_sent_in_parts_runs_fails_and_cancels_as_one_graph(cluster, client, monkeypatch):
+    """Parts of three tasks (a graph larger than a part leaves in parts, the first running before the rest)."""
+    monkeypatch.setattr(scaler.client.client, "GRAPH_PART_SIZE", 3)
+    chain = {"x-0": 0, **{f"x-{i}": (inc, f"x-{i - 1}") for i in range(1, 12)}}
+    assert client.get(chain, keys=["x-11", "x-2"]) == {"x-11": 11, "x-2": 2}
+    failing = dict(chain, **{"x-1": (fail, "early part")})  # the failure is in the first part, its target last
+    with pytest.raises(ValueError, match="early part"):
+        client.get(failing, keys=["x-11"])
+    unpicklable = dict(chain, **{"x-9": (add, "x-8", threading.Lock())})  # encoded after earlier parts left
+    with pytest.raises(TypeError, match="lock"):
+        client.get(unpicklable, keys=["x-11"])
+    wait_until(lambda: _running_tasks(default_monitor_address(cluster.get_address())) == 0, 30, "nothing left")
+    assert client.get(chain, keys=["x-11"]) == {"x-11": 11}
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 Built by build_peers.py in the tox environment `crossversion`. The previous release's client runs
 client_program.py in its own Python; ours runs here. The current sources speak a newer minor version than
-the release: what they added (stream_output, protocol 1.3) is ignored by the older peer, never an error.
+the release: what they added (stream_output, protocol 1.3) is ignored by the older peer, never an error, and
+what needs a newer peer (a graph sent in parts, 1.7) is not used with an older one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def check_this_client(address: str) -> None:
         assert client.submit(math.sqrt, 16).result(timeout=60) == EXPECTED["submit"]
         assert round(sum(client.map(math.sqrt, [(i,) for i in range(100)])), 2) == EXPECTED["map"]
         assert client.get({"a": 2, "c": (math.sqrt, "a")}, keys=["c"]) == EXPECTED["get"]
+        # larger than a part (GRAPH_PART_SIZE): in parts to a scheduler of 1.7 or later, whole to an older one
+        wide = {("n", i): (abs, -i) for i in range(10_001)}
+        wide["total"] = (sum, list(wide))
+        assert client.get(wide, keys=["total"]) == {"total": sum(range(10_001))}
         assert client.submit(len, client.send_object(b"x" * 1_000_000)).result(timeout=60) == EXPECTED["object"]
         assert len(client.submit(bytes, 2_000_000).result(timeout=60)) == EXPECTED["large_result"]
         with pytest.raises(ValueError, match=EXPECTED["error"]):

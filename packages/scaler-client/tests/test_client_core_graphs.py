@@ -48,7 +48,7 @@ def graph_submission(targets=(3, 4), with_big_literal: bool = True) -> SubmitGra
     message = GraphTask(graph_id=b"g" * 16, tasks=tasks, targets=[tid(t) for t in targets])
     puts = [(BIG, b"big literal")] if with_big_literal else []
     temporary = [BIG] if with_big_literal else []
-    return SubmitGraph(message, puts, [FUNCTION, *temporary], temporary, [FUNCTION])
+    return SubmitGraph(message, puts, [FUNCTION, *temporary], temporary, [FUNCTION], message.targets)
 
 
 def graphs_sent(effects) -> List[GraphTask]:
@@ -132,3 +132,57 @@ def test_a_graph_submitted_after_the_client_stopped_fails_its_targets():
     run(core, 1.0, Abort(DisconnectedError("gone")))
     found = outcomes(run(core, 2.0, graph_submission(with_big_literal=False)))
     assert len(found) == 2 and all(o == ERROR for o, _ in found.values())
+
+
+# ----------------------------------------------------------------------------- graphs in parts
+
+
+def parts_of_a_graph(big_in_first: bool = True):
+    """A graph in two parts: 1 (with a large literal, first) then 3 and 4 (targets, with the last part)."""
+    first, last = graph_submission(), graph_submission()
+    first.graph = GraphTask(graph_id=first.graph.graph_id, tasks=first.graph.tasks[:1], more=True)
+    last.graph = GraphTask(graph_id=last.graph.graph_id, tasks=last.graph.tasks[1:], targets=last.graph.targets)
+    if not big_in_first:
+        first.puts, first.requires, first.temporary_objects = [], [FUNCTION], []
+    last.puts, last.requires, last.temporary_objects, last.function_ids, last.targets = [], [], [], [], ()
+    return first, last
+
+
+def test_parts_leave_in_order_each_once_its_objects_are_stored_and_the_targets_with_the_last():
+    core = connected()
+    first, last = parts_of_a_graph()
+    effects = run(core, 0.0, PutObject(0, FUNCTION, b"function"), first, last)
+    assert graphs_sent(effects) == []  # the last part needs nothing, but waits behind the first
+    sent = graphs_sent(acknowledge(core, effects))
+    assert [(len(part.tasks), part.more, part.targets) for part in sent] == [
+        (1, True, []),
+        (2, False, [tid(3), tid(4)]),
+    ]
+    effects = run(core, 0.2, result(3), result(4))
+    assert {name: o for name, (o, _) in outcomes(effects).items()} == {"task3": RESULT, "task4": RESULT}
+    ((delete, _),) = storage_requests(effects, ObjectRequestKind.DELETE)  # the first part's literal
+    assert delete.object_ids == [BIG] and core.pending_tasks == 0
+
+
+def test_targets_cancelled_after_the_first_part_left_close_the_graph_with_an_empty_last_part():
+    core = connected()
+    first, last = parts_of_a_graph(big_in_first=False)
+    (sent,) = graphs_sent(run(core, 0.0, first))
+    assert sent.more
+    effects = run(core, 0.1, Cancel([tid(3), tid(4)]))
+    assert {o for o, _ in outcomes(effects).values()} == {CANCELLED}
+    assert graphs_sent(effects) == [GraphTask(graph_id=sent.graph_id, more=False)]
+    assert graphs_sent(run(core, 0.2, last)) == []  # the rest of a graph nobody waits for is not sent
+    assert core.pending_tasks == 0
+
+
+def test_a_failed_put_of_a_later_part_fails_the_targets_and_closes_the_graph():
+    core = connected()
+    first, last = parts_of_a_graph(big_in_first=False)
+    last.puts, last.requires, last.temporary_objects = [(BIG, b"big literal")], [BIG], [BIG]
+    effects = run(core, 0.0, first, last)
+    (sent,) = graphs_sent(effects)
+    effects = acknowledge(core, effects, ObjectStatus.STORAGE_FULL)
+    assert {o for o, _ in outcomes(effects).values()} == {ERROR}
+    assert graphs_sent(effects) == [GraphTask(graph_id=sent.graph_id, more=False)]
+    assert core.pending_tasks == 0

@@ -177,10 +177,16 @@ class World:
         targets = [self.new_task(FUNCTION) for _ in range(1 + k % 2)]
         puts = [(literal, b"big literal")] if k % 3 else []
         temporary = [literal] if puts else []
-        message = GraphTask(
-            graph_id=b"graph-%08d" % next(self.numbers), tasks=targets, targets=[t.task_id for t in targets]
-        )
-        self.feed(SubmitGraph(message, puts, [FUNCTION, *temporary], temporary, [FUNCTION]))
+        graph_id, target_ids = b"graph-%08d" % next(self.numbers), [t.task_id for t in targets]
+        if k % 4 == 1:  # two targets, sent in two parts: the targets with the second
+            first = GraphTask(graph_id=graph_id, tasks=targets[:1], more=True)
+            self.feed(
+                SubmitGraph(first, puts, [FUNCTION, *temporary], temporary, [FUNCTION], target_ids),
+                SubmitGraph(GraphTask(graph_id=graph_id, tasks=targets[1:], targets=target_ids), [], [], [], []),
+            )
+            return
+        message = GraphTask(graph_id=graph_id, tasks=targets, targets=target_ids)
+        self.feed(SubmitGraph(message, puts, [FUNCTION, *temporary], temporary, [FUNCTION], target_ids))
 
     def send_object(self, k: int) -> None:
         self.feed(PutObject(self.command(), b"object-%08d" % next(self.numbers), b"data"))

@@ -21,9 +21,24 @@ from scaler.client.graph_builder import (
 from scaler.client.graph_evaluation import Call, Quote, Slot, evaluate, evaluate_graph_node
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer
-from scaler.protocol.messages import ArgumentKind, Task
+from scaler.protocol.messages import ArgumentKind, GraphTask, Task
 
 CLIENT_ID = b"C|test|1|abc"
+
+
+class Built:
+    """A built graph with every part encoded: the parts, and all of them as one message and one list of puts."""
+
+    def __init__(self, graph: Any, keys: List[Any], encoder: GraphEncoder, part_size: Any = None) -> None:
+        built = build_graph(graph, keys, encoder, part_size)
+        self.key_targets, self.key_values = built.key_targets, built.key_values
+        self.parts = list(built.parts)
+        tasks = [task for part in self.parts for task in part.message.tasks]
+        self.message = GraphTask(built.graph_id, tasks, self.parts[-1].message.targets)
+        self.puts = [put for part in self.parts for put in part.puts]
+
+
+build = Built
 EVALUATOR = b"evaluator-id"
 SERIALIZER = DefaultSerializer()
 
@@ -55,10 +70,10 @@ class Encoder(GraphEncoder):
         return self.functions.setdefault(id(function), b"fn-%d" % len(self.functions))
 
 
-def run(graph: Dict[Any, Any], keys: List[Any], **options) -> Dict[Any, Any]:
+def run(graph: Dict[Any, Any], keys: List[Any], part_size: Any = None, **options) -> Dict[Any, Any]:
     """Build the graph, then run its tasks here the way workers would: the encoding must compute the same values."""
     encoder = Encoder(**options)
-    built = build_graph(graph, keys, encoder)
+    built = build(graph, keys, encoder, part_size)
     functions = {function_id: function for function_id, function in _functions(graph, encoder).items()}
     objects = dict(built.puts)
     by_id = {task.task_id: task for task in built.message.tasks}
@@ -140,7 +155,7 @@ def test_tuple_keys_as_dask_names_them():
 
 def test_object_references_are_passed_as_objects():
     reference = ObjectReference(object_id=b"o" * 16, name="list", size=10)
-    built = build_graph({"r": reference, "a": (len, "r"), "b": (len, [reference])}, ["a", "b", "r"], Encoder())
+    built = build({"r": reference, "a": (len, "r"), "b": (len, [reference])}, ["a", "b", "r"], Encoder())
     tasks = {task.task_id: task for task in built.message.tasks}
     direct = tasks[built.key_targets["a"]]
     assert [(a.kind, a.data) for a in direct.arguments] == [(ArgumentKind.OBJECT, reference.object_id)]
@@ -152,7 +167,7 @@ def test_object_references_are_passed_as_objects():
 
 def test_only_what_the_keys_need_is_encoded_and_literals_need_no_task():
     graph = {"a": 1, "b": (inc, "a"), "unused": (inc, "b"), "lit": [1, 2]}
-    built = build_graph(graph, ["b", "lit"], Encoder())
+    built = build(graph, ["b", "lit"], Encoder())
     assert len(built.message.tasks) == 1 and built.key_values == {"lit": [1, 2]}
     (task,) = built.message.tasks
     assert task.arguments[0].kind == ArgumentKind.INLINE and SERIALIZER.deserialize(task.arguments[0].data) == 1
@@ -162,13 +177,13 @@ def test_only_what_the_keys_need_is_encoded_and_literals_need_no_task():
 def test_large_literals_go_through_object_storage_once():
     big = b"x" * 1000
     graph = {"big": big, "a": (len, "big"), "b": (len, "big"), "c": (add, "a", "b")}
-    built = build_graph(graph, ["c"], Encoder(inline_limit=100))
+    built = build(graph, ["c"], Encoder(inline_limit=100))
     assert len(built.puts) == 1
     assert run(graph, ["c"], inline_limit=100) == {"c": 2000}
 
 
 def test_keys_that_share_a_task_share_one_target():
-    built = build_graph({"a": (inc, 1), "b": "a"}, ["a", "b"], Encoder())
+    built = build({"a": (inc, 1), "b": "a"}, ["a", "b"], Encoder())
     assert built.key_targets["a"] == built.key_targets["b"] and len(built.message.targets) == 1
 
 
@@ -205,7 +220,7 @@ def test_a_deep_chain_is_checked_without_recursion():
     graph: Dict[Any, Any] = {0: 0}
     for i in range(1, 20_000):
         graph[i] = (inc, i - 1)
-    built = build_graph(graph, [19_999], Encoder())
+    built = build(graph, [19_999], Encoder())
     assert len(built.message.tasks) == 19_999
 
 
@@ -230,3 +245,29 @@ def test_dask_keys_are_flattened_and_packed_back_in_their_shape():
     values = {"a": 1, ("x", 1): 2, "b": 3}
     assert pack_results(keys, values) == ((1, 2), 3, (1,))
     assert pack_results("b", values) == 3
+
+
+def test_a_graph_in_parts_comes_in_dependency_order_with_the_targets_last():
+    graph = {"x": 1, "r": ObjectReference(b"obj-" + bytes(12), "r", 3)}
+    for i in range(7):
+        graph[f"leaf-{i}"] = (inc, "x")
+    graph["sum"] = (sum, [f"leaf-{i}" for i in range(7)])  # through the evaluator
+    graph["total"] = (add, "sum", "leaf-0")
+    built = build(graph, ["total", "r"], Encoder(), part_size=3)
+    assert [(len(p.message.tasks), p.message.more) for p in built.parts] == [
+        (3, True),
+        (3, True),
+        (3, True),
+        (1, False),
+    ]
+    assert all(p.message.targets == [] for p in built.parts[:-1])
+    assert built.parts[-1].message.targets == [built.key_targets["total"], built.key_targets["r"]]
+    seen = set()
+    for part in built.parts:
+        for task in part.message.tasks:
+            needed = {a.data for a in task.arguments if a.kind == ArgumentKind.TASK}
+            assert needed <= seen, "a task before a task it needs"
+            seen.add(task.task_id)
+    named = [f for part in built.parts for f in part.function_ids]
+    assert len(named) == len(set(named)) == 3  # inc, the evaluator, add: each listed by the first part naming it
+    assert run(graph, ["total"], part_size=3) == run(graph, ["total"]) == {"total": 16}

@@ -54,7 +54,7 @@ from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec, connection_events
 from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError, ProtocolError
-from scaler.protocol.messages import ClientHeartbeat
+from scaler.protocol.messages import ClientHeartbeat, Version
 from scaler.protocol.security import NO_KEYS, Keys, new_socket
 
 logger = logging.getLogger(__name__)
@@ -99,6 +99,7 @@ class ClientAgent:
         self._scheduler = new_socket(self._context, zmq.DEALER, keys)
         self._storage: Optional[zmq.Socket] = None
         self._storage_address = ""
+        self.scheduler_version = Version(0, 0)  # once connected, the scheduler's protocol version
         self._watches: Dict[Any, Tuple[ConnectionWatch, bool]] = {}  # monitor socket -> (its watch, storage?)
         self._poller = zmq.Poller()
         self._perform: Dict[type, Callable[[Any], Any]] = {
@@ -127,7 +128,7 @@ class ClientAgent:
         ready = self.ask(Connect)
         self._thread.start()
         try:
-            ready.result(timeout=timeout_seconds + 5)
+            self.scheduler_version = ready.result(timeout=timeout_seconds + 5).version  # from its HelloAck
         except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             problem = f"no scheduler answered at {self._address} within {timeout_seconds:g}s"
             self.abort(DisconnectedError(problem))

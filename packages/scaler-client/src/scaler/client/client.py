@@ -13,7 +13,14 @@ from scaler.client.agent import ClientAgent, close_unreferenced
 from scaler.client.client_events import Cancel, Clear, PutObject, Shutdown, Submit, SubmitGraph
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture
-from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results, to_task_spec
+from scaler.client.graph_builder import (
+    BuiltGraph,
+    GraphEncoder,
+    build_graph,
+    flatten_keys,
+    pack_results,
+    to_task_spec,
+)
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import check_serializer, serialize_payload
@@ -26,11 +33,13 @@ from scaler.protocol.ids import new_client_id, show
 from scaler.protocol.messages import Capability, Task
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.protocol.task_context import TaskContext, task_context, wait_with_hook
+from scaler.protocol.version import GRAPH_PARTS_VERSION, knows
 
 logger = logging.getLogger(__name__)
 
 SCHEDULER_ADDRESS_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 MAP_CHUNK = 1000  # map() hands tasks to the agent this many at a time
+GRAPH_PART_SIZE = 10_000  # get() sends a larger graph in parts of this many tasks (to a scheduler of 1.7 on)
 
 
 class Client:
@@ -301,7 +310,8 @@ class Client:
         ``client.get({"a": 2, "c": (inc, "a")}, keys=["c"])`` returns ``{"c": 3}``. Values are literals
         or tasks ``(function, *arguments)`` whose arguments may be keys, nested tasks, lists, tuples or
         dicts of them, or `ObjectReference`; docs/graphs.md has the rules. Only what the keys need
-        runs, sent to the scheduler as one message. A missing key or a cycle raises `GraphKeyError` or
+        runs, sent to the scheduler in dependency order (a large graph in parts of `GRAPH_PART_SIZE` tasks, its
+        first nodes running while the rest is encoded). A missing key or a cycle raises `GraphKeyError` or
         `GraphCycleError` here, before anything runs.
 
         ``block=False`` returns ``{key: future}`` at once. With ``block=True`` the first failure is
@@ -361,11 +371,11 @@ class Client:
             builder.ids.next_id, builder.function_id, functools.partial(serialize_payload, self._serializer),
             serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
         )  # fmt: skip
-        built = build_graph(graph, keys, encoder)
-        message = built.message
+        part_size = GRAPH_PART_SIZE if knows(self._agent.scheduler_version, GRAPH_PARTS_VERSION) else None
+        built = build_graph(graph, keys, encoder, part_size)
         targets = {
             target: ScalerFuture(target, self, self._serializer, self._profiling, self._bounded_wait, batch)
-            for target in message.targets
+            for target in built.targets
         }
         if batch is not None:
             batch.close(len(targets))
@@ -377,15 +387,37 @@ class Client:
                 futures[key] = ScalerFuture(b"", None, self._serializer, False)
                 futures[key]._set_value(built.key_values[key])
         if targets:
-            for task in message.tasks:
-                task.profiling = self._profiling
-                task.stream_output = self._stream_output
-                if capabilities:
-                    task.capabilities = capabilities
-            temporary = [object_id for object_id, _ in built.puts]
-            requires = [*built.function_ids, *temporary, *([serializer_id] if serializer_id else [])]
-            self._agent.send(SubmitGraph(message, built.puts, requires, temporary, built.function_ids), targets)
+            self._send_graph(built, serializer_id, targets, capabilities)
         return futures
+
+    def _send_graph(
+        self,
+        built: BuiltGraph,
+        serializer_id: bytes,
+        targets: Dict[bytes, ScalerFuture],
+        capabilities: Optional[List[Capability]],
+    ) -> None:
+        """Each part to the agent as it is encoded (the first with the targets and the serializer); a part that
+        cannot be encoded cancels the graph."""
+        first = True
+        try:
+            for part in built.parts:
+                for task in part.message.tasks:
+                    task.profiling = self._profiling
+                    task.stream_output = self._stream_output
+                    if capabilities:
+                        task.capabilities = capabilities
+                temporary = [object_id for object_id, _ in part.puts]
+                requires = [*part.function_ids, *temporary, *([serializer_id] if first and serializer_id else [])]
+                event = SubmitGraph(part.message, part.puts, requires, temporary, part.function_ids)
+                if first:
+                    event.targets = built.targets
+                self._agent.send(event, targets if first else None)
+                first = False
+        except BaseException:
+            if not first and not self._agent.closed:
+                self._agent.send(Cancel(built.targets))
+            raise
 
     # --- objects ---------------------------------------------------------------------------------------------
 

@@ -196,9 +196,7 @@ class ClientCore:
         reply_error = self._reply_error
         self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
             Submit: lambda submit, error: self._out.extend(TaskFailed(task.task_id, error) for task in submit.tasks),
-            SubmitGraph: lambda submit, error: self._out.extend(
-                TaskFailed(target, error) for target in submit.graph.targets
-            ),
+            SubmitGraph: lambda submit, error: self._out.extend(TaskFailed(target, error) for target in submit.targets),
             PutObject: reply_error,
             Clear: reply_error,
             Shutdown: reply_error,

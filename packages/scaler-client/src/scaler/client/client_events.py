@@ -42,13 +42,16 @@ class Submit:
 
 @dataclass(slots=True)
 class SubmitGraph:
-    """A graph (see graph_builder.py): its targets are tasks; it is sent whole once its objects are stored."""
+    """A graph, or one part of it (see graph_builder.py), sent once its objects are stored and the graph's
+    earlier parts have left. Its targets are tasks, named by the first part's event (they travel in the last
+    part's GraphTask)."""
 
     graph: GraphTask
     puts: Sequence[Tuple[bytes, Any]]  # (object ID, payload): large literals and templates
-    requires: Sequence[bytes]  # object IDs that must be acknowledged before the graph is sent
+    requires: Sequence[bytes]  # object IDs that must be acknowledged before this part is sent
     temporary_objects: Sequence[bytes]  # deleted from storage once every target has ended
-    function_ids: Sequence[bytes]  # functions the graph's tasks name (kept while the graph runs)
+    function_ids: Sequence[bytes]  # functions the part's tasks name (kept while the graph runs)
+    targets: Sequence[bytes] = ()  # the first part's event: every target of the graph; later parts: none
 
 
 @dataclass(slots=True)

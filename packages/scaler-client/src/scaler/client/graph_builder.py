@@ -1,4 +1,4 @@
-"""Turn a Dask-style dict graph into one `GraphTask`, checking it first.
+"""Turn a Dask-style dict graph into `GraphTask` messages, checking it first.
 
 A graph maps keys to values:
 
@@ -28,13 +28,18 @@ anything is sent, and encodes each task node as a `Task`:
 
 Literal nodes need no task: their values are encoded where they are used, and
 a requested literal key resolves on the client.
+
+Tasks are encoded in dependency order (each after the tasks it needs), as the
+caller iterates `BuiltGraph.parts`: with a part size, a large graph leaves in
+parts (``GraphTask.more`` on all but the last), so that its first tasks run
+while the rest is encoded; the targets travel with the last part.
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import cloudpickle
 
@@ -112,14 +117,23 @@ _ATOMS = (_Key, _Literal, _Reference)
 
 
 @dataclass
-class BuiltGraph:
-    """A checked graph, encoded: what `Client.get` hands to its agent."""
+class GraphPart:
+    """One `GraphTask` to send, and the objects it needs stored first."""
 
     message: GraphTask
+    puts: List[Tuple[bytes, Any]]  # (object ID, payload): large literals and templates its tasks name first
+    function_ids: List[bytes]  # functions its tasks name first (earlier parts name the others)
+
+
+@dataclass
+class BuiltGraph:
+    """A checked graph: what `Client.get` hands to its agent, part by part (encoded as `parts` is iterated)."""
+
+    graph_id: bytes
+    targets: List[bytes]  # the task IDs whose results are wanted, each once
     key_targets: Dict[Hashable, bytes]  # requested key -> target task ID
     key_values: Dict[Hashable, Any]  # requested key -> value, for keys that resolve to a literal
-    puts: List[Tuple[bytes, Any]] = field(default_factory=list)  # (object ID, payload) to put first
-    function_ids: List[bytes] = field(default_factory=list)
+    parts: Iterator[GraphPart] = field(default_factory=lambda: iter(()))
 
 
 class GraphEncoder:
@@ -145,15 +159,19 @@ class GraphEncoder:
 # ----------------------------------------------------------------------------- entry point
 
 
-def build_graph(graph: Any, keys: Sequence[Hashable], encoder: GraphEncoder) -> BuiltGraph:
+def build_graph(
+    graph: Any, keys: Sequence[Hashable], encoder: GraphEncoder, part_size: Optional[int] = None
+) -> BuiltGraph:
+    """Check the graph (raising before anything is encoded); its tasks are encoded as ``parts`` is iterated,
+    in parts of ``part_size`` tasks (None: one part)."""
     if not hasattr(graph, "items") or not hasattr(graph, "__contains__"):
         raise TypeError(f"a graph is a mapping of keys to tasks or values, got {type(graph).__name__}")
     missing = [key for key in keys if not _present(graph, key)]
     if missing:
         raise GraphKeyError(f"key(s) not in the graph: {_names(missing)}")
     nodes = _parse_needed(graph, keys)
-    _check_acyclic(nodes, keys)
-    return _Encoder(nodes, encoder).build(keys)
+    order = _check_acyclic(nodes, keys)
+    return _Encoder(nodes, encoder).build(keys, order, part_size)
 
 
 def _present(graph: Any, key: Any) -> bool:
@@ -270,9 +288,12 @@ def _parse_needed(graph: Any, keys: Sequence[Hashable]) -> Dict[Hashable, Tuple[
     return nodes
 
 
-def _check_acyclic(nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], keys: Sequence[Hashable]) -> None:
-    """Depth-first search; a key met again on the current path closes a cycle, reported along that path."""
+def _check_acyclic(nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], keys: Sequence[Hashable]) -> List[Hashable]:
+    """Depth-first search; a key met again on the current path closes a cycle, reported along that path.
+
+    Returns the keys in dependency order (each after every key it needs)."""
     state: Dict[Hashable, int] = {}  # 1: on the current path, 2: done
+    order: List[Hashable] = []
     for root in keys:
         if state.get(root) == 2:
             continue
@@ -283,7 +304,9 @@ def _check_acyclic(nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], keys: Sequ
             dependency = next(iterators[-1], _END)
             if dependency is _END:
                 iterators.pop()
-                state[path.pop()] = 2
+                done = path.pop()
+                state[done] = 2
+                order.append(done)
                 continue
             mark = state.get(dependency)
             if mark == 1:
@@ -293,6 +316,7 @@ def _check_acyclic(nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], keys: Sequ
                 state[dependency] = 1
                 path.append(dependency)
                 iterators.append(iter(nodes[dependency][1]))
+    return order
 
 
 _END = object()
@@ -310,17 +334,17 @@ class _Encoder:
         self._literal_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}
         self._puts: List[Tuple[bytes, Any]] = []
         self._function_ids: Dict[bytes, None] = {}
+        self._functions_listed = 0  # of _function_ids, how many an earlier part listed
         self._evaluator_id: Optional[bytes] = None
 
-    def build(self, keys: Sequence[Hashable]) -> BuiltGraph:
+    def build(self, keys: Sequence[Hashable], order: List[Hashable], part_size: Optional[int]) -> BuiltGraph:
         encoder = self._encoder
         for key, (parsed, _) in self._nodes.items():
             if type(parsed) not in _ATOMS:  # aliases, literals and references need no task
                 self._task_ids[key] = encoder.next_id()
-        tasks = [self._task(key, task_id) for key, task_id in self._task_ids.items()]
         key_targets: Dict[Hashable, bytes] = {}
         key_values: Dict[Hashable, Any] = {}
-        reference_tasks: Dict[Hashable, bytes] = {}
+        reference_tasks: Dict[Hashable, bytes] = {}  # a requested reference: a task returns its object
         for key in keys:
             resolved = self._resolve(key)
             if resolved in self._task_ids:
@@ -330,13 +354,43 @@ class _Encoder:
             if type(parsed) is _Literal:
                 key_values[key] = parsed.value
                 continue
-            task_id = reference_tasks.get(resolved)  # a requested reference: a task returns its object
+            task_id = reference_tasks.get(resolved)
             if task_id is None:
                 task_id = reference_tasks[resolved] = encoder.next_id()
-                tasks.append(self._evaluator_task(task_id, Slot(0), [self._argument_for_key(resolved)]))
             key_targets[key] = task_id
-        message = GraphTask(graph_id=encoder.next_id(), tasks=tasks, targets=list(dict.fromkeys(key_targets.values())))
-        return BuiltGraph(message, key_targets, key_values, self._puts, list(self._function_ids))
+        graph_id = encoder.next_id()
+        targets = list(dict.fromkeys(key_targets.values()))
+        parts = self._parts(graph_id, [key for key in order if key in self._task_ids], reference_tasks, targets,
+                            part_size)  # fmt: skip
+        return BuiltGraph(graph_id, targets, key_targets, key_values, parts)
+
+    def _parts(
+        self,
+        graph_id: bytes,
+        order: List[Hashable],
+        reference_tasks: Dict[Hashable, bytes],
+        targets: List[bytes],
+        part_size: Optional[int],
+    ) -> Iterator[GraphPart]:
+        """The tasks in dependency order, ``part_size`` at a time; the requested references' tasks and the
+        targets with the last part."""
+        task_ids = self._task_ids
+        tasks: List[Task] = []
+        for key in order:
+            tasks.append(self._task(key, task_ids[key]))
+            if len(tasks) == part_size:
+                yield self._part(graph_id, tasks, [], more=True)
+                tasks = []
+        for resolved, task_id in reference_tasks.items():
+            tasks.append(self._evaluator_task(task_id, Slot(0), [self._argument_for_key(resolved)]))
+        yield self._part(graph_id, tasks, targets, more=False)
+
+    def _part(self, graph_id: bytes, tasks: List[Task], targets: List[bytes], more: bool) -> GraphPart:
+        named = list(self._function_ids)
+        part = GraphPart(GraphTask(graph_id, tasks, targets, more), self._puts, named[self._functions_listed :])
+        self._puts = []
+        self._functions_listed = len(named)
+        return part
 
     def _resolve(self, key: Hashable) -> Hashable:
         """Follow aliases to the key whose node is not an alias."""

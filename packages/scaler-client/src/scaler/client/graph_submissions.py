@@ -1,15 +1,19 @@
-"""Graphs in the client's core: each is sent whole, as one GraphTask, once its objects are stored.
+"""Graphs in the client's core: each leaves as one GraphTask, or in parts, each part once its objects are stored.
 
 A graph's targets (the tasks whose results the user asked for) are tasks of `TasksInFlight`, following the
-same table; the graph itself only waits for its objects (functions, large literals, templates), then
-leaves, and is forgotten when its last target ends (its temporary objects are then deleted). A target
-cancelled before its graph leaves is left out of the GraphTask.
+same table: named by the first part's `SubmitGraph`, they are storing until the last part leaves with them.
+The parts leave in order: a part waits for its objects (functions, large literals, templates) and for the
+parts before it. The graph is forgotten when its last target ends (its temporary objects are then deleted);
+if that happens before its last part left (its targets cancelled, or an object it needs failed to store), an
+empty last part closes what the scheduler holds of it, and its other parts are dropped. A target cancelled
+before the last part leaves is left out of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Deque, Dict, List, Sequence
 
 from scaler.client.client_events import Effect, SubmitGraph, ToScheduler
 from scaler.client.client_lifecycles import TaskEvent
@@ -21,12 +25,20 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class _GraphRecord:
-    message: Optional[GraphTask]  # dropped once sent: a graph of 100,000 tasks is large
-    temporary_objects: Sequence[bytes]
-    function_ids: Sequence[bytes]
-    targets_left: int
+class _Part:
+    message: GraphTask  # dropped once sent: a graph of 100,000 tasks is large
     missing: int = 0  # objects it waits for
+
+
+@dataclass(slots=True)
+class _GraphRecord:
+    targets: Sequence[bytes]
+    targets_left: int
+    parts: Deque[_Part] = field(default_factory=deque)  # submitted, not sent yet, in order
+    temporary_objects: List[bytes] = field(default_factory=list)
+    function_ids: List[bytes] = field(default_factory=list)
+    sent_any: bool = False  # the scheduler holds a part of it
+    closed: bool = False  # its last part was sent
 
 
 class GraphSubmissions:
@@ -36,11 +48,19 @@ class GraphSubmissions:
         self._out = out
         self._graphs: Dict[bytes, _GraphRecord] = {}  # graph ID -> graph whose targets have not all ended
         self.targets: Dict[bytes, bytes] = {}  # target task ID -> graph ID
-        self.waiting: Dict[bytes, List[bytes]] = {}  # object ID -> graphs waiting for its put acknowledgement
+        self.waiting: Dict[bytes, List[_Part]] = {}  # object ID -> parts waiting for its put acknowledgement
 
     def submit(self, event: SubmitGraph, now: float) -> None:
-        tasks, storage, graph = self._tasks, self._storage, event.graph
-        targets = [(target, tasks.add_target(target)) for target in graph.targets]
+        tasks, storage, graph_id = self._tasks, self._storage, event.graph.graph_id
+        record = self._graphs.get(graph_id)
+        if record is None:
+            if not event.targets:
+                return  # a later part of a graph whose targets all ended: it is not sent
+            record = _GraphRecord(event.targets, len(event.targets))
+            for target in event.targets:
+                tasks.step(target, tasks.add_target(target), TaskEvent.STORE)  # until the last part leaves
+                self.targets[target] = graph_id
+            self._graphs[graph_id] = record
         error = storage.error if event.puts else None
         for object_id in event.requires if error is None else ():
             state = storage.objects.get(object_id)
@@ -48,57 +68,48 @@ class GraphSubmissions:
                 error = state
                 break
         if error is not None:
-            for target, target_record in targets:
-                tasks.step(target, target_record, TaskEvent.FAIL, error)
+            self._fail(record, error)
             return
         for object_id, data in event.puts:
             storage.put(object_id, data)
-        graph_id = graph.graph_id
-        record = _GraphRecord(graph, event.temporary_objects, event.function_ids, len(targets))
-        self._graphs[graph_id] = record
-        for target, _ in targets:
-            self.targets[target] = graph_id
+        record.temporary_objects.extend(event.temporary_objects)
+        record.function_ids.extend(event.function_ids)
         for function_id in event.function_ids:
             tasks.function_users[function_id] = tasks.function_users.get(function_id, 0) + 1
+        part = _Part(event.graph)
         for object_id in event.requires:
             if storage.objects.get(object_id) is PUTTING:
-                record.missing += 1
-                self.waiting.setdefault(object_id, []).append(graph_id)
-        if record.missing:
-            for target, target_record in targets:
-                tasks.step(target, target_record, TaskEvent.STORE)
-        else:
-            self._send(record)
+                part.missing += 1
+                self.waiting.setdefault(object_id, []).append(part)
+        record.parts.append(part)
+        self._send_ready(record)
 
     def object_stored(self, object_id: bytes) -> None:
-        for graph_id in self.waiting.pop(object_id, ()):
-            graph = self._graphs.get(graph_id)
-            if graph is None:  # every target ended meanwhile
-                continue
-            graph.missing -= 1
-            if graph.missing == 0:
-                self._send(graph)
+        for part in self.waiting.pop(object_id, ()):
+            part.missing -= 1
+            record = self._graphs.get(part.message.graph_id)
+            if record is not None:  # else every target ended meanwhile
+                self._send_ready(record)
 
     def object_failed(self, object_id: bytes, error: Exception) -> None:
-        for graph_id in self.waiting.pop(object_id, ()):
-            graph = self._graphs.get(graph_id)
-            if graph is None:  # every target ended meanwhile
-                continue
-            assert graph.message is not None  # a graph waiting for objects has not left
-            for target in graph.message.targets:
-                record = self._tasks.record(target)
-                if record is not None:
-                    self._tasks.step(target, record, TaskEvent.FAIL, error)
+        for part in self.waiting.pop(object_id, ()):
+            record = self._graphs.get(part.message.graph_id)
+            if record is not None:  # else every target ended meanwhile
+                self._fail(record, error)
 
     def target_ended(self, target: bytes, delete_objects: bool) -> None:
         graph_id = self.targets.pop(target, None)
-        graph = self._graphs.get(graph_id) if graph_id is not None else None
+        if graph_id is None:
+            return
+        graph = self._graphs.get(graph_id)
         if graph is None:
             return
         graph.targets_left -= 1
         if graph.targets_left > 0:
             return
-        del self._graphs[graph_id]  # type: ignore[arg-type]  # found above
+        del self._graphs[graph_id]
+        if graph.sent_any and not graph.closed:  # the scheduler holds an open graph: closed with no target
+            self._out.append(ToScheduler(GraphTask(graph_id=graph_id, more=False)))
         if delete_objects:
             self._storage.delete(graph.temporary_objects)
         users = self._tasks.function_users
@@ -112,14 +123,24 @@ class GraphSubmissions:
         self.targets.clear()
         self.waiting.clear()
 
-    def _send(self, graph: _GraphRecord) -> None:
-        """Send the GraphTask, without the targets cancelled while its objects were being stored."""
-        message, graph.message = graph.message, None
-        assert message is not None
+    def _fail(self, graph: _GraphRecord, error: Exception) -> None:
         tasks = self._tasks
-        message.targets = [target for target in message.targets if tasks.record(target) is not None]
-        if not message.targets:
-            return
-        for target in message.targets:
-            tasks.step(target, tasks.record(target), TaskEvent.SENT_IN_GRAPH)  # type: ignore[arg-type]
-        self._out.append(ToScheduler(message))
+        for target in graph.targets:
+            record = tasks.record(target)
+            if record is not None:
+                tasks.step(target, record, TaskEvent.FAIL, error)
+
+    def _send_ready(self, graph: _GraphRecord) -> None:
+        """Send the parts whose objects are stored, in order; the last without the targets cancelled meanwhile."""
+        tasks, parts = self._tasks, graph.parts
+        while parts and parts[0].missing == 0:
+            message = parts.popleft().message
+            if not message.more:
+                message.targets = [target for target in message.targets if tasks.record(target) is not None]
+                if not message.targets and not graph.sent_any:
+                    return
+                for target in message.targets:
+                    tasks.step(target, tasks.record(target), TaskEvent.SENT_IN_GRAPH)  # type: ignore[arg-type]
+                graph.closed = True
+            graph.sent_any = True
+            self._out.append(ToScheduler(message))

@@ -23,6 +23,7 @@ from scaler.client.future import ScalerFuture
 from scaler.client.task_builder import TaskBuilder
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id
+from scaler.protocol.messages import Version
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.protocol.task_context import TaskContext
 
@@ -78,6 +79,10 @@ class ClientView:
         self._shared = shared
         self._futures: weakref.WeakValueDictionary[bytes, ScalerFuture] = weakref.WeakValueDictionary()
         self._closed = False
+
+    @property
+    def scheduler_version(self) -> Version:
+        return self._shared.scheduler_version
 
     def send(self, event: Event, futures: Optional[Mapping[bytes, ScalerFuture]] = None) -> None:
         if self._closed:

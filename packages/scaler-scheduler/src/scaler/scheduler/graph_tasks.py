@@ -1,7 +1,8 @@
 """Graph tasks in the scheduler, without I/O.
 
-A client sends a whole graph as one `GraphTask`: tasks that name each other's
-results through ``Argument{kind task}``, and the targets it wants. The shell
+A client sends a graph as one `GraphTask`, or in parts (``more`` on all but
+the last): tasks that name each other's results through ``Argument{kind task}``,
+and the targets it wants. The shell
 reads it as it reads a `TaskBatch` (`codec.decode_routed`): each node a
 `codec.RoutedTask` that names the nodes it needs (``dependencies``) and is
 copied on from the received message when it is sent. `GraphTasks` stands
@@ -36,7 +37,13 @@ between that client and the scheduler's ordinary task machinery:
 - a graph in which nothing runs while nodes still wait has a dependency cycle:
   those nodes are rejected;
 - a client that leaves takes its graphs with it (`forget_client`); its
-  objects are cleared by the scheduler as usual.
+  objects are cleared by the scheduler as usual;
+- a graph sent in parts is *open* until its last part: a part's nodes join the
+  graph (`_append`) and run as soon as their inputs succeeded, but nothing is
+  freed (the graph index counts one more dependant for every node), no cycle
+  or cancel check runs, results are held whole (a later part may name the node
+  a target) and failures are kept for the nodes later parts bring, until the
+  last part closes it (`_close`). A wrong part rejects the whole graph.
 
 Entry points return `GraphActions` for the scheduler to carry out. What
 happens to one node is decided by the table of `graph_node_lifecycle.py`;

@@ -175,7 +175,7 @@ struct TaskCancelConfirm {
   cancelled @1 :List(Bool);               # false: already finished or unknown
 }
 
-# A whole graph in one message. Tasks refer to each other through Argument.kind == task.
+# A graph in one message, or in parts (1.7: more). Tasks refer to each other through Argument.kind == task.
 struct GraphTask {
   graphId @0 :Data;
   tasks @1 :List(Task);
