@@ -31,6 +31,7 @@ from scaler.protocol.messages import (
     PayloadKind,
     Task,
     TaskCancel,
+    TaskCancelConfirm,
     TaskResult,
     TaskResultBatch,
     TaskStatus,
@@ -138,25 +139,27 @@ def test_a_graph_submitted_after_the_client_stopped_fails_its_targets():
 
 
 def parts_of_a_graph(big_in_first: bool = True):
-    """A graph in two parts: 1 (with a large literal, first) then 3 and 4 (targets, with the last part)."""
+    """A graph in two parts: 1 (with a large literal, and naming the targets) then 3 and 4 (the targets)."""
     first, last = graph_submission(), graph_submission()
-    first.graph = GraphTask(graph_id=first.graph.graph_id, tasks=first.graph.tasks[:1], more=True)
-    last.graph = GraphTask(graph_id=last.graph.graph_id, tasks=last.graph.tasks[1:], targets=last.graph.targets)
+    first.graph = GraphTask(
+        graph_id=first.graph.graph_id, tasks=first.graph.tasks[:1], targets=first.targets, more=True
+    )
+    last.graph = GraphTask(graph_id=last.graph.graph_id, tasks=last.graph.tasks[1:])
     if not big_in_first:
         first.puts, first.requires, first.temporary_objects = [], [FUNCTION], []
     last.puts, last.requires, last.temporary_objects, last.function_ids, last.targets = [], [], [], [], ()
     return first, last
 
 
-def test_parts_leave_in_order_each_once_its_objects_are_stored_and_the_targets_with_the_last():
+def test_parts_leave_in_order_each_once_its_objects_are_stored_and_the_targets_with_the_first():
     core = connected()
     first, last = parts_of_a_graph()
     effects = run(core, 0.0, PutObject(0, FUNCTION, b"function"), first, last)
     assert graphs_sent(effects) == []  # the last part needs nothing, but waits behind the first
     sent = graphs_sent(acknowledge(core, effects))
     assert [(len(part.tasks), part.more, part.targets) for part in sent] == [
-        (1, True, []),
-        (2, False, [tid(3), tid(4)]),
+        (1, True, [tid(3), tid(4)]),
+        (2, False, []),
     ]
     effects = run(core, 0.2, result(3), result(4))
     assert {name: o for name, (o, _) in outcomes(effects).items()} == {"task3": RESULT, "task4": RESULT}
@@ -168,8 +171,10 @@ def test_targets_cancelled_after_the_first_part_left_close_the_graph_with_an_emp
     core = connected()
     first, last = parts_of_a_graph(big_in_first=False)
     (sent,) = graphs_sent(run(core, 0.0, first))
-    assert sent.more
+    assert sent.more and sent.targets == [tid(3), tid(4)]
     effects = run(core, 0.1, Cancel([tid(3), tid(4)]))
+    assert to_scheduler(effects) == [TaskCancel([tid(3), tid(4)])]
+    effects = run(core, 0.15, FromScheduler(TaskCancelConfirm([tid(3), tid(4)], [True, True])))
     assert {o for o, _ in outcomes(effects).values()} == {CANCELLED}
     assert graphs_sent(effects) == [GraphTask(graph_id=sent.graph_id, more=False)]
     assert graphs_sent(run(core, 0.2, last)) == []  # the rest of a graph nobody waits for is not sent

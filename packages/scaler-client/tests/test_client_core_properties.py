@@ -178,11 +178,11 @@ class World:
         puts = [(literal, b"big literal")] if k % 3 else []
         temporary = [literal] if puts else []
         graph_id, target_ids = b"graph-%08d" % next(self.numbers), [t.task_id for t in targets]
-        if k % 4 == 1:  # two targets, sent in two parts: the targets with the second
-            first = GraphTask(graph_id=graph_id, tasks=targets[:1], more=True)
+        if k % 4 == 1:  # two targets, sent in two parts: the first names them
+            first = GraphTask(graph_id=graph_id, tasks=targets[:1], targets=target_ids, more=True)
             self.feed(
                 SubmitGraph(first, puts, [FUNCTION, *temporary], temporary, [FUNCTION], target_ids),
-                SubmitGraph(GraphTask(graph_id=graph_id, tasks=targets[1:], targets=target_ids), [], [], [], []),
+                SubmitGraph(GraphTask(graph_id=graph_id, tasks=targets[1:]), [], [], [], []),
             )
             return
         message = GraphTask(graph_id=graph_id, tasks=targets, targets=target_ids)

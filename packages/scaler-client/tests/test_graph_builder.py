@@ -34,7 +34,7 @@ class Built:
         self.key_targets, self.key_values = built.key_targets, built.key_values
         self.parts = list(built.parts)
         tasks = [task for part in self.parts for task in part.message.tasks]
-        self.message = GraphTask(built.graph_id, tasks, self.parts[-1].message.targets)
+        self.message = GraphTask(built.graph_id, tasks, self.parts[0].message.targets)
         self.puts = [put for part in self.parts for put in part.puts]
 
 
@@ -247,7 +247,7 @@ def test_dask_keys_are_flattened_and_packed_back_in_their_shape():
     assert pack_results("b", values) == 3
 
 
-def test_a_graph_in_parts_comes_in_dependency_order_with_the_targets_last():
+def test_a_graph_in_parts_comes_in_dependency_order_with_the_targets_first():
     graph = {"x": 1, "r": ObjectReference(b"obj-" + bytes(12), "r", 3)}
     for i in range(7):
         graph[f"leaf-{i}"] = (inc, "x")
@@ -260,8 +260,8 @@ def test_a_graph_in_parts_comes_in_dependency_order_with_the_targets_last():
         (3, True),
         (1, False),
     ]
-    assert all(p.message.targets == [] for p in built.parts[:-1])
-    assert built.parts[-1].message.targets == [built.key_targets["total"], built.key_targets["r"]]
+    assert built.parts[0].message.targets == [built.key_targets["total"], built.key_targets["r"]]
+    assert all(p.message.targets == [] for p in built.parts[1:])
     seen = set()
     for part in built.parts:
         for task in part.message.tasks:

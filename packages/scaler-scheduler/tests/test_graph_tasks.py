@@ -411,55 +411,67 @@ def test_results_of_another_clients_tasks_are_not_taken(sorter):
 
 def test_a_graph_in_parts_runs_before_its_last_part_and_frees_nothing_until_then(sorter):
     core = core_with(sorter)
-    effects = core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[], more=True)), 0.5)
-    assert list(assigned(effects)) == [1]
+    effects = core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[4, 2], more=True)), 0.5)
+    assert list(assigned(effects)) == [1]  # target 4 comes with a later part
     effects = report(core, success(1))
     assert list(assigned(effects)) == [2]
     effects = report(core, success(2))
     assert deleted(effects) == [] and to_client(effects) == {}  # a later part may still need 1 and 2
-    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1), node(4, 2, 3)], targets=[4, 2])), 0.6)
+    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1), node(4, 2, 3)], targets=[])), 0.6)
     (third,) = assigned(effects).values()
     assert third.arguments[0] == m.Argument("", m.ArgumentKind.OBJECT, oid(1))
     effects = report(core, success(3))
     assert deleted(effects) == [oid(1)]
     assert [a.data for a in assigned(effects)[4].arguments[:2]] == [oid(2), oid(3)]
     effects = report(core, success(4, stored=False))
-    assert sorted(to_client(effects)) == [2, 4] and to_client(effects)[2].payload == oid(2)  # 2: named later
+    assert sorted(to_client(effects)) == [2, 4] and to_client(effects)[2].payload == oid(2)
     assert deleted(effects) == [oid(3)]
     assert not core.graphs.active and core.task_count == 0
 
 
 def test_a_failure_reaches_the_nodes_and_targets_of_later_parts(sorter):
     core = core_with(sorter)
-    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[], more=True)), 0.5)
-    assert to_client(report(core, failure(1, b"boom"))) == {}  # no target yet
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[1, 4, 6], more=True)), 0.5)
+    effects = report(core, failure(1, b"boom"))
+    assert list(to_client(effects)) == [1]
     effects = core.handle(FromPeer(CLIENT, graph([node(3, 1), node(4, 3), node(5, 2)], targets=[], more=True)), 0.6)
-    assert assigned(effects) == {}  # 3 and 4 fail with 1; 5 waits for 2
-    effects = core.handle(FromPeer(CLIENT, graph([node(6, 4, 5)], targets=[1, 4, 6])), 0.7)
+    assert assigned(effects) == {} and list(to_client(effects)) == [4]  # 3 and 4 fail with 1; 5 waits for 2
+    effects = core.handle(FromPeer(CLIENT, graph([node(6, 4, 5)], targets=[])), 0.7)
     results = to_client(effects)
-    assert sorted(results) == [1, 4, 6]
-    assert all(r.status == m.TaskStatus.FAILED and r.payload == b"boom" for r in results.values())
+    assert list(results) == [6] and results[6].status == m.TaskStatus.FAILED and results[6].payload == b"boom"
     (cancel,) = messages(effects, WORKER, m.TaskCancel)  # nothing wanted needs 2 any more
     assert cancel.task_ids == [tid(2)]
     core.handle(FromPeer(WORKER, m.TaskCancelConfirm([tid(2)], [True])), 1.0)
     assert not core.graphs.active and core.task_count == 0
 
 
+def test_a_target_of_a_later_part_may_be_cancelled_before_it_comes(sorter):
+    core = core_with(sorter)
+    core.handle(FromPeer(CLIENT, graph([node(1)], targets=[2], more=True)), 0.5)
+    effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(2)])), 0.6)
+    assert messages(effects, CLIENT) == [m.TaskCancelConfirm([tid(2)], [True])]
+    effects = core.handle(FromPeer(CLIENT, graph([node(2, 1)], targets=[])), 0.7)
+    assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(1)])]  # nothing is wanted
+    assert core.graphs.graph_count == 0
+
+
 @pytest.mark.parametrize(
-    "part, problem",
+    "part, targets, problem",
     [
-        ([node(3, 9)], "not in the graph"),
-        ([node(1)], "already known"),
-        ([node(3, 3)], "its own result"),
+        ([node(3, 9)], [], "not in the graph"),
+        ([node(1)], [], "already known"),
+        ([node(3, 3)], [], "its own result"),
+        ([node(3, 1)], [3], "targets come with its first part"),
+        ([node(3, 1)], [], "not a task of the graph"),  # target 4 never came
     ],
 )
-def test_a_wrong_later_part_rejects_the_whole_graph(sorter, part, problem):
+def test_a_wrong_later_part_rejects_the_whole_graph(sorter, part, targets, problem):
     core = core_with(sorter)
-    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2], more=True)), 0.5)
-    effects = core.handle(FromPeer(CLIENT, graph(part, targets=[1])), 0.6)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2, 1)], targets=[2, 4], more=True)), 0.5)
+    effects = core.handle(FromPeer(CLIENT, graph(part, targets=targets)), 0.6)
     results = to_client(effects)
-    assert sorted(results) == [2]  # the target named so far; 1, named again, was never wanted
-    assert results[2].status == m.TaskStatus.REJECTED and problem in results[2].error_text
+    assert sorted(results) == sorted({2, 4, *targets})
+    assert all(r.status == m.TaskStatus.REJECTED and problem in r.error_text for r in results.values())
     assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(1)])]
     assert core.graphs.graph_count == 0
 
@@ -467,16 +479,16 @@ def test_a_wrong_later_part_rejects_the_whole_graph(sorter, part, problem):
 def test_a_part_of_another_clients_graph_is_refused(sorter):
     core = core_with(sorter)
     core.handle(FromPeer(OTHER_CLIENT, m.Hello(m.Version(1, 0), m.PeerRole.CLIENT, 1, "host")), 0.0)
-    core.handle(FromPeer(CLIENT, graph([node(1)], targets=[], more=True)), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1)], targets=[3], more=True)), 0.5)
     effects = core.handle(FromPeer(OTHER_CLIENT, graph([node(2)], targets=[2])), 0.6)
     assert "a graph with that ID is running" in to_client(effects, OTHER_CLIENT)[2].error_text
-    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1)], targets=[3])), 0.7)
+    effects = core.handle(FromPeer(CLIENT, graph([node(3, 1)], targets=[])), 0.7)
     assert to_client(effects) == {} and core.graphs.node_count == 2  # the owner's graph goes on
 
 
 def test_a_client_leaving_mid_graph_takes_its_open_graph(sorter):
     core = core_with(sorter)
-    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[], more=True)), 0.5)
+    core.handle(FromPeer(CLIENT, graph([node(1), node(2)], targets=[2, 3], more=True)), 0.5)
     report(core, success(1))
     effects = core.handle(FromPeer(CLIENT, m.DisconnectRequest("bye")), 1.0)
     assert messages(effects, WORKER, m.TaskCancel) == [m.TaskCancel([tid(2)])]
@@ -551,10 +563,9 @@ def _graph_runs(draw):
     actions = draw(st.lists(st.tuples(st.sampled_from("ssssfcdwp"), st.integers(0, 10**6)), max_size=60))
     inline_bytes = draw(st.sampled_from([0, 20, 10**6]))
     # sent in parts: where the nodes are cut (in index order, so every edge points to this part or an earlier
-    # one), and in which part each target is named (its own or a later one)
+    # one); the first part names every target
     cuts = sorted(draw(st.sets(st.integers(1, size - 1), max_size=3))) if size > 1 else []
-    later = draw(st.lists(st.integers(0, 3), min_size=len(targets), max_size=len(targets)))
-    return size, edges, targets, actions, inline_bytes, cuts, later
+    return size, edges, targets, actions, inline_bytes, cuts
 
 
 @settings(max_examples=150, deadline=None)
@@ -563,7 +574,7 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
     """Results (stored or inline), failures, cancels, confirms, worker loss and the arrival of the graph's parts
     in random order: every target gets exactly one answer, every stored result is delivered or deleted, and no
     state is left."""
-    size, edges, targets, actions, inline_bytes, cuts, later = run
+    size, edges, targets, actions, inline_bytes, cuts = run
     core = core_with(sorter, inline_bytes=inline_bytes)
     tasks = [node(i, *sorted(a for a, b in edges if b == i)) for i in range(size)]
     held: Dict[bytes, m.Task] = {}  # at the worker
@@ -605,16 +616,12 @@ def test_random_runs_answer_every_target_once_and_leave_nothing_behind(run, sort
 
     bounds = [0, *cuts, size]
     parts = [tasks[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-    part_of = [next(k for k in range(len(parts)) if n < bounds[k + 1]) for n in range(size)]
-    named: List[List[int]] = [[] for _ in parts]
-    for target, delay in zip(targets, later, strict=True):
-        named[min(len(parts) - 1, part_of[target] + delay)].append(target)
     sent = 0
 
     def send_part() -> None:
         nonlocal sent
         more = sent < len(parts) - 1
-        absorb(core.handle(FromPeer(CLIENT, graph(parts[sent], named[sent], more=more)), 0.5))
+        absorb(core.handle(FromPeer(CLIENT, graph(parts[sent], targets if sent == 0 else [], more=more)), 0.5))
         sent += 1
 
     send_part()

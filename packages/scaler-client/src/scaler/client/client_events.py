@@ -43,8 +43,7 @@ class Submit:
 @dataclass(slots=True)
 class SubmitGraph:
     """A graph, or one part of it (see graph_builder.py), sent once its objects are stored and the graph's
-    earlier parts have left. Its targets are tasks, named by the first part's event (they travel in the last
-    part's GraphTask)."""
+    earlier parts have left. Its targets are tasks, named by the first part (its event and its GraphTask)."""
 
     graph: GraphTask
     puts: Sequence[Tuple[bytes, Any]]  # (object ID, payload): large literals and templates

@@ -32,7 +32,7 @@ a requested literal key resolves on the client.
 Tasks are encoded in dependency order (each after the tasks it needs), as the
 caller iterates `BuiltGraph.parts`: with a part size, a large graph leaves in
 parts (``GraphTask.more`` on all but the last), so that its first tasks run
-while the rest is encoded; the targets travel with the last part.
+while the rest is encoded; the first part names the targets.
 """
 
 from __future__ import annotations
@@ -372,18 +372,19 @@ class _Encoder:
         targets: List[bytes],
         part_size: Optional[int],
     ) -> Iterator[GraphPart]:
-        """The tasks in dependency order, ``part_size`` at a time; the requested references' tasks and the
-        targets with the last part."""
+        """The tasks in dependency order, ``part_size`` at a time, the requested references' tasks last; the
+        targets with the first part."""
         task_ids = self._task_ids
         tasks: List[Task] = []
+        named = targets  # the first part names every target
         for key in order:
             tasks.append(self._task(key, task_ids[key]))
             if len(tasks) == part_size:
-                yield self._part(graph_id, tasks, [], more=True)
-                tasks = []
+                yield self._part(graph_id, tasks, named, more=True)
+                tasks, named = [], []
         for resolved, task_id in reference_tasks.items():
             tasks.append(self._evaluator_task(task_id, Slot(0), [self._argument_for_key(resolved)]))
-        yield self._part(graph_id, tasks, targets, more=False)
+        yield self._part(graph_id, tasks, named, more=False)
 
     def _part(self, graph_id: bytes, tasks: List[Task], targets: List[bytes], more: bool) -> GraphPart:
         named = list(self._function_ids)

@@ -1,12 +1,12 @@
 """Graphs in the client's core: each leaves as one GraphTask, or in parts, each part once its objects are stored.
 
 A graph's targets (the tasks whose results the user asked for) are tasks of `TasksInFlight`, following the
-same table: named by the first part's `SubmitGraph`, they are storing until the last part leaves with them.
+same table: named by the first part's `SubmitGraph`, they are storing until the first part leaves with them.
 The parts leave in order: a part waits for its objects (functions, large literals, templates) and for the
 parts before it. The graph is forgotten when its last target ends (its temporary objects are then deleted);
-if that happens before its last part left (its targets cancelled, or an object it needs failed to store), an
-empty last part closes what the scheduler holds of it, and its other parts are dropped. A target cancelled
-before the last part leaves is left out of it.
+if that happens before its last part left (its targets cancelled, or an object a part needs failed to
+store), an empty last part closes what the scheduler holds of it, and its other parts are dropped. A target
+cancelled before the first part leaves is left out of it.
 """
 
 from __future__ import annotations
@@ -131,16 +131,16 @@ class GraphSubmissions:
                 tasks.step(target, record, TaskEvent.FAIL, error)
 
     def _send_ready(self, graph: _GraphRecord) -> None:
-        """Send the parts whose objects are stored, in order; the last without the targets cancelled meanwhile."""
+        """Send the parts whose objects are stored, in order; the first without the targets cancelled meanwhile."""
         tasks, parts = self._tasks, graph.parts
         while parts and parts[0].missing == 0:
             message = parts.popleft().message
-            if not message.more:
+            if not graph.sent_any:
                 message.targets = [target for target in message.targets if tasks.record(target) is not None]
-                if not message.targets and not graph.sent_any:
-                    return
+                if not message.targets:
+                    return  # every target ended: the graph is forgotten
                 for target in message.targets:
                     tasks.step(target, tasks.record(target), TaskEvent.SENT_IN_GRAPH)  # type: ignore[arg-type]
-                graph.closed = True
-            graph.sent_any = True
+                graph.sent_any = True
+            graph.closed = not message.more
             self._out.append(ToScheduler(message))

@@ -93,8 +93,8 @@ class PythonGraphIndex:
         start = self.size
         self.size += count
         dependants, dependencies, holding, done = self._dependants, self._dependencies, self._holding, self._done
-        dependants.extend([] for _ in range(count))
-        dependencies.extend([] for _ in range(count))
+        dependants.extend([[] for _ in range(count)])
+        dependencies.extend([[] for _ in range(count)])
         holding.extend([1 if self._open else 0] * count)
         done.extend(bytes(count))
         waiting = [0] * count

@@ -38,12 +38,13 @@ between that client and the scheduler's ordinary task machinery:
   those nodes are rejected;
 - a client that leaves takes its graphs with it (`forget_client`); its
   objects are cleared by the scheduler as usual;
-- a graph sent in parts is *open* until its last part: a part's nodes join the
+- a graph sent in parts is *open* until its last part: the first part names
+  every target (those of later parts are *awaited*); a part's nodes join the
   graph (`_append`) and run as soon as their inputs succeeded, but nothing is
   freed (the graph index counts one more dependant for every node), no cycle
-  or cancel check runs, results are held whole (a later part may name the node
-  a target) and failures are kept for the nodes later parts bring, until the
-  last part closes it (`_close`). A wrong part rejects the whole graph.
+  or cancel check runs, and failures are kept for the nodes later parts bring,
+  until the last part closes it (`_close`). A wrong part, or a target no part
+  brought, rejects the whole graph.
 
 Entry points return `GraphActions` for the scheduler to carry out. What
 happens to one node is decided by the table of `graph_node_lifecycle.py`;
@@ -99,7 +100,7 @@ class GraphActions:
 class _Graph:
     __slots__ = (
         "graph_id", "client_id", "task_ids", "positions", "tasks", "state", "target", "wanted", "wanted_count",
-        "results", "index", "in_flight", "finished", "history", "open", "failures",
+        "results", "index", "in_flight", "finished", "history", "open", "failures", "awaited",
     )  # fmt: skip
 
     def __init__(self, graph_id: bytes, client_id: bytes, index: GraphIndex, open: bool) -> None:
@@ -109,7 +110,7 @@ class _Graph:
         self.positions: Dict[bytes, int] = {}  # task ID -> its node
         self.tasks: List[Optional[Any]] = []  # codec.RoutedTask; None once released or finished
         self.state = bytearray()  # each node's state, as its position in NODE_STATES (PENDING is 0)
-        self.target = bytearray()  # named a target (by any part)
+        self.target = bytearray()
         self.wanted = bytearray()  # a target whose result the client still waits for
         self.wanted_count = 0
         self.results: Dict[int, Any] = {}  # successes held for the nodes that need them (m.TaskResult, _Payload)
@@ -119,6 +120,7 @@ class _Graph:
         self.history: Deque[Tuple[int, NodeEvent]] = deque(maxlen=_HISTORY_LENGTH)  # (node, event), any node
         self.open = open  # more parts may come: nothing is freed, cancelled or found stuck until the last
         self.failures: Dict[int, Any] = {}  # while open: each failed node's failure, for nodes still to come
+        self.awaited: Set[bytes] = set()  # targets the first part named that no part has brought yet
 
     @property
     def done(self) -> bool:
@@ -141,6 +143,7 @@ class GraphTasks:
             import graphblas  # noqa: F401  # now, at start-up: importing it takes seconds, not to stall a graph
         self._graphs: Dict[bytes, _Graph] = {}  # graph ID -> graph
         self._nodes: Dict[bytes, _Graph] = {}  # task ID of every node of a live graph -> its graph
+        self._awaited: Dict[bytes, _Graph] = {}  # task ID of a target of an open graph, not sent yet -> its graph
         self._cancelled: Dict[bytes, Set[bytes]] = {}  # client -> released nodes cancelled here, confirm pending
         self._inline_budget = inline_budget_bytes
         self._inline_bytes = 0  # payload bytes of the inline results held for dependants, all graphs together
@@ -214,7 +217,7 @@ class GraphTasks:
                 return actions  # nothing is wanted: nothing runs
             index = make_graph_index(0, (), (), self.use_graphblas, open=message.more)
             graph = self._graphs[message.graph_id] = _Graph(message.graph_id, client_id, index, message.more)
-        self._append(graph, message, positions, actions)
+        self._append(graph, message, positions, actions, first=not base)
         if not message.more:
             self._close(graph, actions)
         self._settle(graph, actions)
@@ -283,6 +286,15 @@ class GraphTasks:
         touched: Dict[bytes, _Graph] = {}
         for task_id in task_ids:
             graph = self._nodes.get(task_id)
+            if graph is None and task_id in self._awaited:  # a target of an open graph, not sent yet
+                graph = self._awaited[task_id]
+                if graph.client_id == client_id:
+                    del self._awaited[task_id]
+                    graph.awaited.discard(task_id)
+                    graph.wanted_count -= 1
+                    actions.confirm_ids.append(task_id)
+                    actions.confirm_flags.append(True)
+                    continue
             if graph is None or graph.client_id != client_id:
                 others.append(task_id)
                 continue
@@ -334,9 +346,12 @@ class GraphTasks:
                     return f"task {show(task.task_id)} needs its own result"
                 if needed not in positions and needed not in earlier:
                     return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
-        for target in message.targets:
-            if target not in positions and target not in earlier:
-                return f"target {show(target)} is not a task of the graph"
+        if earlier and message.targets:
+            return "a later part names targets: a graph's targets come with its first part"
+        if not message.more:  # a target a later part may bring is checked when the last part comes
+            for target in message.targets:
+                if target not in positions:
+                    return f"target {show(target)} is not a task of the graph"
         if not earlier and message.graph_id in self._graphs:
             return "a graph with that ID is running"
         return None
@@ -358,11 +373,18 @@ class GraphTasks:
             if graph.wanted[i]:
                 _unwant(graph, i)
                 actions.results.append(_rejected(graph.task_ids[i], f"graph rejected: {problem}"))
+        for target in graph.awaited:
+            del self._awaited[target]
+            graph.wanted_count -= 1
+            actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+        graph.awaited.clear()
         self._close(graph, actions)
 
-    def _append(self, graph: _Graph, message: m.GraphTask, positions: Dict[bytes, int], actions: GraphActions):
-        """A checked part's nodes join the graph; those whose inputs all succeeded already are released, those
-        below a failure fail with it."""
+    def _append(
+        self, graph: _Graph, message: m.GraphTask, positions: Dict[bytes, int], actions: GraphActions, first: bool
+    ) -> None:
+        """A checked part's nodes join the graph (the first part names the targets); those whose inputs all
+        succeeded already are released, those below a failure fail with it."""
         tasks: List[Any] = message.tasks  # codec.RoutedTask
         base, count = len(graph.task_ids), len(tasks)
         graph.task_ids.extend(task.task_id for task in tasks)
@@ -387,14 +409,19 @@ class GraphTasks:
                 if j < base and state[j] == _FAILED:
                     failed_inputs.setdefault(i, failures[j])
         ready = graph.index.extend(count, [a for a, _ in edges], [b for _, b in edges])
-        for target in message.targets:
-            i = every[target]
-            if graph.target[i]:
-                continue
-            graph.target[i] = graph.wanted[i] = 1
-            graph.wanted_count += 1
-            if state[i] == _FAILED:  # failed before it was named a target
-                self._deliver_failure(graph, i, actions, [], failures[i])
+        if first:
+            for target in dict.fromkeys(message.targets):
+                graph.wanted_count += 1
+                if target in positions:
+                    graph.target[positions[target]] = graph.wanted[positions[target]] = 1
+                else:  # a later part brings it
+                    graph.awaited.add(target)
+                    self._awaited[target] = graph
+        elif graph.awaited:
+            for target in [target for target in graph.awaited if target in positions]:
+                graph.awaited.discard(target)
+                del self._awaited[target]
+                graph.target[positions[target]] = graph.wanted[positions[target]] = 1
         finished: List[int] = []
         for i, failure in failed_inputs.items():
             for j in (i, *graph.index.descendants([i])):
@@ -406,6 +433,13 @@ class GraphTasks:
     def _close(self, graph: _Graph, actions: GraphActions) -> None:
         """The graph's last part arrived (or it was rejected): what no unfinished node needs is freed."""
         if not graph.open:
+            return
+        if graph.awaited:
+            problem = f"target {show(next(iter(graph.awaited)))} is not a task of the graph"
+            logger.warning(
+                f"Scheduler: rejected graph {show(graph.graph_id)} of client {show(graph.client_id)}: {problem}"
+            )
+            self._reject_graph(graph, problem, actions)  # closes it
             return
         graph.open = False
         graph.failures.clear()
@@ -486,6 +520,8 @@ class GraphTasks:
         for i in list(graph.results):
             self._unhold(graph, i)
         del self._graphs[graph.graph_id]
+        for target in graph.awaited:
+            del self._awaited[target]
         nodes = self._nodes
         for task_id in graph.task_ids:
             nodes.pop(task_id, None)
@@ -519,7 +555,7 @@ class GraphTasks:
     def _hold(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         """A success kept for the nodes that need it: whole for a target (the client gets it), else its payload
         alone; copied out of the message it came in (`codec.RoutedResult`), which is not kept."""
-        if graph.wanted[i] or graph.open:  # while open, any node may still be named a target
+        if graph.wanted[i]:
             held = _whole(result)
         else:
             held = _Payload(result.payload_kind, result.payload)
