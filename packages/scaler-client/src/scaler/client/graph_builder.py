@@ -111,6 +111,7 @@ class _Spec:
 
 
 _ATOMS = (_Key, _Literal, _Reference)
+_TASK = ArgumentKind.TASK  # looked up once: reading an enum member is slow next to building an Argument
 
 
 @dataclass
@@ -315,7 +316,7 @@ class _Encoder:
         self._encoder = encoder
         self._resolved: Dict[Hashable, Hashable] = {}
         self._task_ids: Dict[Hashable, bytes] = {}  # resolved key -> task ID, for keys that run as tasks
-        self._literal_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}
+        self._key_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}  # key not a task -> (kind, data)
         self._puts: List[Tuple[bytes, Any]] = []
         self._function_ids: Dict[bytes, None] = {}
         self._evaluator_id: Optional[bytes] = None
@@ -369,17 +370,25 @@ class _Encoder:
         return Argument(name, ArgumentKind.OBJECT, object_id)
 
     def _argument_for_key(self, key: Hashable) -> Argument:
+        task_id = self._task_ids.get(key)
+        if task_id is not None:  # the common case: the key runs as a task
+            return Argument("", _TASK, task_id)
+        kind, data = self._key_arguments.get(key) or self._key_argument(key)
+        return Argument("", kind, data)
+
+    def _key_argument(self, key: Hashable) -> Tuple[ArgumentKind, bytes]:
+        """(kind, data) of the argument passing the value of a key that is not a task, found once per key."""
         resolved = self._resolve(key)
-        task_id = self._task_ids.get(resolved)
-        if task_id is not None:
-            return Argument("", ArgumentKind.TASK, task_id)
-        cached = self._literal_arguments.get(resolved)
-        if cached is None:
-            parsed = self._nodes[resolved][0]
-            value = parsed.reference if type(parsed) is _Reference else parsed.value
-            argument = self._value_argument(value)
-            cached = self._literal_arguments[resolved] = (argument.kind, argument.data)
-        return Argument("", cached[0], cached[1])
+        if resolved in self._task_ids:  # an alias of a task
+            found = (_TASK, self._task_ids[resolved])
+        elif resolved is not key:  # an alias of a literal or reference: passed as its target (put once if large)
+            found = self._key_arguments.get(resolved) or self._key_argument(resolved)
+        else:
+            parsed = self._nodes[key][0]
+            argument = self._value_argument(parsed.reference if type(parsed) is _Reference else parsed.value)
+            found = (argument.kind, argument.data)
+        self._key_arguments[key] = found
+        return found
 
     def _argument_for_atom(self, atom: Any) -> Argument:
         kind = type(atom)
