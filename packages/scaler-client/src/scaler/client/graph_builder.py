@@ -32,6 +32,7 @@ a requested literal key resolves on the client.
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -271,11 +272,17 @@ def _parse_needed(graph: Any, keys: Sequence[Hashable]) -> Dict[Hashable, Tuple[
     node = _Parser(graph).node
     nodes: Dict[Hashable, Tuple[Any, List[Hashable]]] = {}
     stack = list(keys)
-    while stack:
-        key = stack.pop()
-        if key not in nodes:
-            entry = nodes[key] = node(key, graph[key])
-            stack.extend(entry[1])  # keys already parsed are skipped when popped
+    collecting = gc.isenabled()
+    gc.disable()  # parsing keeps all it makes: collecting as it goes cost as much as the parsing
+    try:
+        while stack:
+            key = stack.pop()
+            if key not in nodes:
+                entry = nodes[key] = node(key, graph[key])
+                stack.extend(entry[1])  # keys already parsed are skipped when popped
+    finally:
+        if collecting:
+            gc.enable()
     return nodes
 
 
