@@ -37,6 +37,7 @@ while the rest is encoded; the first part names the targets.
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -48,6 +49,7 @@ from scaler.client.object_reference import ObjectReference
 from scaler.protocol.messages import Argument, ArgumentKind, GraphTask, Task
 
 _KEY_TYPES = (str, bytes, int, float, tuple)
+_SCALAR_TYPES = (str, int, float, bytes, bool)  # exactly these types: a key if in the graph, else a literal
 
 
 class GraphError(ValueError):
@@ -90,11 +92,12 @@ class _Reference:
 
 
 class _Call:
-    __slots__ = ("function", "arguments")
+    __slots__ = ("function", "arguments", "direct")
 
-    def __init__(self, function: Callable[..., Any], arguments: List[Any]) -> None:
+    def __init__(self, function: Callable[..., Any], arguments: List[Any], direct: bool) -> None:
         self.function = function
         self.arguments = arguments
+        self.direct = direct  # every argument is an atom: the task runs as function(*arguments)
 
 
 class _Container:
@@ -114,6 +117,7 @@ class _Spec:
 
 
 _ATOMS = (_Key, _Literal, _Reference)
+_TASK = ArgumentKind.TASK  # looked up once: reading an enum member is slow next to building an Argument
 
 
 @dataclass
@@ -210,81 +214,93 @@ class _Parser:
         except TypeError:
             return False
 
-    def node(self, key: Hashable, value: Any) -> Any:
-        """The parsed value of one key of the graph."""
+    def node(self, key: Hashable, value: Any) -> Tuple[Any, List[Hashable]]:
+        """The parsed value of one key of the graph, and the keys it reads (in order of first use, each once)."""
+        found: Dict[Hashable, None] = {}
+        if type(value) is tuple and value and callable(value[0]):  # the common case, first
+            return self.call(value, found), list(found)
         if self.graph_node is not None and isinstance(value, self.graph_node):
             return self.spec_node(key, value)
-        parsed = self.expression(value)
+        parsed = self.expression(value, found)
         if type(parsed) is _Key and parsed.key == key:
-            return _Literal(value)  # a key whose value is itself: a literal (as Dask reads it)
-        return parsed
+            return _Literal(value), []  # a key whose value is itself: a literal (as Dask reads it)
+        return parsed, list(found)
 
-    def spec_node(self, key: Hashable, node: Any) -> Any:
+    def spec_node(self, key: Hashable, node: Any) -> Tuple[Any, List[Hashable]]:
         spec = self.spec
         if isinstance(node, spec.DataNode):
-            return _Literal(node.value)
+            return _Literal(node.value), []
         if isinstance(node, spec.Alias):
             if node.target == key:
                 raise GraphKeyError(f"key {key!r} is an alias of itself")
-            return _Key(node.target)
+            return _Key(node.target), [node.target]
         dependencies = sorted(node.dependencies, key=repr)
         absent = [dependency for dependency in dependencies if not _present(self.graph, dependency)]
         if absent:
             raise GraphKeyError(f"key {key!r} needs key(s) not in the graph: {_names(absent)}")
-        return _Spec(node, dependencies)
+        return _Spec(node, dependencies), dependencies
 
-    def expression(self, value: Any) -> Any:
+    def expression(self, value: Any, found: Dict[Hashable, None]) -> Any:
+        """The parsed value; the keys it reads are added to ``found``."""
         kind = type(value)
         if kind is tuple and value and callable(value[0]):
-            return _Call(value[0], [self.expression(argument) for argument in value[1:]])
+            return self.call(value, found)
         if isinstance(value, ObjectReference):
             return _Reference(value)
         if self.is_key(value):
+            found[value] = None
             return _Key(value)
         if kind is list or kind is tuple:
-            items = [self.expression(item) for item in value]
+            items = [self.expression(item, found) for item in value]
             if all(type(item) is _Literal for item in items):
                 return _Literal(value)
             return _Container(kind, items)
         if kind is dict:
-            entries = {name: self.expression(item) for name, item in value.items()}
+            entries = {name: self.expression(item, found) for name, item in value.items()}
             if all(type(item) is _Literal for item in entries.values()):
                 return _Literal(value)
             return _Container(dict, entries)
         return _Literal(value)
 
-
-def _dependencies(parsed: Any) -> List[Hashable]:
-    """Keys a parsed node reads, in order of first use, each once."""
-    if type(parsed) is _Spec:
-        return list(parsed.dependencies)
-    found: Dict[Hashable, None] = {}
-    stack = [parsed]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is _Key:
-            found.setdefault(item.key, None)
-        elif kind is _Call:
-            stack.extend(reversed(item.arguments))
-        elif kind is _Container:
-            stack.extend(reversed(list(item.items.values()) if item.kind is dict else item.items))
-    return list(found)
+    def call(self, value: Tuple[Any, ...], found: Dict[Hashable, None]) -> _Call:
+        """``(function, *arguments)``: `expression` for each argument, inlined for strings and numbers."""
+        graph = self.graph
+        arguments: List[Any] = []
+        direct = True
+        for argument in value[1:]:
+            if type(argument) in _SCALAR_TYPES:  # a key or a literal, as `expression` would find
+                try:
+                    is_key = argument in graph
+                except TypeError:
+                    is_key = False
+                if is_key:
+                    found[argument] = None
+                    arguments.append(_Key(argument))
+                else:
+                    arguments.append(_Literal(argument))
+            else:
+                parsed = self.expression(argument, found)
+                arguments.append(parsed)
+                direct = direct and type(parsed) in _ATOMS
+        return _Call(value[0], arguments, direct)
 
 
 def _parse_needed(graph: Any, keys: Sequence[Hashable]) -> Dict[Hashable, Tuple[Any, List[Hashable]]]:
     """key -> (parsed value, dependencies) for every key the requested keys need."""
-    parser = _Parser(graph)
+    node = _Parser(graph).node
     nodes: Dict[Hashable, Tuple[Any, List[Hashable]]] = {}
     stack = list(keys)
-    while stack:
-        key = stack.pop()
-        if key in nodes:
-            continue
-        parsed = parser.node(key, graph[key])
-        dependencies = _dependencies(parsed)
-        nodes[key] = (parsed, dependencies)
-        stack.extend(dependency for dependency in dependencies if dependency not in nodes)
+    collecting = gc.isenabled()
+    gc.disable()  # parsing keeps all it makes: collecting as it goes cost as much as the parsing
+    try:
+        while stack:
+            key = stack.pop()
+            if key not in nodes:
+                entry = nodes[key] = node(key, graph[key])
+                stack.extend(entry[1])  # keys already parsed are skipped when popped
+    finally:
+        if collecting:
+            gc.enable()
     return nodes
 
 
@@ -331,7 +347,7 @@ class _Encoder:
         self._encoder = encoder
         self._resolved: Dict[Hashable, Hashable] = {}
         self._task_ids: Dict[Hashable, bytes] = {}  # resolved key -> task ID, for keys that run as tasks
-        self._literal_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}
+        self._key_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}  # key not a task -> (kind, data)
         self._puts: List[Tuple[bytes, Any]] = []
         self._function_ids: Dict[bytes, None] = {}
         self._functions_listed = 0  # of _function_ids, how many an earlier part listed
@@ -416,17 +432,25 @@ class _Encoder:
         return Argument(name, ArgumentKind.OBJECT, object_id)
 
     def _argument_for_key(self, key: Hashable) -> Argument:
+        task_id = self._task_ids.get(key)
+        if task_id is not None:  # the common case: the key runs as a task
+            return Argument("", _TASK, task_id)
+        kind, data = self._key_arguments.get(key) or self._key_argument(key)
+        return Argument("", kind, data)
+
+    def _key_argument(self, key: Hashable) -> Tuple[ArgumentKind, bytes]:
+        """(kind, data) of the argument passing the value of a key that is not a task, found once per key."""
         resolved = self._resolve(key)
-        task_id = self._task_ids.get(resolved)
-        if task_id is not None:
-            return Argument("", ArgumentKind.TASK, task_id)
-        cached = self._literal_arguments.get(resolved)
-        if cached is None:
-            parsed = self._nodes[resolved][0]
-            value = parsed.reference if type(parsed) is _Reference else parsed.value
-            argument = self._value_argument(value)
-            cached = self._literal_arguments[resolved] = (argument.kind, argument.data)
-        return Argument("", cached[0], cached[1])
+        if resolved in self._task_ids:  # an alias of a task
+            found = (_TASK, self._task_ids[resolved])
+        elif resolved is not key:  # an alias of a literal or reference: passed as its target (put once if large)
+            found = self._key_arguments.get(resolved) or self._key_argument(resolved)
+        else:
+            parsed = self._nodes[key][0]
+            argument = self._value_argument(parsed.reference if type(parsed) is _Reference else parsed.value)
+            found = (argument.kind, argument.data)
+        self._key_arguments[key] = found
+        return found
 
     def _argument_for_atom(self, atom: Any) -> Argument:
         kind = type(atom)
@@ -450,8 +474,11 @@ class _Encoder:
 
     def _task(self, key: Hashable, task_id: bytes) -> Task:
         parsed = self._nodes[key][0]
-        if type(parsed) is _Call and all(type(argument) in _ATOMS for argument in parsed.arguments):
-            arguments = [self._argument_for_atom(argument) for argument in parsed.arguments]
+        if type(parsed) is _Call and parsed.direct:
+            arguments = [
+                self._argument_for_key(atom.key) if type(atom) is _Key else self._argument_for_atom(atom)
+                for atom in parsed.arguments
+            ]
             return self._new_task(task_id, self._encoder.function_id(parsed.function), arguments)
         slots: Dict[Any, int] = {}
         slot_arguments: List[Argument] = []
