@@ -10,15 +10,9 @@ from typing import Any, Dict, List
 import cloudpickle
 import pytest
 
-from scaler.client.graph_builder import (
-    GraphCycleError,
-    GraphEncoder,
-    GraphKeyError,
-    build_graph,
-    flatten_keys,
-    pack_results,
-)
+from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results
 from scaler.client.graph_evaluation import Call, Quote, Slot, evaluate, evaluate_graph_node
+from scaler.client.graph_parser import GraphCycleError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer
 from scaler.protocol.messages import ArgumentKind, GraphTask, Task

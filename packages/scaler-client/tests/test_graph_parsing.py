@@ -1,4 +1,4 @@
-"""Properties of the graph parser (graph_builder.py, hypothesis): a call's arguments read inline, as strings and
+"""Properties of the graph parser (graph_parser.py, hypothesis): a call's arguments read inline, as strings and
 numbers are, parse as `_Parser.expression` parses them one by one, and a node's dependencies are the keys its
 parsed value reads, in order of first use, each once. Parsing leaves the garbage collector as it found it."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.client.graph_builder import _ATOMS, _Call, _Container, _Key, _Literal, _parse_needed, _Parser, _Reference
+from scaler.client.graph_parser import _ATOMS, _Call, _Container, _Key, _Literal, _Parser, _Reference, parse_needed
 from scaler.client.object_reference import ObjectReference
 
 KEYS: List[Hashable] = ["a", "b", 1, 2.5, b"k", ("t", 0)]
@@ -87,14 +87,14 @@ def test_a_node_depends_on_the_keys_its_value_reads(value: Any) -> None:
 
 def test_parsing_leaves_the_garbage_collector_as_it_found_it() -> None:
     assert gc.isenabled()
-    assert list(_parse_needed({"a": (operator.add, "b", 1), "b": 2}, ["a"])) == ["a", "b"]
+    assert list(parse_needed({"a": (operator.add, "b", 1), "b": 2}, ["a"])) == ["a", "b"]
     assert gc.isenabled()
     with pytest.raises(KeyError):
-        _parse_needed({"a": 1}, ["c"])
+        parse_needed({"a": 1}, ["c"])
     assert gc.isenabled()
     gc.disable()
     try:
-        _parse_needed({"a": 1}, ["a"])
+        parse_needed({"a": 1}, ["a"])
         assert not gc.isenabled()
     finally:
         gc.enable()

@@ -4,7 +4,7 @@ from scaler.client._version import __version__
 from scaler.client.client import Client
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import ScalerFuture
-from scaler.client.graph_builder import GraphCycleError, GraphError, GraphKeyError
+from scaler.client.graph_parser import GraphCycleError, GraphError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
 from scaler.client.progress_bar import progress
 from scaler.client.remote_errors import RemoteTraceback
