@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import operator
 import pickle
@@ -10,7 +11,7 @@ from typing import Any, Dict, List
 import cloudpickle
 import pytest
 
-from scaler.client.graph_builder import GraphEncoder, build_graph, flatten_keys, pack_results
+from scaler.client.graph_builder import GraphEncoder, build_graph, collector_paused, flatten_keys, pack_results
 from scaler.client.graph_evaluation import Call, Quote, Slot, evaluate, evaluate_graph_node
 from scaler.client.graph_parser import GraphCycleError, GraphKeyError
 from scaler.client.object_reference import ObjectReference
@@ -265,3 +266,20 @@ def test_a_graph_in_parts_comes_in_dependency_order_with_the_targets_first():
     named = [f for part in built.parts for f in part.function_ids]
     assert len(named) == len(set(named)) == 3  # inc, the evaluator, add: each listed by the first part naming it
     assert run(graph, ["total"], part_size=3) == run(graph, ["total"]) == {"total": 16}
+
+
+def test_the_collector_is_paused_while_a_graph_is_built_and_left_as_it_was_found():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(GraphKeyError), collector_paused():
+        build({"a": 1}, ["nope"], Encoder())
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # the user had paused it: still paused
+    finally:
+        gc.enable()

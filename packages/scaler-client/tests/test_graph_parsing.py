@@ -4,15 +4,13 @@ parsed value reads, in order of first use, each once. Parsing leaves the garbage
 
 from __future__ import annotations
 
-import gc
 import operator
 from typing import Any, Dict, Hashable, List
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.client.graph_parser import _ATOMS, _Call, _Container, _Key, _Literal, _Parser, _Reference, parse_needed
+from scaler.client.graph_parser import _ATOMS, _Call, _Container, _Key, _Literal, _Parser, _Reference
 from scaler.client.object_reference import ObjectReference
 
 KEYS: List[Hashable] = ["a", "b", 1, 2.5, b"k", ("t", 0)]
@@ -83,18 +81,3 @@ def test_a_call_parses_its_arguments_as_expressions_do(arguments: List[Any]) -> 
 def test_a_node_depends_on_the_keys_its_value_reads(value: Any) -> None:
     parsed, dependencies = _Parser(GRAPH).node("n", value)
     assert dependencies == keys_read(parsed, {})
-
-
-def test_parsing_leaves_the_garbage_collector_as_it_found_it() -> None:
-    assert gc.isenabled()
-    assert list(parse_needed({"a": (operator.add, "b", 1), "b": 2}, ["a"])) == ["a", "b"]
-    assert gc.isenabled()
-    with pytest.raises(KeyError):
-        parse_needed({"a": 1}, ["c"])
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        parse_needed({"a": 1}, ["a"])
-        assert not gc.isenabled()
-    finally:
-        gc.enable()

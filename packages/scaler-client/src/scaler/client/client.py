@@ -17,6 +17,7 @@ from scaler.client.graph_builder import (
     BuiltGraph,
     GraphEncoder,
     build_graph,
+    collector_paused,
     flatten_keys,
     pack_results,
     to_task_spec,
@@ -372,7 +373,20 @@ class Client:
             serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
         )  # fmt: skip
         part_size = GRAPH_PART_SIZE if knows(self._agent.scheduler_version, GRAPH_PARTS_VERSION) else None
+        with collector_paused():
+            return self._build_and_send_graph(graph, keys, encoder, part_size, batch, capabilities)
+
+    def _build_and_send_graph(
+        self,
+        graph: Mapping[Any, Any],
+        keys: List[Any],
+        encoder: GraphEncoder,
+        part_size: Optional[int],
+        batch: Optional[FutureBatch],
+        capabilities: Optional[List[Capability]],
+    ) -> Dict[Any, ScalerFuture]:
         built = build_graph(graph, keys, encoder, part_size)
+        serializer_id = encoder.serializer_id
         targets = {
             target: ScalerFuture(target, self, self._serializer, self._profiling, self._bounded_wait, batch)
             for target in built.targets

@@ -22,6 +22,8 @@ while the rest is encoded; the first part names the targets.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Hashable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -89,6 +91,21 @@ class GraphEncoder:
 
 
 # ----------------------------------------------------------------------------- entry point
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused (process-wide) while a graph is built and sent, then left as it
+    was found. Everything the build makes lives until its part is sent, and each full collection on the way
+    walks all of it, for nothing: with collections, parsing and encoding a 100,000-node graph cost about twice
+    as much. Reference counting still frees what is dropped."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def build_graph(

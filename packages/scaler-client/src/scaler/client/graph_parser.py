@@ -19,7 +19,6 @@ only when Dask is already loaded. `graph_builder.py` encodes what this reads.
 
 from __future__ import annotations
 
-import gc
 import sys
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Sequence, Tuple
 
@@ -208,17 +207,11 @@ def parse_needed(graph: Any, keys: Sequence[Hashable]) -> Dict[Hashable, Tuple[A
     node = _Parser(graph).node
     nodes: Dict[Hashable, Tuple[Any, List[Hashable]]] = {}
     stack = list(keys)
-    collecting = gc.isenabled()
-    gc.disable()  # parsing keeps all it makes: collecting as it goes cost as much as the parsing
-    try:
-        while stack:
-            key = stack.pop()
-            if key not in nodes:
-                entry = nodes[key] = node(key, graph[key])
-                stack.extend(entry[1])  # keys already parsed are skipped when popped
-    finally:
-        if collecting:
-            gc.enable()
+    while stack:
+        key = stack.pop()
+        if key not in nodes:
+            entry = nodes[key] = node(key, graph[key])
+            stack.extend(entry[1])  # keys already parsed are skipped when popped
     return nodes
 
 
