@@ -538,6 +538,13 @@ class RoutedResult:
     def payload(self) -> bytes:
         return self._read(_F_PAYLOAD)
 
+    def kind_and_payload(self) -> Tuple[messages.PayloadKind, bytes]:
+        """``payload_kind`` and ``payload`` in one read (what a graph node's dependants take from it)."""
+        return self._received.use(
+            self._index,
+            lambda item: (_PAYLOAD_KINDS[item._get_by_field(_F_PAYLOAD_KIND).raw], item._get_by_field(_F_PAYLOAD)),
+        )
+
     @property
     def profiling(self) -> messages.Profiling:
         return self._received.use(self._index, lambda item: _reader(messages.Profiling)(item.profiling))

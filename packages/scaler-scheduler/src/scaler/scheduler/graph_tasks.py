@@ -80,6 +80,8 @@ _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTE
 CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
 DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the scheduler holds for dependants
 _FAILED = NODE_STATES.index(NodeState.FAILED)
+_SUCCESS, _OBJECT = m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT  # read once: an enum member costs a lookup
+_OBJECT_ARGUMENT, _INLINE_ARGUMENT = m.ArgumentKind.OBJECT, m.ArgumentKind.INLINE
 
 
 @dataclass
@@ -232,11 +234,13 @@ class GraphTasks:
         actions = GraphActions()
         touched: Dict[bytes, Tuple[_Graph, List[int]]] = {}  # graph ID -> the graph, and its nodes that ended
         cancelled = self._cancelled.get(client_id)
+        node_graph, step = self._nodes.get, self._step
         for result in results:
-            if cancelled is not None and result.task_id in cancelled:
+            task_id = result.task_id
+            if cancelled is not None and task_id in cancelled:
                 _drop(result, actions)  # a node cancelled here whose result crossed the cancel
                 continue
-            graph = self._nodes.get(result.task_id)
+            graph = node_graph(task_id)
             if graph is None or graph.client_id != client_id:
                 passed.append(result)
                 continue
@@ -244,11 +248,11 @@ class GraphTasks:
             if entry is None:
                 entry = touched[graph.graph_id] = (graph, [])
             finished = entry[1]
-            i = graph.positions[result.task_id]
-            if result.status == m.TaskStatus.SUCCESS:
-                self._step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
+            i = graph.positions[task_id]
+            if result.status is _SUCCESS:
+                step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
                 if graph.index.unfinished_dependants(i) == 0:
-                    self._step(graph, i, NodeEvent.FREED_WANTED if graph.wanted[i] else NodeEvent.FREED, actions, [])
+                    step(graph, i, NodeEvent.FREED_WANTED if graph.wanted[i] else NodeEvent.FREED, actions, [])
             else:
                 if result.status not in _FAILURES:
                     logger.warning(f"Scheduler: graph node {show(result.task_id)} ended with {result.status.name}")
@@ -538,14 +542,16 @@ class GraphTasks:
         task = graph.tasks[i]
         assert task is not None
         graph.tasks[i] = None
+        results, positions = graph.results, graph.positions
         for position, needed_id in task.dependencies:
-            needed = graph.results[graph.positions[needed_id]]
-            if needed.payload_kind == m.PayloadKind.OBJECT:
-                task.set_argument(position, m.ArgumentKind.OBJECT, needed.payload)
+            needed = results[positions[needed_id]]
+            if needed.payload_kind is _OBJECT:
+                task.set_argument(position, _OBJECT_ARGUMENT, needed.payload)
             else:  # an inline result (held here while the budget lasts)
-                task.set_argument(position, m.ArgumentKind.INLINE, needed.payload)
+                task.set_argument(position, _INLINE_ARGUMENT, needed.payload)
         # a result others need stays small and inline (held here) while the budget lasts, else goes to storage
-        task.store_result = graph.index.unfinished_dependants(i) > 0 and self._inline_bytes >= self._inline_budget
+        if self._inline_bytes >= self._inline_budget and graph.index.unfinished_dependants(i) > 0:
+            task.store_result = True
         graph.in_flight += 1
         actions.release.append(task)
 
@@ -558,9 +564,10 @@ class GraphTasks:
         if graph.wanted[i]:
             held = _whole(result)
         else:
-            held = _Payload(result.payload_kind, result.payload)
+            read = getattr(result, "kind_and_payload", None)  # a codec.RoutedResult: both fields in one read
+            held = _Payload(*read()) if read is not None else _Payload(result.payload_kind, result.payload)
         graph.results[i] = held
-        if held.payload_kind != m.PayloadKind.OBJECT:
+        if held.payload_kind is not _OBJECT:
             self._inline_bytes += len(held.payload)
 
     def _deliver_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
