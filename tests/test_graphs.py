@@ -206,6 +206,9 @@ def test_a_graph_sent_in_parts_runs_fails_and_cancels_as_one_graph(cluster, clie
     unpicklable = dict(chain, **{"x-9": (add, "x-8", threading.Lock())})  # encoded after earlier parts left
     with pytest.raises(TypeError, match="lock"):
         client.get(unpicklable, keys=["x-11"])
+    cyclic = dict(chain, **{"x-7": (add, "x-6", "x-10")})  # found after the first two parts left
+    with pytest.raises(GraphCycleError, match="'x-10' -> 'x-9' -> 'x-8' -> 'x-7' -> 'x-10'"):
+        client.get(cyclic, keys=["x-11"])
     wait_until(lambda: _running_tasks(default_monitor_address(cluster.get_address())) == 0, 30, "nothing left")
     assert client.get(chain, keys=["x-11"]) == {"x-11": 11}
 

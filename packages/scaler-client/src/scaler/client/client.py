@@ -312,8 +312,9 @@ class Client:
         or tasks ``(function, *arguments)`` whose arguments may be keys, nested tasks, lists, tuples or
         dicts of them, or `ObjectReference`; docs/graphs.md has the rules. Only what the keys need
         runs, sent to the scheduler in dependency order (a large graph in parts of `GRAPH_PART_SIZE` tasks, its
-        first nodes running while the rest is encoded). A missing key or a cycle raises `GraphKeyError` or
-        `GraphCycleError` here, before anything runs.
+        first nodes running while the rest is read and encoded). A missing key or a cycle raises `GraphKeyError`
+        or `GraphCycleError` here: before anything runs for a requested key, or a graph of one part; else the
+        tasks already sent are cancelled.
 
         ``block=False`` returns ``{key: future}`` at once. With ``block=True`` the first failure is
         raised as the failing node's own exception (every key downstream of it fails with it) and the

@@ -32,7 +32,9 @@ import cloudpickle
 from scaler.client.graph_evaluation import Call, Quote, Slot, SpecNode, evaluate_graph_node
 from scaler.client.graph_parser import (
     _ATOMS,
+    GraphCycleError,
     GraphKeyError,
+    GraphReader,
     _Call,
     _Container,
     _Key,
@@ -41,8 +43,6 @@ from scaler.client.graph_parser import (
     _present,
     _Reference,
     _Spec,
-    check_acyclic,
-    parse_needed,
 )
 from scaler.client.object_reference import ObjectReference
 from scaler.protocol.messages import Argument, ArgumentKind, GraphTask, Task
@@ -118,40 +118,39 @@ def build_graph(
     missing = [key for key in keys if not _present(graph, key)]
     if missing:
         raise GraphKeyError(f"key(s) not in the graph: {_names(missing)}")
-    nodes = parse_needed(graph, keys)
-    order = check_acyclic(nodes, keys)
-    return _Encoder(nodes, encoder).build(keys, order, part_size)
+    return _Encoder(GraphReader(graph), encoder).build(keys, part_size)
 
 
 # ----------------------------------------------------------------------------- encoding
 
 
 class _Encoder:
-    def __init__(self, nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], encoder: GraphEncoder) -> None:
-        self._nodes = nodes
+    def __init__(self, reader: GraphReader, encoder: GraphEncoder) -> None:
+        self._reader = reader
+        self._nodes = reader.nodes  # what the reader has read: every key an encoded task reads
         self._encoder = encoder
         self._resolved: Dict[Hashable, Hashable] = {}
-        self._task_ids: Dict[Hashable, bytes] = {}  # resolved key -> task ID, for keys that run as tasks
+        self._task_ids: Dict[Hashable, bytes] = {}  # resolved key -> task ID: the targets, and the tasks encoded
         self._key_arguments: Dict[Hashable, Tuple[ArgumentKind, bytes]] = {}  # key not a task -> (kind, data)
         self._puts: List[Tuple[bytes, Any]] = []
         self._function_ids: Dict[bytes, None] = {}
         self._functions_listed = 0  # of _function_ids, how many an earlier part listed
         self._evaluator_id: Optional[bytes] = None
 
-    def build(self, keys: Sequence[Hashable], order: List[Hashable], part_size: Optional[int]) -> BuiltGraph:
+    def build(self, keys: Sequence[Hashable], part_size: Optional[int]) -> BuiltGraph:
         encoder = self._encoder
-        for key, (parsed, _) in self._nodes.items():
-            if type(parsed) not in _ATOMS:  # aliases, literals and references need no task
-                self._task_ids[key] = encoder.next_id()
         key_targets: Dict[Hashable, bytes] = {}
         key_values: Dict[Hashable, Any] = {}
         reference_tasks: Dict[Hashable, bytes] = {}  # a requested reference: a task returns its object
         for key in keys:
             resolved = self._resolve(key)
-            if resolved in self._task_ids:
-                key_targets[key] = self._task_ids[resolved]
-                continue
             parsed = self._nodes[resolved][0]
+            if type(parsed) not in _ATOMS:  # a task (aliases, literals and references need none)
+                task_id = self._task_ids.get(resolved)
+                if task_id is None:
+                    task_id = self._task_ids[resolved] = encoder.next_id()
+                key_targets[key] = task_id
+                continue
             if type(parsed) is _Literal:
                 key_values[key] = parsed.value
                 continue
@@ -161,25 +160,29 @@ class _Encoder:
             key_targets[key] = task_id
         graph_id = encoder.next_id()
         targets = list(dict.fromkeys(key_targets.values()))
-        parts = self._parts(graph_id, [key for key in order if key in self._task_ids], reference_tasks, targets,
-                            part_size)  # fmt: skip
+        parts = self._parts(graph_id, keys, reference_tasks, targets, part_size)
         return BuiltGraph(graph_id, targets, key_targets, key_values, parts)
 
     def _parts(
         self,
         graph_id: bytes,
-        order: List[Hashable],
+        keys: Sequence[Hashable],
         reference_tasks: Dict[Hashable, bytes],
         targets: List[bytes],
         part_size: Optional[int],
     ) -> Iterator[GraphPart]:
-        """The tasks in dependency order, ``part_size`` at a time, the requested references' tasks last; the
-        targets with the first part."""
-        task_ids = self._task_ids
+        """The tasks in dependency order, as the reader reaches them, ``part_size`` at a time, the requested
+        references' tasks last; the targets with the first part."""
+        task_ids, nodes, next_id = self._task_ids, self._nodes, self._encoder.next_id
         tasks: List[Task] = []
         named = targets  # the first part names every target
-        for key in order:
-            tasks.append(self._task(key, task_ids[key]))
+        for key in self._reader.in_order(keys):
+            if type(nodes[key][0]) in _ATOMS:  # aliases, literals and references need no task
+                continue
+            task_id = task_ids.get(key)
+            if task_id is None:
+                task_id = task_ids[key] = next_id()
+            tasks.append(self._task(key, task_id))
             if len(tasks) == part_size:
                 yield self._part(graph_id, tasks, named, more=True)
                 tasks, named = [], []
@@ -195,14 +198,20 @@ class _Encoder:
         return part
 
     def _resolve(self, key: Hashable) -> Hashable:
-        """Follow aliases to the key whose node is not an alias."""
+        """Follow aliases to the key whose node is not an alias (a requested key's chain is followed before the
+        reader reaches it: a chain that comes back is a cycle)."""
         if key in self._resolved:
             return self._resolved[key]
-        target = key
-        while type(self._nodes[target][0]) is _Key:
-            target = self._nodes[target][0].key
-        self._resolved[key] = target
-        return target
+        chain = [key]
+        parsed = self._reader.parsed
+        while type(parsed(chain[-1])[0]) is _Key:
+            following = parsed(chain[-1])[0].key
+            if following in chain:
+                cycle = chain[chain.index(following) :] + [following]
+                raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(k) for k in cycle))
+            chain.append(following)
+        self._resolved[key] = chain[-1]
+        return chain[-1]
 
     # --- arguments
 

@@ -1,5 +1,5 @@
-"""Read a Dask-style dict graph: keep the nodes the requested keys need, each parsed with its dependencies,
-and check it (missing keys, cycles) before anything is encoded.
+"""Read a Dask-style dict graph: the nodes the requested keys need, each parsed with its dependencies, in
+dependency order, checked for cycles and missing keys on the way (`GraphReader`).
 
 A graph maps keys to values:
 
@@ -20,7 +20,7 @@ only when Dask is already loaded. `graph_builder.py` encodes what this reads.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Hashable, Iterable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Sequence, Tuple
 
 from scaler.client.object_reference import ObjectReference
 
@@ -202,48 +202,53 @@ class _Parser:
         return _Call(value[0], arguments, direct)
 
 
-def parse_needed(graph: Any, keys: Sequence[Hashable]) -> Dict[Hashable, Tuple[Any, List[Hashable]]]:
-    """key -> (parsed value, dependencies) for every key the requested keys need."""
-    node = _Parser(graph).node
-    nodes: Dict[Hashable, Tuple[Any, List[Hashable]]] = {}
-    stack = list(keys)
-    while stack:
-        key = stack.pop()
-        if key not in nodes:
-            entry = nodes[key] = node(key, graph[key])
-            stack.extend(entry[1])  # keys already parsed are skipped when popped
-    return nodes
+class GraphReader:
+    """The nodes the requested keys need, parsed as they are first met: ``nodes`` maps each key read so far to
+    (parsed value, the keys it reads).
 
+    `in_order` walks the graph depth first from the requested keys and yields each needed key once every key
+    it reads was yielded (dependency order). It raises `GraphCycleError` when a key is met again on the current
+    path (the cycle named along that path), and `GraphKeyError` for a task-spec node that names a missing key,
+    when it reaches them: a caller that acts on the keys as they come (sends a large graph in parts) may have
+    acted on some before."""
 
-def check_acyclic(nodes: Dict[Hashable, Tuple[Any, List[Hashable]]], keys: Sequence[Hashable]) -> List[Hashable]:
-    """Depth-first search; a key met again on the current path closes a cycle, reported along that path.
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self._parse = _Parser(graph).node
+        self.nodes: Dict[Hashable, Tuple[Any, List[Hashable]]] = {}
 
-    Returns the keys in dependency order (each after every key it needs)."""
-    state: Dict[Hashable, int] = {}  # 1: on the current path, 2: done
-    order: List[Hashable] = []
-    for root in keys:
-        if state.get(root) == 2:
-            continue
-        path: List[Hashable] = [root]
-        iterators = [iter(nodes[root][1])]
-        state[root] = 1
-        while iterators:
-            dependency = next(iterators[-1], _END)
-            if dependency is _END:
-                iterators.pop()
-                done = path.pop()
-                state[done] = 2
-                order.append(done)
+    def parsed(self, key: Hashable) -> Tuple[Any, List[Hashable]]:
+        """The parsed value of ``key`` and the keys it reads (parsed now if not read yet)."""
+        entry = self.nodes.get(key)
+        if entry is None:
+            entry = self.nodes[key] = self._parse(key, self._graph[key])
+        return entry
+
+    def in_order(self, keys: Sequence[Hashable]) -> Iterator[Hashable]:
+        state: Dict[Hashable, int] = {}  # 1: on the current path, 2: done
+        parsed = self.parsed
+        for root in keys:
+            if state.get(root) == 2:
                 continue
-            mark = state.get(dependency)
-            if mark == 1:
-                cycle = path[path.index(dependency) :] + [dependency]
-                raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(key) for key in cycle))
-            if mark is None:
-                state[dependency] = 1
-                path.append(dependency)
-                iterators.append(iter(nodes[dependency][1]))
-    return order
+            path: List[Hashable] = [root]
+            iterators = [iter(parsed(root)[1])]
+            state[root] = 1
+            while iterators:
+                dependency = next(iterators[-1], _END)
+                if dependency is _END:
+                    iterators.pop()
+                    done = path.pop()
+                    state[done] = 2
+                    yield done
+                    continue
+                mark = state.get(dependency)
+                if mark == 1:
+                    cycle = path[path.index(dependency) :] + [dependency]
+                    raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(key) for key in cycle))
+                if mark is None:
+                    state[dependency] = 1
+                    path.append(dependency)
+                    iterators.append(iter(parsed(dependency)[1]))
 
 
 _END = object()
