@@ -411,8 +411,8 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
 _TASK_ARGUMENT = messages.ArgumentKind.TASK.value
-_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS = (
-    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments")
+_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT = (
+    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments", "storeResult")
 )
 _ARGUMENT_FIELDS = schema.Argument.schema.fields
 _F_ARGUMENT_NAME, _F_ARGUMENT_KIND, _F_ARGUMENT_DATA = (_ARGUMENT_FIELDS[name] for name in ("name", "kind", "data"))
@@ -475,16 +475,17 @@ class RoutedTask:
 
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)
-        builder.clientId = self.client_id
-        builder.attempt = self.attempt
+        set_field = builder._set_by_field  # by field object: faster than by name
+        set_field(_F_CLIENT_ID, self.client_id)
+        set_field(_F_ATTEMPT, self.attempt)
         if self.store_result is not None:
-            builder.storeResult = self.store_result
+            set_field(_F_STORE_RESULT, self.store_result)
         if self._arguments is not None:
-            arguments = builder.arguments
+            arguments = builder._get_by_field(_F_ARGUMENTS)
             for position, kind, data in self._arguments:
-                argument = arguments[position]
-                argument.kind = int(kind)
-                argument.data = data
+                set_argument = arguments[position]._set_by_field
+                set_argument(_F_ARGUMENT_KIND, int(kind))
+                set_argument(_F_ARGUMENT_DATA, data)
 
     def to_task(self) -> messages.Task:
         """The whole `Task` (for tests: the scheduler itself never needs it)."""
