@@ -16,7 +16,8 @@ from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, graphblas_available
 from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NODE_STATES, NodeEvent, NodeState
-from scaler.scheduler.graph_tasks import CYCLE_REASON, GraphActions
+from scaler.scheduler.graph_record import GraphActions
+from scaler.scheduler.graph_tasks import CYCLE_REASON
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Start
 

@@ -55,14 +55,12 @@ installed, pure Python otherwise).
 from __future__ import annotations
 
 import logging
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.ids import show
-from scaler.scheduler.graph_index import GraphIndex, graphblas_available, make_graph_index
+from scaler.scheduler.graph_index import graphblas_available, make_graph_index
 from scaler.scheduler.graph_node_lifecycle import (
     FINISHED_STATES,
     NODE_LIFECYCLE,
@@ -72,10 +70,19 @@ from scaler.scheduler.graph_node_lifecycle import (
     NodeEvent,
     NodeState,
 )
+from scaler.scheduler.graph_record import (
+    Graph,
+    GraphActions,
+    HeldPayload,
+    drop_result,
+    graph_problem,
+    rejected_result,
+    unwant,
+    whole_result,
+)
 
 logger = logging.getLogger(__name__)
 
-_HISTORY_LENGTH = 8
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
 DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the scheduler holds for dependants
@@ -84,54 +91,9 @@ _SUCCESS, _OBJECT = m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT  # read once: an 
 _OBJECT_ARGUMENT, _INLINE_ARGUMENT = m.ArgumentKind.OBJECT, m.ArgumentKind.INLINE
 
 
-@dataclass
-class GraphActions:
-    """What the scheduler must do for one client after a graph decision."""
-
-    release: List[Any] = field(default_factory=list)  # codec.RoutedTask: queue as if the client had submitted them
-    cancel: List[bytes] = field(default_factory=list)  # released nodes to cancel (confirms come back here)
-    results: List[m.TaskResult] = field(default_factory=list)  # to the client
-    confirm_ids: List[bytes] = field(default_factory=list)  # TaskCancelConfirm to the client
-    confirm_flags: List[bool] = field(default_factory=list)
-    deletes: List[bytes] = field(default_factory=list)  # result objects to delete (owner: the client)
-
-    def __bool__(self) -> bool:
-        return bool(self.release or self.cancel or self.results or self.confirm_ids or self.deletes)
-
-
-class _Graph:
-    __slots__ = (
-        "graph_id", "client_id", "task_ids", "positions", "tasks", "state", "target", "wanted", "wanted_count",
-        "results", "index", "in_flight", "finished", "history", "open", "failures", "awaited",
-    )  # fmt: skip
-
-    def __init__(self, graph_id: bytes, client_id: bytes, index: GraphIndex, open: bool) -> None:
-        self.graph_id = graph_id
-        self.client_id = client_id
-        self.task_ids: List[bytes] = []
-        self.positions: Dict[bytes, int] = {}  # task ID -> its node
-        self.tasks: List[Optional[Any]] = []  # codec.RoutedTask; None once released or finished
-        self.state = bytearray()  # each node's state, as its position in NODE_STATES (PENDING is 0)
-        self.target = bytearray()
-        self.wanted = bytearray()  # a target whose result the client still waits for
-        self.wanted_count = 0
-        self.results: Dict[int, Any] = {}  # successes held for the nodes that need them (m.TaskResult, _Payload)
-        self.index = index
-        self.in_flight = 0  # released and not returned
-        self.finished = 0
-        self.history: Deque[Tuple[int, NodeEvent]] = deque(maxlen=_HISTORY_LENGTH)  # (node, event), any node
-        self.open = open  # more parts may come: nothing is freed, cancelled or found stuck until the last
-        self.failures: Dict[int, Any] = {}  # while open: each failed node's failure, for nodes still to come
-        self.awaited: Set[bytes] = set()  # targets the first part named that no part has brought yet
-
-    @property
-    def done(self) -> bool:
-        return self.finished == len(self.task_ids) and not self.results and not self.open
-
-
 # what a node's actions are carried out with: its graph, its position, the scheduler's to-do list, the nodes
 # that finished in this round (for the graph index), and the result that came with the event, if any
-_Action = Callable[[_Graph, int, GraphActions, List[int], Any], None]
+_Action = Callable[[Graph, int, GraphActions, List[int], Any], None]
 
 
 class GraphTasks:
@@ -143,9 +105,9 @@ class GraphTasks:
         self.use_graphblas = graphblas_available() if use_graphblas is None else use_graphblas
         if self.use_graphblas:
             import graphblas  # noqa: F401  # now, at start-up: importing it takes seconds, not to stall a graph
-        self._graphs: Dict[bytes, _Graph] = {}  # graph ID -> graph
-        self._nodes: Dict[bytes, _Graph] = {}  # task ID of every node of a live graph -> its graph
-        self._awaited: Dict[bytes, _Graph] = {}  # task ID of a target of an open graph, not sent yet -> its graph
+        self._graphs: Dict[bytes, Graph] = {}  # graph ID -> graph
+        self._nodes: Dict[bytes, Graph] = {}  # task ID of every node of a live graph -> its graph
+        self._awaited: Dict[bytes, Graph] = {}  # task ID of a target of an open graph, not sent yet -> its graph
         self._cancelled: Dict[bytes, Set[bytes]] = {}  # client -> released nodes cancelled here, confirm pending
         self._inline_budget = inline_budget_bytes
         self._inline_bytes = 0  # payload bytes of the inline results held for dependants, all graphs together
@@ -207,7 +169,9 @@ class GraphTasks:
         base = len(graph.task_ids) if graph is not None else 0
         positions = {task.task_id: base + i for i, task in enumerate(tasks)}
         earlier = graph.positions if graph is not None else {}
-        problem = self._problem(message, positions, earlier, known)
+        problem = graph_problem(
+            message, positions, earlier, known, self._nodes.__contains__, message.graph_id in self._graphs
+        )
         if problem is not None:
             self._reject(client_id, message, problem, earlier, actions)
             if graph is not None:  # a later part: the whole graph is rejected
@@ -218,7 +182,7 @@ class GraphTasks:
             if not message.targets and not message.more:
                 return actions  # nothing is wanted: nothing runs
             index = make_graph_index(0, (), (), self.use_graphblas, open=message.more)
-            graph = self._graphs[message.graph_id] = _Graph(message.graph_id, client_id, index, message.more)
+            graph = self._graphs[message.graph_id] = Graph(message.graph_id, client_id, index, message.more)
         self._append(graph, message, positions, actions, first=not base)
         if not message.more:
             self._close(graph, actions)
@@ -232,13 +196,13 @@ class GraphTasks:
         """
         passed: List[m.TaskResult] = []
         actions = GraphActions()
-        touched: Dict[bytes, Tuple[_Graph, List[int]]] = {}  # graph ID -> the graph, and its nodes that ended
+        touched: Dict[bytes, Tuple[Graph, List[int]]] = {}  # graph ID -> the graph, and its nodes that ended
         cancelled = self._cancelled.get(client_id)
         node_graph, step = self._nodes.get, self._step
         for result in results:
             task_id = result.task_id
             if cancelled is not None and task_id in cancelled:
-                _drop(result, actions)  # a node cancelled here whose result crossed the cancel
+                drop_result(result, actions)  # a node cancelled here whose result crossed the cancel
                 continue
             graph = node_graph(task_id)
             if graph is None or graph.client_id != client_id:
@@ -287,7 +251,7 @@ class GraphTasks:
         """
         others: List[bytes] = []
         actions = GraphActions()
-        touched: Dict[bytes, _Graph] = {}
+        touched: Dict[bytes, Graph] = {}
         for task_id in task_ids:
             graph = self._nodes.get(task_id)
             if graph is None and task_id in self._awaited:  # a target of an open graph, not sent yet
@@ -309,7 +273,7 @@ class GraphTasks:
                 continue
             actions.confirm_flags.append(True)
             touched[graph.graph_id] = graph
-            _unwant(graph, i)
+            unwant(graph, i)
             if graph.index.unfinished_dependants(i) == 0:
                 finished: List[int] = []
                 self._step(graph, i, NodeEvent.FREED, actions, finished)
@@ -326,40 +290,6 @@ class GraphTasks:
 
     # ----------------------------------------------------------------- decisions
 
-    def _problem(
-        self,
-        message: m.GraphTask,
-        positions: Dict[bytes, int],
-        earlier: Dict[bytes, int],
-        known: Callable[[bytes], bool],
-    ) -> Optional[str]:
-        """What is wrong with a graph, or a part of one (``earlier``: the nodes of its earlier parts)."""
-        tasks: List[Any] = message.tasks  # codec.RoutedTask
-        if len(positions) < len(tasks):
-            seen: Set[bytes] = set()
-            for task in tasks:
-                if task.task_id in seen:
-                    return f"task {show(task.task_id)} appears twice"
-                seen.add(task.task_id)
-        for task in tasks:
-            if known(task.task_id) or task.task_id in self._nodes:
-                return f"task {show(task.task_id)} is already known to the scheduler"
-        for task in tasks:
-            for _, needed in task.dependencies:
-                if needed == task.task_id:
-                    return f"task {show(task.task_id)} needs its own result"
-                if needed not in positions and needed not in earlier:
-                    return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
-        if earlier and message.targets:
-            return "a later part names targets: a graph's targets come with its first part"
-        if not message.more:  # a target a later part may bring is checked when the last part comes
-            for target in message.targets:
-                if target not in positions:
-                    return f"target {show(target)} is not a task of the graph"
-        if not earlier and message.graph_id in self._graphs:
-            return "a graph with that ID is running"
-        return None
-
     def _reject(
         self, client_id: bytes, message: m.GraphTask, problem: str, earlier: Dict[bytes, int], actions: GraphActions
     ) -> None:
@@ -368,24 +298,24 @@ class GraphTasks:
         logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
         for target in dict.fromkeys(message.targets):
             if target not in earlier:
-                actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+                actions.results.append(rejected_result(target, f"graph rejected: {problem}"))
 
-    def _reject_graph(self, graph: _Graph, problem: str, actions: GraphActions) -> None:
+    def _reject_graph(self, graph: Graph, problem: str, actions: GraphActions) -> None:
         """A later part was wrong: the targets wanted so far are rejected, and the graph closes (then its
         nodes are cancelled, as for a graph nobody waits for)."""
         for i in range(len(graph.task_ids)):
             if graph.wanted[i]:
-                _unwant(graph, i)
-                actions.results.append(_rejected(graph.task_ids[i], f"graph rejected: {problem}"))
+                unwant(graph, i)
+                actions.results.append(rejected_result(graph.task_ids[i], f"graph rejected: {problem}"))
         for target in graph.awaited:
             del self._awaited[target]
             graph.wanted_count -= 1
-            actions.results.append(_rejected(target, f"graph rejected: {problem}"))
+            actions.results.append(rejected_result(target, f"graph rejected: {problem}"))
         graph.awaited.clear()
         self._close(graph, actions)
 
     def _append(
-        self, graph: _Graph, message: m.GraphTask, positions: Dict[bytes, int], actions: GraphActions, first: bool
+        self, graph: Graph, message: m.GraphTask, positions: Dict[bytes, int], actions: GraphActions, first: bool
     ) -> None:
         """A checked part's nodes join the graph (the first part names the targets); those whose inputs all
         succeeded already are released, those below a failure fail with it."""
@@ -434,7 +364,7 @@ class GraphTasks:
             self._step(graph, i, NodeEvent.READY, actions, finished)
         self._finish(graph, finished, actions)
 
-    def _close(self, graph: _Graph, actions: GraphActions) -> None:
+    def _close(self, graph: Graph, actions: GraphActions) -> None:
         """The graph's last part arrived (or it was rejected): what no unfinished node needs is freed."""
         if not graph.open:
             return
@@ -467,7 +397,13 @@ class GraphTasks:
         return actions
 
     def _step(
-        self, graph: _Graph, i: int, event: NodeEvent, actions: GraphActions, finished: List[int], result: Any = None
+        self,
+        graph: Graph,
+        i: int,
+        event: NodeEvent,
+        actions: GraphActions,
+        finished: List[int],
+        result: Any = None,
     ) -> None:
         """Node ``i`` receives ``event``: its next state and the actions, from the table."""
         plan = self._plans.get((graph.state[i], event))
@@ -482,7 +418,7 @@ class GraphTasks:
         for action in plan[1]:
             action(graph, i, actions, finished, result)
 
-    def _finish(self, graph: _Graph, nodes: List[int], actions: GraphActions) -> None:
+    def _finish(self, graph: Graph, nodes: List[int], actions: GraphActions) -> None:
         """Nodes ended: tell the index; release what became ready, free what no unfinished node needs."""
         step = self._step
         wanted = graph.wanted
@@ -495,10 +431,10 @@ class GraphTasks:
             for j in freed:
                 step(graph, j, NodeEvent.FREED_WANTED if wanted[j] else NodeEvent.FREED, actions, nodes)
 
-    def _settle(self, graph: _Graph, actions: GraphActions) -> None:
+    def _settle(self, graph: Graph, actions: GraphActions) -> None:
         """After a round of decisions: cancel a graph nobody waits for, reject a stuck one, forget a done one."""
         if graph.open:
-            return  # more parts come: targets may still be named, and waiting nodes may still get inputs
+            return  # more parts come: they may need any result, and bring inputs to waiting nodes
         size = len(graph.task_ids)
         if graph.wanted_count == 0 and graph.finished < size:
             self._to_every_node(graph, NodeEvent.GRAPH_CANCELLED, actions)
@@ -511,7 +447,7 @@ class GraphTasks:
         if graph.done:
             self._forget(graph)
 
-    def _to_every_node(self, graph: _Graph, event: NodeEvent, actions: GraphActions) -> int:
+    def _to_every_node(self, graph: Graph, event: NodeEvent, actions: GraphActions) -> int:
         """``event`` to each node of ``graph``; returns how many nodes it ended."""
         finished: List[int] = []
         for i in range(len(graph.task_ids)):
@@ -520,7 +456,7 @@ class GraphTasks:
         self._finish(graph, finished, actions)
         return ended
 
-    def _forget(self, graph: _Graph) -> None:
+    def _forget(self, graph: Graph) -> None:
         for i in list(graph.results):
             self._unhold(graph, i)
         del self._graphs[graph.graph_id]
@@ -530,7 +466,7 @@ class GraphTasks:
         for task_id in graph.task_ids:
             nodes.pop(task_id, None)
 
-    def _unhold(self, graph: _Graph, i: int) -> Any:
+    def _unhold(self, graph: Graph, i: int) -> Any:
         result = graph.results.pop(i)
         if result.payload_kind != m.PayloadKind.OBJECT:
             self._inline_bytes -= len(result.payload)
@@ -538,7 +474,7 @@ class GraphTasks:
 
     # ----------------------------------------------------------------- actions (NodeAction)
 
-    def _release(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+    def _release(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         task = graph.tasks[i]
         assert task is not None
         graph.tasks[i] = None
@@ -555,35 +491,35 @@ class GraphTasks:
         graph.in_flight += 1
         actions.release.append(task)
 
-    def _returned(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+    def _returned(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         graph.in_flight -= 1
 
-    def _hold(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+    def _hold(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         """A success kept for the nodes that need it: whole for a target (the client gets it), else its payload
         alone; copied out of the message it came in (`codec.RoutedResult`), which is not kept."""
         if graph.wanted[i]:
-            held = _whole(result)
+            held = whole_result(result)
         else:
             read = getattr(result, "kind_and_payload", None)  # a codec.RoutedResult: both fields in one read
-            held = _Payload(*read()) if read is not None else _Payload(result.payload_kind, result.payload)
+            held = HeldPayload(*read()) if read is not None else HeldPayload(result.payload_kind, result.payload)
         graph.results[i] = held
         if held.payload_kind is not _OBJECT:
             self._inline_bytes += len(held.payload)
 
-    def _deliver_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
-        _unwant(graph, i)
+    def _deliver_held(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        unwant(graph, i)
         actions.results.append(self._unhold(graph, i))
 
-    def _drop_held(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
-        _drop(self._unhold(graph, i), actions)
+    def _drop_held(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+        drop_result(self._unhold(graph, i), actions)
 
-    def _deliver_failure(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
+    def _deliver_failure(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
         """The failure of this node, or of the node above it that failed, to the client if it waits for it."""
-        if graph.open:  # for the nodes and targets later parts bring
-            graph.failures[i] = _whole(failure)
+        if graph.open:  # for the nodes later parts bring that need it
+            graph.failures[i] = whole_result(failure)
         if not graph.wanted[i]:
             return
-        _unwant(graph, i)
+        unwant(graph, i)
         task_id = graph.task_ids[i]
         profiling = failure.profiling if failure.task_id == task_id else m.Profiling()
         actions.results.append(
@@ -593,55 +529,22 @@ class GraphTasks:
             )
         )  # fmt: skip
 
-    def _fail_downstream(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
+    def _fail_downstream(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], failure: Any) -> None:
         step = self._step
         for j in graph.index.descendants([i]):
             step(graph, j, NodeEvent.UPSTREAM_FAILED, actions, finished, failure)
 
-    def _reject_cycle(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+    def _reject_cycle(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         if graph.wanted[i]:
-            _unwant(graph, i)
-            actions.results.append(_rejected(graph.task_ids[i], CYCLE_REASON))
+            unwant(graph, i)
+            actions.results.append(rejected_result(graph.task_ids[i], CYCLE_REASON))
 
-    def _cancel_in_scheduler(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any):
+    def _cancel_in_scheduler(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any):
         graph.in_flight -= 1
         task_id = graph.task_ids[i]
         actions.cancel.append(task_id)
         self._cancelled.setdefault(graph.client_id, set()).add(task_id)
 
-    def _finished(self, graph: _Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
+    def _finished(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         graph.tasks[i] = None
         finished.append(i)
-
-
-class _Payload:
-    """What the nodes that need a successful node's result take from it."""
-
-    __slots__ = ("payload_kind", "payload")
-    status = m.TaskStatus.SUCCESS
-
-    def __init__(self, payload_kind: m.PayloadKind, payload: bytes) -> None:
-        self.payload_kind = payload_kind
-        self.payload = payload
-
-
-def _whole(result: Any) -> Any:
-    """A result as a `m.TaskResult` of its own, copied out of the message it came in (`codec.RoutedResult`)."""
-    to_result = getattr(result, "to_result", None)
-    return to_result() if to_result is not None else result
-
-
-def _unwant(graph: _Graph, i: int) -> None:
-    if graph.wanted[i]:
-        graph.wanted[i] = 0
-        graph.wanted_count -= 1
-
-
-def _rejected(task_id: bytes, reason: str) -> m.TaskResult:
-    return m.TaskResult(task_id, 0, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason)
-
-
-def _drop(result: Any, actions: GraphActions) -> None:
-    """A result nobody will read: delete its object, if it has one."""
-    if result.status == m.TaskStatus.SUCCESS and result.payload_kind == m.PayloadKind.OBJECT and result.payload:
-        actions.deletes.append(result.payload)

@@ -39,7 +39,8 @@ from scaler.protocol.version import (
     knows,
     show_version,
 )
-from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphActions, GraphTasks
+from scaler.scheduler.graph_record import GraphActions
+from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
 from scaler.scheduler.monitor_snapshot import state_snapshot
 from scaler.scheduler.outbox import Outbox, add_confirms
 from scaler.scheduler.peer_connections import PeerConnections
