@@ -51,6 +51,13 @@ def graph_inside_a_task(n):
         return client.get({"a": n, "b": (inc, "a"), "c": (add, "a", "b")}, keys=["c"])["c"]
 
 
+def graph_in_parts_inside_a_task(n):
+    scaler.client.client.GRAPH_PART_SIZE = 3  # this processor's clients send graphs of more than 3 tasks in parts
+    with Client() as client:
+        chain = {"x-0": n, **{f"x-{i}": (inc, f"x-{i - 1}") for i in range(1, 10)}}
+        return client.get(chain, keys=["x-9"])["x-9"]
+
+
 README_GRAPH = {
     "a": 2,
     "b": 2,
@@ -211,6 +218,19 @@ def test_a_graph_sent_in_parts_runs_fails_and_cancels_as_one_graph(cluster, clie
         client.get(cyclic, keys=["x-11"])
     wait_until(lambda: _running_tasks(default_monitor_address(cluster.get_address())) == 0, 30, "nothing left")
     assert client.get(chain, keys=["x-11"]) == {"x-11": 11}
+
+
+def test_graphs_in_parts_on_one_worker_with_a_queue_of_one(monkeypatch):
+    """The smallest cluster: parts of a graph, and a graph in parts submitted by a task, never wait on each other."""
+    monkeypatch.setattr(scaler.client.client, "GRAPH_PART_SIZE", 2)
+    with SchedulerClusterCombo(n_workers=1, per_worker_queue_size=1, logging_level="WARNING") as combo:
+        with Client(address=combo.get_address(), timeout_seconds=60) as client:
+            wide = {("n", i): (inc, i) for i in range(9)}
+            wide["total"] = (sum, list(wide))
+            assert client.get(wide, keys=["total", ("n", 0)]) == {"total": 45, ("n", 0): 1}
+            assert client.submit(graph_in_parts_inside_a_task, 1).result(timeout=60) == 10
+            graph = {"n": 5, "inner": (graph_in_parts_inside_a_task, "n"), "twice": (add, "inner", "inner")}
+            assert client.get(graph, keys=["twice"]) == {"twice": 28}
 
 
 @pytest.mark.parametrize(
