@@ -58,7 +58,7 @@ class GraphSubmissions:
                 return  # a later part of a graph whose targets all ended: it is not sent
             record = _GraphRecord(event.targets, len(event.targets))
             for target in event.targets:
-                tasks.step(target, tasks.add_target(target), TaskEvent.STORE)  # until the last part leaves
+                tasks.step(target, tasks.add_target(target), TaskEvent.STORE)  # until the first part leaves
                 self.targets[target] = graph_id
             self._graphs[graph_id] = record
         error = storage.error if event.puts else None
