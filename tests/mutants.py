@@ -133,8 +133,8 @@ FAULTS = [
             ),
             (
                 f"{SCHEDULER}/graph_tasks.py",
-                "            needed = graph.results[graph.positions[needed_id]]\n",
-                "            needed = graph.results.get(graph.positions[needed_id])\n"
+                "            needed = results[positions[needed_id]]\n",
+                "            needed = results.get(positions[needed_id])\n"
                 "            if needed is None:\n"
                 "                continue\n",
             ),
