@@ -65,14 +65,14 @@ class Graph:
 def graph_problem(
     message: m.GraphTask,
     positions: Dict[bytes, int],
-    earlier: Dict[bytes, int],
+    earlier: Optional[Dict[bytes, int]],
     known: Callable[[bytes], bool],
     live: Callable[[bytes], bool],
-    running: bool,
 ) -> Optional[str]:
-    """What is wrong with a graph, or a part of one (``earlier``: the nodes of its earlier parts); ``known`` and
-    ``live`` tell whether a task ID is the scheduler's or a live graph's, ``running`` whether a graph of that ID
-    is live."""
+    """What is wrong with a graph, or a later part of one (``earlier``: the nodes of its earlier parts; None for
+    a first part); ``known`` and ``live`` tell whether a task ID is the scheduler's or a live graph's."""
+    later = earlier is not None
+    earlier = earlier or {}
     tasks: List[Any] = message.tasks  # codec.RoutedTask
     if len(positions) < len(tasks):
         seen: Set[bytes] = set()
@@ -89,14 +89,12 @@ def graph_problem(
                 return f"task {show(task.task_id)} needs its own result"
             if needed not in positions and needed not in earlier:
                 return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
-    if earlier and message.targets:
+    if later and message.targets:
         return "a later part names targets: a graph's targets come with its first part"
     if not message.more:  # a target a later part may bring is checked when the last part comes
         for target in message.targets:
             if target not in positions:
                 return f"target {show(target)} is not a task of the graph"
-    if not earlier and running:
-        return "a graph with that ID is running"
     return None
 
 

@@ -168,12 +168,10 @@ class GraphTasks:
         tasks: List[Any] = message.tasks  # codec.RoutedTask
         base = len(graph.task_ids) if graph is not None else 0
         positions = {task.task_id: base + i for i, task in enumerate(tasks)}
-        earlier = graph.positions if graph is not None else {}
-        problem = graph_problem(
-            message, positions, earlier, known, self._nodes.__contains__, message.graph_id in self._graphs
-        )
+        earlier = graph.positions if graph is not None else None
+        problem = graph_problem(message, positions, earlier, known, self._nodes.__contains__)
         if problem is not None:
-            self._reject(client_id, message, problem, earlier, actions)
+            self._reject(client_id, message, problem, earlier or {}, actions)
             if graph is not None:  # a later part: the whole graph is rejected
                 self._reject_graph(graph, problem, actions)
                 self._settle(graph, actions)
@@ -295,7 +293,7 @@ class GraphTasks:
     ) -> None:
         """A graph, or a part of one, that cannot run: each target it names is rejected (but nodes of the graph's
         earlier parts, answered by `_reject_graph`)."""
-        logger.warning(f"Scheduler: rejected graph {show(message.graph_id)} of client {show(client_id)}: {problem}")
+        _log_rejected(message.graph_id, client_id, problem)
         for target in dict.fromkeys(message.targets):
             if target not in earlier:
                 actions.results.append(rejected_result(target, f"graph rejected: {problem}"))
@@ -370,9 +368,7 @@ class GraphTasks:
             return
         if graph.awaited:
             problem = f"target {show(next(iter(graph.awaited)))} is not a task of the graph"
-            logger.warning(
-                f"Scheduler: rejected graph {show(graph.graph_id)} of client {show(graph.client_id)}: {problem}"
-            )
+            _log_rejected(graph.graph_id, graph.client_id, problem)
             self._reject_graph(graph, problem, actions)  # closes it
             return
         graph.open = False
@@ -548,3 +544,7 @@ class GraphTasks:
     def _finished(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         graph.tasks[i] = None
         finished.append(i)
+
+
+def _log_rejected(graph_id: bytes, client_id: bytes, problem: str) -> None:
+    logger.warning(f"Scheduler: rejected graph {show(graph_id)} of client {show(client_id)}: {problem}")
