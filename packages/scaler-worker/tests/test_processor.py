@@ -1,9 +1,12 @@
 """A real processor subprocess, driven through its Pipe by the test playing the agent: a task that waits
-inside the Scaler client is switched out while other tasks run, and resumes once its wait is over."""
+inside the Scaler client is switched out while other tasks run, and resumes once its wait is over (and, in
+process, the hub's wake handshake with the client's agent thread)."""
 
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 import pickle
 import select
 import time
@@ -309,3 +312,33 @@ def test_the_processor_exits_when_the_agent_goes_away_during_a_wait(agent: Agent
     while agent.link.process.exitcode is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert agent.link.process.exitcode == 1
+
+
+def test_a_wake_that_comes_while_the_hub_reads_the_wake_pipe_is_not_lost(monkeypatch):
+    """In the processor itself (no subprocess): the agent thread's wake lands just as the hub reads the wake pipe;
+    the next wake must still reach the hub (its pipe readable), or that task would wait forever."""
+    from scaler.worker import processor as module
+
+    ours, theirs = multiprocessing.Pipe()
+    hub = module._Processor(ours, 4, 4, 1 << 20)
+    first, second, third = (module._Started(bytes([n]) * 16, False) for n in (1, 2, 3))
+    for started in (first, second, third):
+        started.waiting, started.done = True, lambda: True
+    hub._waiting = 3
+    hub._wake(first)
+    real_read = os.read
+
+    def read_as_a_wake_comes(descriptor: int, size: int) -> bytes:
+        hub._wake(second)  # from the agent thread, just before the hub's read
+        return real_read(descriptor, size)
+
+    monkeypatch.setattr(module.os, "read", read_as_a_wake_comes)
+    hub._collect_wakes()
+    monkeypatch.setattr(module.os, "read", real_read)
+    assert list(hub._resumable) == [first, second]
+    hub._wake(third)
+    assert select.select([hub._wake_read], [], [], 0)[0] == [hub._wake_read]  # the hub's idle wait wakes
+    hub._collect_wakes(read=True)
+    assert list(hub._resumable) == [first, second, third]
+    theirs.close()
+    ours.close()

@@ -334,11 +334,14 @@ class _Processor:
         """Tasks whose wait is over (they were woken, or their timeout passed) become resumable. The wake pipe is
         read when a wake wrote to it (or ``read``: it was seen readable)."""
         if self._wake_pending or read:
-            self._wake_pending = False  # before the reads below: a wake from now on writes again
             try:
                 os.read(self._wake_read, 4096)
             except BlockingIOError:
                 pass
+            # after the pipe is read (a wake from now on writes again: cleared before the read, a wake in between
+            # would write a byte the read takes, leaving the flag set and the pipe empty for the next wake), and
+            # before `_woken` is read (what a wake that saw the flag still set appended is taken below)
+            self._wake_pending = False
         woken = self._woken
         while woken:
             started = woken.popleft()
