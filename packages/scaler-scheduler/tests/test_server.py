@@ -13,7 +13,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler import server as server_module
-from scaler.scheduler.scheduler_events import Burst, FromPeer, FromStorage, Start
+from scaler.scheduler.scheduler_events import Burst, ConnectionClosed, FromPeer, FromStorage, Start
 from scaler.scheduler.server import SchedulerServer
 
 CLIENT = b"C|host|1|aa"
@@ -94,6 +94,32 @@ def test_messages_read_in_one_wake_up_reach_the_core_together_up_to_the_burst_li
         fed.clear()
         asyncio.run(drain(["alone"]))
         assert [type(event) for event in fed] == [FromPeer]  # a message alone is an event of its own
+    finally:
+        server._context.term()
+
+
+def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_the_close(monkeypatch):
+    """A leaving worker sends DisconnectRequest and closes; the ROUTER's monitor may be read first. The ROUTER is
+    read before the close is told, so the core sees the worker leave (not vanish, which it warns of)."""
+    server = SchedulerServer("tcp://127.0.0.1:1")
+    fed: List[Any] = []
+    monkeypatch.setattr(server, "_feed", fed.append)
+    monkeypatch.setattr(server, "_router_event", lambda frames: FromPeer(WORKER, frames))
+    monkeypatch.setattr(server_module, "_BURST", 2)
+    monkeypatch.setattr(server_module, "parse_monitor_message", lambda frames: {"value": 7})
+
+    async def close_seen(router: _Queued) -> Any:
+        server._router = router
+        return server._router_connection_event([])
+
+    try:
+        closed = asyncio.run(close_seen(_Queued(["hello"])))
+        assert closed == ConnectionClosed(7) and fed == []  # not serving yet: the ROUTER is not read
+        server._serving = True
+        closed = asyncio.run(close_seen(_Queued(["a", "b", "goodbye"])))
+        assert closed == ConnectionClosed(7)
+        assert [[e.message for e in burst.events] for burst in fed[:1]] == [["a", "b"]]
+        assert [e.message for e in fed[1:]] == ["goodbye"]
     finally:
         server._context.term()
 

@@ -149,6 +149,7 @@ class SchedulerServer:
         self._storage_watch: Optional[ConnectionWatch] = None
         self._monitor: Any = None
         self._watched: List[Any] = []  # (socket, to_event, copy, together) read by _drain
+        self._serving = False  # the ROUTER is read (from StartServing on)
         self._storage_process: Optional[subprocess.Popen] = None
         self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
         self._metrics: Any = None  # snapshot_metrics.MetricsServer while --metrics-port serves
@@ -342,6 +343,10 @@ class SchedulerServer:
         return FromPeer(source, message, credential)
 
     def _router_connection_event(self, frames: List[Any]) -> ConnectionClosed:
+        """A closed connection, after what is readable on the ROUTER: what a peer sent before it closed (a
+        leaving worker's DisconnectRequest) reaches the core before the news that it is gone."""
+        while self._serving and not self._router.closed and self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._drain(self._router, self._router_event, copy=False, together=True)
         return ConnectionClosed(parse_monitor_message(frames)["value"])
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
@@ -441,6 +446,7 @@ class SchedulerServer:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
+        self._serving = True
         self._watch(self._router, self._router_event, copy=False, together=True)
         self._watch(self._monitor, self._monitor_event)
         logger.info("Scheduler: started")
