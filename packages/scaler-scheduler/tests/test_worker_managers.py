@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_scheduler_core import CLIENT, core_with, hello, sent, task
@@ -143,6 +144,35 @@ def test_a_manager_whose_connection_closes_is_forgotten_with_its_groups_and_moni
     core.handle(ConnectionClosed(40), 1.5)
     (publish,) = [e for e in core.handle(Tick(), 2.5) if type(e) is Publish]
     assert publish.snapshot.managers == [] and len(publish.snapshot.workers) == 1  # its worker stays a worker
+
+
+@pytest.mark.parametrize("told_to_stop", [False, True])
+@pytest.mark.parametrize("how", ["its connection closed", "it left"])
+def test_workers_drained_for_a_stop_take_tasks_again_once_their_manager_is_gone(told_to_stop, how):
+    """Nobody is left to stop the group: its workers are workers like any other (not idle for good)."""
+    core = managed_core()
+    core.handle(PeerConnection(MANAGER, 40), 0.0)
+    core.handle(FromPeer(MANAGER, beat([group(b"g1")])), 0.0)
+    core.handle(FromPeer(b"W|h|1|g1", worker_hello(b"g1")), 0.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 0.0)  # it runs task 1
+    effects = core.handle(FromPeer(MANAGER, beat([group(b"g1", m.WorkerGroupState.RETIRING)])), 0.1)
+    assert command(effects).stop_groups == []  # draining: it holds task 1
+    core.handle(FromPeer(b"W|h|1|g1", m.BalanceResponse([])), 0.1)
+    if told_to_stop:
+        core.handle(FromPeer(b"W|h|1|g1", m.TaskResultBatch([m.TaskResult(task(1).task_id, 1)])), 0.2)
+        assert command(core.handle(Tick(), 0.2)).stop_groups == [b"g1"]  # drained
+    assert sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), 0.3), kind=m.TaskBatch) == []
+    if how == "it left":
+        effects = core.handle(FromPeer(MANAGER, m.DisconnectRequest("stopping")), 0.4)
+    else:
+        effects = core.handle(ConnectionClosed(40), 0.4)
+    (batch,) = sent(effects, to=b"W|h|1|g1", kind=m.TaskBatch)
+    assert [t.task_id for t in batch.tasks] == [task(2).task_id]
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(3), task(4)])), 0.5)
+    core.handle(FromPeer(b"W|h|2|", worker_hello(b"")), 0.6)  # a worker of no group: the load is balanced again
+    (balance,) = sent(core.handle(Tick(), 0.7), to=b"W|h|1|g1", kind=m.BalanceRequest)
+    held = 3 if told_to_stop else 4  # tasks 2 to 4, and task 1 unless it ended
+    assert balance.count == held // 2  # to the mean: a draining worker would give back all it holds
 
 
 # ----------------------------------------------------------------------------- the webhook

@@ -53,11 +53,13 @@ class GroupEvent(enum.Enum):
     DRAIN = "drain"  # retired by the policy, or reported retiring or stopping by its manager; again each check
     EMPTIED = "emptied"  # a check found none of its workers holding a task
     WORKER_JOINED = "worker_joined"  # a worker of the group said Hello
-    GONE = "gone"  # its manager's heartbeat no longer lists it, or its manager left
+    GONE = "gone"  # its manager's heartbeat no longer lists it (its workers are leaving)
+    MANAGER_GONE = "manager_gone"  # its manager left or timed out: nobody will stop it
 
 
 class GroupAction(enum.Enum):
     DRAIN_WORKERS = "drain_workers"  # no new task to its workers; they give back what they have not started
+    UNDRAIN_WORKERS = "undrain_workers"  # its workers take tasks again, as any worker
     TELL_STOP = "tell_stop"  # name it in its manager's stopGroups from now on
     FORGET = "forget"
 
@@ -71,16 +73,19 @@ GROUP_LIFECYCLE: Lifecycle[GroupState, GroupEvent] = Lifecycle(
         (_S.ACTIVE, _E.DRAIN): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),
         (_S.ACTIVE, _E.WORKER_JOINED): Transition(_S.ACTIVE),
         (_S.ACTIVE, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
+        (_S.ACTIVE, _E.MANAGER_GONE): Transition(_S.GONE, (_A.FORGET,)),
         (_S.DRAINING, _E.DRAIN): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),  # tasks that a balance gave back
         (_S.DRAINING, _E.EMPTIED): Transition(_S.DRAINED, (_A.TELL_STOP,)),
         (_S.DRAINING, _E.WORKER_JOINED): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),
         (_S.DRAINING, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
+        (_S.DRAINING, _E.MANAGER_GONE): Transition(_S.GONE, (_A.UNDRAIN_WORKERS, _A.FORGET)),
         (_S.DRAINED, _E.DRAIN): Transition(_S.DRAINED),
         (_S.DRAINED, _E.EMPTIED): Transition(_S.DRAINED),
         (_S.DRAINED, _E.WORKER_JOINED): Transition(_S.DRAINED, (_A.DRAIN_WORKERS,)),  # late: it stops anyway
         (_S.DRAINED, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
+        (_S.DRAINED, _E.MANAGER_GONE): Transition(_S.GONE, (_A.UNDRAIN_WORKERS, _A.FORGET)),
     },
-    always_possible=(_E.DRAIN, _E.WORKER_JOINED, _E.GONE),
+    always_possible=(_E.DRAIN, _E.WORKER_JOINED, _E.GONE, _E.MANAGER_GONE),
 )
 
 
@@ -130,6 +135,7 @@ class WorkerManagers:
         self._idle_since: Dict[bytes, float] = {}  # group -> since when its workers hold no task
         self._carry_out = {
             _A.DRAIN_WORKERS: self._drain_workers,
+            _A.UNDRAIN_WORKERS: self._undrain_workers,
             _A.TELL_STOP: self._tell_stop,
             _A.FORGET: self._forget,
         }
@@ -165,14 +171,14 @@ class WorkerManagers:
 
     def remove(self, manager_id: bytes, why: str) -> None:
         """The manager left, timed out or its connection closed: its groups are forgotten (their workers are
-        workers like any other until they leave)."""
+        workers like any other until they leave: those drained for a stop that will not come take tasks again)."""
         manager = self._managers.pop(manager_id, None)
         if manager is None:
             return
         logger.warning(f"Scheduler: worker manager {show(manager_id)} gone ({why}): its groups are forgotten")
         out = Outbox()  # forgetting sends nothing
         for group in list(manager.groups.values()):
-            self._step(group, _E.GONE, out)
+            self._step(group, _E.MANAGER_GONE, out)
         self._policy.forget(manager_id)
 
     def on_heartbeat(self, source: bytes, message: m.WorkerManagerHeartbeat, now: float, out: Outbox) -> None:
@@ -324,6 +330,10 @@ class WorkerManagers:
     def _drain_workers(self, group: ManagedGroup, out: Outbox) -> None:
         for worker_id in self._members.get(group.group_id, ()):
             self._routing.drain(self._workers[worker_id], out)
+
+    def _undrain_workers(self, group: ManagedGroup, out: Outbox) -> None:
+        for worker_id in self._members.get(group.group_id, ()):
+            self._routing.undrain(self._workers[worker_id])
 
     def _tell_stop(self, group: ManagedGroup, out: Outbox) -> None:
         logger.info(f"Scheduler: group {show_group(group.group_id)} drained: its manager stops it")
