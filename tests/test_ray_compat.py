@@ -64,6 +64,15 @@ def fibonacci(n):
     return sum(ray.get([fibonacci.remote(n - 1), fibonacci.remote(n - 2)]))
 
 
+@ray.remote
+def chain_in_a_task():
+    """Inside a task: a `.remote()` call whose ref argument still runs (sent once it ends), then wait and get."""
+    first = function_with_an_argument.remote(1)
+    second = function_with_an_argument.remote(first)
+    ready, _ = ray.wait([second], timeout=60)
+    return ray.get(ready, timeout=60) + [ray.get(first)]
+
+
 def fail_until(path, failures):
     """Fails the first ``failures`` times it runs (counted in a file), then returns the attempt number."""
     with open(path, "a+") as file:
@@ -180,6 +189,21 @@ def test_max_retries_with_retry_exceptions(connected, tmp_path):
 
 def test_nested_tasks(connected):
     assert ray.get(fibonacci.remote(6), timeout=120) == 8
+
+
+@pytest.mark.parametrize("queue_size", [1, 2])
+def test_get_and_wait_inside_tasks_hold_no_room_on_one_worker(queue_size):
+    """A task that waits in `get` or `wait` lets its worker run the tasks it waits for, as the client's own waits
+    do: on one worker, with room for one or two tasks, nested work ends."""
+    from scaler import SchedulerClusterCombo
+
+    with SchedulerClusterCombo(n_workers=1, per_worker_queue_size=queue_size, logging_level="WARNING") as combo:
+        ray.init(combo.get_address())
+        try:
+            assert ray.get(chain_in_a_task.remote(), timeout=120) == [3, 2]
+            assert ray.get(fibonacci.remote(8), timeout=120) == 21
+        finally:
+            ray.shutdown()
 
 
 def test_what_is_refused_is_refused_clearly(cluster):
