@@ -13,7 +13,7 @@ from typing import Iterator, Tuple
 
 import pytest
 
-from scaler import Client, SchedulerClusterCombo
+from scaler import Client, SchedulerClusterCombo, progress
 
 RESULT_SECONDS = 240  # fib(21) takes about 15 s on one worker of a busy 2-core machine
 
@@ -46,6 +46,19 @@ def chain(depth: int) -> Tuple[int, int]:
     with Client() as client:
         level, threads = client.submit(chain, depth - 1).result()
     return level + 1, threads
+
+
+def waits_on_groups(depth: int) -> int:
+    """Each level waits on its children as a group: through an executor's shutdown, and through
+    `scaler.progress`. Returns the leaves: 4 ** depth."""
+    if depth == 0:
+        return 1
+    with Client() as client:
+        with client.executor() as executor:
+            by_executor = [executor.submit(waits_on_groups, depth - 1) for _ in range(2)]
+        assert all(future.done() for future in by_executor)  # the executor's shutdown waited for them
+        by_progress = progress([client.submit(waits_on_groups, depth - 1) for _ in range(2)], style="text")
+        return sum(future.result() for future in by_executor + by_progress)
 
 
 def fibonacci_expected(n: int) -> int:
@@ -89,6 +102,13 @@ def test_fibonacci_on_one_worker_with_a_queue_of_one_or_two(queue_size, n):
     with SchedulerClusterCombo(n_workers=1, per_worker_queue_size=queue_size, logging_level="WARNING") as combo:
         assert run(combo.get_address(), fibonacci, n) == fibonacci_expected(n)
         assert run(combo.get_address(), nested_map, 6) == sum(sum(j * j for j in range(i)) for i in range(6))
+
+
+def test_waits_on_groups_of_futures_inside_tasks_on_one_worker_with_a_queue_of_one():
+    """`Executor.shutdown` and `scaler.progress` inside a task hold no room while they wait, as `result` does."""
+    with SchedulerClusterCombo(n_workers=1, per_worker_queue_size=1, logging_level="WARNING") as combo:
+        assert run(combo.get_address(), waits_on_groups, 3) == 4**3
+        assert run(combo.get_address(), waits_on_groups, 4) == 4**4
 
 
 def test_fibonacci_on_two_workers_and_a_nested_map_of_maps():

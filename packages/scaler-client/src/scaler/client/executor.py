@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator
 
 from scaler.client.future import ScalerFuture
 from scaler.client.remote_errors import RemoteTraceback
+from scaler.client.task_waits import wait_in_task
 
 if TYPE_CHECKING:
     from scaler.client.client import Client
@@ -136,12 +137,12 @@ class ScalerExecutor(concurrent.futures.Executor):
             self._pending = set()
         if cancel_futures:
             self._cancel(pending)
+        if wait:
+            wait_in_task(pending, len(pending), None)  # inside a task, the tasks waited for may run meanwhile
+            concurrent.futures.wait(pending)
         if not self._owns_client:
-            if wait:
-                concurrent.futures.wait(pending)
             return
         if wait:
-            concurrent.futures.wait(pending)
             self._client.disconnect()
         else:  # the tasks go on: disconnect once they have ended
             threading.Thread(target=_disconnect_after, args=(self._client, pending), daemon=True).start()

@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any, Iterable, List, Optional, TypeVar, Union
 
+from scaler.client.task_waits import wait_in_task
+
 ProgressOption = Union[bool, str, None]
 _CHOICES = (True, False, None, "tqdm", "text")
 _REFRESH_SECONDS = {"tqdm": 0.1, "text": 0.5}
@@ -34,6 +36,7 @@ def progress(
     bar = ProgressBar(True if style == "auto" else style, description)
     try:
         bar.watch(futures)
+        timeout = wait_in_task(futures, len(futures), timeout)  # inside a task, they may run meanwhile
         _, not_done = concurrent.futures.wait(futures, timeout)
     finally:
         bar.close()

@@ -25,9 +25,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from scaler.client.client import SCHEDULER_ADDRESS_VARIABLE, Client
 from scaler.client.object_reference import ObjectReference
+from scaler.client.task_waits import wait_in_task
 from scaler.compat.ray import exceptions
 from scaler.protocol.errors import TaskCancelledError
-from scaler.protocol.task_context import wait_with_hook
 
 __all__ = [
     "ObjectRef",
@@ -189,7 +189,7 @@ class ObjectRef:
     def _value(self, timeout: Optional[float]) -> Any:
         future = self._future
         try:
-            value = future.result(_wait_in_task([future], timeout))
+            value = future.result(wait_in_task([future], 1, timeout))  # no room held inside a task
         except concurrent.futures.CancelledError:
             raise TaskCancelledError("the task of this ObjectRef was cancelled") from None
         if self._index is None:
@@ -258,25 +258,10 @@ def wait(
         if len(ready) >= num_returns or (remaining is not None and remaining <= 0):
             break
         pending = [ref._future for ref in refs if not ref._future.done()]
-        remaining = _wait_in_task(pending, remaining)
+        remaining = wait_in_task(pending, 1, remaining)
         concurrent.futures.wait(pending, remaining, return_when=concurrent.futures.FIRST_COMPLETED)
     chosen = {id(ref) for ref in ready[:num_returns]}
     return [ref for ref in refs if id(ref) in chosen], [ref for ref in refs if id(ref) not in chosen]
-
-
-def _wait_in_task(futures: List[concurrent.futures.Future], timeout: Optional[float]) -> Optional[float]:
-    """Inside a task: its processor runs other tasks until one of ``futures`` is done or ``timeout`` passed (a
-    task that waits holds no room, as in the client's own waits; a `.remote()` call with a ref argument still
-    running is not a ScalerFuture); return what is left of ``timeout``. Outside a task: at once."""
-
-    def any_done() -> bool:
-        return any(future.done() for future in futures)
-
-    def notify(wake: Callable[[], None]) -> None:
-        for future in futures:
-            future.add_done_callback(lambda _: wake())
-
-    return wait_with_hook(any_done, timeout, notify)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
