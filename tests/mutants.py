@@ -42,6 +42,7 @@ SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
 CLIENT = "packages/scaler-client/src/scaler/client"
 SYMPHONY = "packages/scaler-symphony/src/scaler/symphony"
 STORAGE = "packages/scaler-storage/src/scaler/storage"
+WORKER = "packages/scaler-worker/src/scaler/worker"
 
 
 @dataclass
@@ -212,6 +213,25 @@ FAULTS = [
             )
         ],
         ["packages/scaler-scheduler/tests/test_worker_managers.py"],
+    ),
+    Fault(
+        "a processor loses a wake that comes as it reads its wake pipe",
+        [
+            (
+                f"{WORKER}/processor.py",
+                "        if self._wake_pending or read:\n            try:\n",
+                "        if self._wake_pending or read:\n            self._wake_pending = False\n            try:\n",
+            ),
+            (
+                f"{WORKER}/processor.py",
+                "            self._wake_pending = False\n        woken = self._woken\n",
+                "        woken = self._woken\n",
+            ),
+        ],
+        [
+            "packages/scaler-worker/tests/test_processor.py::"
+            "test_a_wake_that_comes_while_the_hub_reads_the_wake_pipe_is_not_lost"
+        ],
     ),
 ]
 
