@@ -117,3 +117,23 @@ def test_jobs_slurm_kills_never_starts_or_refuses_are_noticed_and_the_work_still
     assert "could not start: sbatch failed (exit 1): sbatch: error: invalid partition specified: nosuch" in text
     assert "Traceback" not in text + pending.read_text() + killed.read_text()
     wait_until(lambda: not any("PENDING" in line for line in slurm.jobs()), WAIT, "the late job cancelled")
+
+
+def test_a_killed_managers_job_works_on_then_ends_once_idle_instead_of_at_its_time_limit(
+    slurm, processes, address, tmp_path
+):
+    """SIGKILL leaves the manager no chance to cancel its job: the scheduler sends the job's workers away once
+    they are idle, and the job ends (its time limit is the partition's default, far away)."""
+    scheduler_log = tmp_path / "scheduler.log"
+    processes.scheduler(address, *SCALE, log_path=str(scheduler_log))
+    manager = slurm_manager(processes, address, tmp_path / "manager.log", "--max-jobs", "1")
+    with Client(address=address, timeout_seconds=WAIT) as client:
+        first = [client.submit(long_task, i) for i in range(2)]
+        jobs: list = []
+        wait_until(lambda: bool(jobs.extend(busy_jobs(address))) or bool(jobs), WAIT, "a job whose worker has tasks")
+        manager.kill()
+        manager.wait(WAIT)
+        later = [client.submit(long_task, i) for i in range(2, 4)]  # the job's workers still take work
+        assert [future.result(WAIT) for future in first + later] == [1, 2, 3, 4]
+    wait_until(lambda: not slurm.jobs(), WAIT, "the killed manager's idle job to end")
+    assert logged(scheduler_log, "sent away: group") and logged(scheduler_log, "idle, and its manager is gone")

@@ -146,10 +146,44 @@ def test_a_manager_whose_connection_closes_is_forgotten_with_its_groups_and_moni
     assert publish.snapshot.managers == [] and len(publish.snapshot.workers) == 1  # its worker stays a worker
 
 
+def manager_gone(core: SchedulerCore, how: str, now: float) -> None:
+    if how == "it left":
+        core.handle(FromPeer(MANAGER, m.DisconnectRequest("stopping")), now)
+    elif how == "its connection closed":
+        core.handle(ConnectionClosed(40), now)
+    else:  # silent past its timeout (managed_core's: 1e9 s), while the others were not
+        core.handle(FromPeer(CLIENT, m.ClientHeartbeat()), now - 1)
+        core.handle(FromPeer(b"W|h|1|g1", m.WorkerHeartbeat()), now - 1)
+        core.handle(Tick(), now)
+
+
+@pytest.mark.parametrize("how", ["its connection closed", "it left", "it timed out"])
+def test_the_workers_of_a_manager_that_is_gone_work_then_are_sent_away_once_idle(how, caplog):
+    """Nobody is left to stop its groups (a Slurm job would run to its time limit): the scheduler does it."""
+    core = managed_core()
+    core.handle(PeerConnection(MANAGER, 40), 0.0)
+    core.handle(FromPeer(MANAGER, beat([group(b"g1")])), 0.0)
+    core.handle(PeerConnection(b"W|h|1|g1", 41), 0.0)
+    core.handle(FromPeer(b"W|h|1|g1", worker_hello(b"g1")), 0.0)
+    manager_gone(core, how, 2e9 if how == "it timed out" else 0.1)
+    start = 2e9 if how == "it timed out" else 0.0
+    (batch,) = sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), start + 0.2), kind=m.TaskBatch)
+    assert [t.task_id for t in batch.tasks] == [task(1).task_id]  # it works while there is work
+    core.handle(Tick(), start + 0.25)  # seen busy: not idle
+    core.handle(FromPeer(b"W|h|1|g1", m.TaskResultBatch([m.TaskResult(task(1).task_id, 1)])), start + 0.3)
+    for now in (start + 0.5, start + 3.0):  # idle from 0.5: not the 3 s of SCALING yet
+        assert sent(core.handle(Tick(), now), kind=m.DisconnectRequest) == []
+    core.handle(Tick(), start + 3.6)  # idle 3.1 s: drained (it holds nothing)
+    (leave,) = sent(core.handle(Tick(), start + 3.7), to=b"W|h|1|g1", kind=m.DisconnectRequest)
+    assert "idle, and its manager is gone" in leave.reason
+    caplog.clear()
+    core.handle(ConnectionClosed(41), start + 3.8)  # it leaves: already forgotten, no news
+    assert "disconnected" not in caplog.text
+    assert sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), start + 4.0), kind=m.TaskBatch) == []
+
+
 @pytest.mark.parametrize("told_to_stop", [False, True])
-@pytest.mark.parametrize("how", ["its connection closed", "it left"])
-def test_workers_drained_for_a_stop_take_tasks_again_once_their_manager_is_gone(told_to_stop, how):
-    """Nobody is left to stop the group: its workers are workers like any other (not idle for good)."""
+def test_a_group_drained_for_a_stop_is_sent_away_once_its_manager_is_gone_and_it_holds_nothing(told_to_stop):
     core = managed_core()
     core.handle(PeerConnection(MANAGER, 40), 0.0)
     core.handle(FromPeer(MANAGER, beat([group(b"g1")])), 0.0)
@@ -158,21 +192,32 @@ def test_workers_drained_for_a_stop_take_tasks_again_once_their_manager_is_gone(
     effects = core.handle(FromPeer(MANAGER, beat([group(b"g1", m.WorkerGroupState.RETIRING)])), 0.1)
     assert command(effects).stop_groups == []  # draining: it holds task 1
     core.handle(FromPeer(b"W|h|1|g1", m.BalanceResponse([])), 0.1)
+    ended = FromPeer(b"W|h|1|g1", m.TaskResultBatch([m.TaskResult(task(1).task_id, 1)]))
     if told_to_stop:
-        core.handle(FromPeer(b"W|h|1|g1", m.TaskResultBatch([m.TaskResult(task(1).task_id, 1)])), 0.2)
+        core.handle(ended, 0.2)
         assert command(core.handle(Tick(), 0.2)).stop_groups == [b"g1"]  # drained
-    assert sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), 0.3), kind=m.TaskBatch) == []
-    if how == "it left":
-        effects = core.handle(FromPeer(MANAGER, m.DisconnectRequest("stopping")), 0.4)
-    else:
-        effects = core.handle(ConnectionClosed(40), 0.4)
-    (batch,) = sent(effects, to=b"W|h|1|g1", kind=m.TaskBatch)
-    assert [t.task_id for t in batch.tasks] == [task(2).task_id]
-    core.handle(FromPeer(CLIENT, m.TaskBatch([task(3), task(4)])), 0.5)
-    core.handle(FromPeer(b"W|h|2|", worker_hello(b"")), 0.6)  # a worker of no group: the load is balanced again
-    (balance,) = sent(core.handle(Tick(), 0.7), to=b"W|h|1|g1", kind=m.BalanceRequest)
-    held = 3 if told_to_stop else 4  # tasks 2 to 4, and task 1 unless it ended
-    assert balance.count == held // 2  # to the mean: a draining worker would give back all it holds
+    core.handle(ConnectionClosed(40), 0.3)
+    assert sent(core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), 0.4), kind=m.TaskBatch) == []  # drained
+    if not told_to_stop:
+        assert sent(core.handle(Tick(), 0.5), kind=m.DisconnectRequest) == []  # task 1 still runs
+        core.handle(ended, 0.6)
+    (leave,) = sent(core.handle(Tick(), 0.7), to=b"W|h|1|g1", kind=m.DisconnectRequest)
+    (batch,) = sent(core.handle(FromPeer(b"W|h|2|", worker_hello(b"")), 0.8), kind=m.TaskBatch)
+    assert [t.task_id for t in batch.tasks] == [task(2).task_id]  # the work it did not take goes elsewhere
+
+
+def test_a_group_whose_manager_is_gone_and_whose_workers_left_is_forgotten_and_its_id_free(caplog):
+    core = managed_core()
+    core.handle(PeerConnection(MANAGER, 40), 0.0)
+    core.handle(FromPeer(MANAGER, beat([group(b"g1")])), 0.0)
+    core.handle(FromPeer(b"W|h|1|g1", worker_hello(b"g1")), 0.0)
+    core.handle(ConnectionClosed(40), 0.1)
+    core.handle(FromPeer(b"W|h|1|g1", m.DisconnectRequest("its job ended")), 0.2)
+    other = b"M|host|7|cc"
+    core.handle(FromPeer(other, manager_hello()), 0.3)
+    caplog.clear()
+    core.handle(FromPeer(other, beat([group(b"g1")])), 0.3)
+    assert "dropped group" not in caplog.text  # the ID is free again
 
 
 # ----------------------------------------------------------------------------- the webhook

@@ -31,7 +31,7 @@ class Worker:
         self.digest = 0  # of `tasks` (held_tasks.task_term of each, XORed), kept as they come and go
         self.last_seen = now
         self.heartbeat = m.WorkerHeartbeat()
-        self.capacity = queue_capacity(hello.worker_info)  # 0 while draining
+        self.capacity = max(1, hello.worker_info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
         self.capabilities = frozenset(c.name for c in hello.worker_info.capabilities)
         self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
         # its heartbeats say what it holds (protocol 1.5): the scheduler checks them against `tasks`
@@ -47,11 +47,6 @@ class Worker:
     def load(self) -> int:
         """The tasks it holds that take room: queued there or running, not waiting."""
         return len(self.tasks) - len(self.waiting)
-
-
-def queue_capacity(info: m.WorkerInfo) -> int:
-    """How many tasks a worker takes (queued there or running) when it is not draining."""
-    return max(1, info.queue_capacity or DEFAULT_QUEUE_CAPACITY)
 
 
 class Client:

@@ -112,7 +112,7 @@ class SchedulerCore:
         )
         self._managers = WorkerManagers(
             self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
-            settings.adapter_webhook_url,
+            self._send_away, settings.adapter_webhook_url,
         )  # fmt: skip
         self._connections = PeerConnections()  # a peer whose connection closes is gone
         self._subscribers = 0
@@ -435,6 +435,12 @@ class SchedulerCore:
         logger.info(f"Scheduler: worker {show(source)} disconnected: {message.reason or 'no reason given'}")
         self._remove_worker(self._workers[source], out)
         out.sends.append(Send(source, m.DisconnectResponse()))
+
+    def _send_away(self, worker: Worker, why: str, out: Outbox) -> None:
+        """Ask ``worker``, which holds no task, to leave, and forget it now: its connection's close is no news."""
+        logger.info(f"Scheduler: worker {show(worker.worker_id)} sent away: {why}")
+        out.sends.append(Send(worker.worker_id, m.DisconnectRequest(why)))
+        self._remove_worker(worker, out)
 
     def _remove_worker(self, worker: Worker, out: Outbox) -> None:
         self._connections.forget(worker.worker_id)

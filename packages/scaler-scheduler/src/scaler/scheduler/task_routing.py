@@ -133,12 +133,6 @@ class TaskRouting:
             worker.balance_pending = True
             out.sends.append(Send(worker.worker_id, m.BalanceRequest(len(worker.tasks))))
 
-    def undrain(self, worker: Worker) -> None:
-        """``worker`` takes tasks again: the group it was drained for is not to stop after all (its manager left)."""
-        if worker.draining:
-            self._loads.undrain(worker)
-            self._changed = True
-
     def queued_by_needs(self) -> Dict[FrozenSet[str], int]:
         """The tasks queued here, by the capabilities they need (frozenset() for those that need none, and for
         every task under the even policy)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set
 
-from scaler.scheduler.peers import Worker, queue_capacity
+from scaler.scheduler.peers import Worker
 
 
 class _Buckets:
@@ -78,13 +78,6 @@ class WorkerLoads:
         self._unfile(worker)
         worker.draining = True
         worker.capacity = 0
-        self._file(worker)
-
-    def undrain(self, worker: Worker) -> None:
-        """``worker`` takes tasks again, and is balanced again."""
-        self._unfile(worker)
-        worker.draining = False
-        worker.capacity = queue_capacity(worker.info)
         self._file(worker)
 
     def touch(self, worker: Worker) -> None:

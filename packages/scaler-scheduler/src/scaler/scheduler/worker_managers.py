@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
@@ -46,21 +46,25 @@ class GroupState(enum.Enum):
     ACTIVE = "active"  # takes tasks
     DRAINING = "draining"  # its workers take no new task and give back those they have not started
     DRAINED = "drained"  # none of its workers holds a task: its manager is told to stop it
-    GONE = "gone"  # its manager no longer has it (or left)
+    ORPHANED = "orphaned"  # its manager is gone: its workers take tasks until it idles (nobody else stops it)
+    LEAVING = "leaving"  # its manager is gone and it drains: its workers are sent away once none holds a task
+    GONE = "gone"  # its manager no longer lists it; or, its manager gone, its workers were sent away or left
 
 
 class GroupEvent(enum.Enum):
-    DRAIN = "drain"  # retired by the policy, or reported retiring or stopping by its manager; again each check
+    DRAIN = "drain"  # retired by the policy, reported retiring or stopping by its manager, idle while orphaned;
+    # and again at each check of a group that drains
     EMPTIED = "emptied"  # a check found none of its workers holding a task
     WORKER_JOINED = "worker_joined"  # a worker of the group said Hello
-    GONE = "gone"  # its manager's heartbeat no longer lists it (its workers are leaving)
-    MANAGER_GONE = "manager_gone"  # its manager left or timed out: nobody will stop it
+    GONE = "gone"  # its manager's heartbeat no longer lists it
+    MANAGER_GONE = "manager_gone"  # its manager left or timed out
+    LEFT = "left"  # the last of its workers left, its manager gone
 
 
 class GroupAction(enum.Enum):
     DRAIN_WORKERS = "drain_workers"  # no new task to its workers; they give back what they have not started
-    UNDRAIN_WORKERS = "undrain_workers"  # its workers take tasks again, as any worker
     TELL_STOP = "tell_stop"  # name it in its manager's stopGroups from now on
+    SEND_AWAY = "send_away"  # its workers (who hold no task) are asked to leave, and forgotten
     FORGET = "forget"
 
 
@@ -73,20 +77,28 @@ GROUP_LIFECYCLE: Lifecycle[GroupState, GroupEvent] = Lifecycle(
         (_S.ACTIVE, _E.DRAIN): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),
         (_S.ACTIVE, _E.WORKER_JOINED): Transition(_S.ACTIVE),
         (_S.ACTIVE, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
-        (_S.ACTIVE, _E.MANAGER_GONE): Transition(_S.GONE, (_A.FORGET,)),
+        (_S.ACTIVE, _E.MANAGER_GONE): Transition(_S.ORPHANED),
         (_S.DRAINING, _E.DRAIN): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),  # tasks that a balance gave back
         (_S.DRAINING, _E.EMPTIED): Transition(_S.DRAINED, (_A.TELL_STOP,)),
         (_S.DRAINING, _E.WORKER_JOINED): Transition(_S.DRAINING, (_A.DRAIN_WORKERS,)),
         (_S.DRAINING, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
-        (_S.DRAINING, _E.MANAGER_GONE): Transition(_S.GONE, (_A.UNDRAIN_WORKERS, _A.FORGET)),
+        (_S.DRAINING, _E.MANAGER_GONE): Transition(_S.LEAVING),
         (_S.DRAINED, _E.DRAIN): Transition(_S.DRAINED),
         (_S.DRAINED, _E.EMPTIED): Transition(_S.DRAINED),
         (_S.DRAINED, _E.WORKER_JOINED): Transition(_S.DRAINED, (_A.DRAIN_WORKERS,)),  # late: it stops anyway
         (_S.DRAINED, _E.GONE): Transition(_S.GONE, (_A.FORGET,)),
-        (_S.DRAINED, _E.MANAGER_GONE): Transition(_S.GONE, (_A.UNDRAIN_WORKERS, _A.FORGET)),
+        (_S.DRAINED, _E.MANAGER_GONE): Transition(_S.LEAVING),
+        (_S.ORPHANED, _E.DRAIN): Transition(_S.LEAVING, (_A.DRAIN_WORKERS,)),
+        (_S.ORPHANED, _E.WORKER_JOINED): Transition(_S.ORPHANED),
+        (_S.ORPHANED, _E.LEFT): Transition(_S.GONE, (_A.FORGET,)),
+        (_S.LEAVING, _E.DRAIN): Transition(_S.LEAVING, (_A.DRAIN_WORKERS,)),
+        (_S.LEAVING, _E.EMPTIED): Transition(_S.GONE, (_A.SEND_AWAY, _A.FORGET)),
+        (_S.LEAVING, _E.WORKER_JOINED): Transition(_S.LEAVING, (_A.DRAIN_WORKERS,)),
+        (_S.LEAVING, _E.LEFT): Transition(_S.GONE, (_A.FORGET,)),
     },
-    always_possible=(_E.DRAIN, _E.WORKER_JOINED, _E.GONE, _E.MANAGER_GONE),
+    always_possible=(_E.DRAIN, _E.WORKER_JOINED),
 )
+_ORPHANS = (_S.ORPHANED, _S.LEAVING)  # groups whose manager is gone
 
 
 class ManagedGroup:
@@ -123,9 +135,11 @@ class WorkerManagers:
         routing: TaskRouting,
         policy: ScalingPolicy,
         capability_policy: bool,
+        leave: Callable[[Worker, str, Outbox], None],
         webhook_url: str = "",
     ) -> None:
         self._workers = workers  # shared with the core
+        self._leave = leave  # the core asks a worker that holds no task to leave, and forgets it
         self._routing = routing
         self._policy = policy
         self._capability_policy = capability_policy
@@ -135,7 +149,7 @@ class WorkerManagers:
         self._idle_since: Dict[bytes, float] = {}  # group -> since when its workers hold no task
         self._carry_out = {
             _A.DRAIN_WORKERS: self._drain_workers,
-            _A.UNDRAIN_WORKERS: self._undrain_workers,
+            _A.SEND_AWAY: self._send_away,
             _A.TELL_STOP: self._tell_stop,
             _A.FORGET: self._forget,
         }
@@ -170,13 +184,17 @@ class WorkerManagers:
             logger.info(f"Scheduler: worker manager {show(manager.manager_id)} connected")
 
     def remove(self, manager_id: bytes, why: str) -> None:
-        """The manager left, timed out or its connection closed: its groups are forgotten (their workers are
-        workers like any other until they leave: those drained for a stop that will not come take tasks again)."""
+        """The manager left, timed out or its connection closed: nobody will stop its groups. Their workers take
+        tasks while there is work; a group idle for the idle time (or drained already) is drained, and its
+        workers are sent away once none holds a task (a Slurm job then ends)."""
         manager = self._managers.pop(manager_id, None)
         if manager is None:
             return
-        logger.warning(f"Scheduler: worker manager {show(manager_id)} gone ({why}): its groups are forgotten")
-        out = Outbox()  # forgetting sends nothing
+        logger.warning(
+            f"Scheduler: worker manager {show(manager_id)} gone ({why}): its groups' workers will be sent away once "
+            f"idle"
+        )
+        out = Outbox()  # no group of a manager that is gone sends anything as it goes
         for group in list(manager.groups.values()):
             self._step(group, _E.MANAGER_GONE, out)
         self._policy.forget(manager_id)
@@ -225,33 +243,48 @@ class WorkerManagers:
             members.discard(worker.worker_id)
             if not members:
                 del self._members[worker.group_id]
+                group = self._groups.get(worker.group_id)
+                if group is not None and group.state in _ORPHANS:
+                    self._step(group, _E.LEFT, Outbox())  # forgetting it sends nothing
 
     # ----------------------------------------------------------------- the decision
 
     def evaluate(self, now: float, out: Outbox, answer: bytes = b"") -> None:
-        """Decide for every manager that said what it can start; carry out the decisions; tell each manager
-        whose command changed, and the manager ``answer`` (whose heartbeat came) in any case."""
+        """Decide for every manager that said what it can start; carry out the decisions; check the groups that
+        drain, and those whose manager is gone; tell each manager whose command changed, and the manager
+        ``answer`` (whose heartbeat came) in any case."""
         managers = [manager for manager in self._managers.values() if manager.heartbeat is not None]
-        if not managers:
-            return
-        loads = [self._load(manager, now) for manager in managers]
-        waiting = waiting_work(
-            self._routing.queued_by_needs(),
-            [(w.capabilities, w.load, w.info.slots) for w in self._workers.values() if not w.draining],
-            self._capability_policy,
-        )
-        decisions = self._policy.decide(loads, waiting, now)
-        for manager in managers:
-            manager.decision = decisions[manager.manager_id]
-            for group_id in manager.decision.retire:
-                logger.info(f"Scheduler: group {show_group(group_id)} idle: drain it, then stop it")
-                self._step(self._groups[group_id], _E.DRAIN, out)
+        if managers:
+            loads = [self._load(manager, now) for manager in managers]
+            waiting = waiting_work(
+                self._routing.queued_by_needs(),
+                [(w.capabilities, w.load, w.info.slots) for w in self._workers.values() if not w.draining],
+                self._capability_policy,
+            )
+            decisions = self._policy.decide(loads, waiting, now)
+            for manager in managers:
+                manager.decision = decisions[manager.manager_id]
+                for group_id in manager.decision.retire:
+                    logger.info(f"Scheduler: group {show_group(group_id)} idle: drain it, then stop it")
+                    self._step(self._groups[group_id], _E.DRAIN, out)
+        idle_seconds = self._policy.settings.idle_seconds
         for group in list(self._groups.values()):
-            if group.state is not GroupState.ACTIVE:
+            if group.state is GroupState.ORPHANED:
+                if self._idle_seconds(group, now) >= idle_seconds:
+                    logger.info(f"Scheduler: group {show_group(group.group_id)} idle: drain it, then send it away")
+                    self._step(group, _E.DRAIN, out)
+            elif group.state is not GroupState.ACTIVE:
                 busy = any(self._workers[w].tasks for w in self._members.get(group.group_id, ()))
                 self._step(group, _E.DRAIN if busy else _E.EMPTIED, out)
         for manager in managers:
             self._send_command(manager, out, only_if_changed=manager.manager_id != answer)
+
+    def _idle_seconds(self, group: ManagedGroup, now: float) -> float:
+        """How long none of the group's workers has held a task (none connected counts as idle)."""
+        if any(self._workers[w].tasks for w in self._members.get(group.group_id, ())):
+            self._idle_since.pop(group.group_id, None)
+            return 0.0
+        return now - self._idle_since.setdefault(group.group_id, now)
 
     def _load(self, manager: Manager, now: float) -> ManagerLoad:
         heartbeat = manager.heartbeat
@@ -331,9 +364,10 @@ class WorkerManagers:
         for worker_id in self._members.get(group.group_id, ()):
             self._routing.drain(self._workers[worker_id], out)
 
-    def _undrain_workers(self, group: ManagedGroup, out: Outbox) -> None:
-        for worker_id in self._members.get(group.group_id, ()):
-            self._routing.undrain(self._workers[worker_id])
+    def _send_away(self, group: ManagedGroup, out: Outbox) -> None:
+        why = f"group {show_group(group.group_id)} idle, and its manager is gone"
+        for worker_id in list(self._members.get(group.group_id, ())):
+            self._leave(self._workers[worker_id], why, out)
 
     def _tell_stop(self, group: ManagedGroup, out: Outbox) -> None:
         logger.info(f"Scheduler: group {show_group(group.group_id)} drained: its manager stops it")
