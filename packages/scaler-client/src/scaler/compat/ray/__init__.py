@@ -110,7 +110,9 @@ def _connect(address: Optional[str], num_cpus: Optional[int], client: Optional[C
                 "scaler.compat.ray.init() without an address starts a local cluster, which needs the scheduler "
                 "and worker components: pip install scaler (or pass the address of a running scheduler)"
             ) from error
-        _session.cluster = SchedulerClusterCombo(n_workers=num_cpus or os.cpu_count() or 1, logging_level="WARNING")
+        _session.cluster = SchedulerClusterCombo(  # its warnings on stderr, as Ray's: the program's stdout is its own
+            n_workers=num_cpus or os.cpu_count() or 1, logging_level="WARNING", logging_paths=("/dev/stderr",)
+        )
         address = _session.cluster.get_address()
     try:
         _session.client, _session.owns_client = Client(address=address), True
