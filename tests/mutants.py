@@ -215,6 +215,17 @@ FAULTS = [
         ["packages/scaler-scheduler/tests/test_worker_managers.py"],
     ),
     Fault(
+        "the workers of a manager that is gone are never sent away (a killed Slurm manager's jobs run on)",
+        [
+            (
+                f"{SCHEDULER}/worker_managers.py",
+                "            self._leave(self._workers[worker_id], why, out)\n",
+                "            pass\n",
+            )
+        ],
+        ["packages/scaler-scheduler/tests/test_worker_managers.py"],
+    ),
+    Fault(
         "a processor loses a wake that comes as it reads its wake pipe",
         [
             (

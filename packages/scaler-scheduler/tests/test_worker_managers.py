@@ -265,13 +265,16 @@ def test_the_webhook_is_asked_what_it_can_start_then_starts_and_shuts_down_group
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("sbfrmt"), st.integers(0, 7)), min_size=30, max_size=80))
+@given(st.lists(st.tuples(st.sampled_from("sbfrmtk"), st.integers(0, 7)), min_size=30, max_size=80))
 def test_whatever_the_order_of_events_every_task_starts_exactly_once(operations):
     """A manager that starts groups as told and stops each as soon as it is named, workers that start the
-    first task they hold and give back the rest when asked, groups that retire on their own, in any order:
-    every task started exactly once (a worker stopped while it held a started task would make its task start
-    again elsewhere); then, with nothing new, everything runs and every group stops."""
+    first task they hold and give back the rest when asked, groups that retire on their own, managers killed
+    and replaced (their groups' workers left to the scheduler), in any order: every task started exactly once
+    (a worker stopped while it held a started task would make its task start again elsewhere); then, with
+    nothing new, everything runs and every group stops, the killed managers' too."""
     core = managed_core()
+    manager = [MANAGER, 40]  # the manager now, and its connection
+    core.handle(PeerConnection(MANAGER, 40), 0.0)
     now = 0.0
     starts: Dict[bytes, int] = {}
     workers: Dict[bytes, List] = {}  # worker -> [group, held tasks (task ID, attempt), the first started]
@@ -298,6 +301,8 @@ def test_whatever_the_order_of_events_every_task_starts_exactly_once(operations)
             elif type(message) is m.TaskCancel and to in workers:
                 held = workers[to][1]
                 workers[to][1] = [h for h in held if h[0] not in message.task_ids]
+            elif type(message) is m.DisconnectRequest and to in workers:  # sent away: it leaves
+                assert not workers.pop(to)[1], "a worker sent away while it held tasks"
 
     def manager_acts():
         for group_id in last[0].stop_groups:
@@ -314,7 +319,17 @@ def test_whatever_the_order_of_events_every_task_starts_exactly_once(operations)
             group_id = b"g%d" % serial[0]
             groups[group_id] = m.WorkerGroupState.RUNNING
             pending.append(group_id)
-        feed(FromPeer(MANAGER, beat([group(g, state) for g, state in groups.items()], high=3)))
+        feed(FromPeer(manager[0], beat([group(g, state) for g, state in groups.items()], high=3)))
+
+    def manager_killed():  # its groups' workers stay (their jobs run on); its pending groups never start
+        feed(ConnectionClosed(manager[1]))
+        groups.clear()
+        pending.clear()
+        serial[0] += 1
+        manager[:] = [b"M|host|%d|aa" % serial[0], 40 + serial[0]]
+        feed(PeerConnection(manager[0], manager[1]))
+        feed(FromPeer(manager[0], manager_hello()))
+        last[0] = m.WorkerManagerCommand()
 
     feed_later: List = []
     operations = operations + [op for _ in range(40) for op in (("b", 0), ("f", 0), ("m", 0), ("t", 2))]
@@ -340,6 +355,8 @@ def test_whatever_the_order_of_events_every_task_starts_exactly_once(operations)
                 groups[group_id] = m.WorkerGroupState.RETIRING
         elif operation == "m":
             manager_acts()
+        elif operation == "k":
+            manager_killed()
         else:  # a pause
             now += value * 0.5
         feed(Tick())  # the scheduler's tick (every 0.5 s in a real one)
