@@ -110,6 +110,9 @@ def test_stop_signal_stops_every_worker_and_processor(scheduler: FakeScheduler, 
     processors = [
         child.pid for pid in worker_pids for child in wait_until(lambda pid=pid: _children(pid), "a processor")
     ]
+    connected = set()  # a heartbeat comes once the worker read its HelloAck (before that it has not joined, and
+    while connected != set(workers):  # a stop then says no goodbye: the scheduler sees its connection close)
+        connected.add(scheduler.expect(m.WorkerHeartbeat, skip=())[0])
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0
     for pid in worker_pids + processors:
