@@ -270,7 +270,8 @@ class WorkerManagers:
         idle_seconds = self._policy.settings.idle_seconds
         for group in list(self._groups.values()):
             if group.state is GroupState.ORPHANED:
-                if self._idle_seconds(group, now) >= idle_seconds:
+                since = self._idle_from(group.group_id, now, empty_is_idle=True)
+                if since is not None and now - since >= idle_seconds:
                     logger.info(f"Scheduler: group {show_group(group.group_id)} idle: drain it, then send it away")
                     self._step(group, _E.DRAIN, out)
             elif group.state is not GroupState.ACTIVE:
@@ -279,12 +280,14 @@ class WorkerManagers:
         for manager in managers:
             self._send_command(manager, out, only_if_changed=manager.manager_id != answer)
 
-    def _idle_seconds(self, group: ManagedGroup, now: float) -> float:
-        """How long none of the group's workers has held a task (none connected counts as idle)."""
-        if any(self._workers[w].tasks for w in self._members.get(group.group_id, ())):
-            self._idle_since.pop(group.group_id, None)
-            return 0.0
-        return now - self._idle_since.setdefault(group.group_id, now)
+    def _idle_from(self, group_id: bytes, now: float, empty_is_idle: bool) -> Optional[float]:
+        """Since when none of the group's workers has held a task, as seen by the checks (None: one holds one
+        now, or none is connected and that does not count as idle)."""
+        members = self._members.get(group_id, ())
+        if (members or empty_is_idle) and not any(self._workers[w].tasks for w in members):
+            return self._idle_since.setdefault(group_id, now)
+        self._idle_since.pop(group_id, None)
+        return None
 
     def _load(self, manager: Manager, now: float) -> ManagerLoad:
         heartbeat = manager.heartbeat
@@ -293,13 +296,9 @@ class WorkerManagers:
         for group in manager.groups.values():
             if group.state is not GroupState.ACTIVE or group.reported not in _COUNTED:
                 continue
-            members = self._members.get(group.group_id, ())
-            idle_since = None
-            if members and not any(self._workers[w].tasks for w in members):
-                idle_since = self._idle_since.setdefault(group.group_id, now)
-            else:
-                self._idle_since.pop(group.group_id, None)
-            groups.append(GroupLoad(group.group_id, group.workers_expected, len(members), idle_since))
+            idle_since = self._idle_from(group.group_id, now, empty_is_idle=False)
+            connected = len(self._members.get(group.group_id, ()))
+            groups.append(GroupLoad(group.group_id, group.workers_expected, connected, idle_since))
         return ManagerLoad(
             manager.manager_id,
             frozenset(c.name for c in heartbeat.capabilities),
