@@ -153,6 +153,16 @@ def _artifact_directory(tmp_path: Path) -> Path:
     return directory
 
 
+def _table_cells(browser, table_id: str) -> list[list[str]]:
+    """The text of each cell of a table's rows, read in one script call: the page rebuilds its tables on
+    every update, so element handles kept across calls can go stale."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(`#${arguments[0]} tbody tr`),"
+        " (row) => Array.from(row.cells, (cell) => cell.innerText));",
+        table_id,
+    )
+
+
 def test_the_page_shows_workers_tasks_charts_and_managers_in_a_real_browser(cluster, processes, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -161,9 +171,8 @@ def test_the_page_shows_workers_tasks_charts_and_managers_in_a_real_browser(clus
     try:
         browser.get(cluster["ui_url"] + "/")
         wait = WebDriverWait(browser, 30)
-        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == N_WORKERS)
-        rows = browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")
-        assert all(row.find_elements(By.TAG_NAME, "td")[0].text.startswith("W|") for row in rows)
+        wait.until(lambda b: len(_table_cells(b, "workers")) == N_WORKERS)
+        assert all(row[0].startswith("W|") for row in _table_cells(browser, "workers"))
         before = int(browser.find_element(By.ID, "tasks-received").text.replace(",", ""))
 
         _run_workload(cluster["address"], 500, 3)
@@ -178,9 +187,9 @@ def test_the_page_shows_workers_tasks_charts_and_managers_in_a_real_browser(clus
         processes.start("scaler_worker_manager", "native", cluster["address"], "--max-workers", "1", "--min-groups",
                         "1", log_path=str(tmp_path / "manager.log"))  # fmt: skip
         wait.until(lambda b: "running" in b.find_element(By.ID, "groups").text)
-        manager = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#managers tbody tr td")]
+        manager = _table_cells(browser, "managers")[0]
         assert manager[0].startswith("M|") and manager[1:5] == ["native", "1", "1", "1"]
-        group = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#groups tbody tr td")]
+        group = _table_cells(browser, "groups")[0]
         assert group[0].startswith(manager[0] + "/") and group[1] == "running" and group[5].startswith("pid ")
 
         header = browser.find_element(By.CSS_SELECTOR, '#workers th[data-key="rss_bytes"]')
