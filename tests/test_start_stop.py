@@ -4,6 +4,7 @@ children end with their parent, and an address is free again at once."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -73,3 +74,32 @@ def test_fifty_combos_start_and_stop_one_after_another_on_one_address(address):
         finally:
             combo.shutdown()
     wait_until(lambda: not _processes_serving(address.rsplit(":", 1)[1]), 30, "every process of the combos to end")
+
+
+def _submits_from_inside(value: int) -> int:
+    with Client() as client:  # inside a task: the processor's shared connection to the scheduler
+        return client.submit(abs, value).result(timeout=60)
+
+
+def test_a_stopped_workers_processors_say_goodbye_for_the_clients_their_tasks_made(processes, address, tmp_path):
+    """A task that submits tasks connects its processor to the scheduler as a client. When the worker stops, that
+    connection leaves with a DisconnectRequest, as the worker itself does: the scheduler sees no client lost."""
+    log = tmp_path / "scheduler.log"
+    processes.scheduler(address, log_path=str(log))
+    cluster = processes.cluster(address, 2)
+    with Client(address=address) as client:
+        futures = [client.submit(_submits_from_inside, -n) for n in range(8)]
+        assert [future.result(timeout=60) for future in futures] == list(range(8))
+    cluster.send_signal(signal.SIGTERM)
+    cluster.wait(30)
+
+    def workers_left() -> bool:
+        return len(re.findall(r"Scheduler: worker \S+ disconnected: ", log.read_text(errors="replace"))) == 2
+
+    wait_until(workers_left, 30, "both workers to say goodbye")
+    lines = log.read_text(errors="replace").splitlines()
+    # (a readiness probe that gave up before the scheduler answered closes without a goodbye: not what this tests)
+    lost = [line for line in lines if "(its connection closed)" in line and "|probe|" not in line]
+    assert not lost, "\n".join(lines)
+    goodbyes = [line for line in lines if "Scheduler: client" in line and line.endswith(" disconnected")]
+    assert len(goodbyes) >= 2, "\n".join(lines)  # this test's client, and at least one processor's

@@ -51,6 +51,7 @@ from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple
 import cloudpickle
 import greenlet
 
+from scaler.client.agent import close_unreferenced
 from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
@@ -172,8 +173,30 @@ def run_processor(
     os.environ.update(environment or {})
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
-    set_task_context(TaskContext(scheduler_address, processor.wait))
+    context = TaskContext(scheduler_address, processor.wait)
+    set_task_context(context)
+    signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(context))
     processor.serve()
+    _leave_scheduler(context)
+
+
+def _leave_scheduler(context: TaskContext) -> None:
+    """The tasks' shared client connection, if they made one, says goodbye: the scheduler then cancels what it
+    still runs for them at once, and does not take the processor's end for a lost client."""
+    connection = context.connection
+    if connection is not None:
+        close_unreferenced(connection.agent)  # bounded: the agent gets a second to leave
+
+
+def _stopped(context: TaskContext) -> NoReturn:
+    """SIGTERM, from the agent as its worker stops (a task may install its own handler instead): leave, then end
+    as SIGTERM ends a process. A second SIGTERM meanwhile (sent to the whole process group, say) is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _leave_scheduler(context)
+    _flush_standard_streams()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(1)  # not reached: the default action ends the process
 
 
 class _Processor:
