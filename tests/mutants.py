@@ -281,14 +281,21 @@ def run_tests(
     tree: Path, workdir: Path, name: str, tests: List[str], first_failure: bool = False
 ) -> Tuple[int, List[str], float]:
     """pytest on ``tests`` in the copy: its exit code, the ids of the tests that failed, and its seconds.
-    ``first_failure``: stop at the first test that fails (one is enough to show a fault is caught)."""
+    ``first_failure``: stop at the first test that fails (one is enough to show a fault is caught); the run's
+    output then goes to WORKDIR/NAME.log, not to ours: its failures are the expected ones, and a reader of the
+    CI log should find no failing test there but real ones."""
     report = workdir / f"{name}.xml"
     environ = dict(os.environ, PYTHONPYCACHEPREFIX=str(workdir / "pycache" / name))  # no bytecode of another run
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--timeout={TIMEOUT_SECONDS}",
                f"--junitxml={report}", *(["-x"] if first_failure else []), *tests]  # fmt: skip
     print(f"mutants: {name}: pytest {' '.join(tests)}", flush=True)
     started = time.monotonic()
-    code = subprocess.run(command, cwd=tree, env=environ).returncode
+    (workdir / f"{name}.log").unlink(missing_ok=True)
+    if first_failure:
+        with open(workdir / f"{name}.log", "wb") as log:
+            code = subprocess.run(command, cwd=tree, env=environ, stdout=log, stderr=subprocess.STDOUT).returncode
+    else:
+        code = subprocess.run(command, cwd=tree, env=environ).returncode
     seconds = time.monotonic() - started
     failed = []
     if report.exists():
@@ -296,6 +303,13 @@ def run_tests(
             if case.find("failure") is not None or case.find("error") is not None:
                 failed.append(f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}")
     return code, failed, seconds
+
+
+def _output_tail(log: Path, lines: int = 40) -> str:
+    """The end of a fault run's output, for a failed check (empty when the run printed to ours)."""
+    if not log.exists():
+        return ""
+    return ":\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def apply(tree: Path, fault: Fault) -> dict:
@@ -331,10 +345,11 @@ def check(workdir: Path, every_test: bool) -> List[Tuple[Fault, List[str], float
         finally:
             for path, text in originals.items():
                 path.write_text(text)
+        log = _output_tail(workdir / f"fault-{number}.log")
         if code == 0:
-            raise CheckError(f"fault '{fault.name}': every test passed: the tests do not catch it")
+            raise CheckError(f"fault '{fault.name}': every test passed: the tests do not catch it{log}")
         if code != 1 or not failed:
-            raise CheckError(f"fault '{fault.name}': pytest ended with exit code {code}, not with failed tests")
+            raise CheckError(f"fault '{fault.name}': pytest ended with exit code {code}, not with failed tests{log}")
         caught.append((fault, failed, seconds))
         print(f"mutants: fault '{fault.name}' caught by {len(failed)} test(s)", flush=True)
     return caught
