@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import add_common_arguments, parse_arguments, positive_int, setup_logging
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.process_control import stop_on_signals
 from scaler.symphony.symphony_settings import DEFAULT_SESSION_TYPE, DEFAULT_USER, SymphonySettings
 from scaler.worker import WorkerConfig, add_worker_arguments
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    stop_on_signals()  # until the event loop takes the signals over: a stop during the start is clean too
     parser = build_parser()
     try:
         args = parse_arguments(parser, CONFIG_SECTION, argv)
@@ -91,10 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.symphony.symphony_worker import run_symphony_worker
 
     setup_logging(config.logging_level, config.logging_paths)
-    try:
-        return run_symphony_worker(config, settings)
-    except KeyboardInterrupt:  # SIGINT before the event loop took over the signal
-        return 0
+    return run_symphony_worker(config, settings)
 
 
 if __name__ == "__main__":

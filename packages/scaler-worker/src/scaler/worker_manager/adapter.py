@@ -184,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from scaler.protocol.process_control import die_with_parent_from_environment
+    from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 
+    stop_on_signals()  # until the loop below takes the signals over: a stop during the start is clean too
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, "native_worker_adapter", argv)
