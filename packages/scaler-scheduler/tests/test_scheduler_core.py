@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import List
+from collections import Counter
+from typing import Dict, List
 
 import pytest
 from hypothesis import given, settings
@@ -202,6 +203,54 @@ def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
     (rejected,) = batch.results
     assert rejected.status == m.TaskStatus.REJECTED and "gpu" in rejected.error_text and "5s" in rejected.error_text
     assert core.task_count == 0
+
+
+NEEDS = [(), ("gpu",), ("gpu", "big"), ("big",)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ssscjlft"), st.integers(0, 40)), max_size=60))
+def test_the_queued_tasks_by_what_they_need_are_what_the_queue_holds_whatever_happens(operations):
+    """The scaling decision reads how many queued tasks need each set of capabilities, a count kept as tasks
+    enter and leave the queue (`TaskRouting.queued_by_needs`): after any submits, cancels, workers of any
+    capabilities joining and leaving, results and timeouts, it is what the queued tasks need."""
+    core = core_with(workers=(), allocate_policy="capability", worker_timeout_seconds=1e9)
+    held: Dict[bytes, List[m.Task]] = {}  # worker -> the tasks sent to it
+    now = 1.0
+
+    def feed(event) -> None:
+        for effect in core.handle(event, now):
+            if type(effect) is Send and type(effect.message) is m.TaskBatch and effect.to in held:
+                held[effect.to].extend(effect.message.tasks)
+
+    for operation, n in operations:
+        now += 0.5
+        if operation == "s":
+            needs = [m.Capability(name, -1) for name in NEEDS[n % 4]]
+            tasks = [task(n * 10 + k, capabilities=needs, timeout_seconds=float(n % 3)) for k in range(n % 3 + 1)]
+            feed(FromPeer(CLIENT, m.TaskBatch(tasks)))
+        elif operation == "c":
+            feed(FromPeer(CLIENT, m.TaskCancel([task(n * 10 + k).task_id for k in range(3)])))
+        elif operation == "j":
+            worker = b"W|host|%d|w" % n
+            if worker not in held:
+                held[worker] = []
+                feed(FromPeer(worker, hello(m.PeerRole.WORKER, 1 + n % 3, caps=NEEDS[n % 4])))
+        elif operation == "l" and held:
+            worker = sorted(held)[n % len(held)]
+            del held[worker]
+            feed(FromPeer(worker, m.DisconnectRequest("bye")))
+        elif operation == "f" and held:
+            worker = sorted(held)[n % len(held)]
+            done, held[worker] = held[worker], []
+            feed(FromPeer(worker, m.TaskResultBatch([result(t.task_id, t.attempt) for t in done])))
+        else:
+            feed(Tick())
+        queued: Counter = Counter()
+        for record in core._routing._tasks.values():
+            if record.state is TaskState.QUEUED:
+                queued[record.needs or frozenset()] += 1
+        assert core._routing.queued_by_needs() == dict(queued)
 
 
 def test_queued_tasks_move_from_a_busy_worker_to_an_idle_one():

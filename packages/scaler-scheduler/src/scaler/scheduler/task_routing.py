@@ -41,6 +41,7 @@ assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
+_QUEUED = TaskState.QUEUED
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class TaskRouting:
         self._seq = itertools.count()
         self._changed = False  # tasks were queued or room made since the last dispatch
         self.state_counts: Counter = Counter()
+        self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
         carry_out: Dict[TaskAction, _Action] = {
             TaskAction.SEND_TO_WORKER: self._send_to_worker,
@@ -136,17 +138,9 @@ class TaskRouting:
     def queued_by_needs(self) -> Dict[FrozenSet[str], int]:
         """The tasks queued here, by the capabilities they need (frozenset() for those that need none, and for
         every task under the even policy)."""
-        queued: Dict[FrozenSet[str], int] = {frozenset(): self.state_counts[TaskState.QUEUED]}
-        tasks = self._tasks
-        for needs, queue in self._capability_queues.items():
-            count = 0
-            for _, seq, task_id in queue:  # lazily pruned: an entry counts if it is its task's current one
-                record = tasks.get(task_id)
-                count += record is not None and record.queue_seq == seq and record.state is TaskState.QUEUED
-            if count:
-                queued[needs] = queued.get(needs, 0) + count
-                queued[frozenset()] -= count
-        return {needs: count for needs, count in queued.items() if count > 0}
+        needing = {needs: count for needs, count in self._queued_needing.items() if count > 0}
+        plain = self.state_counts[TaskState.QUEUED] - sum(needing.values())
+        return {frozenset(): plain, **needing} if plain > 0 else needing
 
     def withdraw(self, client: Client, out: Outbox) -> None:
         """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
@@ -173,6 +167,8 @@ class TaskRouting:
             record = TaskRecord(task, needs)
             tasks[task_id] = record
             counts[TaskState.QUEUED] += 1
+            if needs is not None:
+                self._queued_needing[needs] += 1
             client.tasks.add(task_id)
             self._enqueue(record)
             if task.timeout_seconds > 0:
@@ -436,6 +432,8 @@ class TaskRouting:
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
+        if record.needs is not None and (old is _QUEUED) is not (new is _QUEUED):
+            self._queued_needing[record.needs] += 1 if new is _QUEUED else -1
         for action in actions:
             action(record, out, result)
 
