@@ -101,6 +101,17 @@ FAULTS = [
         ],
     ),
     Fault(
+        "the scheduler names a connection by its file descriptor, which the next connection reuses",
+        [
+            (
+                f"{SCHEDULER}/server.py",
+                "            self._connection_ids[descriptor] = next(self._next_connection_id)\n            return\n",
+                "            self._connection_ids[descriptor] = descriptor\n            return\n",
+            ),
+        ],
+        ["packages/scaler-scheduler/tests/test_server.py"],
+    ),
+    Fault(
         "the client drops one result in a thousand",
         [
             (

@@ -100,26 +100,12 @@ def test_a_peer_that_said_hello_again_on_a_new_connection_is_not_dropped_by_the_
     assert OTHER_CLIENT not in core.client_ids
 
 
-def test_a_connection_reused_by_another_peer_before_its_close_was_seen_drops_the_old_peer_only():
-    """The old connection closed and its file descriptor was reused at once: the new peer's Hello comes before
-    the old close event. The old peer is gone then, and the late close event does not drop the new one."""
-    core = core_with(workers=())
-    connect(core, WORKER_A, 11, m.PeerRole.WORKER)
-    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
-    connect(core, WORKER_B, 11, m.PeerRole.WORKER, 2.0)
-    assert core.worker_ids == [WORKER_B]
-    core.handle(ConnectionClosed(11), 3.0)  # the close of WORKER_A's connection, seen late
-    assert core.worker_ids == [WORKER_B]
-    core.handle(ConnectionClosed(11), 4.0)  # WORKER_B's own
-    assert core.worker_ids == []
-
-
-def test_a_peer_that_left_politely_and_whose_fd_is_reused_leaves_the_new_peer_alone():
+def test_a_peer_that_left_politely_is_not_dropped_again_and_drops_nobody_when_its_connection_closes():
     core = core_with(workers=())
     connect(core, WORKER_A, 11, m.PeerRole.WORKER)
     core.handle(FromPeer(WORKER_A, m.DisconnectRequest("bye")), 1.0)
-    connect(core, WORKER_B, 11, m.PeerRole.WORKER, 2.0)
-    core.handle(ConnectionClosed(11), 3.0)  # WORKER_A's close
+    connect(core, WORKER_B, 12, m.PeerRole.WORKER, 2.0)
+    assert core.handle(ConnectionClosed(11), 3.0) == []  # WORKER_A's close
     assert core.worker_ids == [WORKER_B]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, List
 
 import zmq
@@ -106,20 +107,22 @@ def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_t
     monkeypatch.setattr(server, "_feed", fed.append)
     monkeypatch.setattr(server, "_router_event", lambda frames: FromPeer(WORKER, frames))
     monkeypatch.setattr(server_module, "_BURST", 2)
-    monkeypatch.setattr(server_module, "parse_monitor_message", lambda frames: {"value": 7})
+    monkeypatch.setattr(server_module, "parse_monitor_message", lambda frames: frames)  # the test's reports
 
-    async def close_seen(router: _Queued) -> Any:
+    async def reported(router: _Queued, *events: int) -> None:
         server._router = router
-        return server._router_connection_event([])
+        for event in events:
+            server._router_connection_event({"event": event, "value": 7})  # descriptor 7
 
     try:
-        closed = asyncio.run(close_seen(_Queued(["hello"])))
-        assert closed == ConnectionClosed(7) and fed == []  # not serving yet: the ROUTER is not read
+        asyncio.run(reported(_Queued(["hello"]), zmq.EVENT_ACCEPTED, zmq.EVENT_DISCONNECTED))
+        assert fed == [ConnectionClosed(1)]  # not serving yet: the ROUTER is not read
+        fed.clear()
         server._serving = True
-        closed = asyncio.run(close_seen(_Queued(["a", "b", "goodbye"])))
-        assert closed == ConnectionClosed(7)
+        asyncio.run(reported(_Queued(["a", "b", "goodbye"]), zmq.EVENT_ACCEPTED, zmq.EVENT_DISCONNECTED))
         assert [[e.message for e in burst.events] for burst in fed[:1]] == [["a", "b"]]
-        assert [e.message for e in fed[1:]] == ["goodbye"]
+        assert [e.message for e in fed[1:2]] == ["goodbye"]
+        assert fed[2:] == [ConnectionClosed(2)]  # the second connection on descriptor 7: an ID of its own
     finally:
         server._context.term()
 
@@ -176,6 +179,61 @@ def test_the_scheduler_serves_once_storage_answers_and_says_hello_again_when_sto
             server._stop.set()
             await asyncio.wait_for(running, timeout=20)
             client.close(linger=0)
+            storage.close(linger=0)
+            context.term()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_that_closes_without_a_hello_never_drops_the_peer_that_reuses_its_descriptor():
+    """A connection that sent only garbage closes, and the next connection gets its file descriptor: the
+    scheduler reads the client's Hello on it and the monitor's news of the first one's close in the same turn
+    of its loop. That close concerns the first connection only: the client is served on (its heartbeat is
+    answered, not refused for want of a Hello)."""
+    port = free_tcp_port(count=3)
+    address, storage_address = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port + 1}"
+
+    async def answer(socket: Any) -> Any:
+        frames = await asyncio.wait_for(socket.recv_multipart(), timeout=20)
+        return codec.decode(frames)[0]
+
+    async def scenario() -> None:
+        context = zmq.asyncio.Context()
+        storage = context.socket(zmq.ROUTER)
+        storage.setsockopt(zmq.LINGER, 0)
+        storage.bind(storage_address)
+        server = SchedulerServer(
+            address, object_storage_address=storage_address, monitor_address=f"tcp://127.0.0.1:{port + 2}"
+        )
+        running = asyncio.ensure_future(server.run())
+        try:
+            identity, _ = await asyncio.wait_for(storage.recv_multipart(), timeout=20)
+            await storage.send_multipart([identity, *codec.encode(m.HelloAck(PROTOCOL_VERSION))])
+            for attempt in range(10):
+                garbage = context.socket(zmq.DEALER)
+                garbage.connect(address)
+                await garbage.send(b"not a message")
+                client = context.socket(zmq.DEALER)
+                client.setsockopt(zmq.LINGER, 0)
+                try:
+                    # the scheduler's loop is held (this is its thread) while ZeroMQ's threads close the first
+                    # connection and accept the client's, on the descriptor just freed, and its Hello arrives
+                    garbage.close(linger=1000)
+                    time.sleep(0.2)
+                    client.connect(address)
+                    await client.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "h")))
+                    time.sleep(0.2)
+                    assert type(await answer(client)) is m.HelloAck
+                    await client.send_multipart(codec.encode(m.ClientHeartbeat()))
+                    reply = await answer(client)
+                    assert type(reply) is m.ClientHeartbeatEcho, (attempt, reply)
+                    await client.send_multipart(codec.encode(m.DisconnectRequest("done")))
+                    assert type(await answer(client)) is m.DisconnectResponse
+                finally:
+                    client.close(linger=0)
+        finally:
+            server._stop.set()
+            await asyncio.wait_for(running, timeout=20)
             storage.close(linger=0)
             context.term()
 

@@ -267,9 +267,7 @@ class SchedulerCore:
         self._routing.cannot_forward(event.to, event.message_type, event.items, event.reasons, out)
 
     def _on_peer_connection(self, event: PeerConnection, now: float, out: Outbox) -> None:
-        gone = self._connections.on_hello(event.source, event.connection)
-        if gone is not None:
-            self._connection_gone(gone, out)
+        self._connections.on_hello(event.source, event.connection)
 
     def _on_connection_closed(self, event: ConnectionClosed, now: float, out: Outbox) -> None:
         gone = self._connections.on_closed(event.connection)

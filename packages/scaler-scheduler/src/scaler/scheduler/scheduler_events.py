@@ -45,7 +45,7 @@ class Burst:
 
 @dataclass(slots=True)
 class PeerConnection:
-    """Peer ``source`` said Hello on ``connection`` (the file descriptor of its connection; the Hello follows)."""
+    """Peer ``source`` said Hello on ``connection`` (the ID the shell gave its connection; the Hello follows)."""
 
     source: bytes
     connection: int
@@ -53,7 +53,7 @@ class PeerConnection:
 
 @dataclass(slots=True)
 class ConnectionClosed:
-    """A connection of a client or worker closed (its peer died, left, or the network dropped it)."""
+    """A connection of a client or worker closed (its peer died, left, or the network dropped it), by its ID."""
 
     connection: int
 

@@ -8,9 +8,11 @@ workers read in one burst reach the core together (`Burst`), so what they make l
 every socket is CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized
 keys only (monitor keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
 
-Connections: the ROUTER's monitor reports each closed connection by its file descriptor (`ConnectionClosed`),
-and a Hello comes with the file descriptor of the connection it came on (`PeerConnection`, from the
-message's ``zmq.SRCFD``); the core decides who is gone.
+Connections: the ROUTER's monitor reports each connection accepted and closed by its file descriptor, and a
+message comes with the descriptor it came on (``zmq.SRCFD``). A descriptor is reused as soon as its connection
+closes, and the monitor's report of that close may be read after the next connection's Hello: so the shell
+gives each accepted connection an ID of its own, tells the core the ID a Hello came on (`PeerConnection`) and
+each ID that closed (`ConnectionClosed`), and the core decides who is gone.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import itertools
 import logging
 import os
 import signal
@@ -141,9 +144,12 @@ class SchedulerServer:
         self._webhook_url = adapter_webhook_url
         self._webhook_timeout = adapter_webhook_timeout_seconds
         self._webhook: Optional[WebhookCaller] = None  # makes the webhook's calls, on threads of its own
-        self._context = zmq.Context()
+        self._context = zmq.Context()  # one I/O thread: `_note_connection` counts on the order it reports in
         self._router: Any = None
-        self._router_connections: Any = None  # the monitor socket of the ROUTER: closed connections
+        self._router_connections: Any = None  # the monitor socket of the ROUTER: connections accepted and closed
+        self._connection_ids: Dict[int, int] = {}  # file descriptor -> the ID of the connection open on it
+        self._next_connection_id = itertools.count(1)
+        self._closed: List[int] = []  # the IDs of connections closed, not told to the core yet
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._storage_watch: Optional[ConnectionWatch] = None
@@ -210,7 +216,7 @@ class SchedulerServer:
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
-        self._router_connections = self._router.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._router_connections = self._router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
         logger.info(f"Scheduler: listen to scheduler address {self.address}")
         self._monitor = new_socket(self._context, zmq.XPUB, keys, MONITOR_DOMAIN)
@@ -338,16 +344,54 @@ class SchedulerServer:
             return None
         self._received[type(message).__name__] += 1
         if type(message) is m.Hello:
-            connection = PeerConnection(source, head.get(zmq.SRCFD))  # type: ignore[union-attr]
+            connection = PeerConnection(source, self._connection_on(head.get(zmq.SRCFD)))  # type: ignore[union-attr]
             return [connection, FromPeer(source, message, credential)]
         return FromPeer(source, message, credential)
 
-    def _router_connection_event(self, frames: List[Any]) -> ConnectionClosed:
-        """A closed connection, after what is readable on the ROUTER: what a peer sent before it closed (a
-        leaving worker's DisconnectRequest) reaches the core before the news that it is gone."""
+    def _router_connection_event(self, frames: List[Any]) -> None:
+        """The ROUTER's monitor reported a connection accepted or closed; the core hears of those closed."""
+        self._note_connection(frames)
+        self._tell_closed()
+
+    def _note_connection(self, frames: List[Any]) -> None:
+        """An accepted connection gets the next ID; a closed one's ID waits in `_closed`. The monitor reports a
+        connection accepted before its first message can arrive (the context's one I/O thread reports it, then
+        reads from it), and closed before its descriptor is reused (it reports, then closes the descriptor)."""
+        event = parse_monitor_message(frames)
+        descriptor = event["value"]
+        if event["event"] == zmq.EVENT_ACCEPTED:
+            self._connection_ids[descriptor] = next(self._next_connection_id)
+            return
+        connection = self._connection_ids.pop(descriptor, None)
+        if connection is not None:
+            self._closed.append(connection)
+
+    def _connection_on(self, descriptor: int) -> int:
+        """The ID of the connection a Hello came on: what the monitor reported is read first, since it reported
+        that connection accepted before the Hello could arrive."""
+        monitor = self._router_connections
+        while True:
+            try:
+                self._note_connection(monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        if self._closed:
+            asyncio.get_running_loop().call_soon(self._tell_closed)
+        connection = self._connection_ids.get(descriptor)
+        if connection is None:  # never reported (the monitor reports every accepted connection): an ID of its own
+            connection = self._connection_ids[descriptor] = next(self._next_connection_id)
+        return connection
+
+    def _tell_closed(self) -> None:
+        """The connections closed so far reach the core, after what is readable on the ROUTER: what a peer sent
+        before it closed (a leaving worker's DisconnectRequest) comes before the news that it is gone."""
+        if not self._closed:
+            return
         while self._serving and not self._router.closed and self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._drain(self._router, self._router_event, copy=False, together=True)
-        return ConnectionClosed(parse_monitor_message(frames)["value"])
+        closed, self._closed = self._closed, []
+        for connection in closed:
+            self._feed(ConnectionClosed(connection))
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
         try:
