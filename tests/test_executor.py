@@ -151,12 +151,13 @@ def test_shutdown_waits_and_refuses_new_work(client, process_pool):
 
 
 def test_shutdown_with_cancel_futures_cancels_the_queued_calls(client):
-    """Both executors: two long calls occupy both workers, twenty wait; shutdown(cancel_futures=True) ends
-    every future, the waiting ones cancelled. (ProcessPoolExecutor lets the calls it already handed to its
-    processes finish; Scaler stops even the running ones, so its long calls may be cancelled too.)"""
+    """Both executors: two long calls occupy both workers, twenty calls of a second wait; shutdown(cancel_futures=
+    True) ends every future, the waiting ones cancelled. (ProcessPoolExecutor lets the calls it already handed
+    to its processes finish; Scaler stops even the running ones, so its long calls may be cancelled too. The
+    waiting calls take a second each, so that however slowly the cancel travels, few of them can be done.)"""
     for executor in (_process_pool(), client.executor()):
         long_calls = [executor.submit(sleep_then, 3.0, "long") for _ in range(2)]
-        queued = [executor.submit(sleep_then, 0.0, i) for i in range(20)]
+        queued = [executor.submit(sleep_then, 1.0, i) for i in range(20)]
         executor.shutdown(wait=True, cancel_futures=True)
         for future in long_calls + queued:
             assert future.done()
