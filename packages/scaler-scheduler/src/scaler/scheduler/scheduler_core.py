@@ -151,7 +151,7 @@ class SchedulerCore:
             m.BalanceResponse: routing.on_balance_response,
             m.WaitingTasks: routing.on_waiting_tasks,
             m.DisconnectRequest: self._on_worker_disconnect,
-            m.TaskOutputBatch: self._on_task_output,
+            m.TaskOutputBatch: routing.on_task_output,
         }
         self._manager_handlers: Dict[type, _PeerHandler] = {
             m.WorkerManagerHeartbeat: self._managers.on_heartbeat,
@@ -411,18 +411,6 @@ class SchedulerCore:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
         self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
         self._routing.reject_damaged(source, message.damaged, out)
-
-    def _on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
-        """What tasks printed (their clients asked for it): on to each client still here that reads it, in the
-        order printed."""
-        by_client: Dict[bytes, List[m.TaskOutput]] = {}
-        for output in message.outputs:
-            by_client.setdefault(output.client_id, []).append(output)
-        clients = self._clients
-        for client_id, outputs in by_client.items():
-            client = clients.get(client_id)
-            if client is not None and client.reads_output:
-                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: client {show(source)} disconnected")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tup
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
+from scaler.protocol.security import RefusalLog
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
@@ -85,6 +86,7 @@ class TaskRouting:
         self.state_counts: Counter = Counter()
         self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
+        self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
         carry_out: Dict[TaskAction, _Action] = {
             TaskAction.SEND_TO_WORKER: self._send_to_worker,
             TaskAction.REQUEUE: self._requeue,
@@ -192,6 +194,34 @@ class TaskRouting:
                 step(record, self._failure_event(record, result), out, result)
             else:
                 logger.warning(f"Scheduler: dropped result with status {result.status.name} from {show(source)}")
+
+    def on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
+        """What tasks printed, from worker ``source``: on to each task's client, in the order printed, only for a
+        task that worker holds now, of the client it names, that asked for its output (``stream_output``), and only
+        to a client still here that reads output. The rest is dropped: a worker prints to no other client."""
+        tasks = self._tasks
+        by_client: Dict[bytes, List[m.TaskOutput]] = {}
+        foreign = 0
+        for output in message.outputs:
+            record = tasks.get(output.task_id)
+            if record is None:
+                continue  # ended (cancelled, its client gone): nobody waits for its output
+            task = record.task
+            if record.worker_id != source or task.client_id != output.client_id or not task.stream_output:
+                foreign += 1
+                continue
+            by_client.setdefault(output.client_id, []).append(output)
+        for client_id, outputs in by_client.items():
+            client = self._clients.get(client_id)
+            if client is not None and client.reads_output:
+                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
+        suppressed = self._dropped_output.should_log(show(source), now) if foreign else None
+        if suppressed is not None:
+            more = f" ({suppressed} more such batches since its last line)" if suppressed else ""
+            logger.warning(
+                f"Scheduler: dropped {foreign} output(s) from worker {show(source)}: of tasks it does not hold, of "
+                f"another client, or that did not ask for their output{more}"
+            )
 
     def reject_damaged(self, source: bytes, damaged: List[Any], out: Outbox) -> None:
         """Tasks of client ``source`` that cannot be read whole (`codec.DamagedTask`): each is rejected to its
