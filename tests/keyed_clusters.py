@@ -66,9 +66,12 @@ def another_client_key(cluster: Cluster, tmp_path, name: str = "mallory") -> Sec
 
 
 class RawPeer:
-    """A DEALER that says Hello and then sends what a test wants; it knows a refused handshake when it sees one."""
+    """A DEALER that says Hello (unless told not to) and then sends what a test wants; it knows a refused handshake
+    when it sees one."""
 
-    def __init__(self, address: str, role: m.PeerRole, security: SecurityConfig, identity: bytes) -> None:
+    def __init__(
+        self, address: str, role: m.PeerRole, security: SecurityConfig, identity: bytes, say_hello: bool = True
+    ) -> None:
         self.identity = identity
         self._keys = peer_keys(security)
         self._context = zmq.Context()
@@ -77,8 +80,8 @@ class RawPeer:
         self._address = address
         self._watch = ConnectionWatch(self.socket, self._keys, "the peer")  # a refused handshake, as Scaler sees it
         self.socket.connect(address)
-        info = m.WorkerInfo(1, 10, [])
-        self.answer = self.request(m.Hello(PROTOCOL_VERSION, role, os.getpid(), "attacker", info))
+        self.hello = m.Hello(PROTOCOL_VERSION, role, os.getpid(), "attacker", m.WorkerInfo(1, 10, []))
+        self.answer = self.request(self.hello) if say_hello else None
 
     def send(self, message: Any, blobs: Tuple[Any, ...] = ()) -> None:
         self.socket.send_multipart(codec.encode(message, blobs))

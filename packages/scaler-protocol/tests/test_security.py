@@ -359,3 +359,25 @@ def test_the_zap_handler_refuses_a_key_it_cannot_check_and_answers_on(caplog):
         assert any("cannot check key" in record.getMessage() for record in caplog.records)
     finally:
         context.term()
+
+
+def test_the_zap_handler_names_each_admitted_key_revoked_since_once(cluster_keys):
+    keys = server_keys(cluster_keys.server)
+    monitor, client = (load_key_pair(config.key_file).public for config in (cluster_keys.monitor, cluster_keys.client))
+    context = zmq.Context()
+    try:
+        handler = ZapHandler(context, keys, "TestServer", [SCHEDULER_DOMAIN, MONITOR_DOMAIN])
+        assert handler.callback(MONITOR_DOMAIN, monitor) and handler.callback(SCHEDULER_DOMAIN, client)
+        assert handler.reread() is None and handler.revoked(MONITOR_DOMAIN) == []  # nothing changed
+        authorized = cluster_keys.server.authorized_keys
+        os.remove(os.path.join(authorized, "monitors", "monitor.key"))
+        os.remove(os.path.join(authorized, "clients", "client.key"))
+        credentials = handler.reread()  # what the daemon tells its core: the keys changed, as now read
+        assert credentials is not None and monitor.decode() not in credentials and client.decode() not in credentials
+        assert handler.reread() is None  # told once
+        assert handler.revoked(MONITOR_DOMAIN) == [monitor.decode()]
+        assert handler.revoked(MONITOR_DOMAIN) == []  # named once
+        assert handler.revoked(SCHEDULER_DOMAIN) == [client.decode()]
+        assert handler.callback(MONITOR_DOMAIN, monitor) is False  # and refused from now on
+    finally:
+        context.term()

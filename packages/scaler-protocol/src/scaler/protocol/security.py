@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set
 
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 KEY_FILE_VARIABLE = "SCALER_KEY_FILE"  # a Client's key pair when none is given (set for tasks by their worker)
 SERVER_KEY_FILE_VARIABLE = "SCALER_SERVER_KEY_FILE"  # the server's public key, likewise
+REREAD_SECONDS = 1.0  # a daemon reads its authorized keys again this often (and at each handshake)
 
 # the subdirectory of a daemon's authorized keys directory that holds the public keys (*.key) of each role
 ROLE_DIRECTORIES: Dict[PeerRole, str] = {
@@ -222,16 +224,19 @@ class RefusalLog:
 class AuthorizedKeys:
     """The public keys a daemon accepts and their roles, read from one subdirectory per role
     (`ROLE_DIRECTORIES`) of ZeroMQ public certificates (``*.key``). `refresh` reads them again when a
-    subdirectory changed (a key file added or removed), so keys are granted and revoked without a restart
-    (connections already made stay)."""
+    subdirectory changed (a key file added or removed), so keys are granted and revoked without a restart; the
+    daemons call it at each handshake (their ZAP handler, on its thread) and every `REREAD_SECONDS` (their event
+    loop), and each read that changed something is a new `generation`."""
 
     def __init__(self, directory: str, own_public: bytes) -> None:
         if not os.path.isdir(directory):
             raise SecurityError(f"authorized keys directory {directory} does not exist")
         self.directory = directory
         self._own = own_public.decode()
+        self._lock = threading.Lock()  # the ZAP handler's thread and the event loop both read them again
         self._stamps: Dict[PeerRole, Any] = {}
-        self._credentials: Dict[str, Credential] = {}
+        self._credentials: Mapping[str, Credential] = {}
+        self.generation = 0
         self.refresh()
 
     def credential(self, key: str) -> Credential:
@@ -239,21 +244,28 @@ class AuthorizedKeys:
         credential = self._credentials.get(key)
         return credential if credential is not None else Credential(key, frozenset())
 
+    @property
+    def credentials(self) -> Mapping[str, Credential]:
+        """Every authorized key's credential, as last read (a new mapping at each read: never changed after)."""
+        return self._credentials
+
     def count(self, role: PeerRole) -> int:
         return sum(role in credential.roles for credential in self._credentials.values())
 
     def refresh(self) -> bool:
         """Read the keys again if a role's directory changed; whether it did."""
-        stamps = {role: _stamp(os.path.join(self.directory, name)) for role, name in ROLE_DIRECTORIES.items()}
-        if stamps == self._stamps:
-            return False
-        roles: Dict[str, Set[PeerRole]] = {self._own: {PeerRole.SCHEDULER}}  # the server key: the scheduler
-        for role, name in ROLE_DIRECTORIES.items():
-            for key in _public_keys(os.path.join(self.directory, name)):
-                roles.setdefault(key, set()).add(role)
-        self._credentials = {key: Credential(key, frozenset(held)) for key, held in roles.items()}
-        self._stamps = stamps
-        return True
+        with self._lock:
+            stamps = {role: _stamp(os.path.join(self.directory, name)) for role, name in ROLE_DIRECTORIES.items()}
+            if stamps == self._stamps:
+                return False
+            roles: Dict[str, Set[PeerRole]] = {self._own: {PeerRole.SCHEDULER}}  # the server key: the scheduler
+            for role, name in ROLE_DIRECTORIES.items():
+                for key in _public_keys(os.path.join(self.directory, name)):
+                    roles.setdefault(key, set()).add(role)
+            self._credentials = {key: Credential(key, frozenset(held)) for key, held in roles.items()}
+            self._stamps = stamps
+            self.generation += 1
+            return True
 
 
 def _stamp(directory: str) -> Any:

@@ -5,17 +5,23 @@ daemon's event loop is doing); `Keys.refusal` decides, after reading the authori
 directory changed. A refused key is logged with its fingerprint and the peer's address, rate-limited per key
 (`RefusalLog`), and the daemon serves on. The peer sees the refusal as a failed handshake (ZAP status 400):
 `security.handshake_failure` tells it so. Start the handler before binding a socket of its domains.
+
+ZeroMQ checks a key only during the handshake. To end what a key revoked since still holds, the daemon calls
+`reread` every second or so (its credentials change, so what the key's peers send is refused), and the handler
+keeps the keys it admitted on each domain: `revoked` names those the daemon would refuse now (the scheduler then
+reopens its monitor feed: ZeroMQ cannot close one subscriber's connection).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Any, Iterable, List
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
 from zmq.auth.thread import ThreadAuthenticator
 
-from scaler.protocol.security import MONITOR_DOMAIN, Keys, RefusalLog, fingerprint
+from scaler.protocol.security import MONITOR_DOMAIN, Credential, Keys, RefusalLog, fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +46,13 @@ class ZapHandler:
         self._daemon = daemon
         self._log = RefusalLog()
         self._authenticator = _Authenticator(context, log=logging.getLogger("zmq.auth"))
+        self._admitted: Dict[str, Set[str]] = {}  # domain -> the keys it admitted there (Z85 text)
+        self._admitted_lock = threading.Lock()  # added to on the handler's thread, read on the daemon's
+        # the generation of the authorized keys that `reread` last returned (or that the daemon started with)
+        self._generation = keys.authorized.generation if keys.authorized is not None else 0
         for domain in domains:
             self._authenticator.configure_curve_callback(domain, self)
+            self._admitted[domain] = set()
 
     def start(self) -> None:
         self._authenticator.start()
@@ -61,6 +72,8 @@ class ZapHandler:
             logger.exception(f"{self._daemon}: cannot check key {fingerprint(key)}; refused it")
             return False
         if why is None:
+            with self._admitted_lock:
+                self._admitted[domain].add(text)
             return True
         suppressed = self._log.should_log(text, time.monotonic())
         if suppressed is not None:
@@ -71,3 +84,24 @@ class ZapHandler:
                 f"{_WHERE.get(domain, 'address')}: {why}{more}"
             )
         return False
+
+    def reread(self) -> Optional[Mapping[str, Credential]]:
+        """Read the authorized keys again if their directories changed; every key's credential if they changed
+        since the last call (read here or at a handshake), else None."""
+        authorized = self._keys.authorized
+        if authorized is None:
+            return None
+        authorized.refresh()
+        if authorized.generation == self._generation:
+            return None
+        self._generation = authorized.generation
+        return authorized.credentials
+
+    def revoked(self, domain: str) -> List[str]:
+        """The keys admitted on ``domain`` that would be refused now (the authorized keys as last read); each is
+        named once (admitted again, it counts again)."""
+        with self._admitted_lock:
+            admitted = self._admitted[domain]
+            gone = [key for key in admitted if self._keys.refusal(domain, key) is not None]
+            admitted.difference_update(gone)
+        return gone

@@ -47,6 +47,7 @@ from scaler.scheduler.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
+    AuthorizedKeysRead,
     Burst,
     CannotForward,
     ConnectionClosed,
@@ -130,6 +131,7 @@ class SchedulerCore:
             PeerConnection: self._on_peer_connection,
             ConnectionClosed: self._on_connection_closed,
             MonitorSubscription: self._on_monitor_subscription,
+            AuthorizedKeysRead: self._on_keys_read,
             Tick: self._on_tick,
             WebhookAnswer: self._managers.on_webhook_answer,
         }
@@ -368,25 +370,42 @@ class SchedulerCore:
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
         same key, still authorized as its role (the authorized keys were read again). Else the message is
-        refused, and a peer whose key was revoked is forgotten (its tasks withdrawn or queued again)."""
-        kind = type(peer)
-        source = peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
+        refused, and a peer whose key was revoked is forgotten."""
         if credential.key == peer.credential.key and peer.role in credential.roles:
             peer.credential = credential
             return True
         if credential.key != peer.credential.key:
+            source = _peer_id(peer)
             self._refuse(source, credential, f"{show(source)} said Hello with another key", now, out)
         else:
-            reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()}"
-            self._refuse(source, credential, reason, now, out)
-            if type(peer) is Client:
-                self._remove_client(peer, out, forget=True)
-            elif type(peer) is Manager:
-                self._managers.remove(source, "its key was revoked")
-            else:
-                self._routing.remove_worker(peer, out)
-                self._managers.on_worker_left(peer)
+            self._revoke(peer, credential, now, out)
         return False
+
+    def _on_keys_read(self, event: AuthorizedKeysRead, now: float, out: Outbox) -> None:
+        """The authorized keys changed: each peer whose key no longer holds its role is revoked now, not at its
+        next message (a peer that sends none would keep its session)."""
+        credentials = event.credentials
+        peers = [*self._clients.values(), *self._workers.values(), *self._managers.connected()]
+        for peer in peers:
+            key = peer.credential.key
+            credential = credentials.get(key) or Credential(key, frozenset())
+            if peer.role in credential.roles:
+                peer.credential = credential
+            else:
+                self._revoke(peer, credential, now, out)
+
+    def _revoke(self, peer: Any, credential: Credential, now: float, out: Outbox) -> None:
+        """``peer``'s key is no longer authorized as its role: it is told so, and forgotten (its tasks withdrawn
+        or queued again)."""
+        source = _peer_id(peer)
+        reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()}"
+        self._refuse(source, credential, reason, now, out)
+        if type(peer) is Client:
+            self._remove_client(peer, out, forget=True)
+        elif type(peer) is Manager:
+            self._managers.remove(source, "its key was revoked")
+        else:
+            self._remove_worker(peer, out)
 
     def _refuse(self, source: bytes, credential: Credential, reason: str, now: float, out: Outbox) -> None:
         suppressed = self._refusals.should_log(credential.key, now)
@@ -511,6 +530,11 @@ def describe(event: Any) -> str:
     if type(event) is FromPeer:
         return f"{type(event.message).__name__} from {show(event.source)}"
     return type(event).__name__
+
+
+def _peer_id(peer: Any) -> bytes:
+    kind = type(peer)
+    return peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
 
 
 def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:

@@ -6,7 +6,8 @@ sender's `Credential`: the roles of the key ZeroMQ authenticated, when the
 server has keys) and sends the replies it returns; it decides nothing. A message
 that does not decode is logged with its sender and dropped; nothing a peer sends
 stops the loop. With keys, the ZAP handler (`scaler.protocol.zap`) lets only
-authorized keys connect.
+authorized keys connect, and the authorized keys are read again every second: a
+key revoked since is refused at its next message.
 
 `run_object_storage_server(address, ...)` runs a server until SIGTERM or SIGINT;
 it blocks, so other components start it in a ``multiprocessing.Process``.
@@ -35,6 +36,7 @@ from scaler.protocol.security import (
     NO_KEYS,
     NO_SECURITY,
     OPEN,
+    REREAD_SECONDS,
     STORAGE_DOMAIN,
     Keys,
     SecurityConfig,
@@ -121,6 +123,7 @@ class ObjectStorageServer:
             self.bind()
         assert self._socket is not None
         self._serving = asyncio.current_task()
+        rereading = asyncio.ensure_future(self._reread_keys()) if self._zap is not None else None
         try:
             while not self._stop_requested:
                 frames = await self._socket.recv_multipart(copy=False)
@@ -133,7 +136,19 @@ class ObjectStorageServer:
             if not self._stop_requested:
                 raise
         finally:
+            if rereading is not None:
+                rereading.cancel()
             self.close()
+
+    async def _reread_keys(self) -> None:
+        """The authorized keys, read again every `REREAD_SECONDS` (else only at a handshake): what a peer whose
+        key was revoked sends is refused within a second, whether or not anybody else connects."""
+        while True:
+            await asyncio.sleep(REREAD_SECONDS)
+            try:
+                self._zap.reread()
+            except Exception:  # the next second tries again
+                logger.exception("ObjectStorageServer: cannot read the authorized keys again")
 
     def stop(self, why: str = "stop requested") -> None:
         """Make `serve` return; safe to call from a signal handler on the loop."""
