@@ -28,6 +28,7 @@ from scaler.protocol.security import (
     SecurityConfig,
     add_security_arguments,
     check_exposure,
+    check_http_exposure,
     fingerprint,
     handshake_failure,
     is_local_address,
@@ -183,6 +184,16 @@ def test_a_daemon_reachable_from_other_hosts_needs_keys_or_insecure():
     check_exposure("the scheduler", ["tcp://0.0.0.0:2"], SecurityConfig(insecure=True))
     check_exposure("the scheduler", ["tcp://0.0.0.0:2"], SecurityConfig(key_file="server.key_secret"))
     check_exposure("the scheduler", ["tcp://127.0.0.1:1", "ipc:///tmp/x"], SecurityConfig())
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "", "10.1.2.3", "sched.example.com", "::"])
+def test_plain_http_reachable_from_other_hosts_needs_insecure_whatever_the_keys(host):
+    with pytest.raises(SecurityError, match="other hosts can reach, over plain HTTP.*--insecure") as refused:
+        check_http_exposure("the scheduler", "its Prometheus metrics", host, insecure=False)
+    assert "the scheduler would serve its Prometheus metrics at " in str(refused.value)
+    check_http_exposure("the scheduler", "its Prometheus metrics", host, insecure=True)
+    for local in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        check_http_exposure("the scheduler", "its Prometheus metrics", local, insecure=False)
 
 
 # --- configuration: flags, the [security] section, the environment ------------------------------------------

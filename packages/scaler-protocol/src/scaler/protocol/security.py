@@ -452,6 +452,21 @@ def check_exposure(program: str, addresses: Iterable[str], config: SecurityConfi
             )
 
 
+def check_http_exposure(program: str, served: str, host: str, insecure: bool, protection: str = "") -> None:
+    """Refuse (`SecurityError`) to serve ``served`` over plain HTTP at ``host`` where other hosts reach it without
+    authentication (``protection``: how the program could authenticate its requests, e.g. a token), unless
+    ``insecure``: the safe-by-default rule of `check_exposure`, for HTTP, which has no keys."""
+    if insecure or is_loopback_host(host):
+        return
+    remedy = f"{protection}keep it on 127.0.0.1 and reach it through an SSH tunnel or an HTTPS reverse proxy"
+    raise SecurityError(
+        f"{program} would serve {served} at {host or 'every address'}, which other hosts can reach, over plain "
+        "HTTP without authentication: anyone who reaches it reads the cluster's state (the IDs of clients and "
+        f"workers, their hosts and processes, the functions they run). {remedy[0].upper()}{remedy[1:]}, or pass "
+        "--insecure to serve it on a network you trust"
+    )
+
+
 # ----------------------------------------------------------------------------- command lines
 
 
@@ -478,7 +493,8 @@ def add_security_arguments(
         )  # fmt: skip
         group.add_argument(
             "--insecure", action="store_true",
-            help="listen at an address other hosts reach without keys (only on a network you trust)",
+            help="listen where other hosts reach without authentication: at an address without keys, at a "
+            "--metrics-host other than loopback (only on a network you trust)",
         )  # fmt: skip
     if scheduler:
         group.add_argument(

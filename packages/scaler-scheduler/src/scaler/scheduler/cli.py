@@ -29,8 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://METRICS_HOST:PORT/metrics (needs scaler-scheduler[metrics])",
     )  # fmt: skip
     parser.add_argument(
-        "--metrics-host", default="127.0.0.1", help="interface of --metrics-port (default: 127.0.0.1, this host only)"
-    )
+        "--metrics-host", default="127.0.0.1",
+        help="interface of --metrics-port (default: 127.0.0.1, this host only; any other needs --insecure: the "
+        "metrics are plain HTTP without authentication)",
+    )  # fmt: skip
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",

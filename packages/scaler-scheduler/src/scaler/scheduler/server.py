@@ -50,6 +50,7 @@ from scaler.protocol.security import (
     SCHEDULER_DOMAIN,
     SecurityConfig,
     check_exposure,
+    check_http_exposure,
     new_socket,
     server_keys,
 )
@@ -123,6 +124,8 @@ class SchedulerServer:
         self.object_storage_address = check_address(object_storage_address or default_storage_address(address))
         self.monitor_address = check_address(monitor_address or default_monitor_address(address))
         check_exposure("the scheduler", (self.address, self.monitor_address), security)
+        if metrics_port is not None:
+            check_http_exposure("the scheduler", "its Prometheus metrics", metrics_host, security.insecure)
         self._security = security
         self._keys = server_keys(security)
         self._zap: Any = None
