@@ -1,5 +1,6 @@
 """What the programs refuse to expose, with real processes (issue 25, the smaller items): plain HTTP (the
-scheduler's Prometheus endpoint, scaler_ui) beyond loopback without authentication or an explicit --insecure.
+scheduler's Prometheus endpoint, scaler_ui) beyond loopback without authentication or an explicit --insecure, and
+authorized keys that another user could change (as ssh's StrictModes refuses them), at start and while running.
 """
 
 from __future__ import annotations
@@ -8,9 +9,13 @@ import os
 import subprocess
 import urllib.request
 
+import pytest
 from cluster_processes import BIN, free_address, wait_until
 
+from scaler import Client
 from scaler.protocol.addresses import free_tcp_port
+from scaler.protocol.errors import DisconnectedError
+from scaler.protocol.keygen import write_cluster_keys
 
 WITHIN_SECONDS = 30.0
 
@@ -48,3 +53,32 @@ def test_scaler_ui_beyond_loopback_needs_a_token_or_insecure(processes):
     assert "Give it --token" in refused and "--insecure" in refused
     processes.start("scaler_ui", monitor_address, "--host", "0.0.0.0", "--port", port, "--insecure")
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/"), WITHIN_SECONDS, "the page")
+
+
+@pytest.mark.parametrize("program", ["scaler_scheduler", "scaler_object_storage_server"])
+@pytest.mark.parametrize("where, mode, says", [
+    ("", 0o777, "every user (mode 0777)"),
+    ("clients", 0o775, "its group (mode 0775)"),
+    ("workers/worker.key", 0o666, "every user (mode 0666)"),
+])  # fmt: skip
+def test_a_daemon_refuses_authorized_keys_that_another_user_could_write(program, where, mode, says, tmp_path):
+    keys = write_cluster_keys(str(tmp_path / "keys"))
+    path = os.path.join(keys.server.authorized_keys, where) if where else keys.server.authorized_keys
+    os.chmod(path, mode)
+    refused = _refused(program, free_address(), *keys.server.to_arguments()).stderr
+    assert f"{program}: error: " in refused and f"{path} can be written by {says}: run chmod go-w {path}" in refused
+
+
+def test_keys_that_become_writable_by_others_are_refused_while_the_scheduler_runs(secure_cluster):
+    clients = os.path.join(secure_cluster.keys.server.authorized_keys, "clients")
+    client = Client(secure_cluster.address, security=secure_cluster.security("client"), heartbeat_interval_seconds=0.5)
+    try:
+        assert client.submit(len, "ab").result(timeout=60) == 2
+        os.chmod(clients, 0o777)  # anyone on the host could now authorize a key of their own
+        wait_until(lambda: not client.connected, WITHIN_SECONDS, "the client keys to be refused")
+        with pytest.raises(DisconnectedError, match="no longer authorized"):
+            client.submit(len, "ab").result(timeout=60)
+    finally:
+        client.disconnect()
+        os.chmod(clients, 0o755)
+    assert f"{clients} can be written by every user (mode 0777)" in secure_cluster.log()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import stat
 import struct
 from typing import Any, Dict, List, Optional
@@ -120,6 +121,37 @@ def test_keys_added_or_removed_count_once_the_directories_are_read_again(cluster
     os.remove(os.path.join(clients, "eve.key"))
     authorized.refresh()
     assert authorized.credential(key).roles == frozenset()
+
+
+def test_keys_that_another_user_could_change_are_refused_as_ssh_refuses_them(cluster_keys, monkeypatch, caplog):
+    authorized = cluster_keys.server.authorized_keys
+    clients = os.path.join(authorized, "clients")
+    client_file = os.path.join(clients, "client.key")
+    for path, mode, says in ((authorized, 0o777, "every user (mode 0777)"), (clients, 0o775, "its group (mode 0775)"),
+                             (client_file, 0o666, "every user (mode 0666)")):  # fmt: skip
+        os.chmod(path, mode)
+        with pytest.raises(SecurityError, match=f"{path} can be written by {re.escape(says)}: run chmod go-w"):
+            AuthorizedKeys(authorized, b"0" * 40)
+        os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+    if os.geteuid() == 0:
+        os.chown(client_file, 12345, -1)
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # the daemon runs as another user than the file's
+    with pytest.raises(SecurityError, match=f"{client_file} belongs to another user"):
+        AuthorizedKeys(authorized, b"0" * 40)
+    monkeypatch.undo()
+    os.chown(client_file, os.getuid(), -1)
+
+    keys = AuthorizedKeys(authorized, b"0" * 40)  # while it runs: the keys of what became unsafe are refused
+    client = load_key_pair(cluster_keys.client.key_file).public.decode()
+    worker = load_key_pair(cluster_keys.worker.key_file).public.decode()
+    assert keys.credential(client).roles == {PeerRole.CLIENT}
+    os.chmod(clients, 0o777)  # a chmod changes no file: the directory's mode is looked at too
+    assert keys.refresh() is True
+    assert keys.credential(client).roles == frozenset() and keys.credential(worker).roles == {PeerRole.WORKER}
+    assert any(f"{clients} can be written by every user" in record.getMessage() for record in caplog.records)
+    os.chmod(clients, 0o755)
+    assert keys.refresh() is True and keys.credential(client).roles == {PeerRole.CLIENT}
 
 
 def test_the_monitor_feed_admits_monitor_keys_and_client_keys_only_when_told(cluster_keys):

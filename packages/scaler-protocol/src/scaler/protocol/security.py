@@ -226,7 +226,11 @@ class AuthorizedKeys:
     (`ROLE_DIRECTORIES`) of ZeroMQ public certificates (``*.key``). `refresh` reads them again when a
     subdirectory changed (a key file added or removed), so keys are granted and revoked without a restart; the
     daemons call it at each handshake (their ZAP handler, on its thread) and every `REREAD_SECONDS` (their event
-    loop), and each read that changed something is a new `generation`."""
+    loop), and each read that changed something is a new `generation`.
+
+    As ssh's StrictModes, a directory or key file that another user could change (writable by its group or by
+    others, or owned by another user than this process's or root) authorizes nothing: the daemon refuses to start
+    with one, and one found later is logged as an error, its keys refused."""
 
     def __init__(self, directory: str, own_public: bytes) -> None:
         if not os.path.isdir(directory):
@@ -234,10 +238,12 @@ class AuthorizedKeys:
         self.directory = directory
         self._own = own_public.decode()
         self._lock = threading.Lock()  # the ZAP handler's thread and the event loop both read them again
-        self._stamps: Dict[PeerRole, Any] = {}
+        self._stamps: List[Any] = []
         self._credentials: Mapping[str, Credential] = {}
         self.generation = 0
-        self.refresh()
+        problems = self._read()
+        if problems:
+            raise SecurityError("; ".join(problems))
 
     def credential(self, key: str) -> Credential:
         """The credential of a key (Z85 text): no roles for an unknown one."""
@@ -253,37 +259,78 @@ class AuthorizedKeys:
         return sum(role in credential.roles for credential in self._credentials.values())
 
     def refresh(self) -> bool:
-        """Read the keys again if a role's directory changed; whether it did."""
+        """Read the keys again if a directory changed (its files, its mode, its owner); whether one did."""
         with self._lock:
-            stamps = {role: _stamp(os.path.join(self.directory, name)) for role, name in ROLE_DIRECTORIES.items()}
-            if stamps == self._stamps:
+            if self._directories_stamps() == self._stamps:
                 return False
-            roles: Dict[str, Set[PeerRole]] = {self._own: {PeerRole.SCHEDULER}}  # the server key: the scheduler
-            for role, name in ROLE_DIRECTORIES.items():
-                for key in _public_keys(os.path.join(self.directory, name)):
-                    roles.setdefault(key, set()).add(role)
-            self._credentials = {key: Credential(key, frozenset(held)) for key, held in roles.items()}
-            self._stamps = stamps
-            self.generation += 1
+            for problem in self._read():
+                logger.error(f"authorized keys: {problem}")
             return True
 
+    def _directories_stamps(self) -> List[Any]:
+        return [_stamp(self.directory), *(_stamp(os.path.join(self.directory, n)) for n in ROLE_DIRECTORIES.values())]
 
-def _stamp(directory: str) -> Any:
+    def _read(self) -> List[str]:
+        """Read every key (called with the lock held, or before any other thread has the object); what refused
+        some."""
+        self._stamps = self._directories_stamps()
+        roles: Dict[str, Set[PeerRole]] = {self._own: {PeerRole.SCHEDULER}}  # the server key: the scheduler
+        problems: List[str] = []
+        unsafe = _unsafe(self.directory)
+        if unsafe is not None:
+            problems.append(f"authorized keys directory {unsafe}: no key in it is authorized")
+        else:
+            for role, name in ROLE_DIRECTORIES.items():
+                for key in _public_keys(os.path.join(self.directory, name), problems):
+                    roles.setdefault(key, set()).add(role)
+        self._credentials = {key: Credential(key, frozenset(held)) for key, held in roles.items()}
+        self.generation += 1
+        return problems
+
+
+def _stamp(path: str) -> Any:
     try:
-        status = os.stat(directory)
+        status = os.stat(path)
     except OSError:
         return None
-    return (status.st_ino, status.st_mtime_ns)
+    return (status.st_ino, status.st_mtime_ns, status.st_mode, status.st_uid)
 
 
-def _public_keys(directory: str) -> List[str]:
+def _unsafe(path: str) -> Optional[str]:
+    """Why another user could change ``path`` (as ssh's StrictModes judges it), naming it; None: no one could."""
+    if os.name != "posix":
+        return None
+    try:
+        status = os.stat(path)
+    except OSError as error:
+        return f"{path} cannot be read ({error.strerror})"
+    mode = stat.S_IMODE(status.st_mode)
+    if mode & 0o022:
+        writers = "every user" if mode & 0o002 else "its group"
+        return f"{path} can be written by {writers} (mode {mode:04o}): run chmod go-w {path}"
+    if status.st_uid not in (0, os.geteuid()):
+        return f"{path} belongs to another user (uid {status.st_uid}): give it to this user or to root"
+    return None
+
+
+def _public_keys(directory: str, problems: List[str]) -> List[str]:
+    """The public keys of the ``*.key`` files of ``directory``; a file or directory another user could change
+    gives none, and says why in ``problems``."""
     if not os.path.isdir(directory):
+        return []
+    unsafe = _unsafe(directory)
+    if unsafe is not None:
+        problems.append(f"authorized keys directory {unsafe}: no key in it is authorized")
         return []
     keys = []
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".key"):
             continue
         path = os.path.join(directory, name)
+        unsafe = _unsafe(path)
+        if unsafe is not None:
+            problems.append(f"authorized key file {unsafe}: its key is not authorized")
+            continue
         try:
             keys.append(load_public_key(path).decode())
         except SecurityError as error:
