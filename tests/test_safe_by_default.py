@@ -60,7 +60,7 @@ def test_scaler_ui_beyond_loopback_needs_a_token_or_insecure(processes):
     ("", 0o777, "every user (mode 0777)"),
     ("clients", 0o775, "its group (mode 0775)"),
     ("workers/worker.key", 0o666, "every user (mode 0666)"),
-])  # fmt: skip
+], ids=["the directory", "a role's directory", "a key file"])  # fmt: skip
 def test_a_daemon_refuses_authorized_keys_that_another_user_could_write(program, where, mode, says, tmp_path):
     keys = write_cluster_keys(str(tmp_path / "keys"))
     path = os.path.join(keys.server.authorized_keys, where) if where else keys.server.authorized_keys
