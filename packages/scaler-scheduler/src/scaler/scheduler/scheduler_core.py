@@ -385,7 +385,7 @@ class SchedulerCore:
         """The authorized keys changed: each peer whose key no longer holds its role is revoked now, not at its
         next message (a peer that sends none would keep its session)."""
         credentials = event.credentials
-        peers = [*self._clients.values(), *self._workers.values(), *self._managers.connected()]
+        peers: List[Any] = [*self._clients.values(), *self._workers.values(), *self._managers.connected()]
         for peer in peers:
             key = peer.credential.key
             credential = credentials.get(key) or Credential(key, frozenset())
