@@ -566,12 +566,6 @@ class RoutedResult:
     def _read(self, field: Any) -> Any:
         return self._received.use(self._index, lambda item: item._get_by_field(field))
 
-    @property
-    def stream_output(self) -> bool:
-        """Whether its client asked for what it prints: read from the received struct only when asked (when the
-        task prints), so routing never pays for it."""
-        return self._received.use(self._index, lambda item: item._get_by_field(_F_STREAM_OUTPUT))
-
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)
         if self._error_text is not None:
