@@ -8,8 +8,9 @@ directory changed. A refused key is logged with its fingerprint and the peer's a
 
 ZeroMQ checks a key only during the handshake. To end what a key revoked since still holds, the daemon calls
 `reread` every second or so (its credentials change, so what the key's peers send is refused), and the handler
-keeps the keys it admitted on each domain: `revoked` names those the daemon would refuse now (the scheduler then
-reopens its monitor feed: ZeroMQ cannot close one subscriber's connection).
+keeps the keys it admitted on the monitor feed, whose subscribers send nothing: `revoked_monitors` names those
+refused now (the scheduler then closes the feed's subscriptions: ZeroMQ cannot close one subscriber's
+connection).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+from typing import Any, Iterable, List, Mapping, Optional, Set
 
 from zmq.auth.thread import ThreadAuthenticator
 
@@ -46,13 +47,12 @@ class ZapHandler:
         self._daemon = daemon
         self._log = RefusalLog()
         self._authenticator = _Authenticator(context, log=logging.getLogger("zmq.auth"))
-        self._admitted: Dict[str, Set[str]] = {}  # domain -> the keys it admitted there (Z85 text)
-        self._admitted_lock = threading.Lock()  # added to on the handler's thread, read on the daemon's
+        self._monitors: Set[str] = set()  # the keys it admitted on the monitor feed (Z85 text)
+        self._monitors_lock = threading.Lock()  # added to on the handler's thread, read on the daemon's
         # the generation of the authorized keys that `reread` last returned (or that the daemon started with)
         self._generation = keys.authorized.generation if keys.authorized is not None else 0
         for domain in domains:
             self._authenticator.configure_curve_callback(domain, self)
-            self._admitted[domain] = set()
 
     def start(self) -> None:
         self._authenticator.start()
@@ -72,8 +72,9 @@ class ZapHandler:
             logger.exception(f"{self._daemon}: cannot check key {fingerprint(key)}; refused it")
             return False
         if why is None:
-            with self._admitted_lock:
-                self._admitted[domain].add(text)
+            if domain == MONITOR_DOMAIN:
+                with self._monitors_lock:
+                    self._monitors.add(text)
             return True
         suppressed = self._log.should_log(text, time.monotonic())
         if suppressed is not None:
@@ -97,11 +98,10 @@ class ZapHandler:
         self._generation = authorized.generation
         return authorized.credentials
 
-    def revoked(self, domain: str) -> List[str]:
-        """The keys admitted on ``domain`` that would be refused now (the authorized keys as last read); each is
-        named once (admitted again, it counts again)."""
-        with self._admitted_lock:
-            admitted = self._admitted[domain]
-            gone = [key for key in admitted if self._keys.refusal(domain, key) is not None]
-            admitted.difference_update(gone)
+    def revoked_monitors(self) -> List[str]:
+        """The keys admitted on the monitor feed that would be refused now (the authorized keys as last read);
+        each is named once (admitted again, it counts again)."""
+        with self._monitors_lock:
+            gone = [key for key in self._monitors if self._keys.refusal(MONITOR_DOMAIN, key) is not None]
+            self._monitors.difference_update(gone)
         return gone

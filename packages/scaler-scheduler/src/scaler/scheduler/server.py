@@ -434,7 +434,7 @@ class SchedulerServer:
             if credentials is None:
                 return
             self._feed(AuthorizedKeysRead(credentials))
-            revoked = self._zap.revoked(MONITOR_DOMAIN)
+            revoked = self._zap.revoked_monitors()
             if revoked:
                 logger.warning(
                     f"Scheduler: {len(revoked)} key(s) that subscribed to the monitor feed revoked: the feed closes "
