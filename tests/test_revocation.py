@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from typing import List
 
 import pytest
 from cluster_processes import wait_until
@@ -39,11 +40,15 @@ def test_the_peers_of_a_revoked_key_are_refused_without_sending_anything(secure_
     alice = another_client_key(secure_cluster, tmp_path, "alice")
     node, node_key = another_key(secure_cluster, tmp_path, "workers", "node9", "worker")
     client = Client(secure_cluster.address, security=alice, heartbeat_interval_seconds=0.5)
-    raw_client = RawPeer(secure_cluster.address, m.PeerRole.CLIENT, alice, new_client_id())
-    raw_worker = RawPeer(secure_cluster.address, m.PeerRole.WORKER, node, new_worker_id())
-    storage = RawPeer(raw_client.answer.object_storage_address, m.PeerRole.CLIENT, alice, raw_client.identity)
+    peers: List[RawPeer] = []
     try:
-        assert client.submit(len, "ab").result(timeout=60) == 2
+        assert client.submit(len, "ab").result(timeout=60) == 2  # before the raw worker joins: it would hold the task
+        raw_client = RawPeer(secure_cluster.address, m.PeerRole.CLIENT, alice, new_client_id())
+        peers.append(raw_client)
+        raw_worker = RawPeer(secure_cluster.address, m.PeerRole.WORKER, node, new_worker_id())
+        peers.append(raw_worker)
+        storage = RawPeer(raw_client.answer.object_storage_address, m.PeerRole.CLIENT, alice, raw_client.identity)
+        peers.append(storage)
         assert type(raw_client.answer) is m.HelloAck and type(raw_worker.answer) is m.HelloAck
         get = m.ObjectRequest(1, m.ObjectRequestKind.GET, b"", [os.urandom(16)])
         assert type(storage.request(get)) is m.ObjectResponse
@@ -65,7 +70,7 @@ def test_the_peers_of_a_revoked_key_are_refused_without_sending_anything(secure_
         with pytest.raises(DisconnectedError, match="no longer authorized"):
             client.submit(len, "ab").result(timeout=60)
     finally:
-        for peer in (storage, raw_worker, raw_client):
+        for peer in peers:
             peer.close()
         client.disconnect()
     with Client(secure_cluster.address, security=secure_cluster.security("client")) as other:
