@@ -3,8 +3,8 @@ removed from the authorized keys are told and forgotten without sending anything
 them, and a monitor subscription of a removed key stops while another monitor keeps receiving. And what a second
 key can do under an identity already connected: nothing.
 
-Each test removes a key and makes no other connection after: on their own, the daemons read their authorized keys
-again only at a handshake.
+Each test removes a key and makes no other connection after: no handshake (at which the daemons read their keys
+again anyway) notices the removal for them; the daemons must read the keys again on their own.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -108,7 +109,7 @@ def test_a_worker_prints_only_the_output_of_the_tasks_it_holds_to_their_own_clie
         if forger is not None:
             forger.close()
         if process.poll() is None:
-            os.killpg(process.pid, 9)
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait(DEADLINE_SECONDS)
         printed.close()
     assert "task goes on" in printed.text  # the task's own output, after the forgery, came
