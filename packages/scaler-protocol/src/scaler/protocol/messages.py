@@ -46,6 +46,7 @@ class ObjectRequestKind(enum.IntEnum):
     GET = 1
     DELETE = 2
     CLEAR_OWNER = 3
+    SUMMARY = 4  # 1.8
 
 
 class ObjectStatus(enum.IntEnum):
@@ -122,11 +123,33 @@ class ClientHeartbeat:
     cpu: float = 0.0
     rss_bytes: int = 0
     pending_tasks: int = 0
+    report_tasks: bool = False  # 1.8: send me the runs of my tasks
+    functions: List[Counter] = field(default_factory=list)  # 1.8: its tasks not done, per function
+
+
+@dataclass(slots=True)
+class TaskRuns:
+    """Task runs as columns (1.8): one entry per run in ``task_ids`` and each list after it (schema: TaskRuns)."""
+
+    function_names: List[str] = field(default_factory=list)
+    client_ids: List[bytes] = field(default_factory=list)
+    worker_ids: List[bytes] = field(default_factory=list)
+    task_ids: List[bytes] = field(default_factory=list)
+    functions: List[int] = field(default_factory=list)
+    clients: List[int] = field(default_factory=list)
+    workers: List[int] = field(default_factory=list)
+    queued_seconds: List[float] = field(default_factory=list)
+    run_seconds: List[float] = field(default_factory=list)
+    ended_seconds_ago: List[float] = field(default_factory=list)
+    failed_runs: List[int] = field(default_factory=list)
+    failed_statuses: List[TaskStatus] = field(default_factory=list)
+    error_texts: List[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class ClientHeartbeatEcho:
-    pass
+    record_tasks: bool = False  # 1.8: a monitor watches: say your tasks per function
+    task_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8: for a client that reports
 
 
 @dataclass(slots=True)
@@ -143,6 +166,8 @@ class WorkerHeartbeat:
     held_tasks: int = 0  # 1.3: tasks held, in any state
     held_digest: int = 0  # 1.3: digest of their IDs (scaler.protocol.held_tasks)
     held_task_ids: List[bytes] = field(default_factory=list)  # 1.3: only when the echo asked for them
+    ended_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, while the scheduler records task runs
+    current_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, idem
 
 
 @dataclass(slots=True)
@@ -156,6 +181,7 @@ class FunctionStats:
 @dataclass(slots=True)
 class WorkerHeartbeatEcho:
     send_task_ids: bool = False  # 1.3: answer at once with a heartbeat listing held_task_ids
+    record_tasks: bool = False  # 1.8: send task runs in the heartbeats
 
 
 @dataclass(slots=True)
@@ -180,6 +206,8 @@ class Task:
     serializer_id: bytes = b""
     store_result: bool = False
     stream_output: bool = False
+    queued_seconds: float = 0.0  # 1.8: how long it waited in the scheduler (set while it records task runs)
+    parent_task_id: bytes = b""  # 1.8: the task whose code submitted it
 
 
 @dataclass(slots=True)
@@ -245,6 +273,16 @@ class ObjectRequest:
 
 
 @dataclass(slots=True)
+class ObjectSummary:
+    owner_ids: List[bytes] = field(default_factory=list)
+    owner_objects: List[int] = field(default_factory=list)
+    owner_bytes: List[int] = field(default_factory=list)
+    largest_ids: List[bytes] = field(default_factory=list)
+    largest_owners: List[bytes] = field(default_factory=list)
+    largest_sizes: List[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ObjectResponse:
     request_id: int = 0
     kind: ObjectRequestKind = ObjectRequestKind.GET
@@ -253,6 +291,7 @@ class ObjectResponse:
     sizes: List[int] = field(default_factory=list)
     reason: str = ""
     frame_counts: List[int] = field(default_factory=list)  # get: frames per found object; empty: one each
+    summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8: the answer to a summary
 
 
 @dataclass(slots=True)
@@ -331,6 +370,16 @@ class StateSnapshot:
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
+    events: List[MonitorEvent] = field(default_factory=list)  # 1.8
+    object_summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8
+
+
+@dataclass(slots=True)
+class MonitorEvent:
+    seconds_ago: float = 0.0
+    kind: str = ""
+    subject: bytes = b""
+    text: str = ""
 
 
 @dataclass(slots=True)
