@@ -372,6 +372,7 @@ class Client:
         encoder = GraphEncoder(
             builder.ids.next_id, builder.function_id, functools.partial(serialize_payload, self._serializer),
             serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
+            builder.running_task() if builder.running_task is not None else b"",
         )  # fmt: skip
         part_size = GRAPH_PART_SIZE if knows(self._agent.scheduler_version, GRAPH_PARTS_VERSION) else None
         with collector_paused():

@@ -32,7 +32,11 @@ class SharedConnection:
     """The processor's connection: one agent, and the task builders of the Clients that use the default
     serializer (one per profiling choice), so that a function is put in storage once for all of them."""
 
-    def __init__(self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float) -> None:
+    def __init__(
+        self, context: TaskContext, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float
+    ) -> None:
+        address = context.scheduler_address
+        self._running_task = context.running_task  # the parent of the tasks the Clients submit
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
         self.agent = ClientAgent(
@@ -52,7 +56,7 @@ class SharedConnection:
         return builder
 
     def _new_builder(self, serializer: Any, profiling: bool) -> TaskBuilder:
-        builder = TaskBuilder(self.client_id, serializer, profiling)
+        builder = TaskBuilder(self.client_id, serializer, profiling, running_task=self._running_task)
         builder.send = self.agent.send
         return builder
 
@@ -67,7 +71,7 @@ def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: f
     with context.lock:
         connection = context.connection
         if connection is None or connection.agent.closed:
-            connection = SharedConnection(context.scheduler_address, timeout_seconds, heartbeat, wait)
+            connection = SharedConnection(context, timeout_seconds, heartbeat, wait)
             context.connection = connection
         return connection
 

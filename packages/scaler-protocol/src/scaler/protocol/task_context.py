@@ -13,6 +13,9 @@ any task, and the client reads it (`task_context`):
   there (a task received it), shares one connection to the scheduler that runs the tasks
   (``scheduler_address``): the client keeps it in ``connection``, made on first use under ``lock``. So the
   number of connections and threads of a processor does not grow with the number of waiting tasks.
+- **Parents.** ``running_task()`` is the ID of the task whose code calls it (b"" from any other thread): the
+  client writes it into the tasks that code submits (`Task.parent_task_id`), so that a performance report of
+  the task's client shows them too.
 
 Outside a processor no context is installed: waits are plain, and each Client has its own connection.
 """
@@ -31,10 +34,11 @@ WaitHook = Callable[[Callable[[], bool], Optional[float], Notify], None]
 class TaskContext:
     """What a process that runs tasks offers the client code inside them."""
 
-    __slots__ = ("scheduler_address", "wait", "connection", "lock")
+    __slots__ = ("scheduler_address", "wait", "running_task", "connection", "lock")
 
-    def __init__(self, scheduler_address: str, wait: WaitHook) -> None:
+    def __init__(self, scheduler_address: str, wait: WaitHook, running_task: Callable[[], bytes] = bytes) -> None:
         self.scheduler_address = scheduler_address
+        self.running_task = running_task  # the ID of the task whose code calls it; b"" outside any task
         # wait(done, timeout, notify): may run other work; returns once done() is true or timeout seconds (None:
         # no limit) have passed, or earlier to let the caller wait as usual for the rest
         self.wait = wait

@@ -69,7 +69,7 @@ from scaler.worker.processor_protocol import (
     ProcessorTask,
     TaskWaiting,
 )
-from scaler.worker.task_failure import failure_payload
+from scaler.worker.task_failure import error_line, failure_payload
 from scaler.worker.task_output import OutputCapture
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
@@ -173,7 +173,7 @@ def run_processor(
     os.environ.update(environment or {})
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
-    context = TaskContext(scheduler_address, processor.wait)
+    context = TaskContext(scheduler_address, processor.wait, processor.running_task)
     set_task_context(context)
     signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(context))
     processor.serve()
@@ -321,6 +321,11 @@ class _Processor:
             deadline = time.monotonic() + timeout
             heapq.heappush(self._deadlines, (deadline, next(self._sequence), started.waits, started))
         self._hub.switch(_WAITS)  # the hub tells the agent (`TaskWaiting`); back here once the hub resumes it
+
+    def running_task(self) -> bytes:
+        """The task context's: the ID of the task whose greenlet calls it (b"" from a thread of a task)."""
+        started = self._current
+        return started.task_id if started is not None and greenlet.getcurrent() is started.greenlet else b""
 
     # ------------------------------------------------------------------------- switching
 
@@ -661,7 +666,7 @@ def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> Processo
 
 def _failed(task_id: bytes, error: BaseException, traceback_text: str, profiling=None) -> ProcessorResult:
     payload, error_text = failure_payload(error, traceback_text)
-    return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling)
+    return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling, error_line=error_line(error))
 
 
 def _user_traceback(error: BaseException) -> str:

@@ -121,6 +121,7 @@ class ProcessorResult(NamedTuple):
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
     function: str = ""  # the task's function as module.qualname (for monitors); "" if it could not be loaded
+    error_line: str = ""  # a failure's exception in one line (``ValueError: ...``), for monitors and reports
 
 
 class TaskOutputText(NamedTuple):

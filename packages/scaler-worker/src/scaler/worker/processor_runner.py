@@ -338,6 +338,7 @@ class ProcessorRunner:
             result.profiling,
             result.function,
             result.seconds,
+            result.error_line,
         )
 
     def _on_task_output(self, owner: RunnerOwner, output: TaskOutputText, out: List[Any]) -> None:
