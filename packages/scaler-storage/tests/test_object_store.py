@@ -464,3 +464,27 @@ def test_show_size():
     assert show_size(1536) == "1.5 KiB"
     assert show_size(64 << 20) == "64.0 MiB"
     assert show_size(3 << 40) == "3.0 TiB"
+
+
+# --- the summary, for monitors (protocol 1.8) ----------------------------------------------------------------
+
+
+def test_the_scheduler_is_told_what_each_owner_holds_and_the_largest_objects():
+    store = greeted_store()
+    small, large, largest = ids.next_id(), ids.next_id(), ids.next_id()
+    put(store, [(small, b"x" * 10), (large, b"x" * 1000)])
+    put(store, [(largest, b"x" * 5000)], owner_id=OTHER_OWNER)
+    summary = response(request(store, ObjectRequestKind.SUMMARY), ObjectRequestKind.SUMMARY).summary
+    owners = dict(zip(summary.owner_ids, zip(summary.owner_objects, summary.owner_bytes, strict=True), strict=True))
+    assert owners == {OWNER: (2, 1010), OTHER_OWNER: (1, 5000)}
+    assert summary.largest_ids == [largest, large, small] and summary.largest_sizes == [5000, 1000, 10]
+    assert summary.largest_owners == [OTHER_OWNER, OWNER, OWNER]
+
+
+def test_a_client_may_not_ask_what_every_owner_holds():
+    store = greeted_store()
+    put(store, [(ids.next_id(), b"another's")], owner_id=OTHER_OWNER)
+    client = b"C|host|3|client"
+    store.handle(FromPeer(client, Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT)), 0.0)
+    (reply,) = store.handle(FromPeer(client, ObjectRequest(kind=ObjectRequestKind.SUMMARY, owner_id=client)), 0.0)
+    assert isinstance(reply.message, Refusal) and "is not allowed to a client" in reply.message.reason

@@ -33,6 +33,7 @@ WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
 RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
 MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
 GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
+TASK_RUNS_VERSION = Version(major=1, minor=8)  # task runs (TaskRuns); a storage server that answers a summary
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -17,7 +17,9 @@ It is made of:
   and the requests the scheduler sends it;
 - the worker managers (`worker_managers.py`, deciding with `scaling_policy.py`; the OpenGRIS webhook is one
   of them: `webhook_manager.py`): how many worker groups each should run, and which to drain and stop;
-- the monitor: a snapshot each second while someone is subscribed (`monitor_snapshot.py`).
+- the monitor: a snapshot each second while someone is subscribed (`monitor_snapshot.py`), with the task
+  runs the workers record meanwhile (`task_stream.py`, which also serves clients' performance reports) and
+  what happened (`monitor_events.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
+from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.monitor_snapshot import state_snapshot
 from scaler.scheduler.outbox import Outbox, add_confirms
 from scaler.scheduler.peer_connections import PeerConnections
@@ -66,6 +69,7 @@ from scaler.scheduler.scheduler_events import (
 )
 from scaler.scheduler.storage_link import StorageLink
 from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.task_stream import TaskStream
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
@@ -117,6 +121,9 @@ class SchedulerCore:
         )  # fmt: skip
         self._connections = PeerConnections()  # a peer whose connection closes is gone
         self._subscribers = 0
+        self._events = self._routing.events = self._managers.events = MonitorEvents()
+        self._stream = TaskStream(self._routing.knows)
+        self._routing.submitted = self._stream.on_submitted
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._next_snapshot = 0.0
@@ -165,6 +172,7 @@ class SchedulerCore:
     def handle(self, event: Any, now: float) -> List[Any]:
         """Decide what ``event`` means at time ``now`` (seconds, monotonic); return the effects, in order."""
         out = Outbox()
+        self._events.now = now
         if type(event) is Burst:
             if event.more:
                 self._busy_until = now + BUSY_SECONDS
@@ -175,7 +183,7 @@ class SchedulerCore:
                     logger.exception(f"Scheduler: failed to handle {describe(each)}")
         else:
             self._handle(event, now, out)
-        self._routing.dispatch(out, now < self._busy_until)
+        self._routing.dispatch(out, now < self._busy_until, now)
         return out.effects()
 
     def _handle(self, event: Any, now: float, out: Outbox) -> None:
@@ -282,16 +290,31 @@ class SchedulerCore:
         worker = self._workers.get(peer_id)
         if worker is not None:
             logger.warning(f"Scheduler: worker {show(peer_id)} disconnected (its connection closed)")
+            self._events.add("worker died", peer_id, f"worker {show(peer_id)}: its connection closed")
             self._remove_worker(worker, out)
             return
         client = self._clients.get(peer_id)
         if client is not None:
             logger.warning(f"Scheduler: client {show(peer_id)} disconnected (its connection closed)")
+            self._events.add("client left", peer_id, f"client {show(peer_id)}: its connection closed")
             self._remove_client(client, out, forget=True)
         self._managers.remove(peer_id, "its connection closed")
 
     def _on_monitor_subscription(self, event: MonitorSubscription, now: float, out: Outbox) -> None:
         self._subscribers = max(0, self._subscribers + event.change)
+        self._stream.watching = self._events.watching = self._subscribers > 0
+        self._tell_recording(out)
+
+    def _tell_recording(self, out: Outbox) -> None:
+        """When whether workers record task runs (or whether a monitor watches) changed: every worker and client
+        is told at once, not at its next heartbeat (`task_stream.py`)."""
+        changes = self._stream.changes()
+        if changes is None:
+            return
+        record, watching = changes
+        self._routing.recording = record
+        out.sends.extend(Send(worker_id, m.WorkerHeartbeatEcho(record_tasks=record)) for worker_id in self._workers)
+        out.sends.extend(Send(client_id, m.ClientHeartbeatEcho(watching)) for client_id in self._clients)
 
     def _on_tick(self, event: Tick, now: float, out: Outbox) -> None:
         """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
@@ -299,18 +322,25 @@ class SchedulerCore:
         self._storage.on_tick(now, out)
         for worker in self._silent_workers.silent(self._workers, now):
             logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
+            self._events.add("worker timed out", worker.worker_id, f"worker {show(worker.worker_id)} fell silent")
             self._remove_worker(worker, out)
         for client in self._silent_clients.silent(self._clients, now):
             logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
+            self._events.add("client timed out", client.client_id, f"client {show(client.client_id)} fell silent")
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
-        self._routing.dispatch(out, now < self._busy_until)
+        self._routing.dispatch(out, now < self._busy_until, now)
         self._routing.balance(out)
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
             snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
             snapshot.managers = self._managers.snapshots(now)
+            self._stream.fill_snapshot(snapshot, now)
+            snapshot.events = self._events.take(now)
+            snapshot.object_summary = self._storage.object_summary
+            if self._subscribers > 0:
+                self._storage.ask_summary(out)  # for the next snapshot
             out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
@@ -345,6 +375,7 @@ class SchedulerCore:
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
             group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
             logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}{group}")
+            self._events.add("worker joined", source, f"worker {show(source)}, capabilities {capabilities}{group}")
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
             self._managers.on_hello(source, credential, now)
@@ -355,6 +386,7 @@ class SchedulerCore:
                 self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
                 self._silent_clients.watch(source, now)
                 logger.info(f"Scheduler: client {show(source)} connected")
+                self._events.add("client joined", source, f"client {show(source)}")
             else:
                 client.last_seen = now
             timeout = self.settings.client_timeout_seconds
@@ -366,6 +398,8 @@ class SchedulerCore:
             m.PeerRole.SCHEDULER,
         )
         out.sends.append(Send(source, ack))
+        if hello.role == m.PeerRole.WORKER and self._stream.recording:  # from its first task on, not its first echo
+            out.sends.append(Send(source, m.WorkerHeartbeatEcho(record_tasks=True)))
 
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
@@ -412,19 +446,23 @@ class SchedulerCore:
         if suppressed is not None:
             more = f" ({suppressed} more refusals of this key since its last line)" if suppressed else ""
             logger.warning(f"Scheduler: refused {show(source)}: {reason}{more}")
+            self._events.add("refused", source, f"{show(source)}: {reason}{more}")
         out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
         self._clients[source].heartbeat = message
-        out.sends.append(Send(source, m.ClientHeartbeatEcho()))
+        self._stream.on_client_heartbeat(source, message)
+        self._tell_recording(out)
+        out.sends.append(Send(source, self._stream.client_echo(source, now)))
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
         """Kept for monitors; what the worker says it holds is checked against what it was sent."""
         worker = self._workers[source]
         ask = worker.reconciles and self._routing.reconcile(worker, message, out)
         message.held_task_ids = []  # monitors need not see them
+        self._stream.on_worker_heartbeat(source, message, now)
         worker.heartbeat = message
-        out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask)))
+        out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
@@ -433,22 +471,26 @@ class SchedulerCore:
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: client {show(source)} disconnected")
+        self._events.add("client left", source, f"client {show(source)} disconnected")
         self._remove_client(self._clients[source], out, forget=True)
         out.sends.append(Send(source, m.DisconnectResponse()))
 
     def _on_worker_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: worker {show(source)} disconnected: {message.reason or 'no reason given'}")
+        self._events.add("worker left", source, f"worker {show(source)}: {message.reason or 'no reason given'}")
         self._remove_worker(self._workers[source], out)
         out.sends.append(Send(source, m.DisconnectResponse()))
 
     def _send_away(self, worker: Worker, why: str, out: Outbox) -> None:
         """Ask ``worker``, which holds no task, to leave, and forget it now: its connection's close is no news."""
         logger.info(f"Scheduler: worker {show(worker.worker_id)} sent away: {why}")
+        self._events.add("worker sent away", worker.worker_id, f"worker {show(worker.worker_id)}: {why}")
         out.sends.append(Send(worker.worker_id, m.DisconnectRequest(why)))
         self._remove_worker(worker, out)
 
     def _remove_worker(self, worker: Worker, out: Outbox) -> None:
         self._connections.forget(worker.worker_id)
+        self._stream.forget_worker(worker.worker_id)
         self._routing.remove_worker(worker, out)
         self._managers.on_worker_left(worker)
 
@@ -475,6 +517,8 @@ class SchedulerCore:
         if forget:
             del self._clients[client.client_id]
             self._connections.forget(client.client_id)
+            self._stream.forget_client(client.client_id)
+            self._tell_recording(out)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)

@@ -7,7 +7,8 @@ longer for the server it was given. Once the server answered, the shell starts s
 workers (`StartServing`); if none answers in time, or it refuses, the scheduler stops (`StartFailed`).
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
-is back up the core says Hello again and sends them once it is answered.
+is back up the core says Hello again and sends them once it is answered. For monitors, it asks a server of
+protocol 1.8 or later what it holds (`ask_summary`, answered into `object_summary`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import Lifecycle, Transition
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_RUNS_VERSION, incompatibility, knows
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.scheduler_events import STORAGE, Send, StartFailed, StartServing, StartStorage
 
@@ -106,6 +107,8 @@ class StorageLink:
         self._held: List[Any] = []  # requests for storage made while the link was not ready
         self._history: List[LinkEvent] = []
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
+        self._summarizes = False  # its version answers ObjectRequest(summary)
+        self.object_summary = m.ObjectSummary()  # its last answer to a summary, for monitors
         self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
             LinkAction.WAIT_BRIEFLY: self._wait_briefly,
@@ -120,9 +123,9 @@ class StorageLink:
             LinkAction.FAIL_STARTED_NO_ANSWER: self._fail_started_no_answer,
         }
         self._by_message: Dict[type, Callable[[Any], Tuple[Optional[LinkEvent], str]]] = {
-            m.HelloAck: _hello_ack_event,
+            m.HelloAck: self._hello_ack_event,
             m.Refusal: _refusal_event,
-            m.ObjectResponse: _no_event,  # answers to the scheduler's deletes: nothing waits for them
+            m.ObjectResponse: self._response_event,  # (its deletes' answers: nothing waits for them)
         }
 
     @property
@@ -155,6 +158,11 @@ class StorageLink:
         if self.deadline is not None and now >= self.deadline:
             self.deadline = None
             self._step(LinkEvent.DEADLINE, now, out)
+
+    def ask_summary(self, out: Outbox) -> None:
+        """Ask what the server holds, for the next snapshot (a server of protocol 1.8 or later, connected)."""
+        if self._summarizes and self.state is LinkState.READY:
+            out.sends.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.SUMMARY)))
 
     def send(self, message: Any, out: Outbox) -> None:
         """A request for the storage server: sent now, or held until the server answered Hello."""
@@ -215,17 +223,18 @@ class StorageLink:
         self.deadline = None
         out.sends.append(StartFailed(reason))
 
-
-def _hello_ack_event(ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
-    reason = incompatibility(ack.version)
-    if reason is None:
+    def _hello_ack_event(self, ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
+        reason = incompatibility(ack.version)
+        if reason is not None:
+            return LinkEvent.REFUSED, f"object storage server: {reason}"
+        self._summarizes = knows(ack.version, TASK_RUNS_VERSION)
         return LinkEvent.ANSWERED, ""
-    return LinkEvent.REFUSED, f"object storage server: {reason}"
+
+    def _response_event(self, response: m.ObjectResponse) -> Tuple[Optional[LinkEvent], str]:
+        if response.kind == m.ObjectRequestKind.SUMMARY:
+            self.object_summary = response.summary
+        return None, ""
 
 
 def _refusal_event(refusal: m.Refusal) -> Tuple[Optional[LinkEvent], str]:
     return LinkEvent.REFUSED, f"object storage server refused the scheduler: {refusal.reason}"
-
-
-def _no_event(message: Any) -> Tuple[Optional[LinkEvent], str]:
-    return None, ""

@@ -23,6 +23,9 @@ large payloads zero-copy. An object of several frames is only given to peers
 whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
 with a reason that says so.
 
+For monitors, the scheduler asks what each owner holds and which objects are the largest (``summary``,
+protocol 1.8): a pass over every object, once a second while a monitor subscribes.
+
 Memory accounting counts payload bytes only. A put is refused object by object:
 ``tooLarge`` when the payload is over ``max_object_size``, ``storageFull`` when
 holding it would take the payload total over ``max_memory``. A refused put leaves
@@ -32,6 +35,7 @@ any object already stored under that ID as it was.
 from __future__ import annotations
 
 import enum
+import heapq
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -47,6 +51,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    ObjectSummary,
     PeerRole,
     Refusal,
 )
@@ -56,6 +61,7 @@ from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_ow
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
+LARGEST_OBJECTS = 20  # listed in a summary
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +168,7 @@ class ObjectStore:
             ObjectRequestKind.GET: self._get,
             ObjectRequestKind.DELETE: self._delete,
             ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
+            ObjectRequestKind.SUMMARY: self._summary,
         }
 
     @property
@@ -324,6 +331,22 @@ class ObjectStore:
             sizes=sizes,
             reason=reason,
         )
+        return [Reply(peer_id, response)]
+
+    def _summary(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """What each owner holds, and the largest objects (the scheduler's question, for monitors)."""
+        objects = self._objects
+        owners = [(owner, len(ids), sum(objects[i].size for i in ids)) for owner, ids in self._objects_by_owner.items()]
+        largest = heapq.nlargest(LARGEST_OBJECTS, objects.items(), key=lambda item: item[1].size)
+        summary = ObjectSummary(
+            owner_ids=[owner for owner, _, _ in owners],
+            owner_objects=[count for _, count, _ in owners],
+            owner_bytes=[size for _, _, size in owners],
+            largest_ids=[object_id for object_id, _ in largest],
+            largest_owners=[stored.owner_id for _, stored in largest],
+            largest_sizes=[stored.size for _, stored in largest],
+        )
+        response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.SUMMARY, summary=summary)
         return [Reply(peer_id, response)]
 
     def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> ObjectStatus:
