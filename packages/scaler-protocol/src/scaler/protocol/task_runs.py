@@ -13,7 +13,8 @@ message took on its way (docs/monitoring.md, "Clocks").
 
 from __future__ import annotations
 
-from typing import Dict, Hashable, Iterator, List, NamedTuple, Optional, Sequence
+import functools
+from typing import Any, Dict, Hashable, Iterator, List, NamedTuple, Optional, Sequence
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
@@ -41,6 +42,16 @@ class TaskRun(NamedTuple):
     started: float
     ended: Optional[float]  # None while it runs
     error: str  # the first line of a failure's error ("" if none)
+
+
+def function_name(value: Any) -> str:
+    """``module.qualname`` of a function (of the function inside a ``functools.partial``), or of its type: what
+    runs are named by, on the worker as on the client."""
+    if isinstance(value, functools.partial):
+        value = value.func
+    name = getattr(value, "__qualname__", None) or type(value).__qualname__
+    module = getattr(value, "__module__", None)
+    return f"{module}.{name}" if module else name
 
 
 def check(runs: m.TaskRuns, ended: bool) -> None:

@@ -57,6 +57,7 @@ from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
 from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
+from scaler.protocol.task_runs import function_name
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.processor_protocol import (
     RESULT_HOLD_LIMIT_SECONDS,
@@ -100,16 +101,7 @@ class _Loaded:
             self.error = error
             self.traceback_text = traceback.format_exc()
         else:
-            self.name = _qualified_name(self.value)
-
-
-def _qualified_name(value: Any) -> str:
-    """``module.qualname`` of a function (of the function inside a ``functools.partial``), or of its type."""
-    if isinstance(value, functools.partial):
-        value = value.func
-    name = getattr(value, "__qualname__", None) or type(value).__qualname__
-    module = getattr(value, "__module__", None)
-    return f"{module}.{name}" if module else name
+            self.name = function_name(self.value)
 
 
 class _Accepted:
@@ -596,7 +588,8 @@ class _Processor:
             result = _failed(task.task_id, failure, _user_traceback(failure))
         else:
             result = _success(task.task_id, value, serializer, None)
-        return result._replace(seconds=time.perf_counter() - started.started, function=function.name)
+        seconds = time.perf_counter() - started.started
+        return result._replace(seconds=seconds, function=function.name, ended=time.monotonic())
 
     def _task_streams(self, task_id: bytes) -> Tuple[Any, Any]:
         """The ``sys.stdout`` and ``sys.stderr`` of a task that asked for its output: captured for it. They are

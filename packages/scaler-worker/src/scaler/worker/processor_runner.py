@@ -339,6 +339,7 @@ class ProcessorRunner:
             result.function,
             result.seconds,
             result.error_line,
+            result.ended,
         )
 
     def _on_task_output(self, owner: RunnerOwner, output: TaskOutputText, out: List[Any]) -> None:

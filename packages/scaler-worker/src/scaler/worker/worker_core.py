@@ -446,6 +446,7 @@ class WorkerCore:
         function: str,
         seconds: float,
         error_line: str = "",
+        ended: float = 0.0,
     ) -> None:
         self._function_stats.record(function, status == m.TaskStatus.SUCCESS, seconds)
         entry = self._tasks.get(task_id)
@@ -454,7 +455,8 @@ class WorkerCore:
             return
         task = entry.task
         if self._task_runs.recording:
-            self._task_runs.ended(task, entry.received, self._now, seconds, function, status, error_line or error_text)
+            ended = min(ended, self._now) if ended else self._now
+            self._task_runs.ended(task, entry.received, ended, seconds, function, status, error_line or error_text)
         # a result of several frames (large buffers kept out of its pickle) never goes inline
         stored = task.store_result or type(payload) is list or len(payload) > self._inline_threshold
         event = _E.LARGE_RESULT if stored and status == m.TaskStatus.SUCCESS else _E.RESULT
