@@ -75,11 +75,16 @@ class TaskChart {
     this.draw();
   }
 
-  // The time range shown.
+  // The time range shown: the one chosen, else (live) the last `window` seconds, or less where no run is older,
+  // else the runs' whole range.
   currentView() {
     if (this.view) return this.view;
-    if (this.live) return [this.now - this.window, this.now];
     let start = Infinity, end = -Infinity;
+    if (this.live) {
+      for (const run of this.runs) start = Math.min(start, run.started);
+      const earliest = Math.max(this.now - this.window, start - Math.max(1, (this.now - start) * 0.02));
+      return [Math.min(earliest, this.now - 10), this.now];
+    }
     for (const run of this.runs) {
       start = Math.min(start, run.started);
       end = Math.max(end, run.ended === null ? this.now : run.ended);
@@ -89,8 +94,10 @@ class TaskChart {
     return [start - margin, end + margin];
   }
 
-  // Rows: each worker's runs, packed into as few lanes as keep them apart.
-  _rows(start, end) {
+  // Rows: each worker's runs, packed into as few lanes as keep them apart. Runs placed from different messages may
+  // overlap by the time those messages waited on their way (docs/monitoring.md, "Clocks"): an overlap narrower
+  // than `slack` seconds (two pixels) opens no lane.
+  _rows(start, end, slack) {
     const byWorker = new Map();
     for (const run of this.runs) {
       const stop = run.ended === null ? this.now : run.ended;
@@ -105,7 +112,7 @@ class TaskChart {
       const laneOf = new Map();
       for (const run of runs) {
         const stop = run.ended === null ? this.now : run.ended;
-        let lane = lanes.findIndex((laneEnd) => laneEnd <= run.started);
+        let lane = lanes.findIndex((laneEnd) => laneEnd <= run.started + slack);
         if (lane < 0) { lane = lanes.length; lanes.push(stop); } else lanes[lane] = stop;
         laneOf.set(run, lane);
       }
@@ -117,11 +124,11 @@ class TaskChart {
   draw() {
     const canvas = this.canvas;
     const [start, end] = this.currentView();
-    const rows = this._rows(start, end);
-    const lanes = rows.reduce((sum, row) => sum + row.lanes, 0);
     const left = 150, right = 10, top = 6, bottom = 22;
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
+    const rows = this._rows(start, end, (2 * (end - start)) / Math.max(1, width - left - right));
+    const lanes = rows.reduce((sum, row) => sum + row.lanes, 0);
     const height = Math.max(120, top + bottom + lanes * this.rowHeight + rows.length * 3);
     canvas.style.height = height + "px";
     if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
