@@ -9,7 +9,8 @@ import re
 import pytest
 
 from scaler.client.performance_report import function_totals, report_html, worker_utilisation
-from scaler.protocol.task_runs import TaskRun
+from scaler.protocol.messages import TaskRuns, TaskStatus
+from scaler.protocol.task_runs import Arrival, TaskRun
 
 
 def run(function: str, worker: str, started: float, ended: float, state: str = "success", error: str = "") -> TaskRun:
@@ -38,12 +39,18 @@ def test_utilisation_is_the_share_of_the_block_some_run_of_the_worker_went_on():
 
 
 def test_the_page_holds_its_runs_and_shows_what_tasks_wrote_as_text():
-    hostile = run("mod.<b>bold</b>", "W|a", 1.0, 2.0, "failed", "ValueError: </script><script>alert(1)</script>")
-    page = report_html([*RUNS, hostile], 0.0, 10.0, "C|h|1|cc")
+    error = "ValueError: </script><script>alert(1)</script>"
+    arrival = Arrival(
+        TaskRuns(["mod.<b>bold</b>"], [b"C|h|1|cc"], [], [b"\x07" * 16], [0], [0], [], [0.5], [1.0], [8.0], [0],
+                 [TaskStatus.FAILED], [error]),
+        10.0,
+        b"W|a",
+    )  # fmt: skip
+    hostile = list(arrival.records())
+    page = report_html([*RUNS, *hostile], [arrival], 0.0, 10.0, "C|h|1|cc")
     assert "<b>bold</b>" not in page and "&lt;b&gt;bold&lt;/b&gt;" in page
     assert "<script>alert(1)" not in page
     (data,) = re.findall(r'<script type="application/json" id=runs>(.*?)</script>', page, re.S)
     runs = json.loads(data)
-    assert runs["functions"] == ["mod.f", "mod.g", "mod.<b>bold</b>"] and len(runs["task"]) == 5
-    assert runs["error"]["4"] == "ValueError: </script><script>alert(1)</script>"
+    assert runs["functions"] == ["mod.<b>bold</b>"] and runs["error"] == {"0": error}
     assert "ValueError: &lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page  # in the failures table

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scaler.monitor.dashboard_state import DashboardState
-from scaler.monitor.task_log import TaskLog
+from scaler.monitor.task_log import TaskLog, search
 from scaler.protocol import messages as m
 
 CLIENT = b"C|h|1|cc"
@@ -37,15 +37,21 @@ def snapshot(ended: m.TaskRuns = m.TaskRuns(), current: m.TaskRuns = m.TaskRuns(
     return m.StateSnapshot(workers=[m.WorkerSnapshot(worker_id=WORKER, heartbeat=beat)], client_snapshots=clients)
 
 
+def kept(log: TaskLog):
+    return [run for arrival in log.arrivals for run in arrival.records()]
+
+
 def test_runs_are_placed_on_the_clock_of_their_snapshot_and_kept_bounded():
     log = TaskLog(kept_runs=3)
     log.on_snapshot(snapshot(runs(1, 2, ago=0.5)), now=100.0)
-    first = log.runs[0]
+    first = kept(log)[0]
     assert (first.queued, first.started, first.ended) == (96.5, 97.5, 99.5)
     assert first.worker == "W|h|2|ww" and first.client == "C|h|1|cc" and first.state == "success"
     log.on_snapshot(snapshot(runs(3, 4)), now=101.0)
-    assert [run.task_id[-2:] for run in log.runs] == ["02", "03", "04"] and log.ended_total == 4
-    assert [run.task_id[-2:] for run in log.arrived] == ["03", "04"]
+    assert [run.task_id[-2:] for run in kept(log)] == ["02", "03", "04"] and log.kept == 3 and log.ended_total == 4
+    assert [run.task_id[-2:] for arrival in log.arrived for run in arrival.records()] == ["03", "04"]
+    log.on_snapshot(snapshot(runs(5, 6, 7, 8)), now=102.0)
+    assert [run.task_id[-2:] for run in kept(log)] == ["06", "07", "08"] and len(log.arrivals) == 1
 
 
 def test_the_search_finds_runs_by_function_state_and_task_id_newest_first():
@@ -53,13 +59,16 @@ def test_the_search_finds_runs_by_function_state_and_task_id_newest_first():
     log.on_snapshot(snapshot(runs(1, 2, 3, failed=2)), now=10.0)
     log.on_snapshot(snapshot(runs(4, function="mod.other"), current=runs(5, function="mod.f")), now=11.0)
     everything = log.newest_first()
-    assert [run.task_id[-2:] for run in everything] == ["05", "04", "03", "02", "01"]  # running first
-    found = log.search(everything, function="MOD.F", state="failed")
+    newest = search(everything)
+    assert newest["matched"] == 5
+    assert [run["task_id"][-2:] for run in newest["tasks"]] == ["05", "04", "03", "02", "01"]  # running first
+    found = search(everything, function="MOD.F", state="failed")
     assert found["matched"] == 1 and found["tasks"][0]["error"] == "ValueError: bad"
-    assert log.search(everything, state="running")["tasks"][0]["ended"] is None
-    assert log.search(everything, task_id=(3).to_bytes(16, "big").hex())["matched"] == 1
-    first_two = log.search(everything)["tasks"][:2]
-    assert log.search(everything, function="mod", limit=2) == {"matched": 5, "tasks": first_two}
+    assert search(everything, state="running")["tasks"][0]["ended"] is None
+    assert search(everything, task_id=(3).to_bytes(16, "big").hex())["matched"] == 1
+    assert search(everything, function="mod", limit=2) == {"matched": 5, "tasks": newest["tasks"][:2]}
+    assert search(everything, limit=2) == {"matched": 5, "tasks": newest["tasks"][:2]}
+    assert search(everything, function="nothing")["matched"] == 0
 
 
 def test_progress_counts_what_ended_runs_and_waits_per_function_while_its_work_lasts():
@@ -76,9 +85,9 @@ def test_progress_counts_what_ended_runs_and_waits_per_function_while_its_work_l
 def test_the_window_holds_the_runs_of_the_last_minutes():
     log = TaskLog()
     log.on_snapshot(snapshot(runs(1)), now=100.0)
-    log.on_snapshot(snapshot(runs(2)), now=700.0)
-    assert [run.task_id[-2:] for run in log.window(700.0, seconds=300)] == ["02"]
-    assert len(log.window(700.0, seconds=1000)) == 2 and len(log.window(700.0, seconds=1000, limit=1)) == 1
+    log.on_snapshot(snapshot(runs(2, 3)), now=700.0)
+    assert [run.task_id[-2:] for arrival in log.window(700.0, seconds=300) for run in arrival.records()] == ["02", "03"]
+    assert len(log.window(700.0, seconds=1000)) == 2
 
 
 def test_the_page_state_carries_the_new_runs_the_events_and_the_objects():
@@ -96,3 +105,4 @@ def test_the_page_state_carries_the_new_runs_the_events_and_the_objects():
     assert page["objects"]["largest"] == [{"object": "01" * 16, "owner": "C|h|1|cc", "bytes": 2 << 20}]
     window = state.stream_window()
     assert window["b"] == [pytest.approx(-2.0)] * 2 and window["functions"] == ["mod.f"]
+    assert window["w"] == [0, 0] and window["workers"] == ["W|h|2|ww"] and window["s"] == [0, 0]

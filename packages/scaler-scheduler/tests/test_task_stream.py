@@ -10,7 +10,7 @@ import pytest
 from test_scheduler_core import CLIENT, WORKER_A, core_with, hello, result, sent, task
 
 from scaler.protocol import messages as m
-from scaler.protocol.task_runs import records
+from scaler.protocol.task_runs import Arrival
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
@@ -78,12 +78,12 @@ def test_a_snapshot_carries_each_ended_run_once_with_the_runs_going_on_as_of_the
     current = m.TaskRuns(["module.slow"], [CLIENT], [], [task(3).task_id], [0], [0], [], [0.0], [4.0])
     core.handle(FromPeer(WORKER_A, m.WorkerHeartbeat(ended_runs=runs(4, ago=0.0), current_runs=current)), 10.25)
     (worker,) = snapshot(core, 11.0).workers
-    ended = list(records(worker.heartbeat.ended_runs, 100.0, WORKER_A))
+    ended = list(Arrival(worker.heartbeat.ended_runs, 100.0, WORKER_A).records())
     assert [r.task_id for r in ended] == [task(n).task_id.hex() for n in (1, 2, 4)]
     # placed from the snapshot: task 1 ended 0.5 s before the heartbeat of 10.0, the snapshot was made at 11.0
     assert ended[0].ended == pytest.approx(100.0 - 1.5) and ended[0].started == pytest.approx(100.0 - 2.5)
     assert ended[2].ended == pytest.approx(100.0 - 0.75)
-    (going_on,) = records(worker.heartbeat.current_runs, 100.0, WORKER_A, ended=False)
+    (going_on,) = Arrival(worker.heartbeat.current_runs, 100.0, WORKER_A, ended=False).records()
     assert going_on.started == pytest.approx(100.0 - 4.75) and going_on.state == "running"  # 4 s at 10.25
     (worker,) = snapshot(core, 12.0).workers
     assert worker.heartbeat.ended_runs.task_ids == []
@@ -132,7 +132,7 @@ def test_a_report_gets_the_runs_of_its_tasks_and_of_the_tasks_they_submitted_and
     beat(core, 2.5, runs(3, 4, 5, client=NESTED_CLIENT))
     beat(core, 2.6, runs(1, 2, failed=2))
     echo = reporting(core, CLIENT, True, 3.0)
-    report = list(records(echo.task_runs, 50.0))
+    report = list(Arrival(echo.task_runs, 50.0).records())
     assert sorted(r.task_id for r in report) == sorted(task(n).task_id.hex() for n in (1, 3, 4))
     assert {r.worker for r in report} == {"W|host|2|aa"} and {r.state for r in report} == {"success"}
     assert reporting(core, OTHER_CLIENT, False, 3.0).task_runs == m.TaskRuns()

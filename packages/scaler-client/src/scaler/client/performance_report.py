@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from scaler.client.task_stream import TaskStream
 from scaler.protocol.task_chart import SCRIPT, compact
-from scaler.protocol.task_runs import RUNNING, TaskRun
+from scaler.protocol.task_runs import RUNNING, Arrival, TaskRun
 
 FAILURES_LISTED = 100
 _OK = ("success", RUNNING)
@@ -43,7 +43,7 @@ class PerformanceReport:
             stream = self._stream
             opened = stream.opened or time.time()
             closed = stream.closed or time.time()
-            page = report_html(stream.records, opened, closed, self._client, stream.missing)
+            page = report_html(stream.records, stream.arrivals, opened, closed, self._client, stream.missing)
             with open(self.filename, "w", encoding="utf-8") as file:
                 file.write(page)
 
@@ -88,8 +88,10 @@ def worker_utilisation(runs: Sequence[TaskRun], opened: float, closed: float) ->
     return rows
 
 
-def report_html(runs: Sequence[TaskRun], opened: float, closed: float, client: str, missing: int = 0) -> str:
-    """The whole report page."""
+def report_html(
+    runs: Sequence[TaskRun], arrivals: Sequence[Arrival], opened: float, closed: float, client: str, missing: int = 0
+) -> str:
+    """The whole report page: ``runs`` as records, and as they arrived (for the chart)."""
     e = html.escape
     failed = [run for run in runs if run.state not in _OK]
     functions = "".join(
@@ -113,7 +115,7 @@ def report_html(runs: Sequence[TaskRun], opened: float, closed: float, client: s
         if missing
         else ""
     )
-    data = json.dumps(compact(runs, opened)).replace("<", "\\u003c")  # no markup, not even inside the script
+    data = json.dumps(compact(arrivals, opened)).replace("<", "\\u003c")  # no markup, not even inside the script
     started, ended = _clock(opened), _clock(closed)
     return _PAGE.format(
         client=e(client),

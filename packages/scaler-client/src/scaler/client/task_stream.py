@@ -17,12 +17,12 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import Any, List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set
 
 from scaler.client.client_events import ReportTasks
 from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ProtocolError
-from scaler.protocol.task_runs import TaskRun, records
+from scaler.protocol.task_runs import Arrival, TaskRun
 from scaler.protocol.version import TASK_RUNS_VERSION, knows, show_version
 
 POLL_SECONDS = 0.1  # how often closing asks for the runs so far
@@ -42,7 +42,7 @@ class TaskStream:
         self._agent = agent
         self._wait_seconds = wait_seconds  # the longest a reply of the scheduler is waited for
         self._lock = threading.Lock()  # guards what the agent thread hands in
-        self._arrivals: List[Tuple[float, m.TaskRuns]] = []  # (when it arrived, the runs)
+        self._arrivals: List[Arrival] = []  # the runs as they came, on this host's clock
         self._seen: Set[bytes] = set()  # task IDs with a run
         self._succeeded: Set[bytes] = set()  # this client's tasks that succeeded while open: their runs will come
         self._last_end = 0.0  # when the last of those ended (monotonic)
@@ -72,17 +72,21 @@ class TaskStream:
 
     @property
     def records(self) -> List[TaskRun]:
-        with self._lock:
-            arrivals = list(self._arrivals)
-        runs = [run for arrived, taken in arrivals for run in records(taken, arrived)]
+        runs = [run for arrival in self.arrivals for run in arrival.records()]
         runs.sort(key=lambda run: run.started)
         return runs
+
+    @property
+    def arrivals(self) -> List[Arrival]:
+        """The runs as they came (columns: what a report writes without making a record of each)."""
+        with self._lock:
+            return list(self._arrivals)
 
     # ----------------------------------------------------------------- from the agent thread
 
     def received(self, runs: m.TaskRuns, arrived: float) -> None:
         with self._lock:
-            self._arrivals.append((arrived, runs))
+            self._arrivals.append(Arrival(runs, arrived))
             self._seen.update(runs.task_ids)
 
     def ended(self, results: List[m.TaskResult]) -> None:

@@ -15,7 +15,7 @@ import json
 from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
 from scaler.monitor.managers_view import group_rows, manager_rows
-from scaler.monitor.task_log import TaskLog
+from scaler.monitor.task_log import ARRIVED_SHOWN, WINDOW_RUNS, TaskLog
 from scaler.protocol.ids import show
 from scaler.protocol.messages import FunctionStats, ObjectSummary, StateSnapshot
 from scaler.protocol.snapshot_metrics import FunctionTotals, tasks_received
@@ -116,10 +116,10 @@ class DashboardState:
                 "functions": [_function(stats) for stats in self._function_totals.values()],
                 "managers": manager_rows(snapshot),
                 "groups": group_rows(snapshot),
-                "stream": compact(self.tasks.arrived, self._now),
+                "stream": compact(self.tasks.arrived, self._now, ARRIVED_SHOWN),
                 "running": compact(self.tasks.current, self._now),
                 "progress": self.tasks.progress(),
-                "tasks_kept": len(self.tasks.runs),
+                "tasks_kept": self.tasks.kept,
                 "tasks_seen": self.tasks.ended_total,
                 "events": list(self.events)[: -EVENTS_SHOWN - 1 : -1],  # newest first
                 "objects": _objects(snapshot.object_summary),
@@ -128,7 +128,7 @@ class DashboardState:
 
     def stream_window(self) -> Dict[str, Any]:
         """The task stream of the last minutes, for a page that opens."""
-        return compact(self.tasks.window(self._now), self._now)
+        return compact(self.tasks.window(self._now), self._now, WINDOW_RUNS)
 
 
 def _worker(worker) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scaler.monitor.dashboard_state import DashboardState
 from scaler.monitor.subscription import SnapshotSubscription
-from scaler.monitor.task_log import KEPT_RUNS, SEARCH_LIMIT
+from scaler.monitor.task_log import KEPT_RUNS, SEARCH_LIMIT, search
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.snapshot_metrics import SnapshotCollector, snapshot_registry
 from scaler.protocol.task_chart import SCRIPT as TASK_CHART_SCRIPT
@@ -189,9 +189,8 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
             return
         feed = self.server.feed
         with feed.changed:
-            log = feed.state.tasks
-            runs = log.newest_first()
-        found = log.search(runs, first.get("function", ""), first.get("state", ""), first.get("task", ""), limit)
+            arrivals = feed.state.tasks.newest_first()
+        found = search(arrivals, first.get("function", ""), first.get("state", ""), first.get("task", ""), limit)
         self._send(200, json.dumps(found).encode(), "application/json")
 
     def _events(self) -> None:

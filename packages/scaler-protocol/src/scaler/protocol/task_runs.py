@@ -3,7 +3,8 @@
 A worker sends the runs of its tasks in columns (one entry per run in ``task_ids`` and in each list after it;
 functions, clients and workers named once each and referred to by position). The scheduler checks what a worker
 sends (`check`), gathers the runs of several messages into one for a snapshot or a client's heartbeat echo
-(`RunColumns`), and monitors and clients read them as records on their own clock (`records`).
+(`RunColumns`), and monitors and clients keep them as they came and read them as records on their own clock
+(`Arrival`).
 
 Times travel as durations, each measured on one host: how long before the message left the run ended, how
 long it ran, how long its task was queued before. A receiver places them from when the message arrived
@@ -14,7 +15,7 @@ message took on its way (docs/monitoring.md, "Clocks").
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Hashable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
@@ -167,33 +168,59 @@ class RunColumns:
         return runs
 
 
-def records(runs: m.TaskRuns, received_at: float, worker_id: bytes = b"", ended: bool = True) -> Iterator[TaskRun]:
-    """``runs`` (checked) as records on the reader's clock, from ``received_at``: when the message that carried them
-    arrived; ``worker_id`` when the runs do not say their workers; ``ended``: ended runs, else runs going on."""
-    functions = runs.function_names
-    clients = [show(client_id) for client_id in runs.client_ids]
-    workers = [show(each) for each in runs.worker_ids]
-    this_worker = show(worker_id)
-    failures = dict(zip(runs.failed_runs, zip(runs.failed_statuses, runs.error_texts, strict=True), strict=True))
-    success = STATES[m.TaskStatus.SUCCESS]
-    for i, task_id in enumerate(runs.task_ids):
-        ended_at = received_at - runs.ended_seconds_ago[i] if ended else received_at
-        started = ended_at - runs.run_seconds[i]
-        state, error = success if ended else RUNNING, ""
-        failure = failures.get(i)
+class Arrival:
+    """Runs (checked) as one message brought them, placed on the reader's clock from when it arrived
+    (``received_at``): of ``worker_id`` when the runs do not say their workers; ``ended``: ended runs, else runs
+    going on (then they ``end`` at ``received_at``, as far as is known). Kept as they came (columns): a record is
+    made only of the runs read (`records`)."""
+
+    __slots__ = ("runs", "received_at", "worker", "ended", "failures", "start")
+
+    def __init__(self, runs: m.TaskRuns, received_at: float, worker_id: bytes = b"", ended: bool = True) -> None:
+        self.runs = runs
+        self.received_at = received_at
+        self.worker = show(worker_id)
+        self.ended = ended
+        failures = zip(runs.failed_statuses, runs.error_texts, strict=True)
+        self.failures = dict(zip(runs.failed_runs, failures, strict=True))  # position -> (status, error text)
+        self.start = 0  # the runs before this position are dropped (a reader that keeps a bounded number)
+
+    def __len__(self) -> int:
+        return len(self.runs.task_ids) - self.start
+
+    def ends(self) -> List[float]:
+        """When each run ended (a run going on: when its message arrived)."""
+        received_at = self.received_at
+        if not self.ended:
+            return [received_at] * len(self.runs.task_ids)
+        return [received_at - ago for ago in self.runs.ended_seconds_ago]
+
+    def state(self, index: int) -> str:
+        failure = self.failures.get(index)
         if failure is not None:
-            state, error = STATES.get(failure[0], success), failure[1]
-        yield TaskRun(
-            task_id.hex(),
-            functions[runs.functions[i]],
-            clients[runs.clients[i]],
-            workers[runs.workers[i]] if runs.workers else this_worker,
-            state,
-            started - runs.queued_seconds[i],
-            started,
-            ended_at if ended else None,
-            error,
-        )
+            return STATES.get(failure[0], STATES[m.TaskStatus.SUCCESS])
+        return STATES[m.TaskStatus.SUCCESS] if self.ended else RUNNING
+
+    def records(self, indexes: Optional[Iterable[int]] = None) -> Iterator[TaskRun]:
+        """The runs at ``indexes`` (all of them, by default) as records."""
+        runs = self.runs
+        clients = [show(client_id) for client_id in runs.client_ids]
+        workers = [show(each) for each in runs.worker_ids]
+        ends = self.ends()
+        for i in range(self.start, len(runs.task_ids)) if indexes is None else indexes:
+            started = ends[i] - runs.run_seconds[i]
+            failure = self.failures.get(i)
+            yield TaskRun(
+                runs.task_ids[i].hex(),
+                runs.function_names[runs.functions[i]],
+                clients[runs.clients[i]],
+                workers[runs.workers[i]] if runs.workers else self.worker,
+                self.state(i),
+                started - runs.queued_seconds[i],
+                started,
+                ends[i] if self.ended else None,
+                failure[1] if failure is not None else "",
+            )
 
 
 def position(positions: Dict[Hashable, int], key: Hashable) -> int:
