@@ -77,7 +77,11 @@ def test_the_chart_form_names_each_function_worker_and_client_once_and_keeps_fai
     assert [CHART_STATES[code] for code in chart["s"]] == ["success", "failed", "success", "failed"]
     assert chart["error"] == {"1": "ValueError: bad", "3": "ValueError: bad"}
     assert chart["e"] == [9.0, 10.0, 10.0, 11.0] and chart["b"] == [7.0, 9.0, 8.0, 10.0] and chart["q"][0] == 6.5
-    latest = compact([first, second], 90.0, limit=3)  # the last three runs
-    assert latest["task"] == chart["task"][1:] and latest["error"] == {"0": "ValueError: bad", "2": "ValueError: bad"}
+    sample = compact([first, second], 90.0, limit=2)  # every second run
+    assert sample["task"] == chart["task"][0::2] and sample["error"] == {} and sample["s"] == [0, 0]
+    first.start = 1  # its first run dropped: the sample keeps its phase across arrivals
+    sample = compact([first, second], 90.0, limit=2)
+    assert sample["task"] == [chart["task"][1], chart["task"][3]] and sample["error"] == {"0": "ValueError: bad",
+                                                                                        "1": "ValueError: bad"}
     going_on = compact([Arrival(two_runs(), 100.0, WORKER, ended=False)], 90.0)
     assert going_on["e"] == [None, None] and CHART_STATES[going_on["s"][0]] == "running"

@@ -22,42 +22,46 @@ SCRIPT = (importlib.resources.files("scaler.protocol") / "task_chart.js").read_t
 
 
 def compact(arrivals: Sequence[Arrival], origin: float, limit: Optional[int] = None) -> Dict[str, Any]:
-    """The runs of ``arrivals`` (the last ``limit`` of them, if given) as plain JSON values for `decodeTaskRuns`,
-    their times in seconds from ``origin`` (to the microsecond)."""
+    """The runs of ``arrivals`` as plain JSON values for `decodeTaskRuns`, their times in seconds from ``origin``
+    (to the microsecond); past ``limit`` runs, an even sample of them (every second one, every third...)."""
     functions: Dict[Hashable, int] = {}
     workers: Dict[Hashable, int] = {}
     clients: Dict[Hashable, int] = {}
     columns: Dict[str, List[Any]] = {name: [] for name in ("task", "f", "w", "c", "s", "q", "b", "e")}
     errors: Dict[str, str] = {}
-    skip = max(0, sum(len(arrival) for arrival in arrivals) - limit) if limit is not None else 0
+    total = sum(len(arrival) for arrival in arrivals)
+    step = -(-total // limit) if limit and total > limit else 1
+    seen = 0  # runs before this arrival, for the sample's phase
     for arrival in arrivals:
         runs = arrival.runs
-        first = arrival.start + skip
-        skip = max(0, first - len(runs.task_ids))
-        picked = range(first, len(runs.task_ids))
+        first = arrival.start + (-seen) % step
+        seen += len(arrival)
+        picked = range(first, len(runs.task_ids), step)
         if not picked:
             continue
-        offset = len(columns["task"]) - first  # a run's position in the columns, less its position in ``runs``
+        offset = len(columns["task"])  # of the first picked run in the columns
         names = [position(functions, name) for name in runs.function_names]
         owners = [position(clients, show(client)) for client in runs.client_ids]
         if runs.workers:
             places = [position(workers, show(each)) for each in runs.worker_ids]
-            columns["w"].extend(places[runs.workers[i]] for i in picked)
+            columns["w"] += [places[runs.workers[i]] for i in picked]
         else:
-            columns["w"].extend([position(workers, arrival.worker)] * len(picked))
-        ends = arrival.ends()
-        columns["task"].extend(runs.task_ids[i].hex() for i in picked)
-        columns["f"].extend(names[runs.functions[i]] for i in picked)
-        columns["c"].extend(owners[runs.clients[i]] for i in picked)
-        columns["s"].extend([_SUCCESS if arrival.ended else _RUNNING] * len(picked))
-        columns["b"].extend(round(ends[i] - runs.run_seconds[i] - origin, 6) for i in picked)
-        columns["q"].extend(round(ends[i] - runs.run_seconds[i] - runs.queued_seconds[i] - origin, 6) for i in picked)
-        columns["e"].extend((round(ends[i] - origin, 6) if arrival.ended else None) for i in picked)
+            columns["w"] += [position(workers, arrival.worker)] * len(picked)
+        ends, durations, queued = arrival.ends(), runs.run_seconds, runs.queued_seconds
+        starts = [ends[i] - durations[i] - origin for i in picked]
+        columns["task"] += [runs.task_ids[i].hex() for i in picked]
+        columns["f"] += [names[runs.functions[i]] for i in picked]
+        columns["c"] += [owners[runs.clients[i]] for i in picked]
+        columns["s"] += [_SUCCESS if arrival.ended else _RUNNING] * len(picked)
+        columns["b"] += [round(start, 6) for start in starts]
+        columns["q"] += [round(start - queued[i], 6) for start, i in zip(starts, picked, strict=True)]
+        columns["e"] += [round(ends[i] - origin, 6) for i in picked] if arrival.ended else [None] * len(picked)
         for i, (_, error) in arrival.failures.items():
-            if i >= first:
-                columns["s"][offset + i] = _STATE_CODES[arrival.state(i)]
+            if i >= first and (i - first) % step == 0:
+                at = offset + (i - first) // step
+                columns["s"][at] = _STATE_CODES[arrival.state(i)]
                 if error:
-                    errors[str(offset + i)] = error
+                    errors[str(at)] = error
     return {
         "origin": origin,
         "functions": list(functions),

@@ -225,7 +225,4 @@ class Arrival:
 
 def position(positions: Dict[Hashable, int], key: Hashable) -> int:
     """The position of ``key`` in a table of names (``positions``: name -> position), added if new."""
-    found = positions.get(key)
-    if found is None:
-        found = positions[key] = len(positions)
-    return found
+    return positions.setdefault(key, len(positions))

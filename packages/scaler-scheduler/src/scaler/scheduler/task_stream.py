@@ -108,19 +108,25 @@ class TaskStream:
 
     def _route(self, worker_id: bytes, ended: m.TaskRuns, now: float) -> None:
         """Each ended run to the report it belongs to; a task the scheduler no longer holds runs no more."""
-        by_report: Dict[bytes, List[int]] = {}
         report_of = self._report_of
-        for index, task_id in enumerate(ended.task_ids):
-            report = report_of.get(task_id)
-            if report is None:
-                continue
-            by_report.setdefault(report, []).append(index)
-            if not self._holds(task_id):
+        task_ids = ended.task_ids
+        reports = [report_of.get(task_id) for task_id in task_ids]
+        for task_id, report in zip(task_ids, reports, strict=True):
+            if report is not None and not self._holds(task_id):
                 del report_of[task_id]
+        if reports and reports[0] is not None and reports.count(reports[0]) == len(reports):  # one report has all
+            gathered = self._reports.get(reports[0])
+            if gathered is not None:
+                gathered.add(ended, now, worker_id)
+            return
+        by_report: Dict[bytes, List[int]] = {}
+        for index, report in enumerate(reports):
+            if report is not None:
+                by_report.setdefault(report, []).append(index)
         for report, indexes in by_report.items():
-            runs = self._reports.get(report)
-            if runs is not None:
-                runs.add(ended, now, worker_id, indexes)
+            gathered = self._reports.get(report)
+            if gathered is not None:
+                gathered.add(ended, now, worker_id, indexes)
 
     def forget_worker(self, worker_id: bytes) -> None:
         self._heard.pop(worker_id, None)

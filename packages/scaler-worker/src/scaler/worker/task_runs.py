@@ -61,20 +61,25 @@ class TaskRunRecorder:
         self, task: m.Task, received: float, now: float, seconds: float, function: str, status: int, error: str
     ) -> None:
         """A run of ``task`` (here since ``received``) ended at ``now`` after ``seconds``; ``function`` is its
-        function's name ("" if the processor could not load it), ``error`` a failure's line."""
+        function's name ("" if the processor could not load it), ``error`` a failure's line. (Once per task
+        while recording: kept to a few appends.)"""
         names = self._names
-        if function and task.function_id not in names:
+        if not function:
+            function = names.get(task.function_id, UNNAMED_FUNCTION)
+        elif task.function_id not in names:
             if len(names) >= NAMES_KEPT:
                 names.clear()
             names[task.function_id] = function
-        self._function_of.append(position(self._functions, function or names.get(task.function_id, UNNAMED_FUNCTION)))
-        self._client_of.append(position(self._clients, task.client_id))
+        functions, clients = self._functions, self._clients
+        self._function_of.append(functions.setdefault(function, len(functions)))
+        self._client_of.append(clients.setdefault(task.client_id, len(clients)))
         if status != _SUCCESS:
             self._failed.append(len(self._task_ids))
             self._failed_statuses.append(m.TaskStatus(status))
             self._errors.append(error.partition("\n")[0][:ERROR_LINE_CHARACTERS])
         self._task_ids.append(task.task_id)
-        self._queued.append(task.queued_seconds + max(0.0, now - seconds - received))
+        waited = now - seconds - received  # here, before it started
+        self._queued.append(task.queued_seconds + waited if waited > 0 else task.queued_seconds)
         self._durations.append(seconds)
         self._ended_at.append(now)
 
