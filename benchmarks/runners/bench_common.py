@@ -338,20 +338,29 @@ def workload_graph_vs_map(engine: Engine, size: int):
 
 def workload_monitored_map(engine: Engine, size: int):
     """In one cluster, a no-op map of ``size`` tasks with nothing watching, then with everything that watches each
-    task on (`Engine.watched`), twice each, alternately: the throughput with it on as a share of without."""
+    task on (`Engine.watched`), twice each, alternately: the throughput with it on as a share of without, and the
+    CPU per task of each process role in each case (``on_monitor_us_per_task``...)."""
     items = list(range(size))
     rates: Dict[bool, List[float]] = {False: [], True: []}
+    cpu: Dict[bool, Dict[str, List[float]]] = {False: {}, True: {}}
     seconds = 0.0
     for watching in (False, True, False, True):
         with engine.watched() if watching else contextlib.nullcontext():
-            start = time.perf_counter()
+            before, start = cpu_snapshot(engine), time.perf_counter()
             results = engine.map(bench_tasks.noop, items)
             elapsed = time.perf_counter() - start
+            for role, entry in cpu_breakdown(before, cpu_snapshot(engine), size).items():
+                cpu[watching].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
         _check(results == items, "map returned wrong results")
         rates[watching].append(size / elapsed)
         seconds += elapsed
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
-    return {"off_per_s": off, "on_per_s": on, "on_vs_off": on / off, "seconds": seconds}, 4 * size
+    metrics = {"off_per_s": off, "on_per_s": on, "on_vs_off": on / off, "seconds": seconds}
+    for watching, name in ((False, "off"), (True, "on")):
+        for role, values in cpu[watching].items():
+            metrics[f"{name}_{role}_us_per_task"] = statistics.median(values)
+        metrics[f"{name}_total_us_per_task"] = sum(statistics.median(values) for values in cpu[watching].values())
+    return metrics, 4 * size
 
 
 def workload_chain(engine: Engine, size: int):

@@ -20,7 +20,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.task_runs import Arrival
 
 KEPT_RUNS = 100_000
-ARRIVED_SHOWN = 2_000  # the runs of one snapshot sent to the page; past that, an even sample of them
+ARRIVED_SHOWN = 1_000  # the runs of one snapshot sent to the page; past that, an even sample of them
 WINDOW_SECONDS = 600.0  # of the task stream a page gets when it opens
 WINDOW_RUNS = 20_000  # the most runs it gets then
 SEARCH_LIMIT = 200
