@@ -44,6 +44,7 @@ let latest = null;  // the last page state
 const STREAM_SECONDS = 600;  // of ended runs kept for the task stream
 const STREAM_RUNS = 50000;  // at most
 const SEARCH_EVERY_MS = 2000;  // the task table follows the log this often
+const LARGEST_SHOWN = 10;  // of the largest objects the scheduler was told of
 let streamRuns = [];  // ended runs, oldest first
 let runningRuns = [];  // the runs going on, as of the last snapshot
 let taskChart = null;
@@ -367,9 +368,9 @@ function fillObjects(objects) {
     return tr;
   }));
   const largest = document.getElementById("largest-objects").tBodies[0];
-  largest.replaceChildren(...objects.largest.map((row) => {
+  largest.replaceChildren(...objects.largest.slice(0, LARGEST_SHOWN).map((row) => {
     const tr = document.createElement("tr");
-    tr.append(cell(row.object.slice(0, 16) + "…", "text"), cell(row.owner, "text"), cell(formatBytes(row.bytes)));
+    tr.append(cell(row.object, "text id"), cell(row.owner, "text"), cell(formatBytes(row.bytes)));
     return tr;
   }));
 }
@@ -396,10 +397,8 @@ async function searchTasks() {
     const end = run.ended === null ? Date.now() / 1000 : run.ended;
     tr.append(cell(run.function, "text"), cell(run.state, "text"), cell(run.client, "text"),
               cell(run.worker, "text"), cell(clock(run.queued)), cell(clock(run.started)), cell(clock(run.ended)),
-              cell(formatSeconds(end - run.started)), cell(run.error, "text error"),
-              cell(run.task_id.slice(0, 12) + "…", "text"));
+              cell(formatSeconds(end - run.started)), cell(run.error, "text error"), cell(run.task_id, "text id"));
     tr.cells[8].title = run.error;
-    tr.cells[9].title = run.task_id;
     return tr;
   }));
 }
