@@ -349,6 +349,7 @@ class SchedulerCore:
         reason = incompatibility(hello.version)
         if reason is not None:
             logger.warning(f"Scheduler: refused {show(source)}: {reason}")
+            self._events.add("refused", source, f"{show(source)}: {reason}")
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT, m.PeerRole.WORKER_MANAGER):
