@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
@@ -27,6 +28,7 @@ from scaler.scheduler.scheduler_events import (
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 
 CLIENT = b"C|host|1|aa"
+OTHER_CLIENT = b"C|host|9|ff"
 WORKER_A = b"W|host|2|aa"
 WORKER_B = b"W|host|3|bb"
 
@@ -487,3 +489,26 @@ def test_balancing_counts_only_the_tasks_that_do_not_wait():
     # A holds five tasks, three of them work that could move: the mean is 1.5, so one goes (not two)
     [request] = sent(core.handle(Tick(), 2.0), to=WORKER_A, kind=m.BalanceRequest)
     assert request.count == 1
+
+
+def test_a_task_id_another_task_holds_is_refused_to_the_newcomer_and_the_first_task_runs_on():
+    core = core_with(workers=(WORKER_A,), capacity=1)
+    core.handle(FromPeer(OTHER_CLIENT, hello(m.PeerRole.CLIENT)), 0.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)  # 1 runs, 2 waits in the queue
+    needs_5 = task(3, arguments=[m.Argument("", m.ArgumentKind.TASK, task(5).task_id)])  # a graph node not released
+    graph = m.GraphTask(b"g" * 16, [task(5), needs_5], [needs_5.task_id])
+    core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 1.0)  # as the shell reads it
+    squatter = core.handle(FromPeer(OTHER_CLIENT, m.TaskBatch([task(1), task(2), task(3), task(4)])), 2.0)
+    (refused,) = sent(squatter, to=OTHER_CLIENT, kind=m.TaskResultBatch)
+    assert [r.task_id for r in refused.results] == [task(n).task_id for n in (1, 2, 3)]
+    assert {r.status for r in refused.results} == {m.TaskStatus.REJECTED}
+    assert all("is taken by another task" in r.error_text for r in refused.results)
+    assert sent(squatter, to=CLIENT) == []  # the first holder hears nothing of it
+    resent = core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), 3.0)  # its own task again: ignored
+    assert sent(resent, to=CLIENT) == []
+    for n, after in ((1, 2), (2, 5), (5, 4), (4, 3)):  # each runs once, in the order it came (3 once 5 is done)
+        effects = core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(n).task_id)])), 4.0 + n)
+        (assigned_next,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
+        assert [t.task_id for t in assigned_next.tasks] == [task(after).task_id]
+    (answer,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(3).task_id)])), 8.0), to=CLIENT)
+    assert [(r.task_id, r.status) for r in answer.results] == [(task(3).task_id, m.TaskStatus.SUCCESS)]

@@ -102,11 +102,12 @@ class SchedulerCore:
         self._clients: Dict[bytes, Client] = {}
         self._silent_workers = Silence(settings.worker_timeout_seconds)
         self._silent_clients = Silence(settings.client_timeout_seconds)
-        self._routing = TaskRouting(
-            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
-        )
         sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
+        self._routing = TaskRouting(
+            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
+            self._graphs.nodes,
+        )  # fmt: skip
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid
         )
@@ -491,7 +492,7 @@ class SchedulerCore:
         if actions.cancel:  # their confirms come back through _through_graphs, which swallows them
             self._routing.cancel(client_id, actions.cancel, out)
         if actions.release:  # released nodes are queued exactly as if the client had sent them
-            self._routing.on_task_batch(client_id, m.TaskBatch(actions.release), now, out)
+            self._routing.queue(client_id, actions.release, now)
         if actions.results:
             out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
         if actions.confirm_ids:

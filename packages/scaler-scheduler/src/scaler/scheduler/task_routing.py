@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 from collections import Counter
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
@@ -70,8 +70,10 @@ class TaskRouting:
         clients: Dict[bytes, Client],
         capability_policy: bool,
         max_task_deaths: int,
+        graph_nodes: Container[bytes] = frozenset(),
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
         self._loads = WorkerLoads()
         self._clients = clients
         self._capability_policy = capability_policy
@@ -150,16 +152,35 @@ class TaskRouting:
     # ----------------------------------------------------------------- handlers (source, message, now, out)
 
     def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
-        """New tasks from client ``source`` (or graph nodes the graph layer released): queued."""
-        client = self._clients[source]
+        """New tasks from client ``source``: queued. A task whose ID the scheduler holds already, as another
+        client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of its own
+        tasks sent again is ignored."""
         tasks = self._tasks
-        counts = self.state_counts
+        graph_nodes = self._graph_nodes
+        fresh = []
         duplicates = 0
         for task in message.tasks:
             task_id = task.task_id
-            if task_id in tasks:
-                duplicates += 1
+            if task_id in tasks or task_id in graph_nodes:
+                holder = tasks.get(task_id)
+                if holder is not None and holder.task.client_id == source:
+                    duplicates += 1
+                else:
+                    self._refuse_taken(source, task, out)
                 continue
+            fresh.append(task)
+        if duplicates:
+            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
+        self.queue(source, fresh, now)
+
+    def queue(self, source: bytes, new_tasks: List[Any], now: float) -> None:
+        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch`, or graph nodes the
+        graph layer released."""
+        client = self._clients[source]
+        tasks = self._tasks
+        counts = self.state_counts
+        for task in new_tasks:
+            task_id = task.task_id
             task.client_id = source
             needs = None
             if task.capabilities and self._capability_policy:
@@ -173,8 +194,17 @@ class TaskRouting:
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
-        if duplicates:
-            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
+
+    def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
+        """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
+        why = (
+            f"the scheduler refused this task: its ID {task.task_id.hex()} is taken by another task; task IDs must "
+            "be 16 random bytes, never another client's"
+        )
+        logger.warning(f"Scheduler: refused task {task.task_id.hex()} of client {show(source)}: its ID is taken")
+        out.results[source].append(
+            m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+        )
 
     def on_results(self, source: bytes, message: m.TaskResultBatch, now: float, out: Outbox) -> None:
         """Results from worker ``source``, accepted only for the tasks it holds, of the attempt it holds."""
