@@ -44,6 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
+    "1.8": "b04100e76b39007f5def49a6abfd39085681b2ea2a3faee39137c5631aea965a",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -77,6 +78,13 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerManagerCommand, "stop_groups"),
     ],
     "1.7": [(m.GraphTask, "more")],
+    "1.8": [
+        (m.WorkerInfo, "delegation_key"),
+        (m.Hello, "made_in"),
+        (m.Hello, "made_in_proof"),
+        (m.Task, "scope_id"),
+        (m.ObjectRequest, "scope_id"),
+    ],
 }
 
 
@@ -133,6 +141,7 @@ _TASK = m.Task(
     serializer_id=b"serializer-object",
     store_result=True,
     stream_output=True,
+    scope_id=b"C|golden-host|4141|3a3b3c3d3e3f",
 )
 
 GOLDEN = [
@@ -141,7 +150,11 @@ GOLDEN = [
         role=m.PeerRole.WORKER,
         pid=4343,
         hostname="golden-host",
-        worker_info=m.WorkerInfo(slots=4, queue_capacity=1000, capabilities=_CAPABILITIES, group_id=_GROUP_ID),
+        worker_info=m.WorkerInfo(
+            slots=4, queue_capacity=1000, capabilities=_CAPABILITIES, group_id=_GROUP_ID, delegation_key=bytes(range(32))
+        ),
+        made_in=_OTHER_TASK_ID,
+        made_in_proof=bytes(range(64, 96)),
     ),
     m.HelloAck(
         version=_VERSION,
@@ -181,6 +194,7 @@ GOLDEN = [
         owner_id=_CLIENT_ID,
         object_ids=[b"o1", b"o2"],
         frame_counts=[1, 3],
+        scope_id=b"C|golden-host|4141|3a3b3c3d3e3f",
     ),
     m.ObjectResponse(
         request_id=2**40 + 5,

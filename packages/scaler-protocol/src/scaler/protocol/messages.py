@@ -46,6 +46,7 @@ class ObjectRequestKind(enum.IntEnum):
     GET = 1
     DELETE = 2
     CLEAR_OWNER = 3
+    ADMIT = 4  # 1.8
 
 
 class ObjectStatus(enum.IntEnum):
@@ -91,6 +92,7 @@ class WorkerInfo:
     queue_capacity: int = 0
     capabilities: List[Capability] = field(default_factory=list)
     group_id: bytes = b""  # 1.6: the worker group a worker manager started it in
+    delegation_key: bytes = b""  # 1.8: the key of the proofs of its tasks' Clients (scaler.protocol.delegation)
 
 
 @dataclass(slots=True)
@@ -100,6 +102,8 @@ class Hello:
     pid: int = 0
     hostname: str = ""
     worker_info: WorkerInfo = field(default_factory=WorkerInfo)
+    made_in: bytes = b""  # 1.8: the task a client was made in (scaler.protocol.delegation)
+    made_in_proof: bytes = b""  # 1.8: that it was
 
 
 @dataclass(slots=True)
@@ -180,6 +184,7 @@ class Task:
     serializer_id: bytes = b""
     store_result: bool = False
     stream_output: bool = False
+    scope_id: bytes = b""  # 1.8, set by the scheduler: the client whose objects the task reads; b"": client_id
 
 
 @dataclass(slots=True)
@@ -242,6 +247,7 @@ class ObjectRequest:
     owner_id: bytes = b""
     object_ids: List[bytes] = field(default_factory=list)
     frame_counts: List[int] = field(default_factory=list)  # put: frames per object; empty: one each
+    scope_id: bytes = b""  # 1.8, admit: the client whose objects owner_id's tasks read; b"": owner_id
 
 
 @dataclass(slots=True)

@@ -30,6 +30,8 @@ struct WorkerInfo {
   queueCapacity @1 :UInt32;               # tasks the worker accepts to queue
   capabilities @2 :List(Capability);
   groupId @3 :Data;                       # the worker group a worker manager started it in (1.6); empty: none
+  delegationKey @4 :Data;                 # 1.8: the key of the proofs by which the Clients of its tasks show the
+                                          # scheduler the task they were made in (Hello.madeInProof); empty: none
 }
 
 # First message of every peer, to the scheduler and to the object storage server.
@@ -39,6 +41,9 @@ struct Hello {
   pid @2 :UInt32;
   hostname @3 :Text;
   workerInfo @4 :WorkerInfo;              # role == worker only
+  madeIn @5 :Data;                        # 1.8, a client made inside a task: that task's ID; empty: none
+  madeInProof @6 :Data;                   # 1.8: HMAC-SHA256, keyed with the delegationKey of the worker running
+                                          # madeIn, of the client's ID followed by madeIn (docs/protocol.md)
 }
 
 # Answer to an accepted Hello.
@@ -124,6 +129,8 @@ struct Task {
   storeResult @11 :Bool;                  # put a successful result in object storage whatever its size
                                           # (set by the scheduler on graph nodes that other nodes need)
   streamOutput @12 :Bool;                 # send what the task prints to its client as it prints it (1.3)
+  scopeId @13 :Data;                      # 1.8, set by the scheduler: the client whose objects the task reads (for
+                                          # a client made inside a task, the client it stands for); empty: clientId
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
@@ -188,6 +195,8 @@ enum ObjectRequestKind {
   get @1;
   delete @2;
   clearOwner @3;                          # delete every object of ownerId
+  admit @4;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
+                                          # objects its tasks read); until the scheduler's clearOwner of ownerId
 }
 
 struct ObjectRequest {
@@ -196,6 +205,8 @@ struct ObjectRequest {
   ownerId @2 :Data;
   objectIds @3 :List(Data);
   frameCounts @4 :List(UInt32);           # put: how many frames make each object, in order; empty: one each
+  scopeId @5 :Data;                       # admit (1.8): the client whose objects ownerId's tasks read; empty:
+                                          # ownerId itself
 }
 
 enum ObjectStatus {
