@@ -51,8 +51,8 @@ from scaler.protocol.messages import (
     Refusal,
 )
 from scaler.protocol.security import RefusalLog
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
-from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_owner
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
+from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
@@ -144,6 +144,7 @@ class ObjectStore:
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._used_memory = 0
         self._greeted_peers: Dict[bytes, Peer] = {}
+        self._admissions = Admissions()  # the clients the scheduler serves, and whose objects their tasks read
         self._refusals = RefusalLog()
         self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
         self._carry_out: Dict[PeerAction, Callable[[FromPeer, float], List[Reply]]] = {
@@ -162,6 +163,7 @@ class ObjectStore:
             ObjectRequestKind.GET: self._get,
             ObjectRequestKind.DELETE: self._delete,
             ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
+            ObjectRequestKind.ADMIT: self._admit,
         }
 
     @property
@@ -214,7 +216,10 @@ class ObjectStore:
         if peer_id not in self._greeted_peers:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
         reads_frames = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
-        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames)
+        isolating = knows(hello.version, ISOLATION_VERSION)
+        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames, isolating)
+        if hello.role is PeerRole.SCHEDULER and isolating:
+            self._admissions.kept = True
         ack = HelloAck(
             version=PROTOCOL_VERSION,
             object_storage_address="",
@@ -293,6 +298,8 @@ class ObjectStore:
         return None if stored is None else stored.owner_id
 
     def _put(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        if self._greeted_peers[peer_id].role is PeerRole.WORKER and not self._admissions.admitted(request.owner_id):
+            return self._refuse_owner(peer_id, request)
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         refusals: List[str] = []
@@ -326,6 +333,22 @@ class ObjectStore:
         )
         return [Reply(peer_id, response)]
 
+    def _refuse_owner(self, peer_id: bytes, request: ObjectRequest) -> List[Reply]:
+        """A worker's put for an owner the scheduler does not serve (gone, or never there): nothing is stored, as
+        nothing would ever clear it."""
+        reason = f"the owner {show(request.owner_id)} is not a client the scheduler serves (it left, or never came)"
+        logger.warning(f"ObjectStorageServer: put from {show(peer_id)} refused: {reason}")
+        count = len(request.object_ids)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.PUT,
+            object_ids=list(request.object_ids),
+            statuses=[ObjectStatus.NOT_FOUND] * count,
+            sizes=[0] * count,
+            reason=reason,
+        )
+        return [Reply(peer_id, response)]
+
     def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> ObjectStatus:
         if size > self.max_object_size:
             return ObjectStatus.TOO_LARGE
@@ -346,12 +369,18 @@ class ObjectStore:
         found: List[Any] = []
         counts: List[int] = []
         unreadable: List[bytes] = []
-        reads_frames = self._greeted_peers[peer_id].reads_frames
+        peer = self._greeted_peers[peer_id]
+        reads_frames = peer.reads_frames
         owner = self._reachable_owner(peer_id, ObjectRequestKind.GET, request.owner_id)
+        scope = self._admissions.read_scope(peer, request.owner_id)
+        scope_of = self._admissions.scope_of
         for object_id in request.object_ids:
             stored = self._objects.get(object_id)
-            if stored is not None and owner is not None and stored.owner_id != owner:
-                stored = None  # another client's: as if it did not exist
+            if stored is not None and (
+                (owner is not None and stored.owner_id != owner)
+                or (scope is not None and scope_of(stored.owner_id) != scope)
+            ):
+                stored = None  # another client's (or another scope's): as if it did not exist
             if stored is None or (len(stored.frames) > 1 and not reads_frames):
                 if stored is not None:
                     unreadable.append(object_id)
@@ -398,7 +427,7 @@ class ObjectStore:
         return [Reply(peer_id, response)]
 
     def _clear_owner(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
-        deleted = self._remove_owner(request.owner_id)
+        deleted = self._clear(peer_id, request.owner_id)
         response = ObjectResponse(
             request_id=request.request_id,
             kind=ObjectRequestKind.CLEAR_OWNER,
@@ -406,6 +435,13 @@ class ObjectStore:
             statuses=[ObjectStatus.OK] * len(deleted),
             sizes=[size for _, size in deleted],
         )
+        return [Reply(peer_id, response)]
+
+    def _admit(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """The scheduler serves the client ``ownerId`` (its tasks read the objects of ``scopeId``): answered, so
+        that it answers the client's Hello only once it is admitted here."""
+        self._admissions.admit(request.owner_id, request.scope_id)
+        response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.ADMIT)
         return [Reply(peer_id, response)]
 
     def _refuse_request(self, peer_id: bytes, request: ObjectRequest, problem: str) -> List[Reply]:
@@ -429,7 +465,7 @@ class ObjectStore:
             for object_id in instruction.object_ids:
                 self._remove(object_id, owner)
         else:
-            self._remove_owner(instruction.owner_id)
+            self._clear(peer_id, instruction.owner_id)
         return []
 
     # --- bookkeeping -------------------------------------------------------------------------------------
@@ -446,6 +482,13 @@ class ObjectStore:
         if not owned:
             del self._objects_by_owner[stored.owner_id]
         return stored
+
+    def _clear(self, peer_id: bytes, owner_id: bytes) -> List[Tuple[bytes, int]]:
+        """Remove the owner's objects; the scheduler's clear also ends the owner's admission (it left, or cleared:
+        the scheduler admits a client that stays again)."""
+        if self._greeted_peers[peer_id].role is PeerRole.SCHEDULER:
+            self._admissions.forget(owner_id)
+        return self._remove_owner(owner_id)
 
     def _remove_owner(self, owner_id: bytes) -> List[Tuple[bytes, int]]:
         owned = self._objects_by_owner.pop(owner_id, {})
