@@ -151,7 +151,11 @@ GOLDEN = [
         pid=4343,
         hostname="golden-host",
         worker_info=m.WorkerInfo(
-            slots=4, queue_capacity=1000, capabilities=_CAPABILITIES, group_id=_GROUP_ID, delegation_key=bytes(range(32))
+            slots=4,
+            queue_capacity=1000,
+            capabilities=_CAPABILITIES,
+            group_id=_GROUP_ID,
+            delegation_key=bytes(range(32)),
         ),
         made_in=_OTHER_TASK_ID,
         made_in_proof=bytes(range(64, 96)),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.protocol import codec
+from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
@@ -54,9 +54,26 @@ def serving(core: SchedulerCore) -> SchedulerCore:
     return core
 
 
+def admitted(core: SchedulerCore, effects: List, now: float = 0.0) -> List:
+    """``effects``, then what the core does once the storage server answered the admissions among them (as a
+    server of 1.8 does: each client's HelloAck leaves then)."""
+    answers = [
+        m.ObjectResponse(e.message.request_id, m.ObjectRequestKind.ADMIT)
+        for e in effects
+        if type(e) is Send and e.to == STORAGE and type(e.message) is m.ObjectRequest
+        and e.message.kind == m.ObjectRequestKind.ADMIT
+    ]  # fmt: skip
+    return [*effects, *(effect for answer in answers for effect in core.handle(FromStorage(answer), now))]
+
+
+def connect_client(core: SchedulerCore, client: bytes = CLIENT, now: float = 0.0, **fields) -> List:
+    """A client says Hello and storage admits it: the effects of both."""
+    return admitted(core, core.handle(FromPeer(client, hello(m.PeerRole.CLIENT, **fields)), now), now)
+
+
 def core_with(workers=(WORKER_A,), capacity=10, **options) -> SchedulerCore:
     core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", **options)))
-    assert type(sent(core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0))[0]) is m.HelloAck
+    assert type(sent(connect_client(core), to=CLIENT)[0]) is m.HelloAck
     for worker in workers:
         core.handle(FromPeer(worker, hello(m.PeerRole.WORKER, capacity)), 0.0)
     return core
@@ -512,3 +529,79 @@ def test_a_task_id_another_task_holds_is_refused_to_the_newcomer_and_the_first_t
         assert [t.task_id for t in assigned_next.tasks] == [task(after).task_id]
     (answer,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(3).task_id)])), 8.0), to=CLIENT)
     assert [(r.task_id, r.status) for r in answer.results] == [(task(3).task_id, m.TaskStatus.SUCCESS)]
+
+
+# --- whose objects a client's tasks read (protocol 1.8) -----------------------------------------------------------
+
+NESTED = b"C|host|2|nested"
+KEY_A = delegation.new_key()
+
+
+def routed(*tasks: m.Task) -> m.TaskBatch:
+    """A batch as the shell reads it: each task a `codec.RoutedTask`, written over when it is sent on."""
+    return codec.decode_routed(codec.encode(m.TaskBatch(list(tasks))))[0]
+
+
+def sent_tasks(effects, to=WORKER_A) -> List[m.Task]:
+    """The tasks a worker is sent, as it reads them."""
+    batches = [codec.encode(message) for message in sent(effects, to=to, kind=m.TaskBatch)]
+    return [t for frames in batches for t in codec.decode(frames)[0].tasks]
+
+
+def delegating_core() -> SchedulerCore:
+    """A core whose worker gives its processors a delegation key, running CLIENT's task 1."""
+    core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1")))
+    connect_client(core)
+    worker_hello = hello(m.PeerRole.WORKER)
+    worker_hello.worker_info.delegation_key = KEY_A
+    core.handle(FromPeer(WORKER_A, worker_hello), 0.0)
+    (running,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(1))), 1.0))
+    assert running.scope_id == b""  # a client that stands for itself: its own objects
+    return core
+
+
+def nested_hello(made_in: bytes, key: bytes, client: bytes = NESTED) -> m.Hello:
+    return m.Hello(
+        PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host", made_in=made_in,
+        made_in_proof=delegation.proof(key, client, made_in),
+    )  # fmt: skip
+
+
+def admission(effects) -> m.ObjectRequest:
+    (admit,) = [message for message in sent(effects, to=STORAGE) if message.kind == m.ObjectRequestKind.ADMIT]
+    return admit
+
+
+def test_a_client_made_in_a_task_that_its_worker_proves_stands_for_that_tasks_client():
+    core = delegating_core()
+    effects = admitted(core, core.handle(FromPeer(NESTED, nested_hello(task(1).task_id, KEY_A)), 2.0))
+    assert admission(effects).scope_id == CLIENT  # the storage server hears it before the nested client
+    assert type(sent(effects, to=NESTED)[0]) is m.HelloAck
+    core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(1).task_id], [True])), 2.5)
+    (child,) = sent_tasks(core.handle(FromPeer(NESTED, routed(task(2))), 3.0))
+    assert (child.client_id, child.scope_id) == (NESTED, CLIENT)
+    grandchild_client = b"C|host|3|deeper"  # made in the child, whose client stands for CLIENT: so does it
+    grand_hello = nested_hello(task(2).task_id, KEY_A, grandchild_client)
+    assert admission(core.handle(FromPeer(grandchild_client, grand_hello), 4.0)).scope_id == CLIENT
+
+
+@pytest.mark.parametrize(
+    "made_in, key, why",
+    [
+        (task(1).task_id, delegation.new_key(), "a proof made with another key than its worker's"),
+        (task(7).task_id, KEY_A, "a task no worker holds (finished, or never was)"),
+        (b"", KEY_A, "no task named at all"),
+    ],
+)
+def test_a_client_that_cannot_prove_its_task_stands_for_itself_only(made_in, key, why):
+    core = delegating_core()
+    effects = core.handle(FromPeer(NESTED, nested_hello(made_in, key)), 2.0)
+    assert admission(effects).scope_id == b"", why  # its own objects only
+    (own,) = sent_tasks(admitted(core, core.handle(FromPeer(NESTED, routed(task(2))), 3.0)))
+    assert (own.client_id, own.scope_id) == (NESTED, b"")
+
+
+def test_a_scope_a_client_writes_into_its_own_tasks_is_never_sent_on():
+    core = delegating_core()
+    (forged,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(2, scope_id=OTHER_CLIENT))), 2.0))
+    assert (forged.client_id, forged.scope_id) == (CLIENT, b"")

@@ -8,7 +8,9 @@ It is made of:
 
 - the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here; and who may be
   what: a peer says Hello only as a role its key is authorized as (`security.Credential`; any role without
-  security), and its messages must then come with that key;
+  security), and its messages must then come with that key; whose objects a client's tasks read (its scope:
+  its own, or for a Client made inside a task that proves it, `scaler.protocol.delegation`, those its task's
+  client reads), of which the storage server is told before the client's HelloAck (`StorageLink.admit`);
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
@@ -27,7 +29,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import codec
+from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.security import Credential, RefusalLog
@@ -109,7 +111,7 @@ class SchedulerCore:
             self._graphs.nodes,
         )  # fmt: skip
         self._storage = StorageLink(
-            settings.object_storage_address, settings.object_storage_address_given, settings.pid
+            settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
         )
         self._managers = WorkerManagers(
             self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
@@ -349,14 +351,23 @@ class SchedulerCore:
             self._managers.on_hello(source, credential, now)
             timeout = self.settings.worker_timeout_seconds
         else:
+            ack = self._hello_ack(source, self.settings.client_timeout_seconds)
             client = self._clients.get(source)
-            if client is None:
-                self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
-                self._silent_clients.watch(source, now)
-                logger.info(f"Scheduler: client {show(source)} connected")
-            else:
+            if client is not None:
                 client.last_seen = now
-            timeout = self.settings.client_timeout_seconds
+                self._storage.acknowledge(source, ack, out)
+                return
+            scope = self._scope_of(source, hello)
+            client = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope)
+            self._clients[source] = client
+            self._silent_clients.watch(source, now)
+            stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
+            logger.info(f"Scheduler: client {show(source)} connected{stands_for}")
+            self._storage.admit(source, scope, ack, out)  # its HelloAck leaves once storage admitted it
+            return
+        out.sends.append(self._hello_ack(source, timeout))
+
+    def _hello_ack(self, source: bytes, timeout: float) -> Send:
         ack = m.HelloAck(
             PROTOCOL_VERSION,
             self.settings.object_storage_address,
@@ -364,7 +375,29 @@ class SchedulerCore:
             timeout,
             m.PeerRole.SCHEDULER,
         )
-        out.sends.append(Send(source, ack))
+        return Send(source, ack)
+
+    def _scope_of(self, source: bytes, hello: m.Hello) -> bytes:
+        """Whose objects a new client's tasks read: its own; for a Client made inside a task (1.8), whose objects
+        that task's client's tasks read, if the worker that holds the task proves it (`delegation`)."""
+        if not hello.made_in:
+            return source
+        holder = self._routing.holder(hello.made_in)
+        if holder is not None:
+            worker, parent = self._workers.get(holder[0]), self._clients.get(holder[1])
+            if worker is not None and parent is not None:
+                if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
+                    return parent.scope
+        logger.warning(
+            f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
+            "holding that task proves: its tasks read its own objects only"
+        )
+        return source
+
+    def _readmit(self, out: Outbox) -> None:
+        """The storage server answers again (maybe a new one): it is told of every client again."""
+        for client in self._clients.values():
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
@@ -469,9 +502,12 @@ class SchedulerCore:
         if forget:
             del self._clients[client.client_id]
             self._connections.forget(client.client_id)
+            self._storage.forget(client.client_id)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
+        if not forget:  # the clear ended its admission too: it stays, so it is admitted again
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
 

@@ -8,17 +8,23 @@ workers (`StartServing`); if none answers in time, or it refuses, the scheduler 
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
 is back up the core says Hello again and sends them once it is answered.
+
+A server of protocol 1.8 admits the clients the scheduler serves (`admit`): each client's HelloAck waits until
+the server answered its admission, so no worker can put a result for a client, or read for a task's scope,
+before the server knows that client. When the server answers again after its connection went down, the held
+requests go first, then every client is admitted again (``readmit``; a restarted server knows none).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import Lifecycle, Transition
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.scheduler_events import STORAGE, Send, StartFailed, StartServing, StartStorage
 
@@ -52,7 +58,7 @@ class LinkAction(enum.Enum):
     WAIT_FOR_ANSWER = "wait_for_answer"
     START_STORAGE = "start_storage"
     SERVE = "serve"
-    SEND_HELD = "send_held"  # the storage requests held while there was no answered Hello
+    SEND_HELD = "send_held"  # the storage requests held while there was no answered Hello, then the admissions
     WARN_LOST = "warn_lost"
     LOG_REFUSAL = "log_refusal"
     FAIL_REFUSED = "fail_refused"
@@ -98,11 +104,16 @@ del S, E, A, T
 
 
 class StorageLink:
-    def __init__(self, address: str, address_given: bool, pid: int) -> None:
+    def __init__(self, address: str, address_given: bool, pid: int, readmit: Callable[[Outbox], None]) -> None:
         self.address = address
         self.state = LinkState.WAITING if address_given else LinkState.PROBING
         self.deadline: Optional[float] = None  # when the answer is due, while waiting for one
+        self.admits = False  # the server's HelloAck says 1.8 or later: it admits clients
         self._pid = pid
+        self._readmit = readmit  # admits every client again (the core knows them)
+        self._request_ids = itertools.count(1)
+        self._admitting: Dict[int, bytes] = {}  # admit request ID -> its client, until answered
+        self._unacknowledged: Dict[bytes, Send] = {}  # client -> its HelloAck, sent once the server admitted it
         self._held: List[Any] = []  # requests for storage made while the link was not ready
         self._history: List[LinkEvent] = []
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
@@ -120,9 +131,8 @@ class StorageLink:
             LinkAction.FAIL_STARTED_NO_ANSWER: self._fail_started_no_answer,
         }
         self._by_message: Dict[type, Callable[[Any], Tuple[Optional[LinkEvent], str]]] = {
-            m.HelloAck: _hello_ack_event,
+            m.HelloAck: self._hello_ack_event,
             m.Refusal: _refusal_event,
-            m.ObjectResponse: _no_event,  # answers to the scheduler's deletes: nothing waits for them
         }
 
     @property
@@ -135,6 +145,9 @@ class StorageLink:
         self._step(LinkEvent.START, now, out)
 
     def on_message(self, message: Any, now: float, out: Outbox) -> None:
+        if type(message) is m.ObjectResponse:
+            self._on_response(message, out)
+            return
         to_event = self._by_message.get(type(message))
         if to_event is None:
             logger.warning(f"Scheduler: dropped {type(message).__name__} from the object storage server")
@@ -162,6 +175,43 @@ class StorageLink:
             out.sends.append(Send(STORAGE, message))
         else:
             self._held.append(message)
+
+    def admit(self, client_id: bytes, scope: bytes, ack: Optional[Send], out: Outbox) -> None:
+        """The scheduler serves ``client_id``, whose tasks read the objects of ``scope``: the server is told (if
+        it admits clients), and ``ack``, the client's HelloAck, leaves once it answered. While the server is away
+        the HelloAck leaves at once: every client is admitted again when it is back."""
+        if not (self.admits and self.state is LinkState.READY):
+            if ack is not None:
+                out.sends.append(ack)
+            return
+        if ack is not None:
+            self._unacknowledged[client_id] = ack
+        request_id = next(self._request_ids)
+        self._admitting[request_id] = client_id
+        scope_id = b"" if scope == client_id else scope
+        request = m.ObjectRequest(request_id, m.ObjectRequestKind.ADMIT, client_id, [], scope_id=scope_id)
+        out.sends.append(Send(STORAGE, request))
+
+    def acknowledge(self, client_id: bytes, ack: Send, out: Outbox) -> None:
+        """A known client said Hello again: answered now, or with its first answer once it is admitted."""
+        if client_id in self._unacknowledged:
+            self._unacknowledged[client_id] = ack
+        else:
+            out.sends.append(ack)
+
+    def forget(self, client_id: bytes) -> None:
+        """The client left: no answer is due to it."""
+        self._unacknowledged.pop(client_id, None)
+
+    def _on_response(self, response: m.ObjectResponse, out: Outbox) -> None:
+        """Answers to the scheduler's requests: an admission lets its client's HelloAck go; nothing waits for the
+        others (deletes, clears)."""
+        if response.kind != m.ObjectRequestKind.ADMIT:
+            return
+        client_id = self._admitting.pop(response.request_id, None)
+        ack = self._unacknowledged.pop(client_id, None) if client_id is not None else None
+        if ack is not None:
+            out.sends.append(ack)
 
     def _step(self, event: LinkEvent, now: float, out: Outbox) -> None:
         transition = STORAGE_LINK_LIFECYCLE.step(self.state, event, self.address, self._history)
@@ -195,6 +245,8 @@ class StorageLink:
         logger.info(f"Scheduler: object storage server {self.address} answered again")
         out.sends.extend(Send(STORAGE, message) for message in self._held)
         self._held = []
+        self._admitting.clear()  # asked of the connection that went down: no answer comes
+        self._readmit(out)  # after the held requests: a clear held for a client that stays ends its admission
 
     def _warn_lost(self, now: float, out: Outbox) -> None:
         logger.warning(f"Scheduler: lost the connection to the object storage server {self.address}; reconnecting")
@@ -215,17 +267,13 @@ class StorageLink:
         self.deadline = None
         out.sends.append(StartFailed(reason))
 
-
-def _hello_ack_event(ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
-    reason = incompatibility(ack.version)
-    if reason is None:
-        return LinkEvent.ANSWERED, ""
-    return LinkEvent.REFUSED, f"object storage server: {reason}"
+    def _hello_ack_event(self, ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
+        reason = incompatibility(ack.version)
+        if reason is None:
+            self.admits = knows(ack.version, ISOLATION_VERSION)
+            return LinkEvent.ANSWERED, ""
+        return LinkEvent.REFUSED, f"object storage server: {reason}"
 
 
 def _refusal_event(refusal: m.Refusal) -> Tuple[Optional[LinkEvent], str]:
     return LinkEvent.REFUSED, f"object storage server refused the scheduler: {refusal.reason}"
-
-
-def _no_event(message: Any) -> Tuple[Optional[LinkEvent], str]:
-    return None, ""

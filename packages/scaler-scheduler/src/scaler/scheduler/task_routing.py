@@ -109,6 +109,13 @@ class TaskRouting:
     def knows(self, task_id: bytes) -> bool:
         return task_id in self._tasks
 
+    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
+        """The worker that holds the task now, and the task's client (None: no worker holds it)."""
+        record = self._tasks.get(task_id)
+        if record is None or record.worker_id is None:
+            return None
+        return record.worker_id, record.task.client_id
+
     # ----------------------------------------------------------------- peers
 
     def add_worker(self, worker: Worker) -> None:
@@ -175,13 +182,16 @@ class TaskRouting:
 
     def queue(self, source: bytes, new_tasks: List[Any], now: float) -> None:
         """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch`, or graph nodes the
-        graph layer released."""
+        graph layer released. Each carries its client's scope (empty for a client that stands for itself)."""
         client = self._clients[source]
+        scope = client.scope if client.scope != source else b""
         tasks = self._tasks
         counts = self.state_counts
         for task in new_tasks:
             task_id = task.task_id
             task.client_id = source
+            if task.scope_id != scope:  # only a Client made in a task has one, and no client sets its own
+                task.scope_id = scope
             needs = None
             if task.capabilities and self._capability_policy:
                 needs = frozenset(c.name for c in task.capabilities)
