@@ -66,10 +66,13 @@ def make_task(
     arguments: Sequence[m.Argument] = (),
     serializer_id: bytes = b"",
     timeout_seconds: float = 0.0,
+    client_id: bytes = CLIENT,
+    scope_id: bytes = b"",
 ) -> m.Task:
     return m.Task(
         task_id=task_id(number),
-        client_id=CLIENT,
+        client_id=client_id,
+        scope_id=scope_id,
         function_id=function_id,
         arguments=list(arguments) or [m.Argument("", m.ArgumentKind.INLINE, cloudpickle.dumps(number))],
         priority=priority,
@@ -109,6 +112,7 @@ class Harness:
         )
         self.now = 0.0
         self.storage: Dict[bytes, Any] = {FUNCTION: b"function bytes"}
+        self.readers: Dict[bytes, bytes] = {}  # object ID -> the only scope a get may read it for (absent: any)
         self.processor = -1
         self.pipe: List[Any] = []  # sent to the model processor, not read yet
         self.current: Optional[ProcessorTask] = None  # the task the model processor runs
@@ -241,13 +245,16 @@ class Harness:
         return response.task_ids
 
     def answer_gets(self) -> None:
-        """The storage server answers every get request sent so far."""
+        """The storage server answers every get request sent so far (for the scope it names, `readers`)."""
         while self.gets:
             request = self.gets.pop(0)
-            statuses = [
-                m.ObjectStatus.OK if i in self.storage else m.ObjectStatus.NOT_FOUND for i in request.object_ids
+            readable = [
+                i in self.storage and self.readers.get(i, request.owner_id) == request.owner_id
+                for i in request.object_ids
             ]
-            blobs, counts = object_frames.pack([self.storage[i] for i in request.object_ids if i in self.storage])
+            statuses = [m.ObjectStatus.OK if ok else m.ObjectStatus.NOT_FOUND for ok in readable]
+            found = [i for i, ok in zip(request.object_ids, readable, strict=True) if ok]
+            blobs, counts = object_frames.pack([self.storage[i] for i in found])
             response = m.ObjectResponse(request.request_id, m.ObjectRequestKind.GET, request.object_ids, statuses)
             response.frame_counts = counts
             self.handle(FromStorage(response, blobs))

@@ -103,13 +103,17 @@ class ClientCore:
         batch_size: int = TASK_BATCH_SIZE,
         disconnect_wait_seconds: float = 5.0,
         argument_bytes_in_storage: int = ARGUMENT_BYTES_IN_STORAGE,
+        made_in: Tuple[bytes, bytes] = (b"", b""),
     ) -> None:
         self._client_id = client_id
         self._address = scheduler_address
         self._timeout = timeout_seconds
         self._heartbeat_interval = heartbeat_interval_seconds
         self._disconnect_wait = disconnect_wait_seconds
-        self._hello = Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT, pid=pid, hostname=hostname)
+        # made_in: the task a Client made inside a task stands for the client of, and its worker's proof of it
+        self._hello = Hello(
+            PROTOCOL_VERSION, PeerRole.CLIENT, pid, hostname, made_in=made_in[0], made_in_proof=made_in[1]
+        )
 
         self._out: List[Effect] = []  # what the event being handled decided
         self._storage = StorageRequests(client_id, self._hello, timeout_seconds, self._out)

@@ -29,7 +29,7 @@ from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
-from scaler.worker.storage_requests import StorageRequests
+from scaler.worker.storage_requests import Fetch, StorageRequests, read_scope
 from scaler.worker.task_lifecycle import (
     HISTORY_LENGTH,
     TASK_LIFECYCLE,
@@ -355,10 +355,11 @@ class WorkerCore:
         else:
             logger.warning(f"{self._name}: dropped storage response of unexpected kind {response.kind.name}")
 
-    def _fail_staged_needing(self, failed: Dict[bytes, Exception]) -> None:
+    def _fail_staged_needing(self, failed: Dict[Fetch, Exception]) -> None:
         for entry in list(self._staged.values()):
+            scope = read_scope(entry.task)
             for object_id, _ in self._storage.missing(entry, self._runner):
-                error = failed.get(object_id)
+                error = failed.get((scope, object_id))
                 if error is not None:
                     self._apply(entry, _E.FAIL, (error, None))
                     break
@@ -380,13 +381,13 @@ class WorkerCore:
 
     def _fail_storage_requests(self, why: str, now: float = math.inf, limit: float = 0.0) -> None:
         """Fail the tasks whose storage requests are older than ``limit`` seconds (all of them by default)."""
-        object_ids, puts = self._storage.expire(now, limit)
-        if not (object_ids or puts):
+        fetches, puts = self._storage.expire(now, limit)
+        if not (fetches or puts):
             return
         problem = DisconnectedError(why)
         logger.error(f"{self._name}: {problem}")
-        if object_ids:
-            self._fail_staged_needing(dict.fromkeys(object_ids, problem))
+        if fetches:
+            self._fail_staged_needing(dict.fromkeys(fetches, problem))
         for entry, _, _, profiling in puts:
             self._apply(entry, _E.FAIL, (problem, profiling))
 
@@ -398,9 +399,7 @@ class WorkerCore:
     def best_priority(self) -> Optional[int]:
         return self._queue.best_priority
 
-    def next_ready(
-        self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None
-    ) -> Optional[ReadyTask]:
+    def next_ready(self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None) -> Optional[ReadyTask]:
         queue = self._queue
         storage = self._storage
         while True:

@@ -72,6 +72,7 @@ class WorkerSession:
                 queue_capacity=config.queue_capacity,
                 capabilities=config.capabilities,
                 group_id=config.group_id.encode(),
+                delegation_key=identity.delegation_key,
             ),
         )
         self.connected = False  # the scheduler's HelloAck came
