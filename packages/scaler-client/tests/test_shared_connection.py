@@ -13,7 +13,7 @@ from client_fakes import FakeScheduler, wait_until
 
 from scaler import Client
 from scaler.protocol import delegation
-from scaler.protocol.messages import Hello, TaskBatch, TaskCancel
+from scaler.protocol.messages import DisconnectRequest, Hello, TaskBatch, TaskCancel
 from scaler.protocol.task_context import TaskContext, set_task_context
 
 
@@ -108,3 +108,14 @@ def test_outside_a_processor_an_unpickled_client_has_its_own_connection(schedule
             assert copy.client_id != original.client_id
         finally:
             copy.disconnect()
+
+
+def test_a_connection_no_client_holds_says_goodbye_once_another_is_used(scheduler, context, running):
+    running.now = (bytes(16), b"C|h|1|alice")
+    alices = Client(timeout_seconds=10).client_id  # made and dropped: its connection is kept, as the last used
+    assert scheduler.messages(DisconnectRequest) == []
+    running.now = (bytes([1]) * 16, b"C|h|2|bob")
+    bobs = Client(timeout_seconds=10)  # another client's task: the last used is now bob's, alice's is unheld
+    scheduler.wait_for(DisconnectRequest)
+    [(_, identity, _, _)] = scheduler.records(DisconnectRequest)
+    assert identity == alices != bobs.client_id and list(context.connections) == [b"C|h|2|bob"]

@@ -6,7 +6,8 @@ processor's `SharedConnection` for the scope of the task it is made in (one agen
 one client ID at the scheduler), made by the first such Client. That Client tells the scheduler the task it
 was made in, with the worker's proof (`scaler.protocol.delegation`): the connection stands for that task's
 client, whose objects its tasks read. However many tasks wait in the processor, each holding Clients, the
-processor keeps one connection per client whose tasks made Clients there, and a fixed number of threads each.
+processor keeps one connection per client whose tasks hold Clients there (a fixed number of threads each), and
+the one used last: a connection no Client holds any more says goodbye (`close_unreferenced`).
 
 A view sends through the shared agent (`ClientView`), except what would reach beyond itself: its
 `disconnect` stops only the view (the connection stays, for the other tasks) and its `clear` cancels only
@@ -16,6 +17,7 @@ the tasks submitted through it.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import weakref
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -42,8 +44,10 @@ class SharedConnection:
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
         proof = delegation.proof(delegation_key, self.client_id, made_in) if made_in and delegation_key else b""
+        # the agent holds what it calls back, never this connection: a connection no Client holds is freed at once
         self.agent = ClientAgent(
-            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait, on_objects_failed=self._forget,
+            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait,
+            on_objects_failed=functools.partial(_forget, self._builders),
             keys=peer_keys(SecurityConfig.from_environment()),  # the worker's task key, when the cluster has keys
             made_in=(made_in, proof),
         )  # fmt: skip
@@ -64,9 +68,11 @@ class SharedConnection:
         builder.send = self.agent.send
         return builder
 
-    def _forget(self, object_ids: Any) -> None:
-        for builder in self._builders.values():
-            builder.forget(object_ids)
+
+def _forget(builders: Dict[bool, TaskBuilder], object_ids: Any) -> None:
+    """The functions that failed to reach storage: the shared task builders put them again."""
+    for builder in builders.values():
+        builder.forget(object_ids)
 
 
 def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float) -> SharedConnection:
@@ -81,14 +87,17 @@ def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: f
             address = context.scheduler_address
             connection = SharedConnection(address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key)
             context.connections[scope] = connection
+        context.last_connection = connection  # the others live as long as Clients hold them
         return connection
 
 
 class ClientView:
-    """A Client's agent inside a processor: the shared agent, but for what concerns this Client alone."""
+    """A Client's agent inside a processor: the shared agent, but for what concerns this Client alone. It holds
+    its connection: a connection lives as long as a Client uses it."""
 
-    def __init__(self, shared: ClientAgent) -> None:
-        self._shared = shared
+    def __init__(self, connection: SharedConnection) -> None:
+        self._connection = connection
+        self._shared: ClientAgent = connection.agent
         self._futures: weakref.WeakValueDictionary[bytes, ScalerFuture] = weakref.WeakValueDictionary()
         self._closed = False
 

@@ -13,8 +13,9 @@ any task, and the client reads it (`task_context`):
   there (a task received it), shares a connection to the scheduler that runs the tasks
   (``scheduler_address``) with the Clients of every task of the same scope (``running_task()``: the ID and
   scope of the task whose code runs, the client whose objects it reads): the client keeps them in
-  ``connections`` by scope, each made on first use under ``lock``. So the number of connections and threads
-  of a processor grows with the clients whose tasks it ran, not with the number of waiting tasks.
+  ``connections`` by scope, each made on first use under ``lock``, while a Client uses it (and the one used
+  last, in ``last_connection``). So the number of connections and threads of a processor grows with the
+  clients whose tasks hold Clients there, not with the number of waiting tasks.
 - **Standing for the task's client.** The Client that opens a scope's connection tells the scheduler the task
   it was made in, with a proof made with ``delegation_key`` (`scaler.protocol.delegation`): its tasks then
   read the objects of that scope (an `ObjectReference` the task received, passed on to the tasks it submits).
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+import weakref
+from typing import Any, Callable, Optional, Tuple
 
 Wake = Callable[[], None]
 Notify = Callable[[Wake], None]
@@ -36,7 +38,9 @@ WaitHook = Callable[[Callable[[], bool], Optional[float], Notify], None]
 class TaskContext:
     """What a process that runs tasks offers the client code inside them."""
 
-    __slots__ = ("scheduler_address", "wait", "running_task", "delegation_key", "connections", "lock")
+    __slots__ = (
+        "scheduler_address", "wait", "running_task", "delegation_key", "connections", "last_connection", "lock",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -53,7 +57,9 @@ class TaskContext:
         # stand for themselves)
         self.running_task = running_task
         self.delegation_key = delegation_key  # proves to the scheduler the task a Client was made in
-        self.connections: Dict[bytes, Any] = {}  # the client's shared connections, by scope, made on first use
+        # the client's shared connections, by scope, made on first use; each lives while a Client uses it
+        self.connections: weakref.WeakValueDictionary[bytes, Any] = weakref.WeakValueDictionary()
+        self.last_connection: Any = None  # the one used last, kept for the next task even when no Client holds it
         self.lock = threading.Lock()  # guards making a connection
 
 

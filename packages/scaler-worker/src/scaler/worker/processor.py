@@ -184,7 +184,7 @@ def run_processor(
 def _leave_scheduler(context: TaskContext) -> None:
     """The tasks' shared client connections, if they made any, say goodbye: the scheduler then cancels what it
     still runs for them at once, and does not take the processor's end for lost clients."""
-    agents = [connection.agent for connection in context.connections.values()]
+    agents = [connection.agent for connection in list(context.connections.values())]
     for agent in agents:
         agent.disconnect()
     deadline = time.monotonic() + 1.0  # bounded: the agents get a second, together, to leave
