@@ -263,14 +263,10 @@ class StorageRequests:
     @property
     def oldest_request(self) -> float:
         """When the oldest request still unanswered was sent (inf: none is)."""
-        gets, puts = self._gets, self._puts
-        if not gets and not puts:
-            return math.inf
-        oldest = math.inf
-        for requests in (gets, puts):
-            if requests:
-                oldest = min(oldest, next(iter(requests.values()))[1])  # they are kept in the order sent
-        return oldest
+        gets, puts = self._gets, self._puts  # each kept in the order sent: its first is its oldest
+        oldest_get = next(iter(gets.values()))[1] if gets else math.inf
+        oldest_put = next(iter(puts.values()))[1] if puts else math.inf
+        return min(oldest_get, oldest_put)
 
     def expire(self, now: float, limit: float) -> Tuple[List[Fetch], List[_Put]]:
         """Forget the requests unanswered for ``limit`` seconds: the fetches and the puts they asked for."""
