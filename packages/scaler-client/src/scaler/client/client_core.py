@@ -110,7 +110,7 @@ class ClientCore:
         self._timeout = timeout_seconds
         self._heartbeat_interval = heartbeat_interval_seconds
         self._disconnect_wait = disconnect_wait_seconds
-        # made_in: the task a Client made inside a task stands for the client of, and its worker's proof of it
+        # made_in: for a Client made inside a task, that task's ID and its worker's proof (scaler.protocol.delegation)
         self._hello = Hello(
             PROTOCOL_VERSION, PeerRole.CLIENT, pid, hostname, made_in=made_in[0], made_in_proof=made_in[1]
         )
