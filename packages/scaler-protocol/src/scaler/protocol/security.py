@@ -36,6 +36,7 @@ import zmq
 from zmq.utils import z85
 from zmq.utils.monitor import parse_monitor_message
 
+from scaler.protocol.connection_liveness import watch_liveness
 from scaler.protocol.errors import SecurityError
 from scaler.protocol.messages import PeerRole
 
@@ -412,11 +413,12 @@ def server_keys(config: SecurityConfig) -> Keys:
 
 
 def new_socket(context: Any, socket_type: int, keys: Keys, domain: Optional[str] = None) -> Any:
-    """A socket of ``context`` with linger 0, secured by ``keys``: the CurveZMQ server of ``domain`` (a socket
-    that binds, authorized through the ZAP handler), or a CurveZMQ client of the server key (``domain``
-    None). Without keys, a plain socket."""
+    """A socket of ``context`` with linger 0 and the TCP options that find a vanished host (`connection_liveness`),
+    secured by ``keys``: the CurveZMQ server of ``domain`` (a socket that binds, authorized through the ZAP
+    handler), or a CurveZMQ client of the server key (``domain`` None). Without keys, a plain socket."""
     socket = context.socket(socket_type)
     socket.setsockopt(zmq.LINGER, 0)
+    watch_liveness(socket)  # a vanished host's connections are found dead in seconds
     own = keys.own
     if own is None:
         return socket
