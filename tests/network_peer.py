@@ -1,0 +1,117 @@
+"""A client program for the network tests: run on a host (`network_hosts.Host.command`), it drives a Client
+and tells what happens as JSON lines on stdout ({"event": ..., ...}), which the test reads with bounded waits.
+
+    python network_peer.py wait ADDRESS             # until a scheduler answers at ADDRESS (exit 1 after 60 s)
+    python network_peer.py map ADDRESS COUNT SECONDS [--again]
+        # COUNT tasks of SECONDS each, one event per result ("result"), then "done" with every value; or
+        # "error" with the exception's type and text; with --again, then a new Client and one task ("again")
+    python network_peer.py hold ADDRESS             # one task that sleeps an hour; "submitted", then waits
+    python network_peer.py gil ADDRESS SECONDS      # one task that holds the GIL in C for SECONDS; "done"
+    python network_peer.py large ADDRESS MEGABYTES  # one task given a bytes argument of that size; "done"
+    python network_peer.py graph ADDRESS NODES      # a chain graph of NODES nodes; "done" with the last value
+
+Every Client uses `TIMEOUT_SECONDS` (the tests' "never"): only the network's own detection ends their waits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from cluster_processes import hello_answered  # noqa: E402
+
+from scaler import Client  # noqa: E402
+
+TIMEOUT_SECONDS = 600.0
+AGAIN_SECONDS = 60.0  # how long --again tries to connect
+
+
+def tell(event: str, **details: Any) -> None:
+    print(json.dumps({"event": event, "time": time.time(), **details}), flush=True)
+
+
+def sleep_and_square(value: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return value * value
+
+
+def hold_the_gil(seconds: int) -> int:
+    import ctypes
+
+    ctypes.PyDLL(None).sleep(seconds)  # a PyDLL call keeps the GIL: the processor's threads all stop meanwhile
+    return seconds
+
+
+def length(data: bytes) -> int:
+    return len(data)
+
+
+def increment(value: int) -> int:
+    return value + 1
+
+
+def wait(address: str) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if hello_answered(address, timeout=1.0):
+            return 0
+    return 1
+
+
+def run_map(address: str, count: int, seconds: float, again: bool) -> None:
+    try:
+        with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
+            tell("connected")
+            futures = [client.submit(sleep_and_square, i, seconds) for i in range(count)]
+            values: List[int] = []
+            for index, future in enumerate(futures):
+                values.append(future.result())
+                tell("result", index=index)
+            tell("done", values=values)
+    except Exception as error:  # noqa: BLE001 - what failed is what the test reads
+        tell("error", type=type(error).__name__, message=str(error))
+        if not again:
+            return
+        deadline = time.monotonic() + AGAIN_SECONDS
+        while True:
+            try:
+                with Client(address=address, timeout_seconds=5) as client:
+                    tell("again", value=client.submit(sleep_and_square, 3, 0).result())
+                    return
+            except Exception as error:  # noqa: BLE001 - tried until the deadline
+                if time.monotonic() > deadline:
+                    tell("error", type=type(error).__name__, message=str(error))
+                    return
+
+
+def main() -> int:
+    command, address, *rest = sys.argv[1:]
+    if command == "wait":
+        return wait(address)
+    if command == "map":
+        run_map(address, int(rest[0]), float(rest[1]), "--again" in rest)
+        return 0
+    with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
+        tell("connected")
+        if command == "hold":
+            client.submit(time.sleep, 3600)
+            tell("submitted")
+            time.sleep(3600)
+        elif command == "gil":
+            tell("done", value=client.submit(hold_the_gil, int(rest[0])).result())
+        elif command == "large":
+            tell("done", value=client.submit(length, bytes(int(rest[0]) * 2**20)).result())
+        elif command == "graph":
+            nodes = int(rest[0])
+            graph = {"n0": 0, **{f"n{i}": (increment, f"n{i - 1}") for i in range(1, nodes)}}
+            tell("done", value=client.get(graph, keys=[f"n{nodes - 1}"])[f"n{nodes - 1}"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

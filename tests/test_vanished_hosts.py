@@ -1,0 +1,123 @@
+"""Hosts that vanish without a word, and partitions that heal, across network namespaces (issue 27).
+
+Each component runs on a host of its own (`network_hosts`: a network namespace joined to the others by a
+switch), as real processes speaking real TCP; a host "vanishes" when its cable is pulled (`Host.cut`: its
+packets are dropped, nobody gets a FIN or a RST). The timeouts of silent peers (the worker's, the client's,
+the scheduler's for either) are set to 600 s, out of reach of every bounded wait here, so that only the
+detection of a dead connection (`scaler.protocol.connection_liveness`: 3 s) can end those waits in time; the
+tests of false alarms keep the default settings. The bounds of the waits are generous for a shared 2-core
+machine; how fast each case is noticed is measured by benchmarks/vanished_hosts.py (docs/scheduling.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+from cluster_processes import BIN, Processes, wait_until
+from network_hosts import Host, Network
+
+NEVER = "600"
+PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "network_peer.py")
+SCHEDULER_PORT = 2345
+STORAGE_PORT = 2346
+
+
+class Peer:
+    """A `network_peer.py` program running on a host; `expect` waits, bounded, for its next event."""
+
+    def __init__(self, processes: Processes, host: Host, *arguments: str) -> None:
+        self.process = processes.start("python", PEER, *arguments, prefix=host.command, stdout=subprocess.PIPE)
+        self._events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(b"{"):
+                self._events.put(json.loads(line))
+        self._events.put({"event": "exited", "code": self.process.wait()})
+
+    def expect(self, event: str, timeout: float) -> Dict[str, Any]:
+        """The next event but "result"s, which must be ``event`` and come within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                got = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no {event!r} from {self.process.args[-3:]} within {timeout:g} s") from None
+            if got["event"] == "result" and event != "result":
+                continue
+            assert got["event"] == event, f"expected {event!r}, got {got}"
+            return got
+
+
+class Cluster:
+    """Storage and scheduler on one host (or storage on its own), one worker per worker host, logs in a folder."""
+
+    def __init__(self, network: Network, processes: Processes, logs: Path, *, workers: int = 2,
+                 storage_host: bool = False, defaults: bool = False) -> None:  # fmt: skip
+        self.network = network
+        self.processes = processes
+        self.logs = logs
+        self.scheduler_host = network.host("scheduler")
+        self.storage_host = network.host("storage") if storage_host else self.scheduler_host
+        self.client_host = network.host("client")
+        self.worker_hosts = [network.host(f"worker{index}") for index in range(workers)]
+        self.address = self.scheduler_host.tcp(SCHEDULER_PORT)
+        self.storage_address = self.storage_host.tcp(STORAGE_PORT)
+        timeouts = [] if defaults else ["--worker-timeout-seconds", NEVER, "--client-timeout-seconds", NEVER]
+        self._start(self.storage_host, "scaler_object_storage_server", self.storage_address, "--insecure")
+        self.scheduler = self._start(self.scheduler_host, "scaler_scheduler", self.address, "--insecure",
+                                     "--object-storage-address", self.storage_address, *timeouts)  # fmt: skip
+        self.wait_answering(self.client_host)
+        worker_timeout = [] if defaults else ["--worker-timeout-seconds", NEVER]
+        self.clusters = [
+            self._start(host, "scaler_cluster", "-n", "1", self.address, *worker_timeout, log=f"cluster-{host.name}")
+            for host in self.worker_hosts
+        ]
+        for host in self.worker_hosts:
+            wait_until(lambda host=host: "connected to scheduler" in self.log(f"cluster-{host.name}"), 60,
+                       f"the worker on {host.name} to join")  # fmt: skip
+
+    def _start(self, host: Host, program: str, *arguments: str, log: Optional[str] = None) -> Any:
+        path = self.logs / f"{log or program}.log"
+        return self.processes.start(program, *arguments, prefix=host.command, log_path=str(path))
+
+    def wait_answering(self, host: Host) -> None:
+        command = [*host.command, os.path.join(BIN, "python"), PEER, "wait", self.address]
+        assert subprocess.run(command, timeout=90).returncode == 0, f"no scheduler answered at {self.address}"
+
+    def log(self, name: str) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def peer(self, *arguments: str, host: Optional[Host] = None) -> Peer:
+        return Peer(self.processes, host or self.client_host, arguments[0], self.address, *arguments[1:])
+
+    def scheduler_says(self, pattern: str) -> List[str]:
+        return re.findall(pattern, self.log("scaler_scheduler"))
+
+
+def _cluster(network: Network, processes: Processes, tmp_path: Path, **options: Any) -> Cluster:
+    return Cluster(network, processes, tmp_path, **options)
+
+
+def test_a_vanished_worker_hosts_tasks_run_elsewhere_at_once(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path)
+    mapping = cluster.peer("map", "20", "0.5")
+    mapping.expect("connected", 60)
+    for _ in range(3):
+        mapping.expect("result", 60)
+    cluster.worker_hosts[0].cut()
+    done = mapping.expect("done", 45)  # 600 s for a silent worker: only the dead connection can end this in time
+    assert done["values"] == [i * i for i in range(20)]
+    assert len(cluster.scheduler_says(r"worker \S+ disconnected \(its connection closed\)")) == 1
