@@ -39,6 +39,10 @@ def _ip(*arguments: str) -> str:
     return result.stdout
 
 
+def _ip_netns_tc(namespace: str, *arguments: str) -> None:
+    _ip("netns", "exec", namespace, "tc", *arguments)
+
+
 def missing_requirements() -> List[str]:
     """What making hosts needs that this machine lacks: root, iproute2."""
     missing = []
@@ -73,6 +77,11 @@ class Host:
 
     def restore(self) -> None:
         _ip("-n", self._network.switch, "link", "set", self.port, "up")
+
+    def limit(self, rate: str) -> None:
+        """What the host sends goes at most at ``rate`` (tc's units, e.g. "1gbit"), as on a real link."""
+        _ip_netns_tc(self.namespace, "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "1mb",
+                     "latency", "100ms")  # fmt: skip
 
 
 class Network:

@@ -1,14 +1,17 @@
 """A client program for the network tests: run on a host (`network_hosts.Host.command`), it drives a Client
-and tells what happens as JSON lines on stdout ({"event": ..., ...}), which the test reads with bounded waits.
+and tells what happens as JSON lines on stdout ({"event": ..., ...}), which the test reads with bounded waits;
+an exception ends each command with "error" (its type and text).
 
     python network_peer.py wait ADDRESS             # until a scheduler answers at ADDRESS (exit 1 after 60 s)
     python network_peer.py map ADDRESS COUNT SECONDS [--again]
         # COUNT tasks of SECONDS each, one event per result ("result"), then "done" with every value; or
         # "error" with the exception's type and text; with --again, then a new Client and one task ("again")
-    python network_peer.py hold ADDRESS             # one task that sleeps an hour; "submitted", then waits
+    python network_peer.py hold ADDRESS MARKER      # one task that writes the file MARKER and sleeps an hour
     python network_peer.py gil ADDRESS SECONDS      # one task that holds the GIL in C for SECONDS; "done"
     python network_peer.py large ADDRESS MEGABYTES  # one task given a bytes argument of that size; "done"
     python network_peer.py graph ADDRESS NODES      # a chain graph of NODES nodes; "done" with the last value
+    python network_peer.py objects ADDRESS          # an object of 1 MiB put in storage every 0.2 s: "stored"
+                                                    # each time, until one fails: "error"
 
 Every Client uses `TIMEOUT_SECONDS` (the tests' "never"): only the network's own detection ends their waits.
 """
@@ -38,6 +41,12 @@ def tell(event: str, **details: Any) -> None:
 def sleep_and_square(value: int, seconds: float) -> int:
     time.sleep(seconds)
     return value * value
+
+
+def mark_and_sleep(marker: str, seconds: float) -> None:
+    with open(marker, "w"):  # the test sees that the task runs: the hosts share the file system
+        pass
+    time.sleep(seconds)
 
 
 def hold_the_gil(seconds: int) -> int:
@@ -96,20 +105,26 @@ def main() -> int:
     if command == "map":
         run_map(address, int(rest[0]), float(rest[1]), "--again" in rest)
         return 0
-    with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
-        tell("connected")
-        if command == "hold":
-            client.submit(time.sleep, 3600)
-            tell("submitted")
-            time.sleep(3600)
-        elif command == "gil":
-            tell("done", value=client.submit(hold_the_gil, int(rest[0])).result())
-        elif command == "large":
-            tell("done", value=client.submit(length, bytes(int(rest[0]) * 2**20)).result())
-        elif command == "graph":
-            nodes = int(rest[0])
-            graph = {"n0": 0, **{f"n{i}": (increment, f"n{i - 1}") for i in range(1, nodes)}}
-            tell("done", value=client.get(graph, keys=[f"n{nodes - 1}"])[f"n{nodes - 1}"])
+    try:
+        with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
+            tell("connected")
+            if command == "hold":
+                client.submit(mark_and_sleep, rest[0], 3600).result()
+            elif command == "gil":
+                tell("done", value=client.submit(hold_the_gil, int(rest[0])).result())
+            elif command == "large":
+                tell("done", value=client.submit(length, bytes(int(rest[0]) * 2**20)).result())
+            elif command == "objects":
+                while True:
+                    client.send_object(bytes(2**20))
+                    tell("stored")
+                    time.sleep(0.2)
+            elif command == "graph":
+                nodes = int(rest[0])
+                graph = {"n0": 0, **{f"n{i}": (increment, f"n{i - 1}") for i in range(1, nodes)}}
+                tell("done", value=client.get(graph, keys=[f"n{nodes - 1}"])[f"n{nodes - 1}"])
+    except Exception as error:  # noqa: BLE001 - what failed is what the test reads
+        tell("error", type=type(error).__name__, message=str(error))
     return 0
 
 

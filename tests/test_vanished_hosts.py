@@ -29,6 +29,7 @@ NEVER = "600"
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "network_peer.py")
 SCHEDULER_PORT = 2345
 STORAGE_PORT = 2346
+_PROGRESS = ("connected", "result")
 
 
 class Peer:
@@ -47,14 +48,15 @@ class Peer:
         self._events.put({"event": "exited", "code": self.process.wait()})
 
     def expect(self, event: str, timeout: float) -> Dict[str, Any]:
-        """The next event but "result"s, which must be ``event`` and come within ``timeout`` seconds."""
+        """The next event (but the progress ones, "connected" and "result", unless asked for), which must be
+        ``event`` and come within ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 got = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise TimeoutError(f"no {event!r} from {self.process.args[-3:]} within {timeout:g} s") from None
-            if got["event"] == "result" and event != "result":
+            if got["event"] in _PROGRESS and event != got["event"]:
                 continue
             assert got["event"] == event, f"expected {event!r}, got {got}"
             return got
@@ -121,3 +123,46 @@ def test_a_vanished_worker_hosts_tasks_run_elsewhere_at_once(network, processes,
     done = mapping.expect("done", 45)  # 600 s for a silent worker: only the dead connection can end this in time
     assert done["values"] == [i * i for i in range(20)]
     assert len(cluster.scheduler_says(r"worker \S+ disconnected \(its connection closed\)")) == 1
+
+
+def test_a_vanished_client_hosts_tasks_are_cancelled_and_free_their_worker(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path, workers=1)
+    marker = tmp_path / "running"
+    cluster.peer("hold", str(marker))
+    wait_until(marker.exists, 60, "the client's task to run")
+    cluster.client_host.cut()
+    # a client on another host: its task runs on the only worker only once the vanished client's task is cancelled
+    other = cluster.peer("map", "1", "0", host=cluster.scheduler_host)
+    assert other.expect("done", 45)["values"] == [0]
+    assert len(cluster.scheduler_says(r"client \S+ disconnected \(its connection closed\)")) == 1
+
+
+def test_a_vanished_scheduler_host_fails_the_clients_futures_naming_it_and_its_workers_notice(
+    network, processes, tmp_path
+):
+    cluster = _cluster(network, processes, tmp_path, workers=1)
+    marker = tmp_path / "running"
+    mapping = cluster.peer("hold", str(marker))
+    wait_until(marker.exists, 60, "the client's task to run")
+    cluster.scheduler_host.cut()
+    error = mapping.expect("error", 45)
+    assert (error["type"], error["message"]) == (
+        "DisconnectedError", f"lost the connection to the scheduler at {cluster.address}"
+    )
+    worker_log = "cluster-worker0"
+    wait_until(lambda: f"lost the connection to scheduler {cluster.address}" in cluster.log(worker_log), 30,
+               "the worker to notice")  # fmt: skip
+
+
+def test_a_vanished_storage_host_fails_what_waits_on_it(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path, workers=1, storage_host=True)
+    putting = cluster.peer("objects")
+    putting.expect("connected", 60)
+    putting.expect("stored", 30)
+    cluster.storage_host.cut()
+    error = putting.expect("error", 45)  # a put waits 600 s for its answer: only the dead connection ends it
+    assert error["type"] == "DisconnectedError"
+    assert cluster.storage_address in error["message"], error
+    worker_log = "cluster-worker0"
+    wait_until(lambda: f"lost the connection to object storage {cluster.storage_address}" in cluster.log(worker_log),
+               30, "the worker to notice")  # fmt: skip
