@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import pytest
 from cluster_processes import BIN, Processes, wait_until
 from network_hosts import Host, Network
 
@@ -166,3 +165,47 @@ def test_a_vanished_storage_host_fails_what_waits_on_it(network, processes, tmp_
     worker_log = "cluster-worker0"
     wait_until(lambda: f"lost the connection to object storage {cluster.storage_address}" in cluster.log(worker_log),
                30, "the worker to notice")  # fmt: skip
+
+
+def test_a_worker_host_cut_off_for_20_seconds_rejoins_without_a_restart(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path)
+    worker_log = "cluster-worker0"
+    (worker_id,) = re.findall(r"Worker (\S+): connecting to scheduler", cluster.log(worker_log))
+    mapping = cluster.peer("map", "20", "0.5")
+    for _ in range(3):
+        mapping.expect("result", 60)
+    cut = time.monotonic()
+    cluster.worker_hosts[0].cut()
+    assert mapping.expect("done", 45)["values"] == [i * i for i in range(20)]  # while the host is away
+    time.sleep(max(0.0, cut + 20 - time.monotonic()))  # the partition lasts 20 s
+    cluster.worker_hosts[0].restore()
+    wait_until(lambda: "connected to scheduler" in cluster.log(worker_log).split("lost the connection")[-1], 60,
+               "the worker to rejoin")  # fmt: skip
+    log = cluster.log(worker_log)
+    assert log.count("connecting to scheduler") == 1 and "exiting" not in log, "the worker was restarted"
+    assert len(cluster.scheduler_says(rf"worker {re.escape(worker_id)} connected")) == 2
+    again = cluster.peer("map", "20", "0.5")  # both workers again; what the first did while cut off is not delivered
+    assert again.expect("done", 60)["values"] == [i * i for i in range(20)]
+
+
+def test_a_client_cut_off_briefly_loses_nothing_and_longer_fails_clearly_then_connects_again(
+    network, processes, tmp_path
+):
+    cluster = _cluster(network, processes, tmp_path, workers=1)
+    mapping = cluster.peer("map", "20", "0.2")
+    for _ in range(2):
+        mapping.expect("result", 60)
+    cluster.client_host.cut()
+    time.sleep(1.5)  # the cut lasts less than a dead connection's 3 s: TCP retransmits what was lost meanwhile
+    cluster.client_host.restore()
+    assert mapping.expect("done", 60)["values"] == [i * i for i in range(20)]
+
+    mapping = cluster.peer("map", "10", "1", "--again")
+    mapping.expect("result", 60)
+    cluster.client_host.cut()
+    error = mapping.expect("error", 45)
+    assert (error["type"], error["message"]) == (
+        "DisconnectedError", f"lost the connection to the scheduler at {cluster.address}"
+    )
+    cluster.client_host.restore()
+    assert mapping.expect("again", 60)["value"] == 9

@@ -246,7 +246,8 @@ class WorkerCore:
 
     def _on_usage(self, usage: UsageMeasured) -> None:
         self._usage = usage
-        self._heartbeat([])
+        if self._session.connected:  # (not while the connection is away: nothing goes before the new Hello)
+            self._heartbeat([])
 
     def _on_heartbeat_echo(self, echo: m.WorkerHeartbeatEcho) -> None:
         """The scheduler's view of what we hold differs from our heartbeat's: it asks for the IDs."""
@@ -272,6 +273,8 @@ class WorkerCore:
         was_down = self._session.storage_down
         self._session.on_connection(event.to_storage, event.change, self._now, self._out)
         if not event.to_storage:
+            if self._session.rejoining:  # the scheduler forgot us: its batches will be numbered anew
+                self._last_batch = 0
             return
         if event.change == connection_events.DOWN:
             self._fail_storage_requests(f"lost the connection to object storage {self._session.storage_address}")
@@ -581,7 +584,7 @@ class WorkerCore:
     def _send(self, out: List[Effect]) -> None:
         # nothing goes to storage while its connection is down: it goes after the Hello, when it is back
         self._storage.requests(self._now, self._unsent if self._session.storage_down else out)
-        self._answers.send(out)
+        self._answers.send(out if not self._session.rejoining else [])  # dropped: the scheduler forgot those tasks
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
         """Send what is left, and unless the scheduler sent us away, tell it we leave (our tasks then go
