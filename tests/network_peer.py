@@ -8,12 +8,14 @@ an exception ends each command with "error" (its type and text).
         # "error" with the exception's type and text; with --again, then a new Client and one task ("again")
     python network_peer.py hold ADDRESS MARKER      # one task that writes the file MARKER and sleeps an hour
     python network_peer.py gil ADDRESS SECONDS      # one task that holds the GIL in C for SECONDS; "done"
-    python network_peer.py large ADDRESS MEGABYTES  # one task given a bytes argument of that size; "done"
-    python network_peer.py graph ADDRESS NODES      # a chain graph of NODES nodes; "done" with the last value
+    python network_peer.py large ADDRESS MEGABYTES  # one task given a bytes argument of that many 10**6 bytes
+    python network_peer.py graph ADDRESS NODES      # a graph of NODES nodes, every one asked for: "done" with
+                                                    # the sum of their values
     python network_peer.py objects ADDRESS          # an object of 1 MiB put in storage every 0.2 s: "stored"
                                                     # each time, until one fails: "error"
 
-Every Client uses `TIMEOUT_SECONDS` (the tests' "never"): only the network's own detection ends their waits.
+Every Client uses a timeout of 600 s (`CLIENT_OPTIONS`, the tests' "never"): only the network's own detection ends their waits;
+with ``--defaults`` last, the Client's default timeout instead.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, List
+from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +32,7 @@ from cluster_processes import hello_answered  # noqa: E402
 
 from scaler import Client  # noqa: E402
 
-TIMEOUT_SECONDS = 600.0
+CLIENT_OPTIONS: Dict[str, Any] = {"timeout_seconds": 600.0}
 AGAIN_SECONDS = 60.0  # how long --again tries to connect
 
 
@@ -74,7 +76,7 @@ def wait(address: str) -> int:
 
 def run_map(address: str, count: int, seconds: float, again: bool) -> None:
     try:
-        with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
+        with Client(address=address, **CLIENT_OPTIONS) as client:
             tell("connected")
             futures = [client.submit(sleep_and_square, i, seconds) for i in range(count)]
             values: List[int] = []
@@ -99,6 +101,9 @@ def run_map(address: str, count: int, seconds: float, again: bool) -> None:
 
 
 def main() -> int:
+    if sys.argv[-1] == "--defaults":
+        CLIENT_OPTIONS.clear()
+        del sys.argv[-1]
     command, address, *rest = sys.argv[1:]
     if command == "wait":
         return wait(address)
@@ -106,23 +111,22 @@ def main() -> int:
         run_map(address, int(rest[0]), float(rest[1]), "--again" in rest)
         return 0
     try:
-        with Client(address=address, timeout_seconds=TIMEOUT_SECONDS) as client:
+        with Client(address=address, **CLIENT_OPTIONS) as client:
             tell("connected")
             if command == "hold":
                 client.submit(mark_and_sleep, rest[0], 3600).result()
             elif command == "gil":
                 tell("done", value=client.submit(hold_the_gil, int(rest[0])).result())
             elif command == "large":
-                tell("done", value=client.submit(length, bytes(int(rest[0]) * 2**20)).result())
+                tell("done", value=client.submit(length, bytes(int(rest[0]) * 10**6)).result())
             elif command == "objects":
                 while True:
                     client.send_object(bytes(2**20))
                     tell("stored")
                     time.sleep(0.2)
             elif command == "graph":
-                nodes = int(rest[0])
-                graph = {"n0": 0, **{f"n{i}": (increment, f"n{i - 1}") for i in range(1, nodes)}}
-                tell("done", value=client.get(graph, keys=[f"n{nodes - 1}"])[f"n{nodes - 1}"])
+                graph = {f"n{i}": (increment, i) for i in range(int(rest[0]))}
+                tell("done", value=sum(client.get(graph, keys=list(graph)).values()))
     except Exception as error:  # noqa: BLE001 - what failed is what the test reads
         tell("error", type=type(error).__name__, message=str(error))
     return 0

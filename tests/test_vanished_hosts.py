@@ -209,3 +209,37 @@ def test_a_client_cut_off_briefly_loses_nothing_and_longer_fails_clearly_then_co
     )
     cluster.client_host.restore()
     assert mapping.expect("again", 60)["value"] == 9
+
+
+# ----------------------------------------------------------------------------- no false alarms: default settings
+
+_ALARMS = r"disconnected \(its connection closed\)|timed out|lost the connection"
+
+
+def _no_alarm(cluster: Cluster) -> None:
+    for name in ("scaler_scheduler", *(f"cluster-{host.name}" for host in cluster.worker_hosts)):
+        assert not re.findall(_ALARMS, cluster.log(name)), f"{name}: {cluster.log(name)[-2000:]}"
+
+
+def test_a_task_that_holds_the_gil_in_c_for_30_seconds_is_no_alarm(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    assert cluster.peer("gil", "30", "--defaults").expect("done", 120)["value"] == 30
+    _no_alarm(cluster)
+
+
+def test_a_1_gb_argument_over_a_1_gbit_link_is_no_alarm(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    for host in (cluster.client_host, cluster.scheduler_host, cluster.worker_hosts[0]):
+        host.limit("1gbit")  # 8 s to send 1 GB (client to storage, storage to worker): longer than 3 s
+    assert cluster.peer("large", "1000", "--defaults").expect("done", 240)["value"] == 10**9
+    _no_alarm(cluster)
+
+
+def test_a_scheduler_busy_with_a_100000_node_graph_is_no_alarm(network, processes, tmp_path):
+    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    graph = cluster.peer("graph", "100000", "--defaults")
+    graph.expect("connected", 60)
+    mapping = cluster.peer("map", "20", "0.5", "--defaults", host=cluster.scheduler_host)
+    assert mapping.expect("done", 240)["values"] == [i * i for i in range(20)]
+    assert graph.expect("done", 240)["value"] == sum(range(1, 100001))
+    _no_alarm(cluster)
