@@ -14,8 +14,8 @@ an exception ends each command with "error" (its type and text).
     python network_peer.py objects ADDRESS          # an object of 1 MiB put in storage every 0.2 s: "stored"
                                                     # each time, until one fails: "error"
 
-Every Client uses a timeout of 600 s (`CLIENT_OPTIONS`, the tests' "never"): only the network's own detection ends their waits;
-with ``--defaults`` last, the Client's default timeout instead.
+Every Client uses a timeout of 600 s (`CLIENT_OPTIONS`, the tests' "never"): only the network's own detection
+ends their waits; with ``--defaults`` last, the Client's default timeout instead.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ class SlurmCluster:
         if missing or os.geteuid() != 0:
             raise RuntimeError(
                 f"a real Slurm needs root and the packages slurm-wlm and munge (missing: "
-                f"{', '.join(missing) or 'none'}; euid {os.geteuid()}): apt-get install slurm-wlm munge (dev.py test does)"
+                f"{', '.join(missing) or 'none'}; euid {os.geteuid()}): apt-get install slurm-wlm munge "
+                "(dev.py test does it)"
             )
         self.directory = directory
         # munged runs as the user munge, which must reach its directory: not under pytest's (root only)

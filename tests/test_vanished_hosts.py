@@ -11,109 +11,15 @@ machine; how fast each case is noticed is measured by benchmarks/vanished_hosts.
 
 from __future__ import annotations
 
-import json
-import os
-import queue
 import re
-import subprocess
-import threading
 import time
-from pathlib import Path
-from typing import Any, Dict, List, Optional
 
-from cluster_processes import BIN, Processes, wait_until
-from network_hosts import Host, Network
-
-NEVER = "600"
-PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "network_peer.py")
-SCHEDULER_PORT = 2345
-STORAGE_PORT = 2346
-_PROGRESS = ("connected", "result")
-
-
-class Peer:
-    """A `network_peer.py` program running on a host; `expect` waits, bounded, for its next event."""
-
-    def __init__(self, processes: Processes, host: Host, *arguments: str) -> None:
-        self.process = processes.start("python", PEER, *arguments, prefix=host.command, stdout=subprocess.PIPE)
-        self._events: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith(b"{"):
-                self._events.put(json.loads(line))
-        self._events.put({"event": "exited", "code": self.process.wait()})
-
-    def expect(self, event: str, timeout: float) -> Dict[str, Any]:
-        """The next event (but the progress ones, "connected" and "result", unless asked for), which must be
-        ``event`` and come within ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                got = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise TimeoutError(f"no {event!r} from {self.process.args[-3:]} within {timeout:g} s") from None
-            if got["event"] in _PROGRESS and event != got["event"]:
-                continue
-            assert got["event"] == event, f"expected {event!r}, got {got}"
-            return got
-
-
-class Cluster:
-    """Storage and scheduler on one host (or storage on its own), one worker per worker host, logs in a folder."""
-
-    def __init__(self, network: Network, processes: Processes, logs: Path, *, workers: int = 2,
-                 storage_host: bool = False, defaults: bool = False) -> None:  # fmt: skip
-        self.network = network
-        self.processes = processes
-        self.logs = logs
-        self.scheduler_host = network.host("scheduler")
-        self.storage_host = network.host("storage") if storage_host else self.scheduler_host
-        self.client_host = network.host("client")
-        self.worker_hosts = [network.host(f"worker{index}") for index in range(workers)]
-        self.address = self.scheduler_host.tcp(SCHEDULER_PORT)
-        self.storage_address = self.storage_host.tcp(STORAGE_PORT)
-        timeouts = [] if defaults else ["--worker-timeout-seconds", NEVER, "--client-timeout-seconds", NEVER]
-        self._start(self.storage_host, "scaler_object_storage_server", self.storage_address, "--insecure")
-        self.scheduler = self._start(self.scheduler_host, "scaler_scheduler", self.address, "--insecure",
-                                     "--object-storage-address", self.storage_address, *timeouts)  # fmt: skip
-        self.wait_answering(self.client_host)
-        worker_timeout = [] if defaults else ["--worker-timeout-seconds", NEVER]
-        self.clusters = [
-            self._start(host, "scaler_cluster", "-n", "1", self.address, *worker_timeout, log=f"cluster-{host.name}")
-            for host in self.worker_hosts
-        ]
-        for host in self.worker_hosts:
-            wait_until(lambda host=host: "connected to scheduler" in self.log(f"cluster-{host.name}"), 60,
-                       f"the worker on {host.name} to join")  # fmt: skip
-
-    def _start(self, host: Host, program: str, *arguments: str, log: Optional[str] = None) -> Any:
-        path = self.logs / f"{log or program}.log"
-        return self.processes.start(program, *arguments, prefix=host.command, log_path=str(path))
-
-    def wait_answering(self, host: Host) -> None:
-        command = [*host.command, os.path.join(BIN, "python"), PEER, "wait", self.address]
-        assert subprocess.run(command, timeout=90).returncode == 0, f"no scheduler answered at {self.address}"
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def peer(self, *arguments: str, host: Optional[Host] = None) -> Peer:
-        return Peer(self.processes, host or self.client_host, arguments[0], self.address, *arguments[1:])
-
-    def scheduler_says(self, pattern: str) -> List[str]:
-        return re.findall(pattern, self.log("scaler_scheduler"))
-
-
-def _cluster(network: Network, processes: Processes, tmp_path: Path, **options: Any) -> Cluster:
-    return Cluster(network, processes, tmp_path, **options)
+from cluster_processes import wait_until
+from network_cluster import Cluster
 
 
 def test_a_vanished_worker_hosts_tasks_run_elsewhere_at_once(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path)
+    cluster = Cluster(network, processes, tmp_path)
     mapping = cluster.peer("map", "20", "0.5")
     mapping.expect("connected", 60)
     for _ in range(3):
@@ -125,7 +31,7 @@ def test_a_vanished_worker_hosts_tasks_run_elsewhere_at_once(network, processes,
 
 
 def test_a_vanished_client_hosts_tasks_are_cancelled_and_free_their_worker(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path, workers=1)
+    cluster = Cluster(network, processes, tmp_path, workers=1)
     marker = tmp_path / "running"
     cluster.peer("hold", str(marker))
     wait_until(marker.exists, 60, "the client's task to run")
@@ -139,7 +45,7 @@ def test_a_vanished_client_hosts_tasks_are_cancelled_and_free_their_worker(netwo
 def test_a_vanished_scheduler_host_fails_the_clients_futures_naming_it_and_its_workers_notice(
     network, processes, tmp_path
 ):
-    cluster = _cluster(network, processes, tmp_path, workers=1)
+    cluster = Cluster(network, processes, tmp_path, workers=1)
     marker = tmp_path / "running"
     mapping = cluster.peer("hold", str(marker))
     wait_until(marker.exists, 60, "the client's task to run")
@@ -154,7 +60,7 @@ def test_a_vanished_scheduler_host_fails_the_clients_futures_naming_it_and_its_w
 
 
 def test_a_vanished_storage_host_fails_what_waits_on_it(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path, workers=1, storage_host=True)
+    cluster = Cluster(network, processes, tmp_path, workers=1, storage_host=True)
     putting = cluster.peer("objects")
     putting.expect("connected", 60)
     putting.expect("stored", 30)
@@ -168,7 +74,7 @@ def test_a_vanished_storage_host_fails_what_waits_on_it(network, processes, tmp_
 
 
 def test_a_worker_host_cut_off_for_20_seconds_rejoins_without_a_restart(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path)
+    cluster = Cluster(network, processes, tmp_path)
     worker_log = "cluster-worker0"
     (worker_id,) = re.findall(r"Worker (\S+): connecting to scheduler", cluster.log(worker_log))
     mapping = cluster.peer("map", "20", "0.5")
@@ -191,7 +97,7 @@ def test_a_worker_host_cut_off_for_20_seconds_rejoins_without_a_restart(network,
 def test_a_client_cut_off_briefly_loses_nothing_and_longer_fails_clearly_then_connects_again(
     network, processes, tmp_path
 ):
-    cluster = _cluster(network, processes, tmp_path, workers=1)
+    cluster = Cluster(network, processes, tmp_path, workers=1)
     mapping = cluster.peer("map", "20", "0.2")
     for _ in range(2):
         mapping.expect("result", 60)
@@ -222,13 +128,13 @@ def _no_alarm(cluster: Cluster) -> None:
 
 
 def test_a_task_that_holds_the_gil_in_c_for_30_seconds_is_no_alarm(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    cluster = Cluster(network, processes, tmp_path, workers=1, defaults=True)
     assert cluster.peer("gil", "30", "--defaults").expect("done", 120)["value"] == 30
     _no_alarm(cluster)
 
 
 def test_a_1_gb_argument_over_a_1_gbit_link_is_no_alarm(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    cluster = Cluster(network, processes, tmp_path, workers=1, defaults=True)
     for host in (cluster.client_host, cluster.scheduler_host, cluster.worker_hosts[0]):
         host.limit("1gbit")  # 8 s to send 1 GB (client to storage, storage to worker): longer than 3 s
     assert cluster.peer("large", "1000", "--defaults").expect("done", 240)["value"] == 10**9
@@ -236,7 +142,7 @@ def test_a_1_gb_argument_over_a_1_gbit_link_is_no_alarm(network, processes, tmp_
 
 
 def test_a_scheduler_busy_with_a_100000_node_graph_is_no_alarm(network, processes, tmp_path):
-    cluster = _cluster(network, processes, tmp_path, workers=1, defaults=True)
+    cluster = Cluster(network, processes, tmp_path, workers=1, defaults=True)
     graph = cluster.peer("graph", "100000", "--defaults")
     graph.expect("connected", 60)
     mapping = cluster.peer("map", "20", "0.5", "--defaults", host=cluster.scheduler_host)

@@ -24,10 +24,10 @@ scheduler nothing (the core drops its answers: they answer tasks the scheduler g
 `Refusal` for the refusal of something sent before the connection closed; what it still holds when it is
 back is settled by its heartbeats (the scheduler cancels here what it no longer gave this worker). A
 scheduler silent for longer than the worker timeout counts as gone too (1). A scheduler that refuses us
-after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a stop signal, ends the worker (0);
-leaving on our own, the worker first says `DisconnectRequest`, so that its tasks go elsewhere at once rather
-than after the scheduler's timeout. Before the `HelloAck`, a dropped connection is waited out: the Hello is
-said again when it is back.
+after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a
+stop signal, ends the worker (0); leaving on our own, the worker first says `DisconnectRequest`, so that its
+tasks go elsewhere at once rather than after the scheduler's timeout. Before the `HelloAck`, a dropped
+connection is waited out: the Hello is said again when it is back.
 
 The storage server: when its connection closes, what waits on it fails at once and what is asked meanwhile
 waits (the core), and the worker says Hello again when the connection is back (a restarted server knows
