@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
+from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -94,6 +95,7 @@ class SchedulerSettings:
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
     scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
 
 
 class SchedulerCore:

@@ -31,6 +31,7 @@ from scaler.protocol.codec import message_name
 from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.process_control import reuse_payload_memory
 from scaler.protocol.security import (
     NO_KEYS,
@@ -44,7 +45,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import FromPeer, Reply
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ class ObjectStorageServer:
 
             self._zap = ZapHandler(self._context, self._keys, "ObjectStorageServer", [STORAGE_DOMAIN])
             self._zap.start()
-        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN)
+        limit = storage_max_message_size(self.store.max_object_size)  # a larger frame disconnects its peer
+        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
         if not self._keys.secure:
             # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the
             # key that said Hello with it, and another key must not take its connection over, even briefly.
@@ -114,7 +116,7 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"max memory {show_size(self.store.max_memory)}"
+            f"max memory {show_size(self.store.max_memory)}, messages up to {show_size(limit)}"
         )
 
     async def serve(self) -> None:
