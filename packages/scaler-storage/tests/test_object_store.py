@@ -10,6 +10,7 @@ import pytest
 
 from scaler.protocol.codec import DamagedTask, DamagedTaskBatch
 from scaler.protocol.ids import IDGenerator
+from scaler.protocol.message_limits import REQUEST_HEADROOM
 from scaler.protocol.messages import (
     ClientHeartbeat,
     Hello,
@@ -101,9 +102,12 @@ def refusal_reason(replies: List[Reply]) -> str:
 # --- Hello -------------------------------------------------------------------------------------------------
 
 
-def test_hello_is_acknowledged_with_the_protocol_version_its_role_and_no_heartbeat():
-    (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
-    expected = HelloAck(version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE)
+def test_hello_is_acknowledged_with_the_protocol_version_its_role_its_message_size_limit_and_no_heartbeat():
+    (reply,) = ObjectStore(max_object_size=1 << 20).handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    limit = (1 << 20) + REQUEST_HEADROOM
+    expected = HelloAck(
+        version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE, max_message_size=limit
+    )
     assert reply == Reply(PEER, expected)
     assert reply.message.heartbeat_interval_seconds == 0 and reply.message.timeout_seconds == 0
 

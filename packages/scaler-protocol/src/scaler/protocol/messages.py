@@ -46,6 +46,7 @@ class ObjectRequestKind(enum.IntEnum):
     GET = 1
     DELETE = 2
     CLEAR_OWNER = 3
+    USAGE = 4  # 1.8: the bytes each owner holds (the scheduler asks, for monitors)
 
 
 class ObjectStatus(enum.IntEnum):
@@ -109,6 +110,8 @@ class HelloAck:
     heartbeat_interval_seconds: float = 0.0
     timeout_seconds: float = 0.0
     role: PeerRole = PeerRole.CLIENT  # who answered (1.5); CLIENT: an older peer, which does not say
+    max_message_size: int = 0  # the largest frame the answering daemon takes (1.8); 0: an older one, not said
+    client_quota: int = 0  # scheduler: tasks a client may have there; storage: bytes an owner may hold (1.8)
 
 
 @dataclass(slots=True)
@@ -311,6 +314,7 @@ class ClientSnapshot:
     heartbeat: ClientHeartbeat = field(default_factory=ClientHeartbeat)
     tasks: int = 0
     last_seen_seconds_ago: float = 0.0
+    stored_bytes: int = 0  # 1.8: of the objects it owns in the storage server
 
 
 @dataclass(slots=True)
@@ -331,6 +335,8 @@ class StateSnapshot:
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
+    client_task_quota: int = 0  # 1.8: the tasks a client may have at the scheduler (--max-client-tasks)
+    client_memory_quota: int = 0  # 1.8: the bytes an owner may hold in storage (its --max-client-memory)
 
 
 @dataclass(slots=True)

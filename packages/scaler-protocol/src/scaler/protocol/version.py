@@ -19,7 +19,9 @@ from scaler.protocol.messages import Version
 # 1.6: worker managers: WorkerInfo.groupId, WorkerManagerHeartbeat's groups and limits, WorkerManagerCommand's
 #      desiredGroups and stopGroups, StateSnapshot.managers, WorkerSnapshot.groupId and draining
 # 1.7: graphs sent in parts: GraphTask.more
-PROTOCOL_VERSION = Version(major=1, minor=7)
+# 1.8: limits and quotas: HelloAck.maxMessageSize, clientQuota, ObjectRequestKind.usage, ClientSnapshot.storedBytes,
+#      StateSnapshot.clientTaskQuota, clientMemoryQuota
+PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
 # The first version of each message that a peer of an older minor version cannot read (a new union member):
@@ -29,6 +31,7 @@ WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
 RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
 MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
 GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
+USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
 
 
 def knows(theirs: Version, since: Version) -> bool:

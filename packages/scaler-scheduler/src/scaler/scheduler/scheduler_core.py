@@ -366,6 +366,7 @@ class SchedulerCore:
             self.settings.heartbeat_interval_seconds,
             timeout,
             m.PeerRole.SCHEDULER,
+            max_message_size=self.settings.max_message_size,
         )
         out.sends.append(Send(source, ack))
 

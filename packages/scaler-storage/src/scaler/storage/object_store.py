@@ -39,7 +39,7 @@ from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
-from scaler.protocol.message_limits import show_size
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -210,6 +210,7 @@ class ObjectStore:
             heartbeat_interval_seconds=0.0,
             timeout_seconds=0.0,
             role=PeerRole.OBJECT_STORAGE,  # who answered (protocol 1.5): a client given this port by mistake says so
+            max_message_size=storage_max_message_size(self.max_object_size),  # the shell's socket takes no more
         )
         return [Reply(peer_id, ack)]
 
