@@ -11,7 +11,8 @@ Ordering rules it keeps:
   storage server hold them all (the memory it reuses is far cheaper than fresh memory), and no put is ever
   refused for a burst alone;
 - tasks that become ready in one turn of the agent's loop leave in one TaskBatch (split every
-  ``batch_size`` tasks);
+  ``batch_size`` tasks, and so that no message is larger than the scheduler takes: `max_message_size`, from
+  its HelloAck); a task that alone is larger fails, unsent;
 - a result whose payload is in object storage is read (then deleted there) before the task ends; a task's
   temporary argument objects are deleted once it ends.
 
@@ -38,7 +39,9 @@ from scaler.client.client_lifecycles import TASK, TaskAction, TaskEvent, TaskSta
 from scaler.client.graph_submissions import GraphSubmissions
 from scaler.client.storage_requests import PUTTING, StorageRequests
 from scaler.protocol import object_frames
+from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import batches, message_budget, task_size, too_large_for
 from scaler.protocol.messages import (
     PayloadKind,
     Task,
@@ -56,6 +59,7 @@ _CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits eac
 assert len(_CODES) < 16
 _STORY_MASK = (1 << 24) - 1  # the last six events
 _SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
+_CANCEL_BYTES = 32  # a task ID in a TaskCancel, at most
 
 
 @dataclass(slots=True)
@@ -99,6 +103,8 @@ class TasksInFlight:
         self._held: Deque[Tuple[bytes, Sequence[Tuple[bytes, Any]], int]] = collections.deque()  # (ID, puts, bytes)
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
+        self.max_message_size = 0  # the scheduler's (HelloAck, 1.8); 0: it states none
+        self.message_budget = message_budget(0)
         self.graphs = GraphSubmissions(self, storage, out)
         carry_out: Dict[TaskAction, Callable[[bytes, Any, Any], None]] = {
             TaskAction.HOLD: self._hold,
@@ -382,12 +388,26 @@ class TasksInFlight:
 
     # --- the turn's batches -------------------------------------------------------------------------------------
 
+    def limit_messages(self, max_message_size: int) -> None:
+        """The scheduler takes no message larger than ``max_message_size`` (0: it states none)."""
+        self.max_message_size = max_message_size
+        self.message_budget = message_budget(max_message_size)
+
+    def too_large(self, what: str, size: int) -> ProtocolError:
+        option = "scaler_scheduler --max-message-size"
+        return ProtocolError(too_large_for(what, size, self.max_message_size, "scheduler", option))
+
     def flush(self) -> None:
+        out = self._out
         if self._out_tasks:
-            tasks, size = self._out_tasks, self._batch_size
-            for start in range(0, len(tasks), size):
-                self._out.append(ToScheduler(TaskBatch(tasks=tasks[start : start + size])))
+            runs, too_large = batches(self._out_tasks, task_size, self.message_budget, self._batch_size)
+            out.extend(ToScheduler(TaskBatch(tasks=run)) for run in runs)
             self._out_tasks = []
+            for task, size in too_large:
+                record = self._tasks.get(task.task_id)
+                if record is not None:
+                    self.step(task.task_id, record, TaskEvent.FAIL, self.too_large(f"task {show(task.task_id)}", size))
         if self._out_cancels:
-            self._out.append(ToScheduler(TaskCancel(task_ids=self._out_cancels)))
+            cancels, each = self._out_cancels, max(1, self.message_budget // _CANCEL_BYTES)
+            out.extend(ToScheduler(TaskCancel(cancels[i : i + each])) for i in range(0, len(cancels), each))
             self._out_cancels = []

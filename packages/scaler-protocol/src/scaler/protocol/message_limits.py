@@ -19,6 +19,8 @@ The limits (docs/protocol.md, "Message size limits"):
 
 from __future__ import annotations
 
+from typing import Any, Callable, List, Tuple
+
 KIB = 1 << 10
 MIB = 1 << 20
 
@@ -44,3 +46,76 @@ def show_size(size: int) -> str:
             break
         value, unit = value / 1024, larger_unit
     return f"{value:.1f} {unit}"
+
+
+# What a struct takes in an encoded message beyond the bytes of its Data and Text fields, over-estimated: its
+# data words and pointers, and for each Data or Text field its padding to a word and a Text's NUL byte.
+_MESSAGE_BYTES = 256  # segment table, root pointer, the union and the batch's own struct and list tags
+_TASK_BYTES = 160
+_ARGUMENT_BYTES = 48
+_CAPABILITY_BYTES = 32
+_RESULT_BYTES = 128
+_OUTPUT_BYTES = 64
+
+
+def message_budget(max_message_size: int) -> int:
+    """What a sender fills a message with, of a daemon's ``max_message_size`` (0: none stated, the codec's
+    largest frame): a sixteenth is left for what `task_size` and `result_size` do not count (the segments a
+    large message is encoded in)."""
+    limit = max_message_size or 1 << 31
+    return limit - limit // 16 - _MESSAGE_BYTES
+
+
+def task_size(task: Any) -> int:
+    """At least the bytes a `Task` takes in a `TaskBatch` or a `GraphTask`."""
+    size = _TASK_BYTES + len(task.task_id) + len(task.client_id) + len(task.function_id) + len(task.serializer_id)
+    for argument in task.arguments:
+        size += _ARGUMENT_BYTES + 4 * len(argument.name) + len(argument.data)  # a name's UTF-8: 4 bytes a character
+    for capability in task.capabilities:
+        size += _CAPABILITY_BYTES + 4 * len(capability.name)
+    return size
+
+
+def result_size(result: Any) -> int:
+    """At least the bytes a `TaskResult` takes in a `TaskResultBatch`."""
+    return _RESULT_BYTES + len(result.task_id) + len(result.payload) + 4 * len(result.error_text)
+
+
+def output_size(output: Any) -> int:
+    """At least the bytes a `TaskOutput` takes in a `TaskOutputBatch`."""
+    return _OUTPUT_BYTES + len(output.task_id) + len(output.client_id) + 4 * len(output.text)
+
+
+def batches(
+    items: List[Any], size_of: Callable[[Any], int], budget: int, most: int
+) -> Tuple[List[List[Any]], List[Tuple[Any, int]]]:
+    """``items`` in order, in runs of at most ``most`` whose sizes add up to at most ``budget``; and apart, each
+    item that alone is larger than ``budget``, with its size (its sender refuses it)."""
+    runs: List[List[Any]] = []
+    too_large: List[Tuple[Any, int]] = []
+    run: List[Any] = []
+    total = 0
+    for item in items:
+        size = size_of(item)
+        if size > budget:
+            too_large.append((item, size))
+            continue
+        if run and (len(run) == most or total + size > budget):
+            runs.append(run)
+            run, total = [], 0
+        run.append(item)
+        total += size
+    if run:
+        runs.append(run)
+    return runs, too_large
+
+
+STORAGE_OPTION = "scaler_object_storage_server --max-object-size"  # what raises the storage server's limit
+
+
+def too_large_for(what: str, size: int, max_message_size: int, daemon: str, option: str) -> str:
+    """Why ``what`` is not sent: ``size`` bytes cannot fit in a message under ``daemon``'s limit."""
+    return (
+        f"{what} takes about {show_size(size)} in a message: more than fits in the {daemon}'s message size "
+        f"limit of {show_size(max_message_size)} ({option})"
+    )
