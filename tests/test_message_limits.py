@@ -3,11 +3,14 @@
 The attacks are raw TCP peers that speak ZeroMQ's greeting (ZMTP 3.0) and then announce a frame of 2 GiB, as
 an unauthenticated peer can: with keys, in the middle of a CurveZMQ handshake; without, anywhere. ZeroMQ
 buffers such a frame as it arrives unless the socket caps the message size (``ZMQ_MAXMSGSIZE``); with the cap,
-it disconnects the peer on the frame's header. The daemons' memory is measured with psutil.
+it disconnects the peer on the frame's header. The daemons' memory is measured with psutil. An authenticated
+peer learns the limit from the daemon's HelloAck: a `Client` splits what it sends and refuses, naming the limit,
+what cannot fit; a raw peer that sends more anyway is disconnected, and the others go on.
 """
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import struct
@@ -17,11 +20,20 @@ from typing import Dict, List
 
 import psutil
 import pytest
-from cluster_processes import hello_answered
+import zmq
+from cluster_processes import hello_answered, wait_until, worker_count
 
+from scaler import Client
+from scaler.protocol import codec
+from scaler.protocol import messages as m
+from scaler.protocol.addresses import default_monitor_address
+from scaler.protocol.connection_events import DOWN, ConnectionWatch
+from scaler.protocol.errors import ObjectStorageRefusedError, ProtocolError
+from scaler.protocol.ids import new_client_id
 from scaler.protocol.keygen import write_cluster_keys
 from scaler.protocol.message_limits import HANDSHAKE_SECONDS
-from scaler.protocol.security import NO_SECURITY, SecurityConfig
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
+from scaler.protocol.version import PROTOCOL_VERSION
 
 ANNOUNCED = 1 << 31  # the frame size the attacker's header claims
 STREAMED_MIB = 160  # what it then sends, if it may
@@ -122,3 +134,75 @@ def test_a_handshake_that_stalls_is_closed(daemons):
     still = [target for target, connection in zip(PORT_OFFSETS, connections, strict=True) if connection in open_]
     assert not still, f"still open after {HANDSHAKE_SECONDS + 10:g}s of a stalled handshake: {', '.join(still)}"
     assert hello_answered(daemons.address, timeout=10, security=daemons.client)
+
+
+# --- an authenticated peer ------------------------------------------------------------------------------------
+
+MESSAGE_LIMIT = "1M"  # the scheduler's --max-message-size here
+CHUNK = 60 << 10  # an inline argument (the client sends one of up to 64 KiB inline)
+
+
+def count_arguments(*arguments: bytes) -> int:
+    return len(arguments)
+
+
+@pytest.fixture
+def limited(processes, address, tmp_path) -> Daemons:
+    """With keys: a storage server taking objects of 2 MiB at most, a scheduler taking messages of 1 MiB at most,
+    one worker."""
+    keys = write_cluster_keys(str(tmp_path / "keys"))
+    host, _, port = address.rpartition(":")
+    storage = processes.storage(
+        f"{host}:{int(port) + 1}", "--max-object-size", "2M", *keys.server.to_arguments(), probe=keys.client
+    )
+    options = ("--max-message-size", MESSAGE_LIMIT, *keys.server.to_arguments())
+    scheduler = processes.scheduler(address, *options, probe=keys.client)
+    processes.cluster(address, 1, *keys.worker.to_arguments())
+    monitor = default_monitor_address(address)
+    wait_until(lambda: worker_count(monitor, 5, keys.monitor) == 1, 60, "the worker")
+    pids = {"scheduler": scheduler.pid, "object storage server": storage.pid, "monitor feed": scheduler.pid}
+    return Daemons(address, pids, keys.client, b"CURVE")
+
+
+def test_a_client_splits_what_fits_and_refuses_what_cannot_naming_the_limit(limited):
+    with Client(limited.address, security=limited.client, timeout_seconds=30) as client:
+        arguments = [bytes(CHUNK)] * 8  # about 480 KiB inline a task: two tasks do not fit in one message
+        assert client.map(count_arguments, [arguments] * 20) == [8] * 20
+        with pytest.raises(ProtocolError) as refused:
+            client.submit(count_arguments, *([bytes(CHUNK)] * 20)).result(timeout=60)
+        assert "the scheduler's message size limit of 1.0 MiB (scaler_scheduler --max-message-size)" in str(
+            refused.value
+        )
+        with pytest.raises(ObjectStorageRefusedError) as refused_object:
+            client.send_object(bytes(20 << 20))  # one frame over what the storage server takes
+        assert "(scaler_object_storage_server --max-object-size)" in str(refused_object.value)
+        assert client.submit(count_arguments, b"still served").result(timeout=60) == 1
+
+
+def test_a_peer_that_sends_a_message_over_the_limit_anyway_is_disconnected_and_the_others_go_on(limited):
+    """A raw peer with a client key: its Hello is answered with the limit; a larger message closes its connection
+    (ZeroMQ's ZMQ_MAXMSGSIZE), and a legitimate client goes on."""
+    context = zmq.Context()
+    keys = peer_keys(limited.client)
+    socket = new_socket(context, zmq.DEALER, keys)
+    socket.setsockopt(zmq.IDENTITY, new_client_id())
+    watch = ConnectionWatch(socket, keys, "the scheduler")
+    try:
+        with Client(limited.address, security=limited.client, timeout_seconds=30) as client:
+            socket.connect(limited.address)
+            socket.send_multipart(codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, os.getpid(), "raw")))
+            assert socket.poll(30_000), "no answer to Hello"
+            ack, _ = codec.decode(socket.recv_multipart())
+            assert type(ack) is m.HelloAck and ack.max_message_size == 1 << 20
+            socket.send_multipart([bytes(2 << 20)])
+            changes: List[str] = []
+            deadline = time.monotonic() + 30
+            while DOWN not in changes and time.monotonic() < deadline:
+                if watch.monitor.poll(500):
+                    changes.append(watch.change(watch.monitor.recv_multipart()) or "")
+            assert DOWN in changes, "the scheduler kept the connection of a peer that sent 2 MiB"
+            assert client.submit(count_arguments, b"a", b"b").result(timeout=60) == 2
+    finally:
+        watch.close()
+        socket.close(linger=0)
+        context.term()
