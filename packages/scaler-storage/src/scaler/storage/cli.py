@@ -53,6 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="total payload bytes held before puts are refused; suffixes K, M, G, T "
         f"(default: half of this host's memory, here {show_size(default_max_memory())})",
     )
+    parser.add_argument(
+        "--max-client-memory",
+        "-mcm",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the payload bytes the objects of one client (their owner) may take, so that no client fills the "
+        "server for everybody; suffixes K, M, G, T (default: half of --max-memory)",
+    )
     add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
     return parser
@@ -63,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, CONFIG_SECTION, argv)
-    for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
+    for option in ("max_object_size", "max_memory", "max_client_memory"):  # from --config: unconverted when not text
         value = getattr(args, option)
         if value is not None:
             try:
@@ -75,6 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.address,
             max_object_size=args.max_object_size,
             max_memory=args.max_memory,
+            max_client_memory=args.max_client_memory,
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,

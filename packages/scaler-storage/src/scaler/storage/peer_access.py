@@ -4,8 +4,8 @@ A peer is served as the role of its Hello (with keys, one its key is authorized 
 claims), and only while its messages come with the key it said Hello with (`Peer.rebind`). A client puts,
 reads, deletes and clears only its own objects (its identity is their owner); a worker reads any object and
 puts new ones for any owner (results belong to their client), but replaces and deletes none; the scheduler
-deletes the objects of the owner it names and clears any owner. Monitors and worker managers may say Hello
-and nothing else.
+deletes the objects of the owner it names, clears any owner and asks what each owner's objects take (usage).
+Monitors and worker managers may say Hello and nothing else.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from scaler.protocol.security import Credential
 
 # the requests each role may send at all (`forbidden` says what else a client's must respect)
 ALLOWED: Dict[PeerRole, FrozenSet[ObjectRequestKind]] = {
-    PeerRole.CLIENT: frozenset(ObjectRequestKind),
+    PeerRole.CLIENT: frozenset(ObjectRequestKind) - {ObjectRequestKind.USAGE},
     PeerRole.WORKER: frozenset((ObjectRequestKind.PUT, ObjectRequestKind.GET)),
     PeerRole.SCHEDULER: frozenset(ObjectRequestKind),
 }

@@ -116,7 +116,8 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"max memory {show_size(self.store.max_memory)}, messages up to {show_size(limit)}"
+            f"max memory {show_size(self.store.max_memory)} (a client's objects: "
+            f"{show_size(self.store.max_client_memory)}), messages up to {show_size(limit)}"
         )
 
     async def serve(self) -> None:
@@ -232,6 +233,7 @@ def run_object_storage_server(
     address: str,
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
+    max_client_memory: Optional[int] = None,
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
@@ -241,8 +243,9 @@ def run_object_storage_server(
     """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
 
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
-    ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
-    memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
+    ``max_object_size``, ``max_memory`` and ``max_client_memory`` (what one owner's objects may take) are bytes;
+    ``max_memory=None`` means half of the host's memory, ``max_client_memory=None`` half of ``max_memory``.
+    ``logging_level=None`` leaves the logging configuration of the process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -255,7 +258,9 @@ def run_object_storage_server(
     keys = server_keys(security)
     reuse_payload_memory()
     store = ObjectStore(
-        max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
+        max_object_size=max_object_size,
+        max_memory=default_max_memory() if max_memory is None else max_memory,
+        max_client_memory=max_client_memory,
     )
     server = ObjectStorageServer(address, store, keys=keys)
     run_event_loop(lambda: _serve_until_signalled(server), event_loop)
