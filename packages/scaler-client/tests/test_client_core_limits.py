@@ -1,17 +1,22 @@
 """The client core keeps every message within what the scheduler and the storage server take (their HelloAck's
 ``maxMessageSize``): it splits what it sends, and fails at once, naming the limit and the option that raises
-it, what cannot fit."""
+it, what cannot fit. It keeps no more tasks at the scheduler than its quota (``clientQuota``): the others wait
+here."""
 
 from __future__ import annotations
 
 from core_driver import (
+    CANCELLED,
     ERROR,
     FUNCTION,
+    RESULT,
     connected,
     outcomes,
+    results,
     run,
     sent_tasks,
     storage_requests,
+    submit,
     task,
     tid,
     to_scheduler,
@@ -27,10 +32,13 @@ from scaler.protocol.messages import (
     GraphTask,
     HelloAck,
     ObjectRequestKind,
+    PayloadKind,
     PeerRole,
     Task,
     TaskBatch,
     TaskCancel,
+    TaskResult,
+    TaskStatus,
 )
 from scaler.protocol.version import PROTOCOL_VERSION
 
@@ -115,3 +123,21 @@ def test_an_object_with_a_frame_larger_than_the_storage_server_takes_fails_unsen
     assert f"object {big.hex()}" in str(error)
     assert "the object storage server's message size limit of 1.0 MiB" in str(error)
     assert "scaler_object_storage_server --max-object-size" in str(error)
+
+
+def _success(n: int) -> TaskResult:
+    return TaskResult(tid(n), 1, TaskStatus.SUCCESS, PayloadKind.INLINE, b"value")
+
+
+def test_tasks_beyond_the_schedulers_quota_wait_here_and_leave_as_tasks_end():
+    core = connected(client_quota=3)
+    effects = run(core, 0.0, submit(1, 2, 3, 4, 5))
+    assert sent_tasks(effects) == [tid(1), tid(2), tid(3)]
+    effects = run(core, 0.1, results(_success(1)))
+    assert outcomes(effects)["task1"][0] == RESULT and sent_tasks(effects) == [tid(4)]
+    effects = run(core, 0.2, Cancel([tid(5)]))  # held here: cancelled here, the scheduler never hears of it
+    assert outcomes(effects)["task5"][0] == CANCELLED and to_scheduler(effects) == []
+    effects = run(core, 0.3, results(_success(2), _success(3), _success(4)))
+    assert sorted(outcomes(effects)) == ["task2", "task3", "task4"] and sent_tasks(effects) == []
+    assert core.pending_tasks == 0
+    assert sent_tasks(run(core, 0.4, submit(6, 7, 8, 9))) == [tid(6), tid(7), tid(8)]  # the room is back

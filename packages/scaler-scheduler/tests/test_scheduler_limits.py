@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from test_scheduler_core import CLIENT, WORKER_A, hello, sent, serving
+from typing import Dict
 
+from test_scheduler_core import CLIENT, WORKER_A, hello, sent, serving, task
+
+from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import FromPeer
@@ -14,3 +17,66 @@ def test_every_hello_ack_states_the_message_size_limit():
     for peer, role in ((CLIENT, m.PeerRole.CLIENT), (WORKER_A, m.PeerRole.WORKER)):
         (ack,) = sent(core.handle(FromPeer(peer, hello(role)), 0.0))
         assert type(ack) is m.HelloAck and ack.max_message_size == 3 << 20
+
+
+OTHER = b"C|host|9|zz"
+
+
+def _client_core(quota: int) -> SchedulerCore:
+    core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", max_client_tasks=quota)))
+    for client in (CLIENT, OTHER):
+        core.handle(FromPeer(client, hello(m.PeerRole.CLIENT)), 0.0)
+    return core
+
+
+def _rejected(effects, client: bytes = CLIENT) -> Dict[bytes, str]:
+    return {
+        r.task_id: r.error_text
+        for batch in sent(effects, client, m.TaskResultBatch)
+        for r in batch.results
+        if r.status == m.TaskStatus.REJECTED
+    }
+
+
+def test_every_hello_ack_states_the_quota_of_tasks_a_client_may_have():
+    core = serving(SchedulerCore(SchedulerSettings(max_client_tasks=7)))
+    (ack,) = sent(core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0))
+    assert ack.client_quota == 7
+
+
+def test_tasks_beyond_a_clients_quota_are_rejected_naming_it_and_another_client_goes_on():
+    core = _client_core(quota=3)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(n) for n in range(1, 6)])), 0.0)
+    rejected = _rejected(effects)
+    assert sorted(rejected) == [task(4).task_id, task(5).task_id]
+    assert all(
+        f"client {CLIENT.decode()} has its quota of 3 tasks here, queued or running "
+        "(scaler_scheduler --max-client-tasks)" in why
+        for why in rejected.values()
+    )
+    assert core.task_count == 3
+    effects = core.handle(FromPeer(OTHER, m.TaskBatch([task(n) for n in range(11, 14)])), 0.0)
+    assert _rejected(effects, OTHER) == {} and core.task_count == 6  # a quota of its own
+
+
+def test_a_task_that_ends_makes_room_under_the_quota():
+    core = _client_core(quota=2)
+    core.handle(FromPeer(WORKER_A, hello(m.PeerRole.WORKER)), 0.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)
+    assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(3)])), 0.0)) != {}
+    done = m.TaskResult(task(1).task_id, 1, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE, b"x", "")
+    core.handle(FromPeer(WORKER_A, m.TaskResultBatch([done])), 0.0)
+    assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(4)])), 0.0)) == {}
+    core.handle(FromPeer(CLIENT, m.TaskCancel([task(2).task_id])), 0.0)  # a cancelled one too, once confirmed
+    core.handle(FromPeer(WORKER_A, m.TaskCancelConfirm([task(2).task_id], [True])), 0.0)
+    assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(5)])), 0.0)) == {}
+    assert core.task_count == 2
+
+
+def test_graph_nodes_do_not_count_against_the_quota():
+    core = _client_core(quota=2)
+    nodes = [m.Task(task_id=n.to_bytes(16, "big"), function_id=b"f") for n in range(100, 110)]
+    graph = m.GraphTask(graph_id=b"g1", tasks=nodes, targets=[nodes[-1].task_id])
+    core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 0.0)
+    assert core.task_count == 10  # released: every node is ready
+    assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)) == {}

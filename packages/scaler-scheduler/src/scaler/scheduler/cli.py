@@ -13,6 +13,7 @@ from scaler.protocol.command_line import (
     parse_arguments,
     parse_size,
     positive_float,
+    positive_int,
 )
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE, show_size
@@ -20,6 +21,7 @@ from scaler.protocol.process_control import die_with_parent_from_environment, st
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import ScalingSettings
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the largest message a client, worker or manager may send; a peer that sends a larger one is "
         f"disconnected. Suffixes K, M, G (default: {show_size(DEFAULT_MAX_MESSAGE_SIZE)})",
     )  # fmt: skip
+    limits.add_argument(
+        "--max-client-tasks", type=positive_int, default=DEFAULT_MAX_CLIENT_TASKS, metavar="N",
+        help="the tasks a client may have here at once, queued or running (graphs aside): a client of protocol "
+        "1.8 holds the others back, an older one has them refused (default: %(default)s)",
+    )  # fmt: skip
     scaling = parser.add_argument_group("scaling", "how worker managers grow and shrink (docs/scaling.md)")
     scaling.add_argument(
         "--scale-up-after-seconds", type=non_negative_float, default=1.0, metavar="SECONDS",
@@ -144,6 +151,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             adapter_webhook_url=args.adapter_webhook_url,
             adapter_webhook_timeout_seconds=args.adapter_webhook_timeout_seconds,
             max_message_size=args.max_message_size,
+            max_client_tasks=args.max_client_tasks,
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)

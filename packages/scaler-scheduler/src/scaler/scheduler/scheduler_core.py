@@ -66,7 +66,7 @@ from scaler.scheduler.scheduler_events import (
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
@@ -96,6 +96,7 @@ class SchedulerSettings:
     scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
+    max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
 
 
 class SchedulerCore:
@@ -106,8 +107,9 @@ class SchedulerCore:
         self._silent_workers = Silence(settings.worker_timeout_seconds)
         self._silent_clients = Silence(settings.client_timeout_seconds)
         self._routing = TaskRouting(
-            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
-        )
+            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
+            settings.max_client_tasks,
+        )  # fmt: skip
         sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._storage = StorageLink(
@@ -140,7 +142,7 @@ class SchedulerCore:
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
-            m.TaskBatch: routing.on_task_batch,
+            m.TaskBatch: routing.on_client_batch,
             codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
@@ -367,6 +369,7 @@ class SchedulerCore:
             timeout,
             m.PeerRole.SCHEDULER,
             max_message_size=self.settings.max_message_size,
+            client_quota=self.settings.max_client_tasks,
         )
         out.sends.append(Send(source, ack))
 
@@ -431,7 +434,7 @@ class SchedulerCore:
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
-        self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
+        self._routing.on_client_batch(source, m.TaskBatch(message.tasks), now, out)
         self._routing.reject_damaged(source, message.damaged, out)
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:

@@ -84,6 +84,7 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
 from scaler.scheduler.webhook_manager import CallWebhook
 
@@ -120,6 +121,7 @@ class SchedulerServer:
         adapter_webhook_url: str = "",
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
     ) -> None:
         self.address = check_address(address)
         if max_message_size < MIN_MAX_MESSAGE_SIZE:
@@ -157,6 +159,7 @@ class SchedulerServer:
                 scaling=scaling,
                 adapter_webhook_url=adapter_webhook_url,
                 max_message_size=max_message_size,
+                max_client_tasks=max_client_tasks,
             )
         )
         self._webhook_url = adapter_webhook_url
@@ -237,7 +240,10 @@ class SchedulerServer:
         self._router.setsockopt(zmq.LINGER, 0)
         self._router_connections = self._router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
-        logger.info(f"Scheduler: listen to scheduler address {self.address}, messages up to {show_size(limit)}")
+        logger.info(
+            f"Scheduler: listen to scheduler address {self.address}, messages up to {show_size(limit)}, "
+            f"{self.core.settings.max_client_tasks:,} tasks a client"
+        )
         self._monitor = MonitorFeed(self._context, keys, self.monitor_address)
         self._bind_socket(self._monitor.socket, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")

@@ -40,6 +40,7 @@ _EVENTS = list(TaskEvent)
 _EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
 assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
+DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have here at once (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 _QUEUED = TaskState.QUEUED
@@ -48,10 +49,11 @@ logger = logging.getLogger(__name__)
 
 
 class TaskRecord:
-    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures")
+    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted")
 
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]]) -> None:
+    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool) -> None:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
+        self.submitted = submitted  # its client sent it (not a graph node): it counts against the client's quota
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
@@ -71,8 +73,11 @@ class TaskRouting:
         clients: Dict[bytes, Client],
         capability_policy: bool,
         max_task_deaths: int,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self._max_client_tasks = max_client_tasks
+        self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
         self._loads = WorkerLoads()
         self._clients = clients
         self._capability_policy = capability_policy
@@ -151,8 +156,40 @@ class TaskRouting:
 
     # ----------------------------------------------------------------- handlers (source, message, now, out)
 
-    def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
-        """New tasks from client ``source`` (or graph nodes the graph layer released): queued."""
+    def on_client_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
+        """Tasks client ``source`` submitted: queued while it has fewer than its quota of them here (queued or
+        running; graph nodes aside); each one beyond is rejected, naming the quota."""
+        client = self._clients[source]
+        tasks = message.tasks
+        room = max(0, self._max_client_tasks - client.submitted)
+        if len(tasks) > room:
+            self._reject_over_quota(source, tasks[room:], now, out)
+            message = m.TaskBatch(tasks[:room])
+        self.on_task_batch(source, message, now, out, submitted=True)
+
+    def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
+        quota = self._max_client_tasks
+        why = (
+            f"the scheduler refused this task: client {show(source)} has its quota of {quota:,} tasks here, queued "
+            "or running (scaler_scheduler --max-client-tasks)"
+        )
+        suppressed = self._over_quota.should_log(show(source), now)
+        if suppressed is not None:
+            more = f" ({suppressed} more refusals since its last line)" if suppressed else ""
+            logger.warning(f"Scheduler: refused {len(tasks)} task(s) of client {show(source)}: over its quota{more}")
+        known = self._tasks
+        results = out.results[source]
+        for task in tasks:
+            if task.task_id not in known:
+                results.append(
+                    m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+                )
+
+    def on_task_batch(
+        self, source: bytes, message: m.TaskBatch, now: float, out: Outbox, submitted: bool = False
+    ) -> None:
+        """New tasks from client ``source`` (``submitted``: within its quota, `on_client_batch`), or graph nodes
+        the graph layer released: queued."""
         client = self._clients[source]
         tasks = self._tasks
         counts = self.state_counts
@@ -166,8 +203,9 @@ class TaskRouting:
             needs = None
             if task.capabilities and self._capability_policy:
                 needs = frozenset(c.name for c in task.capabilities)
-            record = TaskRecord(task, needs)
+            record = TaskRecord(task, needs, submitted)
             tasks[task_id] = record
+            client.submitted += submitted
             counts[TaskState.QUEUED] += 1
             if needs is not None:
                 self._queued_needing[needs] += 1
@@ -511,6 +549,7 @@ class TaskRouting:
         client = self._clients.get(record.task.client_id)
         if client is not None:
             client.tasks.discard(task_id)
+            client.submitted -= record.submitted
         if record.worker_id is not None:
             worker = self._workers.get(record.worker_id)
             if worker is not None:

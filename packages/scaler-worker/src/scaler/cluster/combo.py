@@ -62,8 +62,9 @@ class SchedulerClusterCombo:
     private temporary directory (mode 0700, removed by `shutdown`); every
     process is given the paths of its own. Clients then connect with
     ``Client(address, security=combo.security)``, monitors with
-    ``combo.monitor_security``. ``max_client_memory`` is the bytes one client's objects may take in the
-    storage server (its ``--max-client-memory``; default: half of its memory).
+    ``combo.monitor_security``. The quotas of each client: ``max_client_memory``, the bytes its objects may take
+    in the storage server (its ``--max-client-memory``; default: half of its memory), and ``max_client_tasks``,
+    the tasks it may have at the scheduler at once (its ``--max-client-tasks``; default: 100,000).
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class SchedulerClusterCombo:
         per_worker_task_queue_size: Optional[int] = None,
         security: bool = False,
         max_client_memory: Optional[int] = None,
+        max_client_tasks: Optional[int] = None,
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
@@ -117,6 +119,7 @@ class SchedulerClusterCombo:
                 "--max-task-deaths", str(max_task_deaths),
                 *(["--monitor-address", monitor_address] if monitor_address else []),
                 *(["--protected"] if protected else []),
+                *(["--max-client-tasks", str(max_client_tasks)] if max_client_tasks is not None else []),
             )  # fmt: skip
             _wait_for_hello(self._address, self._processes[-1], "scheduler", probe)
             self._start(
