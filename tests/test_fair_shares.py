@@ -9,7 +9,7 @@ from typing import List
 
 import pytest
 import zmq
-from cluster_processes import wait_until, worker_count
+from cluster_processes import next_snapshot, wait_until, worker_count
 from raw_peers import RawClient, RawPeer, identity
 
 from scaler import Client, SchedulerClusterCombo
@@ -54,6 +54,15 @@ def test_a_client_at_its_storage_quota_is_refused_naming_it_and_another_client_g
         arguments = [bytes(MIB + n) for n in range(12)]  # large: through storage, as the results
         assert other.map(size_of, [(argument,) for argument in arguments]) == [len(a) for a in arguments]
         assert len(other.submit(make_bytes, 8 * MIB).result(timeout=60)) == 8 * MIB
+
+        def greedy_shown() -> bool:  # the monitor: what each client holds, beside the quotas
+            snapshot = next_snapshot(default_monitor_address(shared_cluster))
+            if snapshot is None or snapshot.client_memory_quota != 16 * MIB:
+                return False
+            stored = {client.client_id: client.stored_bytes for client in snapshot.client_snapshots}
+            return 12 * MIB <= stored.get(greedy.client_id, 0) <= 16 * MIB
+
+        wait_until(greedy_shown, 30, "the greedy client's objects in the monitor's snapshot")
 
 
 # --- the scheduler's queue ------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ from test_scheduler_core import CLIENT, WORKER_A, hello, sent, serving, task
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
+from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
-from scaler.scheduler.scheduler_events import FromPeer
+from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, MonitorSubscription, Publish, Start, Tick
 
 
 def test_every_hello_ack_states_the_message_size_limit():
@@ -80,3 +81,32 @@ def test_graph_nodes_do_not_count_against_the_quota():
     core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 0.0)
     assert core.task_count == 10  # released: every node is ready
     assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)) == {}
+
+
+def test_the_monitor_sees_each_clients_tasks_and_stored_bytes_and_the_quotas():
+    core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", max_client_tasks=9))
+    core.handle(Start(), 0.0)
+    core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION, role=m.PeerRole.OBJECT_STORAGE, client_quota=5 << 20)), 0.0)
+    core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)
+    core.handle(MonitorSubscription(1), 0.0)
+    effects = core.handle(Tick(), 1.0)
+    (usage,) = [r for r in sent(effects, STORAGE, m.ObjectRequest) if r.kind == m.ObjectRequestKind.USAGE]
+    assert usage.object_ids == [CLIENT]
+    core.handle(FromStorage(m.ObjectResponse(0, m.ObjectRequestKind.USAGE, [CLIENT], [m.ObjectStatus.OK], [42])), 1.5)
+    (published,) = [e for e in core.handle(Tick(), 2.5) if type(e) is Publish]
+    snapshot = published.snapshot
+    assert (snapshot.client_task_quota, snapshot.client_memory_quota) == (9, 5 << 20)
+    (client,) = snapshot.client_snapshots
+    assert (client.client_id, client.tasks, client.stored_bytes) == (CLIENT, 2, 42)
+
+
+def test_a_storage_server_older_than_1_8_is_not_asked_for_usage():
+    core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1"))
+    core.handle(Start(), 0.0)
+    core.handle(FromStorage(m.HelloAck(m.Version(PROTOCOL_VERSION.major, 7), role=m.PeerRole.OBJECT_STORAGE)), 0.0)
+    core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0)
+    core.handle(MonitorSubscription(1), 0.0)
+    effects = core.handle(Tick(), 1.0)
+    assert [type(e) for e in effects if type(e) is Publish] == [Publish]
+    assert sent(effects, STORAGE, m.ObjectRequest) == []

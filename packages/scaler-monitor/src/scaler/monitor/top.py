@@ -62,6 +62,16 @@ def _counters(counters: Sequence[Counter]) -> List[Tuple[str, str]]:
     return [(counter.name, f"{counter.value:,}") for counter in counters]
 
 
+def _client_shares(snapshot: StateSnapshot) -> List[Tuple[str, str]]:
+    """The largest share a client takes of the scheduler and of storage, beside each quota (protocol 1.8)."""
+    clients = snapshot.client_snapshots
+    most_tasks = max((client.tasks for client in clients), default=0)
+    most_stored = max((client.stored_bytes for client in clients), default=0)
+    tasks_quota = f" of {snapshot.client_task_quota:,}" if snapshot.client_task_quota else ""
+    stored_quota = f" of {show_bytes(snapshot.client_memory_quota)}" if snapshot.client_memory_quota else ""
+    return [("most tasks", f"{most_tasks:,}{tasks_quota}"), ("most stored", f"{show_bytes(most_stored)}{stored_quota}")]
+
+
 def _messages(snapshot: StateSnapshot, limit: Optional[int]) -> List[str]:
     """The messages block: per type, how many the scheduler sent and received; the busiest ``limit`` types."""
     sent = {counter.name: counter.value for counter in snapshot.messages_sent}
@@ -223,6 +233,7 @@ def render(
         ),
         _block("task states", _counters(snapshot.task_states)),
         _messages(snapshot, message_rows),
+        _block("clients", _client_shares(snapshot)),
     ]
     head = _side_by_side(blocks, width)
     rule = "-" * min(width, max(len(line) for line in head))

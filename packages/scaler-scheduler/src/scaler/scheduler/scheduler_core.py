@@ -313,8 +313,12 @@ class SchedulerCore:
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
+            storage, counts = self._storage, self._routing.state_counts
+            snapshot = state_snapshot(self._workers, self._clients, counts, storage.stored_bytes, now)
             snapshot.managers = self._managers.snapshots(now)
+            snapshot.client_task_quota = self.settings.max_client_tasks
+            snapshot.client_memory_quota = storage.client_memory_quota
+            storage.ask_usage(list(self._clients), out)  # for the next one
             out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
