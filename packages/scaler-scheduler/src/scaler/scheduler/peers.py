@@ -50,7 +50,7 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "submitted", "last_seen", "heartbeat", "credential", "reads_output")
+    __slots__ = ("client_id", "tasks", "queued", "last_seen", "heartbeat", "credential", "reads_output")
     role = m.PeerRole.CLIENT
 
     def __init__(self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True) -> None:
@@ -58,7 +58,7 @@ class Client:
         self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.reads_output = reads_output  # its protocol version knows TaskOutputBatch
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
-        self.submitted = 0  # of them, those of its own batches (not graph nodes): its quota counts these
+        self.queued = 0  # of them, those of its own batches (not graph nodes) queued here: its quota counts these
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
 

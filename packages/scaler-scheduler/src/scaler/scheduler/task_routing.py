@@ -40,7 +40,7 @@ _EVENTS = list(TaskEvent)
 _EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
 assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
-DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have here at once (--max-client-tasks)
+DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 _QUEUED = TaskState.QUEUED
@@ -53,7 +53,7 @@ class TaskRecord:
 
     def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool) -> None:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
-        self.submitted = submitted  # its client sent it (not a graph node): it counts against the client's quota
+        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
@@ -157,11 +157,11 @@ class TaskRouting:
     # ----------------------------------------------------------------- handlers (source, message, now, out)
 
     def on_client_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
-        """Tasks client ``source`` submitted: queued while it has fewer than its quota of them here (queued or
-        running; graph nodes aside); each one beyond is rejected, naming the quota."""
+        """Tasks client ``source`` submitted: queued while it has fewer than its quota of them queued here (graph
+        nodes aside; a task a worker holds is not queued); each one beyond is rejected, naming the quota."""
         client = self._clients[source]
         tasks = message.tasks
-        room = max(0, self._max_client_tasks - client.submitted)
+        room = max(0, self._max_client_tasks - client.queued)
         if len(tasks) > room:
             self._reject_over_quota(source, tasks[room:], now, out)
             message = m.TaskBatch(tasks[:room])
@@ -170,8 +170,8 @@ class TaskRouting:
     def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
         quota = self._max_client_tasks
         why = (
-            f"the scheduler refused this task: client {show(source)} has its quota of {quota:,} tasks here, queued "
-            "or running (scaler_scheduler --max-client-tasks)"
+            f"the scheduler refused this task: client {show(source)} has its quota of {quota:,} tasks queued here "
+            "(scaler_scheduler --max-client-tasks)"
         )
         suppressed = self._over_quota.should_log(show(source), now)
         if suppressed is not None:
@@ -205,7 +205,7 @@ class TaskRouting:
                 needs = frozenset(c.name for c in task.capabilities)
             record = TaskRecord(task, needs, submitted)
             tasks[task_id] = record
-            client.submitted += submitted
+            client.queued += submitted
             counts[TaskState.QUEUED] += 1
             if needs is not None:
                 self._queued_needing[needs] += 1
@@ -500,8 +500,14 @@ class TaskRouting:
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
-        if record.needs is not None and (old is _QUEUED) is not (new is _QUEUED):
-            self._queued_needing[record.needs] += 1 if new is _QUEUED else -1
+        if (old is _QUEUED) is not (new is _QUEUED):
+            change = 1 if new is _QUEUED else -1
+            if record.needs is not None:
+                self._queued_needing[record.needs] += change
+            if record.submitted:
+                client = self._clients.get(record.task.client_id)
+                if client is not None:
+                    client.queued += change
         for action in actions:
             action(record, out, result)
 
@@ -549,7 +555,6 @@ class TaskRouting:
         client = self._clients.get(record.task.client_id)
         if client is not None:
             client.tasks.discard(task_id)
-            client.submitted -= record.submitted
         if record.worker_id is not None:
             worker = self._workers.get(record.worker_id)
             if worker is not None:
