@@ -111,7 +111,7 @@ class HelloAck:
     timeout_seconds: float = 0.0
     role: PeerRole = PeerRole.CLIENT  # who answered (1.5); CLIENT: an older peer, which does not say
     max_message_size: int = 0  # the largest frame the answering daemon takes (1.8); 0: an older one, not said
-    client_quota: int = 0  # scheduler: tasks a client may have there; storage: bytes an owner may hold (1.8)
+    client_quota: int = 0  # scheduler: tasks a client may have queued; storage: bytes an owner may hold (1.8)
 
 
 @dataclass(slots=True)
@@ -335,7 +335,7 @@ class StateSnapshot:
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
-    client_task_quota: int = 0  # 1.8: the tasks a client may have at the scheduler (--max-client-tasks)
+    client_task_quota: int = 0  # 1.8: the tasks a client may have queued at the scheduler (--max-client-tasks)
     client_memory_quota: int = 0  # 1.8: the bytes an owner may hold in storage (its --max-client-memory)
 
 

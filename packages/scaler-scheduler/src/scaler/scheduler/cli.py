@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     limits.add_argument(
         "--max-client-tasks", type=positive_int, default=DEFAULT_MAX_CLIENT_TASKS, metavar="N",
-        help="the tasks a client may have here at once, queued or running (graphs aside): a client of protocol "
+        help="the tasks a client may have queued here, waiting for a worker (graphs aside): a client of protocol "
         "1.8 holds the others back, an older one has them refused (default: %(default)s)",
     )  # fmt: skip
     scaling = parser.add_argument_group("scaling", "how worker managers grow and shrink (docs/scaling.md)")

@@ -64,7 +64,7 @@ class SchedulerClusterCombo:
     ``Client(address, security=combo.security)``, monitors with
     ``combo.monitor_security``. The quotas of each client: ``max_client_memory``, the bytes its objects may take
     in the storage server (its ``--max-client-memory``; default: half of its memory), and ``max_client_tasks``,
-    the tasks it may have at the scheduler at once (its ``--max-client-tasks``; default: 100,000).
+    the tasks it may have queued at the scheduler (its ``--max-client-tasks``; default: 100,000).
     """
 
     def __init__(

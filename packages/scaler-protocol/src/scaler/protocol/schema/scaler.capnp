@@ -51,8 +51,8 @@ struct HelloAck {
                                           # peer leaves it at client (0), which never answers a Hello
   maxMessageSize @5 :UInt64;              # the largest frame it takes (ZMQ_MAXMSGSIZE): a peer that sends a
                                           # larger one is disconnected (1.8); 0: not said (older)
-  clientQuota @6 :UInt64;                 # the scheduler: the tasks a client may have there at once; the
-                                          # storage server: the bytes of objects one owner may hold (1.8)
+  clientQuota @6 :UInt64;                 # the scheduler: the tasks of its own a client may have queued there;
+                                          # the storage server: the bytes of objects one owner may hold (1.8)
 }
 
 # Answer to anything the receiver will not serve: wrong protocol version,
@@ -297,7 +297,7 @@ struct StateSnapshot {
   objects @7 :UInt64;
   clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
   managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
-  clientTaskQuota @10 :UInt64;            # the tasks a client may have at the scheduler (1.8)
+  clientTaskQuota @10 :UInt64;            # the tasks a client may have queued at the scheduler (1.8)
   clientMemoryQuota @11 :UInt64;          # the bytes of objects an owner may hold in storage (1.8)
 }
 
