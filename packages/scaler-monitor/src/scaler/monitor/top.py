@@ -62,14 +62,14 @@ def _counters(counters: Sequence[Counter]) -> List[Tuple[str, str]]:
     return [(counter.name, f"{counter.value:,}") for counter in counters]
 
 
-def _client_shares(snapshot: StateSnapshot) -> List[Tuple[str, str]]:
-    """The largest share a client takes of the scheduler and of storage, beside each quota (protocol 1.8)."""
+def _client_shares(snapshot: StateSnapshot) -> str:
+    """One line: the largest share a client takes of the scheduler and of storage, beside each quota (1.8)."""
     clients = snapshot.client_snapshots
     most_tasks = max((client.tasks for client in clients), default=0)
     most_stored = max((client.stored_bytes for client in clients), default=0)
-    tasks_quota = f" of {snapshot.client_task_quota:,}" if snapshot.client_task_quota else ""
+    tasks_quota = f" (quota {snapshot.client_task_quota:,} queued)" if snapshot.client_task_quota else ""
     stored_quota = f" of {show_bytes(snapshot.client_memory_quota)}" if snapshot.client_memory_quota else ""
-    return [("most tasks", f"{most_tasks:,}{tasks_quota}"), ("most stored", f"{show_bytes(most_stored)}{stored_quota}")]
+    return f"a client at most: {most_tasks:,} tasks{tasks_quota}, {show_bytes(most_stored)} stored{stored_quota}"
 
 
 def _messages(snapshot: StateSnapshot, limit: Optional[int]) -> List[str]:
@@ -233,9 +233,8 @@ def render(
         ),
         _block("task states", _counters(snapshot.task_states)),
         _messages(snapshot, message_rows),
-        _block("clients", _client_shares(snapshot)),
     ]
-    head = _side_by_side(blocks, width)
+    head = [*_side_by_side(blocks, width), _client_shares(snapshot)]
     rule = "-" * min(width, max(len(line) for line in head))
     lines = [*head, rule, view.status_line()]
     if view.help:
