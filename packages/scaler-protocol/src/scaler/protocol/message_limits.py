@@ -71,8 +71,8 @@ def task_size(task: Any) -> int:
     size = _TASK_BYTES + len(task.task_id) + len(task.client_id) + len(task.function_id) + len(task.serializer_id)
     for argument in task.arguments:
         size += _ARGUMENT_BYTES + 4 * len(argument.name) + len(argument.data)  # a name's UTF-8: 4 bytes a character
-    for capability in task.capabilities:
-        size += _CAPABILITY_BYTES + 4 * len(capability.name)
+    if task.capabilities:
+        size += sum(_CAPABILITY_BYTES + 4 * len(capability.name) for capability in task.capabilities)
     return size
 
 
@@ -91,12 +91,14 @@ def batches(
 ) -> Tuple[List[List[Any]], List[Tuple[Any, int]]]:
     """``items`` in order, in runs of at most ``most`` whose sizes add up to at most ``budget``; and apart, each
     item that alone is larger than ``budget``, with its size (its sender refuses it)."""
+    sizes = list(map(size_of, items))
+    if sum(sizes) <= budget:  # the usual case: all of them fit in one message
+        return [items[start : start + most] for start in range(0, len(items), most)], []
     runs: List[List[Any]] = []
     too_large: List[Tuple[Any, int]] = []
     run: List[Any] = []
     total = 0
-    for item in items:
-        size = size_of(item)
+    for item, size in zip(items, sizes, strict=True):
         if size > budget:
             too_large.append((item, size))
             continue
