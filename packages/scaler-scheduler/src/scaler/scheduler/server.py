@@ -129,6 +129,8 @@ class SchedulerServer:
                 f"--max-message-size of {show_size(max_message_size)} is below the least the protocol needs, "
                 f"{show_size(MIN_MAX_MESSAGE_SIZE)}"
             )
+        if max_client_tasks < 1:
+            raise SchedulerStartError(f"--max-client-tasks must be at least 1, not {max_client_tasks}")
         if adapter_webhook_url:
             try:
                 check_webhook_url(adapter_webhook_url)
