@@ -28,6 +28,15 @@ def processes(tmp_path):
 
 
 @pytest.fixture
+def network():
+    """Hosts made of network namespaces (`network_hosts`), removed when the test ends, whatever happens."""
+    from network_hosts import Network
+
+    with Network() as hosts:
+        yield hosts
+
+
+@pytest.fixture
 def address() -> str:
     return free_address()
 
@@ -50,3 +59,19 @@ def client(cluster):
 
     with Client(address=cluster.get_address(), timeout_seconds=60) as client:
         yield client
+
+
+@pytest.fixture(params=[True, False], ids=["with keys", "without keys"])
+def any_cluster(request, processes, address, tmp_path):
+    """A scheduler and two workers from the command-line programs, with keys and without (`keyed_clusters`)."""
+    from keyed_clusters import start_cluster  # here: tests/client_alone runs without the cluster's components
+
+    return start_cluster(processes, address, tmp_path, secure=request.param)
+
+
+@pytest.fixture
+def secure_cluster(processes, address, tmp_path):
+    """A scheduler and two workers from the command-line programs, with keys (`keyed_clusters`)."""
+    from keyed_clusters import start_cluster
+
+    return start_cluster(processes, address, tmp_path, secure=True)

@@ -1,7 +1,7 @@
 """A client's objects are its own, also through tasks; IDs cannot be guessed or squatted (issue 25, item 3).
 
 Real processes (the scheduler, the storage server it starts, two workers), with keys and without. The attacks
-are raw pyzmq peers (`test_security.RawPeer`: the codec and a DEALER, no `Client`): a client that names
+are raw pyzmq peers (`keyed_clusters.RawPeer`: the codec and a DEALER, no `Client`): a client that names
 another client's object or function in its task, a client that takes the IDs it guesses or sees, a worker
 that stores objects for an owner nobody serves. Each passes on this branch and fails on the code before it,
 where the task returned the other client's data, the owner's next task was silently dropped and its put
@@ -19,7 +19,7 @@ from typing import Any, Iterator, List, Sequence
 import cloudpickle
 import pytest
 from cluster_processes import Processes, free_address, wait_until
-from test_security import Cluster, RawPeer, another_client_key, start_cluster
+from keyed_clusters import Cluster, RawPeer, another_client_key, start_cluster
 
 from scaler import Client
 from scaler.protocol import messages as m

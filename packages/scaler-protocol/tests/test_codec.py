@@ -252,7 +252,7 @@ def _tasks(count: int) -> typing.List[messages.Task]:
             task_id=i.to_bytes(16, "big"), client_id=b"claimed", function_id=b"f" * 32, priority=i % 3,
             arguments=[messages.Argument("x", messages.ArgumentKind.INLINE, bytes([i % 256]) * 40)],
             capabilities=[messages.Capability("gpu", 2)] if i % 2 else [], timeout_seconds=1.5, retries=2,
-            profiling=True, serializer_id=b"s", store_result=bool(i % 5 == 0),
+            profiling=True, serializer_id=b"s", store_result=bool(i % 5 == 0), stream_output=bool(i % 3 == 0),
         )
         for i in range(count)
     ]  # fmt: skip
@@ -265,6 +265,7 @@ def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
     assert [(t.priority, list(t.capabilities), t.timeout_seconds, t.retries) for t in routed.tasks] == [
         (t.priority, t.capabilities, t.timeout_seconds, t.retries) for t in tasks
     ]
+    assert [t.stream_output for t in routed.tasks] == [t.stream_output for t in tasks]  # read when it prints
     for t in routed.tasks:
         t.client_id, t.attempt = b"the real client", 7
     plain = messages.Task(task_id=b"built here")  # the scheduler's own tasks (graph nodes) go in the same batch

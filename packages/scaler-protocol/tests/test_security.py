@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import stat
 import struct
 from typing import Any, Dict, List, Optional
@@ -28,6 +29,7 @@ from scaler.protocol.security import (
     SecurityConfig,
     add_security_arguments,
     check_exposure,
+    check_http_exposure,
     fingerprint,
     handshake_failure,
     is_local_address,
@@ -121,6 +123,37 @@ def test_keys_added_or_removed_count_once_the_directories_are_read_again(cluster
     assert authorized.credential(key).roles == frozenset()
 
 
+def test_keys_that_another_user_could_change_are_refused_as_ssh_refuses_them(cluster_keys, monkeypatch, caplog):
+    authorized = cluster_keys.server.authorized_keys
+    clients = os.path.join(authorized, "clients")
+    client_file = os.path.join(clients, "client.key")
+    for path, mode, says in ((authorized, 0o777, "every user (mode 0777)"), (clients, 0o775, "its group (mode 0775)"),
+                             (client_file, 0o666, "every user (mode 0666)")):  # fmt: skip
+        os.chmod(path, mode)
+        with pytest.raises(SecurityError, match=f"{path} can be written by {re.escape(says)}: run chmod go-w"):
+            AuthorizedKeys(authorized, b"0" * 40)
+        os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+    if os.geteuid() == 0:
+        os.chown(client_file, 12345, -1)
+    else:
+        monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # the daemon runs as another user than the file's
+    with pytest.raises(SecurityError, match=f"{client_file} belongs to another user"):
+        AuthorizedKeys(authorized, b"0" * 40)
+    monkeypatch.undo()
+    os.chown(client_file, os.getuid(), -1)
+
+    keys = AuthorizedKeys(authorized, b"0" * 40)  # while it runs: the keys of what became unsafe are refused
+    client = load_key_pair(cluster_keys.client.key_file).public.decode()
+    worker = load_key_pair(cluster_keys.worker.key_file).public.decode()
+    assert keys.credential(client).roles == {PeerRole.CLIENT}
+    os.chmod(clients, 0o777)  # a chmod changes no file: the directory's mode is looked at too
+    assert keys.refresh() is True
+    assert keys.credential(client).roles == frozenset() and keys.credential(worker).roles == {PeerRole.WORKER}
+    assert any(f"{clients} can be written by every user" in record.getMessage() for record in caplog.records)
+    os.chmod(clients, 0o755)
+    assert keys.refresh() is True and keys.credential(client).roles == {PeerRole.CLIENT}
+
+
 def test_the_monitor_feed_admits_monitor_keys_and_client_keys_only_when_told(cluster_keys):
     keys = server_keys(cluster_keys.server)
     client = load_key_pair(cluster_keys.client.key_file).public.decode()
@@ -183,6 +216,16 @@ def test_a_daemon_reachable_from_other_hosts_needs_keys_or_insecure():
     check_exposure("the scheduler", ["tcp://0.0.0.0:2"], SecurityConfig(insecure=True))
     check_exposure("the scheduler", ["tcp://0.0.0.0:2"], SecurityConfig(key_file="server.key_secret"))
     check_exposure("the scheduler", ["tcp://127.0.0.1:1", "ipc:///tmp/x"], SecurityConfig())
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "", "10.1.2.3", "sched.example.com", "::"])
+def test_plain_http_reachable_from_other_hosts_needs_insecure_whatever_the_keys(host):
+    with pytest.raises(SecurityError, match="other hosts can reach, over plain HTTP.*--insecure") as refused:
+        check_http_exposure("the scheduler", "its Prometheus metrics", host, insecure=False)
+    assert "the scheduler would serve its Prometheus metrics at " in str(refused.value)
+    check_http_exposure("the scheduler", "its Prometheus metrics", host, insecure=True)
+    for local in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        check_http_exposure("the scheduler", "its Prometheus metrics", local, insecure=False)
 
 
 # --- configuration: flags, the [security] section, the environment ------------------------------------------
@@ -357,5 +400,26 @@ def test_the_zap_handler_refuses_a_key_it_cannot_check_and_answers_on(caplog):
         assert handler.callback(SCHEDULER_DOMAIN, key) is False
         assert handler.callback(SCHEDULER_DOMAIN, key) is False  # and again: it goes on answering
         assert any("cannot check key" in record.getMessage() for record in caplog.records)
+    finally:
+        context.term()
+
+
+def test_the_zap_handler_names_each_monitor_key_it_admitted_and_that_was_revoked_since_once(cluster_keys):
+    keys = server_keys(cluster_keys.server)
+    monitor, client = (load_key_pair(config.key_file).public for config in (cluster_keys.monitor, cluster_keys.client))
+    context = zmq.Context()
+    try:
+        handler = ZapHandler(context, keys, "TestServer", [SCHEDULER_DOMAIN, MONITOR_DOMAIN])
+        assert handler.callback(MONITOR_DOMAIN, monitor) and handler.callback(SCHEDULER_DOMAIN, client)
+        assert handler.reread() is None and handler.revoked_monitors() == []  # nothing changed
+        authorized = cluster_keys.server.authorized_keys
+        os.remove(os.path.join(authorized, "monitors", "monitor.key"))
+        os.remove(os.path.join(authorized, "clients", "client.key"))
+        credentials = handler.reread()  # what the daemon tells its core: the keys changed, as now read
+        assert credentials is not None and monitor.decode() not in credentials and client.decode() not in credentials
+        assert handler.reread() is None  # told once
+        assert handler.revoked_monitors() == [monitor.decode()]  # the client key's peers are the core's to forget
+        assert handler.revoked_monitors() == []  # named once
+        assert handler.callback(MONITOR_DOMAIN, monitor) is False  # and refused from now on
     finally:
         context.term()

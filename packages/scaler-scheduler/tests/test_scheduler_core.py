@@ -427,21 +427,32 @@ def test_snapshots_go_each_second_while_a_monitor_is_subscribed_or_metrics_are_s
     assert not published.to_monitors  # kept for --metrics-port only
 
 
-def test_task_output_goes_to_each_client_still_here_that_reads_it():
-    core = core_with()  # CLIENT says protocol 1.0: it cannot read TaskOutputBatch
-    reader, gone = b"C|host|8|yy", b"C|host|9|zz"
+def test_task_output_goes_only_from_the_worker_holding_the_task_to_its_client_if_it_asked():
+    core = core_with(workers=(WORKER_A, WORKER_B), capacity=2)  # CLIENT says protocol 1.0: it cannot read output
+    reader = b"C|host|8|yy"
     client_hello = hello(m.PeerRole.CLIENT)
     client_hello.version = TASK_OUTPUT_VERSION
     core.handle(FromPeer(reader, client_hello), 0.0)
-    printed = [
-        m.TaskOutput(b"t1", reader, m.OutputStream.STDOUT, "one\n"),
-        m.TaskOutput(b"t2", gone, m.OutputStream.STDOUT, "gone\n"),
-        m.TaskOutput(b"t1", reader, m.OutputStream.STDERR, "two\n"),
-        m.TaskOutput(b"t3", CLIENT, m.OutputStream.STDOUT, "too old\n"),
-    ]
-    effects = core.handle(FromPeer(WORKER_A, m.TaskOutputBatch(printed)), 1.0)
-    assert sent(effects, to=reader) == [m.TaskOutputBatch([printed[0], printed[2]])]
-    assert sent(effects, to=gone) == [] and sent(effects, to=CLIENT) == []
+    effects = core.handle(FromPeer(reader, m.TaskBatch([task(1, stream_output=True), task(2)])), 1.0)
+    effects += core.handle(FromPeer(CLIENT, m.TaskBatch([task(3, stream_output=True)])), 1.0)
+    holder = {t.task_id: e.to for e in effects if type(e) is Send and type(e.message) is m.TaskBatch
+              for t in e.message.tasks}  # fmt: skip
+    t1, t2, t3 = (task(n).task_id for n in (1, 2, 3))
+    other = WORKER_B if holder[t1] == WORKER_A else WORKER_A
+
+    def printed(worker: bytes, *outputs: m.TaskOutput) -> list:
+        return sent(core.handle(FromPeer(worker, m.TaskOutputBatch(list(outputs))), 2.0), kind=m.TaskOutputBatch)
+
+    one = m.TaskOutput(t1, reader, m.OutputStream.STDOUT, "one\n")
+    two = m.TaskOutput(t1, reader, m.OutputStream.STDERR, "two\n")
+    assert printed(holder[t1], one, two) == [m.TaskOutputBatch([one, two])]  # to its client only, in order
+    assert printed(other, one) == []  # a worker that does not hold the task
+    assert printed(holder[t1], m.TaskOutput(t1, CLIENT, m.OutputStream.STDOUT, "to another client\n")) == []
+    assert printed(holder[t2], m.TaskOutput(t2, reader, m.OutputStream.STDOUT, "not asked for\n")) == []
+    assert printed(holder[t3], m.TaskOutput(t3, CLIENT, m.OutputStream.STDOUT, "too old to read it\n")) == []
+    assert printed(holder[t1], m.TaskOutput(b"unknown", reader, m.OutputStream.STDOUT, "no such task\n")) == []
+    core.handle(FromPeer(holder[t1], m.TaskResultBatch([result(t1)])), 3.0)
+    assert printed(holder[t1], one) == []  # after its result: the task is no longer held
 
 
 # ----------------------------------------------------------------- nested tasks: a waiting task holds no room

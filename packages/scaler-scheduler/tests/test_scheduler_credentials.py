@@ -3,12 +3,15 @@ ownership of tasks (with and without keys)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from test_scheduler_core import CLIENT, WORKER_A, admitted, core_with, hello, sent, serving, task
 
 from scaler.protocol import messages as m
 from scaler.protocol.security import OPEN, Credential
+from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
-from scaler.scheduler.scheduler_events import STORAGE, FromPeer
+from scaler.scheduler.scheduler_events import STORAGE, AuthorizedKeysRead, FromPeer
 from scaler.scheduler.task_lifecycle import TaskState
 
 CLIENT_KEY = Credential("c" * 40, frozenset({m.PeerRole.CLIENT}))
@@ -72,6 +75,29 @@ def test_a_revoked_key_is_refused_and_its_peer_forgotten_and_a_key_read_again_is
     assert type(refusal) is m.Refusal and "no longer authorized as a worker" in refusal.reason
     assert core.worker_ids == []
     assert core.state_counts[TaskState.QUEUED] == 1 and core.state_counts[TaskState.ASSIGNED] == 0  # queued again
+
+
+def test_peers_whose_keys_were_revoked_are_refused_and_forgotten_as_soon_as_the_keys_are_read_again():
+    core = secure_core()
+    manager, other = b"M|host|4|mm", b"C|host|5|oo"
+    manager_key = Credential("g" * 40, frozenset({m.PeerRole.WORKER_MANAGER}))
+    manager_hello = dataclasses.replace(hello(m.PeerRole.WORKER_MANAGER), version=PROTOCOL_VERSION)
+    assert type(sent(core.handle(FromPeer(manager, manager_hello, manager_key), 0.0))[0]) is m.HelloAck
+    assert type(say_hello(core, other, m.PeerRole.CLIENT, OTHER_CLIENT_KEY)) is m.HelloAck
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)]), CLIENT_KEY), 1.0)
+    assert core.state_counts[TaskState.ASSIGNED] == 1
+    # the client key and the manager key removed, the worker key moved to the clients' directory
+    still = {OTHER_CLIENT_KEY.key: OTHER_CLIENT_KEY, WORKER_KEY.key: Credential(WORKER_KEY.key, CLIENT_KEY.roles)}
+    effects = core.handle(AuthorizedKeysRead(still), 2.0)  # no message of theirs needed
+    refusals = {to: message.reason for to, message in [(e.to, e.message) for e in effects if hasattr(e, "to")]
+                if type(message) is m.Refusal}  # fmt: skip
+    assert set(refusals) == {CLIENT, WORKER_A, manager}
+    assert "no longer authorized as a client" in refusals[CLIENT]
+    assert "no longer authorized as a worker" in refusals[WORKER_A]
+    assert "no longer authorized as a worker_manager" in refusals[manager]
+    assert core.client_ids == [other] and core.worker_ids == [] and core.task_count == 0  # its task withdrawn
+    (echo,) = sent(core.handle(FromPeer(other, m.ClientHeartbeat(), OTHER_CLIENT_KEY), 3.0))
+    assert type(echo) is m.ClientHeartbeatEcho  # the other client's key is still served
 
 
 def test_a_client_cancels_and_clears_only_its_own_tasks_also_without_keys():

@@ -101,6 +101,7 @@ class Harness:
         object_cache_bytes: int = 256 * 1024 * 1024,
         result_batch_seconds: float = 0.0,  # results leave at the end of each event; tests of batching say so
         connect: bool = True,
+        max_message_size: int = 0,  # what the scheduler's HelloAck says it takes (0: an older one, not said)
     ) -> None:
         config = WorkerConfig(
             SCHEDULER, task_inline_threshold=inline_threshold_bytes, worker_timeout_seconds=storage_timeout_seconds
@@ -133,7 +134,8 @@ class Harness:
         self.puts: List[Tuple[m.ObjectRequest, List[Any]]] = []
         self.handle(Start())
         if connect:
-            self.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
+            ack = m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0, max_message_size=max_message_size)
+            self.handle(FromScheduler(ack))
             self.take(m.Hello)
             self.take(m.WorkerHeartbeat)
 

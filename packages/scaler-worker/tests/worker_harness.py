@@ -115,6 +115,21 @@ class FakeScheduler:
         self.socket.close(linger=0)
         self.context.term()
 
+    def restart(self) -> None:
+        """Close the socket, as a scheduler that dies, and listen again at the same address."""
+        self.socket.close(linger=0)
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while True:  # ZeroMQ's I/O thread lets the port go a moment after the close
+            try:
+                self.socket.bind(self.address)
+                return
+            except zmq.ZMQError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def receive(self, timeout: float = DEADLINE_SECONDS) -> Tuple[bytes, Any]:
         if not self.socket.poll(int(timeout * 1000)):
             raise TimeoutError(f"the worker sent nothing to the scheduler within {timeout}s")

@@ -318,6 +318,7 @@ class ClientCore:
         if not address:
             address = default_storage_address(self._address)
             logger.warning(f"Client: scheduler named no object storage server; using {address}")
+        self._tasks.take_limits(message)
         self._out.append(ConnectStorage(address))
         self._storage.hello(address)
         self._out.append(Reply(self._ready_command, message))

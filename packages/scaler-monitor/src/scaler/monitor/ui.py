@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="require this token of every request (Bearer, or as the password of the browser's login prompt); "
         "put it in the --config file to keep it out of the process list",
     )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve the page at a --host other hosts reach without --token (only on a network you trust)",
+    )
     from scaler.protocol.security import add_security_arguments  # pyzmq only when running
 
     add_security_arguments(parser)  # a monitor key, when the cluster runs with keys
@@ -60,13 +65,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from scaler.monitor.subscription import SnapshotSubscription
     from scaler.monitor.web_server import DashboardServer, SnapshotFeed
     from scaler.protocol.errors import ScalerError
-    from scaler.protocol.security import is_loopback_host, security_from_arguments
+    from scaler.protocol.security import check_http_exposure, security_from_arguments
 
-    if not args.token and not is_loopback_host(args.host):
-        logger.warning(
-            f"scaler_ui: listening on {args.host} without --token: anyone who reaches this port sees the cluster"
-        )
     try:
+        if not args.token:
+            served = "its page and Prometheus metrics"
+            check_http_exposure("scaler_ui", served, args.host, args.insecure, "Give it --token, or ")
         subscription = SnapshotSubscription(args.address, security_from_arguments(args))
     except ScalerError as error:
         print(f"scaler_ui: error: {error}", file=sys.stderr)

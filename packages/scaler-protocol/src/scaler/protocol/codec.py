@@ -411,8 +411,9 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
 _TASK_ARGUMENT = messages.ArgumentKind.TASK.value
-_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_SCOPE_ID = (
-    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments", "storeResult", "scopeId")
+_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_STREAM_OUTPUT, _F_SCOPE_ID = (
+    _TASK_FIELDS[name]
+    for name in ("functionId", "serializerId", "arguments", "storeResult", "streamOutput", "scopeId")
 )
 _ARGUMENT_FIELDS = schema.Argument.schema.fields
 _F_ARGUMENT_NAME, _F_ARGUMENT_KIND, _F_ARGUMENT_DATA = (_ARGUMENT_FIELDS[name] for name in ("name", "kind", "data"))
@@ -475,6 +476,12 @@ class RoutedTask:
         if self._arguments is None:
             self._arguments = []
         self._arguments.append((position, kind, data))
+
+    @property
+    def stream_output(self) -> bool:
+        """Whether its client asked for what it prints: read from the received struct only when asked (when the
+        task prints), so routing never pays for it."""
+        return self._received.use(self._index, lambda item: item._get_by_field(_F_STREAM_OUTPUT))
 
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)

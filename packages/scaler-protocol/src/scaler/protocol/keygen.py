@@ -79,8 +79,10 @@ def write_cluster_keys(directory: str) -> ClusterKeys:
         public, secret = write_key_pair(directory, name)
         role_directory = os.path.join(authorized, ROLE_DIRECTORIES[role])
         os.makedirs(role_directory, exist_ok=True)
-        shutil.copyfile(public, os.path.join(role_directory, name + PUBLIC_SUFFIX))
+        os.chmod(role_directory, 0o755)  # whatever the umask: the daemons refuse what others could write to
+        shutil.copy(public, os.path.join(role_directory, name + PUBLIC_SUFFIX))  # its mode too: 0644
         pairs[name] = secret
+    os.chmod(authorized, 0o755)
     return ClusterKeys(
         directory=directory,
         server=SecurityConfig(key_file=server_secret, authorized_keys=authorized),

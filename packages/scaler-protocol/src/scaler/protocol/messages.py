@@ -46,7 +46,8 @@ class ObjectRequestKind(enum.IntEnum):
     GET = 1
     DELETE = 2
     CLEAR_OWNER = 3
-    ADMIT = 4  # 1.8
+    USAGE = 4  # 1.8: the bytes each owner holds (the scheduler asks, for monitors)
+    ADMIT = 5  # 1.8: the scheduler serves this client (docs/protocol.md, "Whose objects a task reads")
 
 
 class ObjectStatus(enum.IntEnum):
@@ -113,6 +114,8 @@ class HelloAck:
     heartbeat_interval_seconds: float = 0.0
     timeout_seconds: float = 0.0
     role: PeerRole = PeerRole.CLIENT  # who answered (1.5); CLIENT: an older peer, which does not say
+    max_message_size: int = 0  # the largest frame the answering daemon takes (1.8); 0: an older one, not said
+    client_quota: int = 0  # scheduler: tasks a client may have queued; storage: bytes an owner may hold (1.8)
 
 
 @dataclass(slots=True)
@@ -317,6 +320,7 @@ class ClientSnapshot:
     heartbeat: ClientHeartbeat = field(default_factory=ClientHeartbeat)
     tasks: int = 0
     last_seen_seconds_ago: float = 0.0
+    stored_bytes: int = 0  # 1.8: of the objects it owns in the storage server
 
 
 @dataclass(slots=True)
@@ -337,6 +341,8 @@ class StateSnapshot:
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
+    client_task_quota: int = 0  # 1.8: the tasks a client may have queued at the scheduler (--max-client-tasks)
+    client_memory_quota: int = 0  # 1.8: the bytes an owner may hold in storage (its --max-client-memory)
 
 
 @dataclass(slots=True)

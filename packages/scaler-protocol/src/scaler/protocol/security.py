@@ -28,6 +28,7 @@ import ipaddress
 import logging
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set
 
@@ -35,13 +36,16 @@ import zmq
 from zmq.utils import z85
 from zmq.utils.monitor import parse_monitor_message
 
+from scaler.protocol.connection_liveness import watch_liveness
 from scaler.protocol.errors import SecurityError
+from scaler.protocol.message_limits import HANDSHAKE_SECONDS
 from scaler.protocol.messages import PeerRole
 
 logger = logging.getLogger(__name__)
 
 KEY_FILE_VARIABLE = "SCALER_KEY_FILE"  # a Client's key pair when none is given (set for tasks by their worker)
 SERVER_KEY_FILE_VARIABLE = "SCALER_SERVER_KEY_FILE"  # the server's public key, likewise
+REREAD_SECONDS = 1.0  # a daemon reads its authorized keys again this often (and at each handshake)
 
 # the subdirectory of a daemon's authorized keys directory that holds the public keys (*.key) of each role
 ROLE_DIRECTORIES: Dict[PeerRole, str] = {
@@ -222,56 +226,113 @@ class RefusalLog:
 class AuthorizedKeys:
     """The public keys a daemon accepts and their roles, read from one subdirectory per role
     (`ROLE_DIRECTORIES`) of ZeroMQ public certificates (``*.key``). `refresh` reads them again when a
-    subdirectory changed (a key file added or removed), so keys are granted and revoked without a restart
-    (connections already made stay)."""
+    subdirectory changed (a key file added or removed), so keys are granted and revoked without a restart; the
+    daemons call it at each handshake (their ZAP handler, on its thread) and every `REREAD_SECONDS` (their event
+    loop), and each read that changed something is a new `generation`.
+
+    As ssh's StrictModes, a directory or key file that another user could change (writable by its group or by
+    others, or owned by another user than this process's or root) authorizes nothing: the daemon refuses to start
+    with one, and one found later is logged as an error, its keys refused."""
 
     def __init__(self, directory: str, own_public: bytes) -> None:
         if not os.path.isdir(directory):
             raise SecurityError(f"authorized keys directory {directory} does not exist")
         self.directory = directory
         self._own = own_public.decode()
-        self._stamps: Dict[PeerRole, Any] = {}
-        self._credentials: Dict[str, Credential] = {}
-        self.refresh()
+        self._lock = threading.Lock()  # the ZAP handler's thread and the event loop both read them again
+        self._stamps: List[Any] = []
+        self._credentials: Mapping[str, Credential] = {}
+        self.generation = 0
+        problems = self._read()
+        if problems:
+            raise SecurityError("; ".join(problems))
 
     def credential(self, key: str) -> Credential:
         """The credential of a key (Z85 text): no roles for an unknown one."""
         credential = self._credentials.get(key)
         return credential if credential is not None else Credential(key, frozenset())
 
+    @property
+    def credentials(self) -> Mapping[str, Credential]:
+        """Every authorized key's credential, as last read (a new mapping at each read: never changed after)."""
+        return self._credentials
+
     def count(self, role: PeerRole) -> int:
         return sum(role in credential.roles for credential in self._credentials.values())
 
     def refresh(self) -> bool:
-        """Read the keys again if a role's directory changed; whether it did."""
-        stamps = {role: _stamp(os.path.join(self.directory, name)) for role, name in ROLE_DIRECTORIES.items()}
-        if stamps == self._stamps:
-            return False
+        """Read the keys again if a directory changed (its files, its mode, its owner); whether one did."""
+        with self._lock:
+            if self._directories_stamps() == self._stamps:
+                return False
+            for problem in self._read():
+                logger.error(f"authorized keys: {problem}")
+            return True
+
+    def _directories_stamps(self) -> List[Any]:
+        return [_stamp(self.directory), *(_stamp(os.path.join(self.directory, n)) for n in ROLE_DIRECTORIES.values())]
+
+    def _read(self) -> List[str]:
+        """Read every key (called with the lock held, or before any other thread has the object); what refused
+        some."""
+        self._stamps = self._directories_stamps()
         roles: Dict[str, Set[PeerRole]] = {self._own: {PeerRole.SCHEDULER}}  # the server key: the scheduler
-        for role, name in ROLE_DIRECTORIES.items():
-            for key in _public_keys(os.path.join(self.directory, name)):
-                roles.setdefault(key, set()).add(role)
+        problems: List[str] = []
+        unsafe = _unsafe(self.directory)
+        if unsafe is not None:
+            problems.append(f"authorized keys directory {unsafe}: no key in it is authorized")
+        else:
+            for role, name in ROLE_DIRECTORIES.items():
+                for key in _public_keys(os.path.join(self.directory, name), problems):
+                    roles.setdefault(key, set()).add(role)
         self._credentials = {key: Credential(key, frozenset(held)) for key, held in roles.items()}
-        self._stamps = stamps
-        return True
+        self.generation += 1
+        return problems
 
 
-def _stamp(directory: str) -> Any:
+def _stamp(path: str) -> Any:
     try:
-        status = os.stat(directory)
+        status = os.stat(path)
     except OSError:
         return None
-    return (status.st_ino, status.st_mtime_ns)
+    return (status.st_ino, status.st_mtime_ns, status.st_mode, status.st_uid)
 
 
-def _public_keys(directory: str) -> List[str]:
+def _unsafe(path: str) -> Optional[str]:
+    """Why another user could change ``path`` (as ssh's StrictModes judges it), naming it; None: no one could."""
+    if os.name != "posix":
+        return None
+    try:
+        status = os.stat(path)
+    except OSError as error:
+        return f"{path} cannot be read ({error.strerror})"
+    mode = stat.S_IMODE(status.st_mode)
+    if mode & 0o022:
+        writers = "every user" if mode & 0o002 else "its group"
+        return f"{path} can be written by {writers} (mode {mode:04o}): run chmod go-w {path}"
+    if status.st_uid not in (0, os.geteuid()):
+        return f"{path} belongs to another user (uid {status.st_uid}): give it to this user or to root"
+    return None
+
+
+def _public_keys(directory: str, problems: List[str]) -> List[str]:
+    """The public keys of the ``*.key`` files of ``directory``; a file or directory another user could change
+    gives none, and says why in ``problems``."""
     if not os.path.isdir(directory):
+        return []
+    unsafe = _unsafe(directory)
+    if unsafe is not None:
+        problems.append(f"authorized keys directory {unsafe}: no key in it is authorized")
         return []
     keys = []
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".key"):
             continue
         path = os.path.join(directory, name)
+        unsafe = _unsafe(path)
+        if unsafe is not None:
+            problems.append(f"authorized key file {unsafe}: its key is not authorized")
+            continue
         try:
             keys.append(load_public_key(path).decode())
         except SecurityError as error:
@@ -352,12 +413,21 @@ def server_keys(config: SecurityConfig) -> Keys:
 # ----------------------------------------------------------------------------- sockets
 
 
-def new_socket(context: Any, socket_type: int, keys: Keys, domain: Optional[str] = None) -> Any:
-    """A socket of ``context`` with linger 0, secured by ``keys``: the CurveZMQ server of ``domain`` (a socket
-    that binds, authorized through the ZAP handler), or a CurveZMQ client of the server key (``domain``
-    None). Without keys, a plain socket."""
+def new_socket(
+    context: Any, socket_type: int, keys: Keys, domain: Optional[str] = None, max_message_size: Optional[int] = None
+) -> Any:
+    """A socket of ``context`` with linger 0, the TCP options that find a vanished host (`connection_liveness`) and
+    a bounded handshake (`message_limits.HANDSHAKE_SECONDS`), secured by ``keys``: the CurveZMQ server of
+    ``domain`` (a socket that binds, authorized through the ZAP handler), or a CurveZMQ client of the server key
+    (``domain`` None). Without keys, a plain socket. A socket that binds is given ``max_message_size``: a peer that
+    sends or announces a larger frame is disconnected before it is buffered, authenticated or not
+    (docs/protocol.md, "Message size limits")."""
     socket = context.socket(socket_type)
     socket.setsockopt(zmq.LINGER, 0)
+    watch_liveness(socket)  # a vanished host's connections are found dead in seconds
+    socket.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
+    if max_message_size is not None:
+        socket.setsockopt(zmq.MAXMSGSIZE, max_message_size)
     own = keys.own
     if own is None:
         return socket
@@ -440,6 +510,21 @@ def check_exposure(program: str, addresses: Iterable[str], config: SecurityConfi
             )
 
 
+def check_http_exposure(program: str, served: str, host: str, insecure: bool, protection: str = "") -> None:
+    """Refuse (`SecurityError`) to serve ``served`` over plain HTTP at ``host`` where other hosts reach it without
+    authentication (``protection``: how the program could authenticate its requests, e.g. a token), unless
+    ``insecure``: the safe-by-default rule of `check_exposure`, for HTTP, which has no keys."""
+    if insecure or is_loopback_host(host):
+        return
+    remedy = f"{protection}keep it on 127.0.0.1 and reach it through an SSH tunnel or an HTTPS reverse proxy"
+    raise SecurityError(
+        f"{program} would serve {served} at {host or 'every address'}, which other hosts can reach, over plain "
+        "HTTP without authentication: anyone who reaches it reads the cluster's state (the IDs of clients and "
+        f"workers, their hosts and processes, the functions they run). {remedy[0].upper()}{remedy[1:]}, or pass "
+        "--insecure to serve it on a network you trust"
+    )
+
+
 # ----------------------------------------------------------------------------- command lines
 
 
@@ -466,7 +551,8 @@ def add_security_arguments(
         )  # fmt: skip
         group.add_argument(
             "--insecure", action="store_true",
-            help="listen at an address other hosts reach without keys (only on a network you trust)",
+            help="listen where other hosts reach without authentication: at an address without keys, at a "
+            "--metrics-host other than loopback (only on a network you trust)",
         )  # fmt: skip
     if scheduler:
         group.add_argument(

@@ -52,7 +52,7 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "credential", "reads_output", "scope")
+    __slots__ = ("client_id", "tasks", "queued", "last_seen", "heartbeat", "credential", "reads_output", "scope")
     role = m.PeerRole.CLIENT
 
     def __init__(
@@ -64,6 +64,7 @@ class Client:
         self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.reads_output = reads_output  # its protocol version knows TaskOutputBatch
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
+        self.queued = 0  # of them, those of its own batches (not graph nodes) queued here: its quota counts these
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional
 from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
+from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -49,6 +50,7 @@ from scaler.scheduler.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
+    AuthorizedKeysRead,
     Burst,
     CannotForward,
     ConnectionClosed,
@@ -66,7 +68,7 @@ from scaler.scheduler.scheduler_events import (
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
@@ -95,6 +97,8 @@ class SchedulerSettings:
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
     scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
+    max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
 
 
 class SchedulerCore:
@@ -108,7 +112,7 @@ class SchedulerCore:
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._routing = TaskRouting(
             self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
-            self._graphs.nodes,
+            settings.max_client_tasks, self._graphs.nodes,
         )  # fmt: skip
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
@@ -133,13 +137,14 @@ class SchedulerCore:
             PeerConnection: self._on_peer_connection,
             ConnectionClosed: self._on_connection_closed,
             MonitorSubscription: self._on_monitor_subscription,
+            AuthorizedKeysRead: self._on_keys_read,
             Tick: self._on_tick,
             WebhookAnswer: self._managers.on_webhook_answer,
         }
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
-            m.TaskBatch: routing.on_task_batch,
+            m.TaskBatch: routing.on_client_batch,
             codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
@@ -154,7 +159,7 @@ class SchedulerCore:
             m.BalanceResponse: routing.on_balance_response,
             m.WaitingTasks: routing.on_waiting_tasks,
             m.DisconnectRequest: self._on_worker_disconnect,
-            m.TaskOutputBatch: self._on_task_output,
+            m.TaskOutputBatch: routing.on_task_output,
         }
         self._manager_handlers: Dict[type, _PeerHandler] = {
             m.WorkerManagerHeartbeat: self._managers.on_heartbeat,
@@ -310,8 +315,12 @@ class SchedulerCore:
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
+            storage, counts = self._storage, self._routing.state_counts
+            snapshot = state_snapshot(self._workers, self._clients, counts, storage.stored_bytes, now)
             snapshot.managers = self._managers.snapshots(now)
+            snapshot.client_task_quota = self.settings.max_client_tasks
+            snapshot.client_memory_quota = storage.client_memory_quota
+            storage.ask_usage(list(self._clients), out)  # for the next one
             out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
@@ -374,6 +383,8 @@ class SchedulerCore:
             self.settings.heartbeat_interval_seconds,
             timeout,
             m.PeerRole.SCHEDULER,
+            max_message_size=self.settings.max_message_size,
+            client_quota=self.settings.max_client_tasks,
         )
         return Send(source, ack)
 
@@ -402,25 +413,42 @@ class SchedulerCore:
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
         same key, still authorized as its role (the authorized keys were read again). Else the message is
-        refused, and a peer whose key was revoked is forgotten (its tasks withdrawn or queued again)."""
-        kind = type(peer)
-        source = peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
+        refused, and a peer whose key was revoked is forgotten."""
         if credential.key == peer.credential.key and peer.role in credential.roles:
             peer.credential = credential
             return True
         if credential.key != peer.credential.key:
+            source = _peer_id(peer)
             self._refuse(source, credential, f"{show(source)} said Hello with another key", now, out)
         else:
-            reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()}"
-            self._refuse(source, credential, reason, now, out)
-            if type(peer) is Client:
-                self._remove_client(peer, out, forget=True)
-            elif type(peer) is Manager:
-                self._managers.remove(source, "its key was revoked")
-            else:
-                self._routing.remove_worker(peer, out)
-                self._managers.on_worker_left(peer)
+            self._revoke(peer, credential, now, out)
         return False
+
+    def _on_keys_read(self, event: AuthorizedKeysRead, now: float, out: Outbox) -> None:
+        """The authorized keys changed: each peer whose key no longer holds its role is revoked now, not at its
+        next message (a peer that sends none would keep its session)."""
+        credentials = event.credentials
+        peers: List[Any] = [*self._clients.values(), *self._workers.values(), *self._managers.connected()]
+        for peer in peers:
+            key = peer.credential.key
+            credential = credentials.get(key) or Credential(key, frozenset())
+            if peer.role in credential.roles:
+                peer.credential = credential
+            else:
+                self._revoke(peer, credential, now, out)
+
+    def _revoke(self, peer: Any, credential: Credential, now: float, out: Outbox) -> None:
+        """``peer``'s key is no longer authorized as its role: it is told so, and forgotten (its tasks withdrawn
+        or queued again)."""
+        source = _peer_id(peer)
+        reason = f"{credential.name()} is no longer authorized as a {peer.role.name.lower()}"
+        self._refuse(source, credential, reason, now, out)
+        if type(peer) is Client:
+            self._remove_client(peer, out, forget=True)
+        elif type(peer) is Manager:
+            self._managers.remove(source, "its key was revoked")
+        else:
+            self._remove_worker(peer, out)
 
     def _refuse(self, source: bytes, credential: Credential, reason: str, now: float, out: Outbox) -> None:
         suppressed = self._refusals.should_log(credential.key, now)
@@ -443,20 +471,8 @@ class SchedulerCore:
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
-        self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
+        self._routing.on_client_batch(source, m.TaskBatch(message.tasks), now, out)
         self._routing.reject_damaged(source, message.damaged, out)
-
-    def _on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
-        """What tasks printed (their clients asked for it): on to each client still here that reads it, in the
-        order printed."""
-        by_client: Dict[bytes, List[m.TaskOutput]] = {}
-        for output in message.outputs:
-            by_client.setdefault(output.client_id, []).append(output)
-        clients = self._clients
-        for client_id, outputs in by_client.items():
-            client = clients.get(client_id)
-            if client is not None and client.reads_output:
-                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: client {show(source)} disconnected")
@@ -560,6 +576,11 @@ def describe(event: Any) -> str:
     if type(event) is FromPeer:
         return f"{type(event.message).__name__} from {show(event.source)}"
     return type(event).__name__
+
+
+def _peer_id(peer: Any) -> bytes:
+    kind = type(peer)
+    return peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
 
 
 def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:

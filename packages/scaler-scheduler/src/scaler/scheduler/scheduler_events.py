@@ -8,7 +8,7 @@ storage server in `Send.to`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List
+from typing import Any, List, Mapping
 
 from scaler.protocol.security import OPEN, Credential
 
@@ -56,6 +56,14 @@ class ConnectionClosed:
     """A connection of a client or worker closed (its peer died, left, or the network dropped it), by its ID."""
 
     connection: int
+
+
+@dataclass(slots=True)
+class AuthorizedKeysRead:
+    """The authorized keys were read again and changed: every authorized key's credential now (an unknown key
+    has none: it holds no role)."""
+
+    credentials: Mapping[str, Credential]
 
 
 @dataclass(slots=True)

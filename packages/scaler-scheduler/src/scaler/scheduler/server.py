@@ -6,7 +6,9 @@ carries out the effects it returns; it decides nothing. Sockets are read with ``
 file descriptor and drained in bursts, so a burst of messages costs one wake-up; the messages of clients and
 workers read in one burst reach the core together (`Burst`), so what they make leaves together. With keys,
 every socket is CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized
-keys only (monitor keys only on the XPUB), and each message reaches the core with its sender's `Credential`.
+keys only (monitor keys only on the XPUB, `monitor_feed.py`), and each message reaches the core with its sender's
+`Credential`; the authorized keys are read again at each tick, and the core told when they changed
+(`AuthorizedKeysRead`).
 
 Connections: the ROUTER's monitor reports each connection accepted and closed by its file descriptor, and a
 message comes with the descriptor it came on (``zmq.SRCFD``). A descriptor is reused as soon as its connection
@@ -40,6 +42,11 @@ from scaler.protocol.addresses import check_address, default_monitor_address, de
 from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MIN_MAX_MESSAGE_SIZE,
+    show_size,
+)
 from scaler.protocol.process_control import start_child
 from scaler.protocol.security import (
     MONITOR_DOMAIN,
@@ -48,20 +55,22 @@ from scaler.protocol.security import (
     SCHEDULER_DOMAIN,
     SecurityConfig,
     check_exposure,
+    check_http_exposure,
     new_socket,
     server_keys,
 )
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
+from scaler.scheduler.monitor_feed import MonitorFeed
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings, describe
 from scaler.scheduler.scheduler_events import (
     STORAGE,
+    AuthorizedKeysRead,
     Burst,
     CannotForward,
     ConnectionClosed,
     FromPeer,
     FromStorage,
-    MonitorSubscription,
     PeerConnection,
     Publish,
     Send,
@@ -75,6 +84,7 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
 from scaler.scheduler.webhook_manager import CallWebhook
 
@@ -110,8 +120,17 @@ class SchedulerServer:
         scaling: ScalingSettings = DEFAULT_SCALING,
         adapter_webhook_url: str = "",
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
     ) -> None:
         self.address = check_address(address)
+        if max_message_size < MIN_MAX_MESSAGE_SIZE:
+            raise SchedulerStartError(
+                f"--max-message-size of {show_size(max_message_size)} is below the least the protocol needs, "
+                f"{show_size(MIN_MAX_MESSAGE_SIZE)}"
+            )
+        if max_client_tasks < 1:
+            raise SchedulerStartError(f"--max-client-tasks must be at least 1, not {max_client_tasks}")
         if adapter_webhook_url:
             try:
                 check_webhook_url(adapter_webhook_url)
@@ -120,6 +139,8 @@ class SchedulerServer:
         self.object_storage_address = check_address(object_storage_address or default_storage_address(address))
         self.monitor_address = check_address(monitor_address or default_monitor_address(address))
         check_exposure("the scheduler", (self.address, self.monitor_address), security)
+        if metrics_port is not None:
+            check_http_exposure("the scheduler", "its Prometheus metrics", metrics_host, security.insecure)
         self._security = security
         self._keys = server_keys(security)
         self._zap: Any = None
@@ -139,6 +160,8 @@ class SchedulerServer:
                 snapshot_every_second=metrics_port is not None,
                 scaling=scaling,
                 adapter_webhook_url=adapter_webhook_url,
+                max_message_size=max_message_size,
+                max_client_tasks=max_client_tasks,
             )
         )
         self._webhook_url = adapter_webhook_url
@@ -153,7 +176,7 @@ class SchedulerServer:
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._storage_watch: Optional[ConnectionWatch] = None
-        self._monitor: Any = None
+        self._monitor: Any = None  # the MonitorFeed
         self._watched: List[Any] = []  # (socket, to_event, copy, together) read by _drain
         self._serving = False  # the ROUTER is read (from StartServing on)
         self._storage_process: Optional[subprocess.Popen] = None
@@ -212,16 +235,19 @@ class SchedulerServer:
             self._zap.start()
             directory = keys.authorized.directory if keys.authorized is not None else ""
             logger.info(f"Scheduler: CurveZMQ on every socket; authorized keys in {directory}")
-        self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN)
+        limit = self.core.settings.max_message_size
+        self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN, limit)
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router_connections = self._router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
-        logger.info(f"Scheduler: listen to scheduler address {self.address}")
-        self._monitor = new_socket(self._context, zmq.XPUB, keys, MONITOR_DOMAIN)
-        self._monitor.setsockopt(zmq.SNDHWM, 16)
-        self._bind_socket(self._monitor, self.monitor_address)
+        logger.info(
+            f"Scheduler: listen to scheduler address {self.address}, messages up to {show_size(limit)}, "
+            f"{self.core.settings.max_client_tasks:,} tasks a client"
+        )
+        self._monitor = MonitorFeed(self._context, keys, self.monitor_address)
+        self._bind_socket(self._monitor.socket, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
         self._storage = new_socket(self._context, zmq.DEALER, keys)
         self._storage_watch = ConnectionWatch(
@@ -270,7 +296,8 @@ class SchedulerServer:
             self._storage.disable_monitor()
         if self._router_connections is not None:
             self._router.disable_monitor()
-        sockets = (self._router, self._router_connections, self._storage, self._storage_connection, self._monitor)
+        monitor = self._monitor.socket if self._monitor is not None else None
+        sockets = (self._router, self._router_connections, self._storage, self._storage_connection, monitor)
         for socket in sockets:
             if socket is not None:
                 socket.close(linger=0)
@@ -411,17 +438,32 @@ class SchedulerServer:
             return StorageRefused(watch.refusal)
         return None if change is None else StorageLost()
 
-    def _monitor_event(self, frames: List[Any]) -> Optional[MonitorSubscription]:
-        change = {b"\x01": 1, b"\x00": -1}.get(frames[0][:1])
-        return None if change is None else MonitorSubscription(change)
-
     async def _tick_when_due(self) -> None:
         while True:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
+            self._reread_keys()
             self._feed(Tick())
             # sending can consume a file descriptor's edge: look for pending input ourselves
             for socket, to_event, copy, together in self._watched:
                 self._drain(socket, to_event, copy, together)
+
+    def _reread_keys(self) -> None:
+        """The authorized keys, read again at each tick: the core forgets the peers of a key revoked since, and
+        a monitor subscription of such a key is closed."""
+        try:
+            credentials = self._zap.reread() if self._zap is not None else None
+            if credentials is None:
+                return
+            self._feed(AuthorizedKeysRead(credentials))
+            revoked = self._zap.revoked_monitors()
+            if revoked:
+                logger.warning(
+                    f"Scheduler: {len(revoked)} key(s) that subscribed to the monitor feed revoked: the feed closes "
+                    "every subscription (the others subscribe again by themselves)"
+                )
+                self._monitor.close_subscriptions()
+        except Exception:  # the next tick tries again
+            logger.exception("Scheduler: cannot read the authorized keys again")
 
     # ----------------------------------------------------------------- the core, and its effects
 
@@ -492,7 +534,7 @@ class SchedulerServer:
     def _start_serving(self, effect: StartServing) -> None:
         self._serving = True
         self._watch(self._router, self._router_event, copy=False, together=True)
-        self._watch(self._monitor, self._monitor_event)
+        self._watch(self._monitor.socket, MonitorFeed.subscription)
         logger.info("Scheduler: started")
 
     def _start_failed(self, effect: StartFailed) -> None:
@@ -510,10 +552,7 @@ class SchedulerServer:
             self.latest_snapshot = (snapshot, self._function_totals.totals())
         if not effect.to_monitors:
             return
-        try:
-            self._monitor.send_multipart(codec.encode(snapshot), zmq.NOBLOCK)
-        except zmq.Again:
-            pass
+        self._monitor.publish(codec.encode(snapshot))
 
     def _shutdown(self, effect: Shutdown) -> None:
         logger.info(f"Scheduler: shutting down: {effect.reason}")

@@ -7,7 +7,9 @@ longer for the server it was given. Once the server answered, the shell starts s
 workers (`StartServing`); if none answers in time, or it refuses, the scheduler stops (`StartFailed`).
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
-is back up the core says Hello again and sends them once it is answered.
+is back up the core says Hello again and sends them once it is answered. For monitors, it asks a server of
+protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes`), and keeps
+the quota of each client that the server's HelloAck states.
 
 A server of protocol 1.8 admits the clients the scheduler serves (`admit`): each client's HelloAck waits until
 the server answered its admission, so no worker can put a result for a client, or read for a task's scope,
@@ -24,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import Lifecycle, Transition
-from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, USAGE_VERSION, incompatibility, knows
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.scheduler_events import STORAGE, Send, StartFailed, StartServing, StartStorage
 
@@ -117,6 +119,9 @@ class StorageLink:
         self._held: List[Any] = []  # requests for storage made while the link was not ready
         self._history: List[LinkEvent] = []
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
+        self._answers_usage = False  # its version answers ObjectRequest(usage)
+        self.client_memory_quota = 0  # what one client's objects may take there (its HelloAck, 1.8; 0: not said)
+        self.stored_bytes: Dict[bytes, int] = {}  # client ID -> what its objects take there, as last answered
         self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
             LinkAction.WAIT_BRIEFLY: self._wait_briefly,
@@ -169,6 +174,11 @@ class StorageLink:
             self.deadline = None
             self._step(LinkEvent.DEADLINE, now, out)
 
+    def ask_usage(self, client_ids: List[bytes], out: Outbox) -> None:
+        """Ask what the objects of each client take (a server that can answer, and is connected)."""
+        if self._answers_usage and self.state is LinkState.READY and client_ids:
+            out.sends.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.USAGE, b"", client_ids)))
+
     def send(self, message: Any, out: Outbox) -> None:
         """A request for the storage server: sent now, or held until the server answered Hello."""
         if self.state is LinkState.READY:
@@ -204,14 +214,15 @@ class StorageLink:
         self._unacknowledged.pop(client_id, None)
 
     def _on_response(self, response: m.ObjectResponse, out: Outbox) -> None:
-        """Answers to the scheduler's requests: an admission lets its client's HelloAck go; nothing waits for the
-        others (deletes, clears)."""
-        if response.kind != m.ObjectRequestKind.ADMIT:
-            return
-        client_id = self._admitting.pop(response.request_id, None)
-        ack = self._unacknowledged.pop(client_id, None) if client_id is not None else None
-        if ack is not None:
-            out.sends.append(ack)
+        """Answers to the scheduler's requests: an admission lets its client's HelloAck go, a usage is kept for
+        monitors; nothing waits for the others (deletes, clears)."""
+        if response.kind == m.ObjectRequestKind.USAGE:
+            self.stored_bytes = dict(zip(response.object_ids, response.sizes, strict=False))
+        elif response.kind == m.ObjectRequestKind.ADMIT:
+            client_id = self._admitting.pop(response.request_id, None)
+            ack = self._unacknowledged.pop(client_id, None) if client_id is not None else None
+            if ack is not None:
+                out.sends.append(ack)
 
     def _step(self, event: LinkEvent, now: float, out: Outbox) -> None:
         transition = STORAGE_LINK_LIFECYCLE.step(self.state, event, self.address, self._history)
@@ -235,6 +246,15 @@ class StorageLink:
     def _start_storage(self, now: float, out: Outbox) -> None:
         logger.info(f"Scheduler: no object storage server at {self.address}, starting one")
         out.sends.append(StartStorage(self.address))
+
+    def _hello_ack_event(self, ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
+        reason = incompatibility(ack.version)
+        if reason is not None:
+            return LinkEvent.REFUSED, f"object storage server: {reason}"
+        self._answers_usage = knows(ack.version, USAGE_VERSION)
+        self.admits = knows(ack.version, ISOLATION_VERSION)
+        self.client_memory_quota = ack.client_quota
+        return LinkEvent.ANSWERED, ""
 
     def _serve(self, now: float, out: Outbox) -> None:
         self.deadline = None
@@ -266,13 +286,6 @@ class StorageLink:
     def _fail(self, reason: str, out: Outbox) -> None:
         self.deadline = None
         out.sends.append(StartFailed(reason))
-
-    def _hello_ack_event(self, ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
-        reason = incompatibility(ack.version)
-        if reason is None:
-            self.admits = knows(ack.version, ISOLATION_VERSION)
-            return LinkEvent.ANSWERED, ""
-        return LinkEvent.REFUSED, f"object storage server: {reason}"
 
 
 def _refusal_event(refusal: m.Refusal) -> Tuple[Optional[LinkEvent], str]:

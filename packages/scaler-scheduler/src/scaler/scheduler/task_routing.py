@@ -27,6 +27,7 @@ from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Op
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
+from scaler.protocol.security import RefusalLog
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
@@ -39,6 +40,7 @@ _EVENTS = list(TaskEvent)
 _EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
 assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
+DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 _QUEUED = TaskState.QUEUED
@@ -47,10 +49,11 @@ logger = logging.getLogger(__name__)
 
 
 class TaskRecord:
-    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures")
+    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted")
 
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]]) -> None:
+    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool) -> None:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
+        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
@@ -70,9 +73,12 @@ class TaskRouting:
         clients: Dict[bytes, Client],
         capability_policy: bool,
         max_task_deaths: int,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         graph_nodes: Container[bytes] = frozenset(),
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self._max_client_tasks = max_client_tasks
+        self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
         self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
         self._loads = WorkerLoads()
         self._clients = clients
@@ -87,6 +93,7 @@ class TaskRouting:
         self.state_counts: Counter = Counter()
         self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
+        self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
         carry_out: Dict[TaskAction, _Action] = {
             TaskAction.SEND_TO_WORKER: self._send_to_worker,
             TaskAction.REQUEUE: self._requeue,
@@ -158,10 +165,39 @@ class TaskRouting:
 
     # ----------------------------------------------------------------- handlers (source, message, now, out)
 
+    def on_client_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
+        """Tasks client ``source`` submitted: queued while it has fewer than its quota of them queued here (graph
+        nodes aside; a task a worker holds is not queued); each one beyond is rejected, naming the quota."""
+        client = self._clients[source]
+        tasks = message.tasks
+        room = max(0, self._max_client_tasks - client.queued)
+        if len(tasks) > room:
+            self._reject_over_quota(source, tasks[room:], now, out)
+            message = m.TaskBatch(tasks[:room])
+        self.on_task_batch(source, message, now, out)
+
+    def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
+        quota = self._max_client_tasks
+        why = (
+            f"the scheduler refused this task: client {show(source)} has its quota of {quota:,} tasks queued here "
+            "(scaler_scheduler --max-client-tasks)"
+        )
+        suppressed = self._over_quota.should_log(show(source), now)
+        if suppressed is not None:
+            more = f" ({suppressed} more refusals since its last line)" if suppressed else ""
+            logger.warning(f"Scheduler: refused {len(tasks)} task(s) of client {show(source)}: over its quota{more}")
+        known = self._tasks
+        results = out.results[source]
+        for task in tasks:
+            if task.task_id not in known:
+                results.append(
+                    m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+                )
+
     def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
-        """New tasks from client ``source``: queued. A task whose ID the scheduler holds already, as another
-        client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of its own
-        tasks sent again is ignored."""
+        """Tasks client ``source`` submitted within its quota: queued. A task whose ID the scheduler holds already,
+        as another client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of
+        its own tasks sent again is ignored."""
         tasks = self._tasks
         graph_nodes = self._graph_nodes
         fresh = []
@@ -178,11 +214,12 @@ class TaskRouting:
             fresh.append(task)
         if duplicates:
             logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
-        self.queue(source, fresh, now)
+        self.queue(source, fresh, now, submitted=True)
 
-    def queue(self, source: bytes, new_tasks: List[Any], now: float) -> None:
-        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch`, or graph nodes the
-        graph layer released. Each carries its client's scope (empty for a client that stands for itself)."""
+    def queue(self, source: bytes, new_tasks: List[Any], now: float, submitted: bool = False) -> None:
+        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch` (``submitted``: within
+        its quota, `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope
+        (empty for a client that stands for itself)."""
         client = self._clients[source]
         scope = client.scope if client.scope != source else b""
         tasks = self._tasks
@@ -195,8 +232,9 @@ class TaskRouting:
             needs = None
             if task.capabilities and self._capability_policy:
                 needs = frozenset(c.name for c in task.capabilities)
-            record = TaskRecord(task, needs)
+            record = TaskRecord(task, needs, submitted)
             tasks[task_id] = record
+            client.queued += submitted
             counts[TaskState.QUEUED] += 1
             if needs is not None:
                 self._queued_needing[needs] += 1
@@ -232,6 +270,34 @@ class TaskRouting:
                 step(record, self._failure_event(record, result), out, result)
             else:
                 logger.warning(f"Scheduler: dropped result with status {result.status.name} from {show(source)}")
+
+    def on_task_output(self, source: bytes, message: m.TaskOutputBatch, now: float, out: Outbox) -> None:
+        """What tasks printed, from worker ``source``: on to each task's client, in the order printed, only for a
+        task that worker holds now, of the client it names, that asked for its output (``stream_output``), and only
+        to a client still here that reads output. The rest is dropped: a worker prints to no other client."""
+        tasks = self._tasks
+        by_client: Dict[bytes, List[m.TaskOutput]] = {}
+        foreign = 0
+        for output in message.outputs:
+            record = tasks.get(output.task_id)
+            if record is None:
+                continue  # ended (cancelled, its client gone): nobody waits for its output
+            task = record.task
+            if record.worker_id != source or task.client_id != output.client_id or not task.stream_output:
+                foreign += 1
+                continue
+            by_client.setdefault(output.client_id, []).append(output)
+        for client_id, outputs in by_client.items():
+            client = self._clients.get(client_id)
+            if client is not None and client.reads_output:
+                out.sends.append(Send(client_id, m.TaskOutputBatch(outputs)))
+        suppressed = self._dropped_output.should_log(show(source), now) if foreign else None
+        if suppressed is not None:
+            more = f" ({suppressed} more such batches since its last line)" if suppressed else ""
+            logger.warning(
+                f"Scheduler: dropped {foreign} output(s) from worker {show(source)}: of tasks it does not hold, of "
+                f"another client, or that did not ask for their output{more}"
+            )
 
     def reject_damaged(self, source: bytes, damaged: List[Any], out: Outbox) -> None:
         """Tasks of client ``source`` that cannot be read whole (`codec.DamagedTask`): each is rejected to its
@@ -472,8 +538,14 @@ class TaskRouting:
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
-        if record.needs is not None and (old is _QUEUED) is not (new is _QUEUED):
-            self._queued_needing[record.needs] += 1 if new is _QUEUED else -1
+        if (old is _QUEUED) is not (new is _QUEUED):
+            change = 1 if new is _QUEUED else -1
+            if record.needs is not None:
+                self._queued_needing[record.needs] += change
+            if record.submitted:
+                client = self._clients.get(record.task.client_id)
+                if client is not None:
+                    client.queued += change
         for action in actions:
             action(record, out, result)
 

@@ -160,6 +160,10 @@ class WorkerManagers:
     def get(self, manager_id: bytes) -> Optional[Manager]:
         return self._managers.get(manager_id)
 
+    def connected(self) -> List[Manager]:
+        """The managers connected to the scheduler (not the webhook's)."""
+        return [manager for manager in self._managers.values() if manager.webhook is None]
+
     # ----------------------------------------------------------------- managers
 
     def on_hello(self, source: bytes, credential: Credential, now: float) -> None:

@@ -23,10 +23,14 @@ large payloads zero-copy. An object of several frames is only given to peers
 whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
 with a reason that says so.
 
-Memory accounting counts payload bytes only. A put is refused object by object:
-``tooLarge`` when the payload is over ``max_object_size``, ``storageFull`` when
-holding it would take the payload total over ``max_memory``. A refused put leaves
-any object already stored under that ID as it was.
+Memory accounting counts payload bytes only, in all and per owner. A put is
+refused object by object: ``tooLarge`` when the payload is over
+``max_object_size``, ``storageFull`` when holding it would take its owner's
+objects over ``max_client_memory`` (the owner's quota: half of ``max_memory`` by
+default, so that no client fills the server for everybody) or the payload total
+over ``max_memory``; the reason says which, and the option that raises it. A
+refused put leaves any object already stored under that ID as it was. The
+scheduler asks how much each owner holds (``usage``), for monitors.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -119,29 +124,25 @@ def blob_size(blob: Any) -> int:
     return memoryview(blob).nbytes
 
 
-def show_size(size: int) -> str:
-    """Human-readable byte count for logs and refusal reasons (``1.5 GiB``)."""
-    if size < 1024:
-        return f"{size} bytes"
-    value, unit = size / 1024, "KiB"
-    for larger_unit in ("MiB", "GiB", "TiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, larger_unit
-    return f"{value:.1f} {unit}"
-
-
 class ObjectStore:
     """Objects by ID, the peers that said Hello, and the answer to every message."""
 
-    def __init__(self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30) -> None:
-        for name, value in (("max_object_size", max_object_size), ("max_memory", max_memory)):
+    def __init__(
+        self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30,
+        max_client_memory: Optional[int] = None,
+    ) -> None:  # fmt: skip
+        if max_client_memory is None:
+            max_client_memory = max(1, max_memory // 2)
+        limits = (("max_object_size", max_object_size), ("max_memory", max_memory))
+        for name, value in (*limits, ("max_client_memory", max_client_memory)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
         self.max_object_size = max_object_size
         self.max_memory = max_memory
+        self.max_client_memory = max_client_memory  # what one owner's objects may take
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
+        self._bytes_by_owner: Dict[bytes, int] = {}  # what each owner's objects take
         self._used_memory = 0
         self._greeted_peers: Dict[bytes, Peer] = {}
         self._admissions = Admissions()  # the clients the scheduler serves, and whose objects their tasks read
@@ -164,6 +165,7 @@ class ObjectStore:
             ObjectRequestKind.DELETE: self._delete,
             ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
             ObjectRequestKind.ADMIT: self._admit,
+            ObjectRequestKind.USAGE: self._usage,
         }
 
     @property
@@ -183,6 +185,10 @@ class ObjectStore:
 
     def objects_of(self, owner_id: bytes) -> List[bytes]:
         return list(self._objects_by_owner.get(owner_id, ()))
+
+    def bytes_of(self, owner_id: bytes) -> int:
+        """What the objects of ``owner_id`` take (counted against its quota)."""
+        return self._bytes_by_owner.get(owner_id, 0)
 
     def handle(self, event: Any, now: float) -> List[Reply]:
         """Apply one event; return what to send."""
@@ -226,6 +232,8 @@ class ObjectStore:
             heartbeat_interval_seconds=0.0,
             timeout_seconds=0.0,
             role=PeerRole.OBJECT_STORAGE,  # who answered (protocol 1.5): a client given this port by mistake says so
+            max_message_size=storage_max_message_size(self.max_object_size),  # the shell's socket takes no more
+            client_quota=self.max_client_memory,
         )
         return [Reply(peer_id, ack)]
 
@@ -306,19 +314,11 @@ class ObjectStore:
         objects = object_frames.split(request.frame_counts, len(request.object_ids), blobs)
         for object_id, frames in zip(request.object_ids, objects, strict=True):
             size = sum(blob_size(frame) for frame in frames)
-            status = self._store(request.owner_id, object_id, frames, size)
+            status, refusal = self._store(request.owner_id, object_id, frames, size)
             statuses.append(status)
             sizes.append(size)
-            if status == ObjectStatus.TOO_LARGE:
-                refusals.append(
-                    f"object {show(object_id)} of {show_size(size)} is over the maximum object size of "
-                    f"{show_size(self.max_object_size)}"
-                )
-            elif status == ObjectStatus.STORAGE_FULL:
-                refusals.append(
-                    f"object {show(object_id)} of {show_size(size)} does not fit: storage holds "
-                    f"{show_size(self._used_memory)} of its maximum memory of {show_size(self.max_memory)}"
-                )
+            if refusal:
+                refusals.append(refusal)
         reason = ""
         if refusals:
             reason = f"{len(refusals)} of {len(statuses)} objects refused; first: {refusals[0]}"
@@ -349,19 +349,35 @@ class ObjectStore:
         )
         return [Reply(peer_id, response)]
 
-    def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> ObjectStatus:
+    def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> Tuple[ObjectStatus, str]:
+        """Store the object, or say why not: its status, and the reason of a refusal ("" when stored)."""
+        what = f"object {show(object_id)} of {show_size(size)}"
         if size > self.max_object_size:
-            return ObjectStatus.TOO_LARGE
+            return (
+                ObjectStatus.TOO_LARGE,
+                f"{what} is over the maximum object size of {show_size(self.max_object_size)}",
+            )
         previous = self._objects.get(object_id)
         freed = previous.size if previous is not None else 0
+        replaced = freed if previous is not None and previous.owner_id == owner_id else 0
+        held = self._bytes_by_owner.get(owner_id, 0) - replaced
+        if self.max_client_memory < self.max_memory and held + size > self.max_client_memory:
+            return ObjectStatus.STORAGE_FULL, (
+                f"{what} does not fit in the quota of its owner {show(owner_id)}: it holds {show_size(held)} of "
+                f"{show_size(self.max_client_memory)} (scaler_object_storage_server --max-client-memory)"
+            )
         if self._used_memory - freed + size > self.max_memory:
-            return ObjectStatus.STORAGE_FULL
+            return ObjectStatus.STORAGE_FULL, (
+                f"{what} does not fit: storage holds {show_size(self._used_memory)} of its maximum memory of "
+                f"{show_size(self.max_memory)} (scaler_object_storage_server --max-memory)"
+            )
         if previous is not None:
             self._remove(object_id)
         self._objects[object_id] = _StoredObject(owner_id, frames, size)
         self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
+        self._bytes_by_owner[owner_id] = self._bytes_by_owner.get(owner_id, 0) + size
         self._used_memory += size
-        return ObjectStatus.OK
+        return ObjectStatus.OK, ""
 
     def _get(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         statuses: List[ObjectStatus] = []
@@ -444,6 +460,18 @@ class ObjectStore:
         response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.ADMIT)
         return [Reply(peer_id, response)]
 
+    def _usage(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """What the objects of each owner named in ``objectIds`` take, in ``sizes`` (the scheduler's monitor)."""
+        owners = list(request.object_ids)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.USAGE,
+            object_ids=owners,
+            statuses=[ObjectStatus.OK] * len(owners),
+            sizes=[self._bytes_by_owner.get(owner, 0) for owner in owners],
+        )
+        return [Reply(peer_id, response)]
+
     def _refuse_request(self, peer_id: bytes, request: ObjectRequest, problem: str) -> List[Reply]:
         reason = f"object request {request.request_id} ({_kind_name(request.kind)}) {problem}"
         logger.warning(f"ObjectStorageServer: refuse request from {show(peer_id)}: {reason}")
@@ -479,8 +507,11 @@ class ObjectStore:
         self._used_memory -= stored.size
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]
-        if not owned:
+        if owned:
+            self._bytes_by_owner[stored.owner_id] -= stored.size
+        else:
             del self._objects_by_owner[stored.owner_id]
+            del self._bytes_by_owner[stored.owner_id]
         return stored
 
     def _clear(self, peer_id: bytes, owner_id: bytes) -> List[Tuple[bytes, int]]:
@@ -492,6 +523,7 @@ class ObjectStore:
 
     def _remove_owner(self, owner_id: bytes) -> List[Tuple[bytes, int]]:
         owned = self._objects_by_owner.pop(owner_id, {})
+        self._bytes_by_owner.pop(owner_id, None)
         deleted: List[Tuple[bytes, int]] = []
         for object_id in owned:
             stored = self._objects.pop(object_id)

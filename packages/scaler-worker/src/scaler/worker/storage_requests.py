@@ -8,8 +8,8 @@ is not fetched again for a scope granted it, and is fetched again, for its scope
 client's task never runs with another client's function or objects, cached or not). The rest is asked for,
 many IDs per `ObjectRequest` (one per scope per flush). Functions and serializers stay in LRU caches; an
 object argument is kept while a staged task needs it, then released. Large results are put in storage,
-owned by the task's client, one request per client per flush. A request unanswered for the storage timeout
-fails its tasks.
+owned by the task's client, one request per client per flush (a result with a frame larger than the server
+takes fails its task unsent). A request unanswered for the storage timeout fails its tasks.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.errors import ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, show
+from scaler.protocol.message_limits import STORAGE_OPTION, too_large_for
 from scaler.worker.lru_cache import LRUCache
 from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, SERIALIZER_CACHE_CAPACITY
 from scaler.worker.task_lifecycle import TaskEntry
@@ -290,8 +291,10 @@ class StorageRequests:
     def has_requests(self) -> bool:
         return bool(self._to_fetch or self._to_put)
 
-    def requests(self, now: float, out: List[Any]) -> None:
-        """The fetches and puts collected since the last call, as messages to storage."""
+    def requests(self, now: float, out: List[Any], max_frame: int = 0) -> List[Tuple[_Put, Exception]]:
+        """The fetches and puts collected since the last call, as messages to storage; the puts refused unsent, with
+        why: a result with a frame larger than ``max_frame``, the most the server takes (0: it says not)."""
+        refused: List[Tuple[_Put, Exception]] = []
         if self._to_fetch:
             for scope, object_ids in self._to_fetch.items():  # a get reads for one scope (its ownerId)
                 request_id = next(self._request_ids)
@@ -301,6 +304,12 @@ class StorageRequests:
         if self._to_put:
             by_owner: Dict[bytes, List[Tuple[TaskEntry, bytes, Any, m.Profiling]]] = defaultdict(list)
             for put in self._to_put:
+                largest = object_frames.largest_frame(put[2])
+                if max_frame and largest > max_frame:
+                    what = f"the result of task {put[0].task.task_id.hex()}"
+                    error = too_large_for(what, largest, max_frame, "object storage server", STORAGE_OPTION)
+                    refused.append(((put[0], put[1], largest, put[3]), ObjectStorageRefusedError(error)))
+                    continue
                 by_owner[put[0].task.client_id].append(put)
             self._to_put = []
             for owner_id, puts in by_owner.items():
@@ -311,6 +320,7 @@ class StorageRequests:
                 object_ids = [put[1] for put in puts]
                 request = m.ObjectRequest(request_id, m.ObjectRequestKind.PUT, owner_id, object_ids, counts)
                 out.append(SendToStorage(request, frames))
+        return refused
 
     # ------------------------------------------------------------------------- observation
 

@@ -54,6 +54,10 @@ struct HelloAck {
   timeoutSeconds @3 :Float64;             # the peer is forgotten after this silence
   role @4 :PeerRole;                      # who answered: scheduler or objectStorage (protocol 1.5); an older
                                           # peer leaves it at client (0), which never answers a Hello
+  maxMessageSize @5 :UInt64;              # the largest frame it takes (ZMQ_MAXMSGSIZE): a peer that sends a
+                                          # larger one is disconnected (1.8); 0: not said (older)
+  clientQuota @6 :UInt64;                 # the scheduler: the tasks of its own a client may have queued there;
+                                          # the storage server: the bytes of objects one owner may hold (1.8)
 }
 
 # Answer to anything the receiver will not serve: wrong protocol version,
@@ -195,7 +199,8 @@ enum ObjectRequestKind {
   get @1;
   delete @2;
   clearOwner @3;                          # delete every object of ownerId
-  admit @4;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
+  usage @4;                               # 1.8, scheduler -> storage: the bytes each owner of objectIds holds
+  admit @5;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
                                           # objects its tasks read); until the scheduler's clearOwner of ownerId
 }
 
@@ -284,6 +289,7 @@ struct ClientSnapshot {
   heartbeat @1 :ClientHeartbeat;          # its last heartbeat
   tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
   lastSeenSecondsAgo @3 :Float32;
+  storedBytes @4 :UInt64;                 # of the objects it owns in the storage server (1.8)
 }
 
 struct Counter {
@@ -302,6 +308,8 @@ struct StateSnapshot {
   objects @7 :UInt64;
   clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
   managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
+  clientTaskQuota @10 :UInt64;            # the tasks a client may have queued at the scheduler (1.8)
+  clientMemoryQuota @11 :UInt64;          # the bytes of objects an owner may hold in storage (1.8)
 }
 
 # A worker manager as the scheduler sees it (1.6), for monitors.
