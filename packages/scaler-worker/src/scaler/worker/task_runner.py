@@ -49,7 +49,9 @@ class RunnerOwner(Protocol):
     def best_priority(self) -> Optional[int]:
         """The highest priority of a task waiting in the queue (None: the queue is empty)."""
 
-    def next_ready(self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None) -> Optional[ReadyTask]:
+    def next_ready(
+        self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None
+    ) -> Optional[ReadyTask]:
         """The task to run next (the newest of the best priority first when ``newest_first``), now the
         runner's; None when the queue is empty or the next task waits for what it needs. With ``accept``,
         the first task in that order that ``accept`` accepts (the others keep their places): a runner with

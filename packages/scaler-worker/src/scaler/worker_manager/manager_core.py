@@ -279,7 +279,9 @@ class ManagerCore:
     def _heartbeat(self) -> None:
         settings = self.settings
         per_group = settings.workers_per_group
-        groups = [m.WorkerGroup(g.group_id, _REPORTED[g.state], per_group, g.detail) for g in self._groups.values()]
+        groups = [
+            m.WorkerGroup(g.group_id, _REPORTED[g.state], per_group, g.detail) for g in self._groups.values()
+        ]
         running = sum(g.state in (_S.RUNNING, _S.RETIRING) for g in self._groups.values())
         self._out.append(Send(m.WorkerManagerHeartbeat(
             settings.max_groups * per_group, running * per_group, per_group, settings.min_groups,
