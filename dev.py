@@ -2,7 +2,8 @@
 """Developer commands for this repository. Needs only python3 (3.10 or newer; `sync` needs 3.11 or tomli).
 
     python3 dev.py demo              # install every distribution into .venv, run examples/demo.py
-    python3 dev.py test              # run the CI selection of tox.ini's matrix (what .ci/run runs)
+    python3 dev.py test              # run the CI selection of tox.ini's matrix (what .ci/run runs); installs
+                                     # the Debian packages its tests need (as root), or says which are missing
     python3 dev.py test ENV [ENV..]  # run those tox environments instead (e.g. py312-scheduler lint)
     python3 dev.py sync [--check]    # write DISTRIBUTIONS into tox.ini and pyproject.toml (--check: only compare)
 """
@@ -12,10 +13,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent
 
@@ -65,6 +69,97 @@ CI_ENVS = [
 
 TOX_REQUIREMENT = "tox>=4.11,<5"  # tox.ini is written for tox 4
 
+# What tests need from the machine beyond Python, by the factor of the tox environments that run them (the
+# `integration` of py311-integration): Debian packages, each known by the programs the tests run from it (a
+# name on PATH or an absolute path), and root. `dev.py test` installs what is missing when it runs as root
+# where apt-get is (CI does), and otherwise stops at once, naming what is missing and the command that
+# installs it. The other environments need none of this.
+SYSTEM_PACKAGES = {
+    "integration": {
+        "chromium": ["chromium"],  # tests/test_monitoring.py: scaler_ui in a headless browser
+        "chromium-driver": ["chromedriver"],  # ... driven through Selenium
+        "slurm-wlm": ["sbatch", "/usr/sbin/slurmctld", "/usr/sbin/slurmd"],  # tests/test_slurm.py: a real Slurm
+        "munge": ["/usr/sbin/munged", "/usr/sbin/mungekey"],  # ... authenticated by munge
+        "iproute2": ["/usr/sbin/ip"],  # tests/network_hosts.py: hosts made of network namespaces
+    },
+}
+NEEDS_ROOT = {"integration": "Slurm's daemons (tests/test_slurm.py) and network namespaces (tests/network_hosts.py)"}
+MUNGE_KEY = "/etc/munge/munge.key"  # munged refuses to start without it; the package does not always make one
+APT_LOCK_SECONDS = 600  # how long apt-get waits for another apt (e.g. an unattended upgrade) to finish
+
+
+@dataclass
+class SystemPlan:
+    """What `dev.py test` does about the machine before it runs anything: install ``packages`` with apt-get,
+    make munge's key, or stop with ``problem``."""
+
+    packages: list[str] = field(default_factory=list)
+    make_munge_key: bool = False
+    problem: str = ""
+
+
+def plan_system(envs: list[str], present: Callable[[str], bool], root: bool, apt: bool, command: str) -> SystemPlan:
+    """What the tox environments ``envs`` lack: ``present`` tells whether a program (or file) is there, ``root``
+    whether this process runs as root, ``apt`` whether apt-get is there; ``command`` is the dev.py command
+    line to run again as root."""
+    factors = {factor for env in envs for factor in env.split("-")}
+    wanted = {package: files for factor in sorted(factors & set(SYSTEM_PACKAGES))
+              for package, files in SYSTEM_PACKAGES[factor].items()}  # fmt: skip
+    missing = [package for package, files in wanted.items() if not all(map(present, files))]
+    make_key = "munge" in wanted and root and not present(MUNGE_KEY)  # (only root may look in /etc/munge)
+    needs_root = [NEEDS_ROOT[factor] for factor in sorted(factors & set(NEEDS_ROOT))]
+    if not (missing or make_key or (needs_root and not root)):
+        return SystemPlan()
+    if root and apt:
+        return SystemPlan(missing, make_key)
+    lacks = []
+    commands = []
+    if missing:
+        lacks.append(f"the Debian packages {', '.join(missing)}")
+        commands.append(f"apt-get install -y {' '.join(missing)}")
+    if make_key:
+        lacks.append(f"munge's key {MUNGE_KEY}")
+        commands.append("mungekey --create")
+    if needs_root and not root:
+        lacks.append(f"root, for {' and '.join(needs_root)}")
+    how = f"As root: {' && '.join(commands)}" if commands else ""
+    if not root:
+        how = (how + "; then run" if how else "Run") + f" `sudo {command}`"
+    elif not apt:
+        how = f"No apt-get here: install them with this system's package manager ({how})"
+    selection = ", ".join(env for env in envs if set(env.split("-")) & (set(SYSTEM_PACKAGES) | set(NEEDS_ROOT)))
+    return SystemPlan(
+        problem=(
+            f"dev.py test: {selection} need{'s' if ',' not in selection else ''} {'; '.join(lacks)}. {how}. "
+            "Environments that need none of this run anywhere: e.g. python3 dev.py test py311-worker lint"
+        )
+    )
+
+
+def _present(path: str) -> bool:
+    return os.path.exists(path) if os.path.isabs(path) else shutil.which(path) is not None
+
+
+def _provide_system(envs: list[str]) -> None:
+    """Install what ``envs`` (the CI selection if none) need from the machine (as root, with apt-get), or stop
+    naming what is missing."""
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    command = shlex.join(["python3", "dev.py", "test", *envs])
+    envs = envs or CI_ENVS
+    plan = plan_system(envs, _present, root, shutil.which("apt-get") is not None, command)
+    if plan.problem:
+        sys.exit(plan.problem)
+    if plan.packages:
+        lock = f"DPkg::Lock::Timeout={APT_LOCK_SECONDS}"
+        environ = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _check(["apt-get", "-o", lock, "update", "-qq"], env=environ)
+        _check(["apt-get", "-o", lock, "install", "-y", "-qq", *plan.packages], env=environ)
+    if plan.make_munge_key and not _present(MUNGE_KEY):  # (the package may have made one)
+        _check(["mungekey", "--create"])
+    left = plan_system(envs, _present, root, False, command)
+    if left.problem:
+        sys.exit(f"dev.py test: installing did not give everything: {left.problem}")
+
 
 def _run(command: list[str], **kwargs) -> int:
     print("+", shlex.join(str(part) for part in command), flush=True)
@@ -112,6 +207,7 @@ def demo(_args: list[str]) -> None:
 
 
 def test(envs: list[str]) -> None:
+    _provide_system(envs)
     python = _ensure_venv(ROOT / ".venv-tox")
     _check([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", TOX_REQUIREMENT])
     environ = _with_pyenv_pythons(os.environ)

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import zmq
 
@@ -73,11 +73,15 @@ class Processes:
     def __init__(self) -> None:
         self.processes: List[subprocess.Popen] = []
 
-    def start(self, *command: str, log_path: Optional[str] = None) -> subprocess.Popen:
-        output = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    def start(
+        self, *command: str, log_path: Optional[str] = None, prefix: Sequence[str] = (), stdout: Any = None
+    ) -> subprocess.Popen:
+        """Start ``command`` (a program of this environment), its output to ``log_path`` (or ``stdout``, or
+        nowhere); ``prefix`` runs it through another command (e.g. `network_hosts.Host.command`)."""
+        output = open(log_path, "wb") if log_path else stdout or subprocess.DEVNULL
         process = subprocess.Popen(
-            [os.path.join(BIN, command[0]), *command[1:]], stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_test,
+            [*prefix, os.path.join(BIN, command[0]), *command[1:]], stdout=output,
+            stderr=subprocess.STDOUT if stdout is None else None, start_new_session=True, preexec_fn=_die_with_test,
         )  # fmt: skip
         self.processes.append(process)
         return process

@@ -28,6 +28,15 @@ def processes(tmp_path):
 
 
 @pytest.fixture
+def network():
+    """Hosts made of network namespaces (`network_hosts`), removed when the test ends, whatever happens."""
+    from network_hosts import Network
+
+    with Network() as hosts:
+        yield hosts
+
+
+@pytest.fixture
 def address() -> str:
     return free_address()
 

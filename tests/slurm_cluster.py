@@ -1,5 +1,5 @@
 """A real one-node Slurm for tests, started and always stopped by the test: munged, slurmctld and slurmd from
-the distribution's packages (``slurm-wlm``, ``munge``; `.ci/run` installs them), run as root in a folder of
+the distribution's packages (``slurm-wlm``, ``munge``; `dev.py test` installs them), run as root in a folder of
 their own: their own munge socket, their own ports, their own ``slurm.conf`` (named by ``SLURM_CONF``, which
 the Slurm commands read), so nothing of the host's configuration is used or changed. Jobs get no CPU or
 memory limits here. Every daemon is stopped by the PID it was started with."""
@@ -31,7 +31,8 @@ class SlurmCluster:
         if missing or os.geteuid() != 0:
             raise RuntimeError(
                 f"a real Slurm needs root and the packages slurm-wlm and munge (missing: "
-                f"{', '.join(missing) or 'none'}; euid {os.geteuid()}): apt-get install slurm-wlm munge (.ci/run does)"
+                f"{', '.join(missing) or 'none'}; euid {os.geteuid()}): apt-get install slurm-wlm munge "
+                "(dev.py test does it)"
             )
         self.directory = directory
         # munged runs as the user munge, which must reach its directory: not under pytest's (root only)

@@ -145,14 +145,13 @@ def test_after_a_storage_server_restarts_the_scheduler_workers_and_clients_use_i
     assert cluster.poll() is None and hello_answered(address)
 
 
-def test_workers_leave_as_soon_as_their_scheduler_dies_and_their_processors_with_them(processes, address):
+def test_workers_wait_for_their_scheduler_to_come_back_and_join_it_again(processes, address):
     cluster = start(processes, address, 2)
-    agents = psutil.Process(cluster.pid).children()
-    processors = [child for agent in agents for child in agent.children()]
-    assert len(agents) == 2 and processors
+    agents = sorted(child.pid for child in psutil.Process(cluster.pid).children())
     processes.processes[1].kill()  # the scheduler
-    _, alive = psutil.wait_procs(agents + processors, timeout=60)  # (scaler_cluster starts new ones)
-    assert alive == [], f"still running: {alive}"
+    processes.scheduler(address, "--object-storage-address", default_storage_address(address))  # at its address
+    wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers to join again")
+    assert sorted(child.pid for child in psutil.Process(cluster.pid).children()) == agents  # not replaced
 
 
 def _assigned(address: str) -> int:

@@ -131,7 +131,7 @@ def _browser():
     if chromium is None or driver is None:
         pytest.fail(
             "the web monitor's browser test needs Debian's chromium and chromium-driver "
-            "(apt-get install chromium chromium-driver; .ci/run installs them)"
+            "(apt-get install chromium chromium-driver; dev.py test installs them)"
         )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

@@ -94,14 +94,15 @@ def test_the_page_state_carries_the_new_runs_the_events_and_the_objects():
     state = DashboardState("tcp://127.0.0.1:2347")
     shot = snapshot(runs(1, 2), current=runs(3))
     shot.events = [m.MonitorEvent(0.5, "worker joined", WORKER, "worker W|h|2|ww joined")]
-    shot.object_summary = m.ObjectSummary([CLIENT], [2], [3 << 20], [b"\x01" * 16], [CLIENT], [2 << 20])
+    shot.client_snapshots[0].stored_bytes = 3 << 20
+    shot.object_summary = m.ObjectSummary([b"\x01" * 16], [CLIENT], [2 << 20])
     state.on_snapshot(shot, now=50.0)
     page = state.page()["snapshot"]
     assert page["stream"]["origin"] == 50.0 and len(page["stream"]["task"]) == 2
     assert page["running"]["e"] == [None]
     assert page["events"] == [{"time": 49.5, "kind": "worker joined", "subject": "W|h|2|ww",
                                "text": "worker W|h|2|ww joined"}]  # fmt: skip
-    assert page["objects"]["owners"] == [{"owner": "C|h|1|cc", "objects": 2, "bytes": 3 << 20, "spilled_bytes": 0}]
+    assert page["objects"]["owners"] == [{"owner": "C|h|1|cc", "bytes": 3 << 20, "spilled_bytes": 0}]
     assert page["objects"]["largest"] == [{"object": "01" * 16, "owner": "C|h|1|cc", "bytes": 2 << 20}]
     window = state.stream_window()
     assert window["b"] == [pytest.approx(-2.0)] * 2 and window["functions"] == ["mod.f"]

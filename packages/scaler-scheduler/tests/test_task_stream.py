@@ -1,13 +1,27 @@
 """The task runs the scheduler gathers (protocol 1.8), driven through the core: workers record only while a monitor
 subscribes or a client reports; snapshots carry each worker's runs once; a report gets the runs of its client's tasks
-and of the tasks they submitted, and nothing of another client's."""
+and of the tasks of the Clients made in them (which stand for it), and nothing of another client's."""
 
 from __future__ import annotations
 
 from typing import List, Optional
 
 import pytest
-from test_scheduler_core import CLIENT, WORKER_A, core_with, hello, result, sent, task
+from test_scheduler_core import (
+    CLIENT,
+    KEY_A,
+    WORKER_A,
+    admitted,
+    connect_client,
+    core_with,
+    delegating_core,
+    hello,
+    nested_hello,
+    result,
+    routed,
+    sent,
+    task,
+)
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_runs import Arrival
@@ -115,28 +129,39 @@ def reporting(core: SchedulerCore, client: bytes, on: bool, now: float) -> m.Cli
     return echoes(effects, client, m.ClientHeartbeatEcho)[-1]
 
 
-def test_a_report_gets_the_runs_of_its_tasks_and_of_the_tasks_they_submitted_and_no_one_elses():
-    core = core_with(capacity=100)
-    for client in (OTHER_CLIENT, NESTED_CLIENT):
-        core.handle(FromPeer(client, hello(m.PeerRole.CLIENT)), 0.0)
+def test_a_report_gets_the_runs_of_its_tasks_and_of_the_clients_made_in_them_and_no_one_elses():
+    core = delegating_core()  # CLIENT's task 1 runs on WORKER_A
+    connect_client(core, OTHER_CLIENT, 0.5)
     effects = core.handle(FromPeer(CLIENT, m.ClientHeartbeat(report_tasks=True)), 1.0)
     assert echoes(effects, WORKER_A, m.WorkerHeartbeatEcho) == [m.WorkerHeartbeatEcho(record_tasks=True)]
-    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1)])), 1.0)
-    core.handle(FromPeer(OTHER_CLIENT, m.TaskBatch([task(2)])), 1.0)
-    child = task(3, parent_task_id=task(1).task_id)  # submitted by task 1's code, through a Client of its own
-    grandchild = task(4, parent_task_id=task(3).task_id)
-    forged = task(5, parent_task_id=task(1).task_id[:-1] + b"\xff")  # a parent the scheduler does not hold
-    core.handle(FromPeer(NESTED_CLIENT, m.TaskBatch([child, grandchild, forged])), 1.5)
-    for number in (3, 4, 1, 2):
+    admitted(core, core.handle(FromPeer(NESTED_CLIENT, nested_hello(task(1).task_id, KEY_A, NESTED_CLIENT)), 1.5))
+    core.handle(FromPeer(NESTED_CLIENT, routed(task(3))), 1.5)  # submitted by task 1's code: it stands for CLIENT
+    core.handle(FromPeer(OTHER_CLIENT, routed(task(2))), 1.5)
+    for number in (3, 1, 2):
         core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(number).task_id)])), 2.0)
-    beat(core, 2.5, runs(3, 4, 5, client=NESTED_CLIENT))
-    beat(core, 2.6, runs(1, 2, failed=2))
+    beat(core, 2.5, runs(3, client=NESTED_CLIENT))
+    beat(core, 2.6, runs(1))
+    beat(core, 2.7, runs(2, client=OTHER_CLIENT))
     echo = reporting(core, CLIENT, True, 3.0)
     report = list(Arrival(echo.task_runs, 50.0).records())
-    assert sorted(r.task_id for r in report) == sorted(task(n).task_id.hex() for n in (1, 3, 4))
+    assert sorted(r.task_id for r in report) == sorted(task(n).task_id.hex() for n in (1, 3))
     assert {r.worker for r in report} == {"W|host|2|aa"} and {r.state for r in report} == {"success"}
     assert reporting(core, OTHER_CLIENT, False, 3.0).task_runs == m.TaskRuns()
     assert reporting(core, CLIENT, True, 3.5).task_runs.task_ids == []  # each run once
+
+
+def test_the_runs_of_one_heartbeat_are_split_between_the_reports_they_belong_to():
+    core = core_with()
+    connect_client(core, OTHER_CLIENT)
+    reporting(core, CLIENT, True, 1.0)
+    reporting(core, OTHER_CLIENT, True, 1.0)
+    mixed = runs(1, 2, 3, failed=3)
+    mixed.client_ids, mixed.clients = [CLIENT, OTHER_CLIENT], [0, 1, 0]
+    beat(core, 2.0, mixed)
+    mine = list(Arrival(reporting(core, CLIENT, True, 3.0).task_runs, 50.0).records())
+    theirs = list(Arrival(reporting(core, OTHER_CLIENT, True, 3.0).task_runs, 50.0).records())
+    assert [(r.task_id[-2:], r.state) for r in mine] == [("01", "success"), ("03", "failed")]
+    assert [r.task_id[-2:] for r in theirs] == ["02"] and theirs[0].client == "C|host|9|bb"
 
 
 def test_a_report_that_ends_stops_the_recording():
@@ -169,7 +194,7 @@ def test_while_a_monitor_subscribes_the_storage_server_is_asked_what_it_holds_fo
     assert summaries(core.handle(Tick(), 1.0)) == []  # nobody watches
     core.handle(MonitorSubscription(1), 1.0)
     assert len(summaries(core.handle(Tick(), 2.0))) == 1
-    summary = m.ObjectSummary([CLIENT], [2], [3000], [b"o1"], [CLIENT], [2000])
+    summary = m.ObjectSummary([b"o1"], [CLIENT], [2000])
     core.handle(FromStorage(m.ObjectResponse(kind=m.ObjectRequestKind.SUMMARY, summary=summary)), 2.5)
     assert snapshot(core, 3.0).object_summary == summary
 

@@ -29,12 +29,25 @@ def test_a_task_the_worker_cannot_read_is_rejected_alone_and_the_others_of_its_b
     assert driver.value(first.task_id) == 2 and driver.value(last.task_id) == 4
 
 
-def test_the_worker_leaves_as_soon_as_the_connection_to_its_scheduler_closes(scheduler, storage_server, start_worker):
+def test_a_worker_whose_scheduler_connection_closes_says_hello_again_when_it_is_back(
+    scheduler, storage_server, start_worker
+):
     worker = start_worker(scheduler.address, "--worker-timeout-seconds", NEVER)
+    identity, _ = scheduler.accept(storage_server.address)
+    scheduler.restart()  # its connections close, as a scheduler's whose process died or whose host vanished
+    again, _ = scheduler.accept(storage_server.address)  # the same process, not a new worker
+    assert again == identity and worker.poll() is None
+    scheduler.expect(m.WorkerHeartbeat)
+    log = open(start_worker.log_path).read()
+    assert "lost the connection to scheduler" in log and f"connected to scheduler {scheduler.address} again" in log
+
+
+def test_a_worker_whose_scheduler_does_not_come_back_within_its_timeout_leaves(scheduler, storage_server, start_worker):
+    worker = start_worker(scheduler.address, "--worker-timeout-seconds", "2")
     scheduler.accept(storage_server.address)
-    scheduler.close()  # as a scheduler that dies: its connections close
+    scheduler.close()
     assert worker.wait(60) == 1
-    assert "lost the connection to scheduler" in open(start_worker.log_path).read()
+    assert f"no answer from scheduler {scheduler.address} within 2 seconds" in open(start_worker.log_path).read()
 
 
 def test_a_worker_given_an_object_storage_servers_address_says_so_and_exits_not_to_be_replaced(

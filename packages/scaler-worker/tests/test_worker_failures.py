@@ -90,11 +90,26 @@ def test_an_echo_that_asks_for_the_ids_is_answered_at_once_with_them():
 # --- the scheduler's connection ---------------------------------------------------------------------------
 
 
-def test_the_worker_leaves_when_its_connection_to_the_scheduler_closes():
+def test_a_worker_whose_connection_to_the_scheduler_closes_waits_for_it_and_says_hello_again():
     h = Harness()
     h.handle(ConnectionChanged(False, UP))
-    assert h.exit_code is None
+    h.take(m.WorkerHeartbeat)
     h.handle(ConnectionChanged(False, DOWN))
+    assert h.exit_code is None  # a partition may heal: the scheduler forgot us, we wait for it
+    h.tick(h.now + 30.0)
+    assert h.take(m.WorkerHeartbeat) == [] and h.take(m.Hello) == []  # nothing goes before the new Hello
+    h.handle(ConnectionChanged(False, UP))
+    assert len(h.take(m.Hello)) == 1
+    h.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
+    h.tick(h.now + 1.0)
+    assert len(h.take(m.WorkerHeartbeat)) == 1 and h.exit_code is None
+
+
+def test_a_worker_whose_scheduler_does_not_come_back_within_the_worker_timeout_leaves():
+    h = Harness()
+    h.handle(ConnectionChanged(False, UP))
+    h.handle(ConnectionChanged(False, DOWN))
+    h.tick(h.now + 61.0)
     assert h.exit_code == EXIT_FAILURE
     assert h.take(m.DisconnectRequest) == []  # nobody to say it to
 

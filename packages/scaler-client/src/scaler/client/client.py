@@ -132,7 +132,7 @@ class Client:
         self._client_id = connection.client_id
         self._builder = connection.builder(self._custom_serializer, profiling)
         self._serializer = self._builder.serializer
-        self._agent = ClientView(connection.agent)  # type: ignore[assignment]
+        self._agent = ClientView(connection)  # type: ignore[assignment]
 
     # --- properties, context manager, pickling ----------------------------------------------------------
 
@@ -374,7 +374,6 @@ class Client:
         encoder = GraphEncoder(
             builder.ids.next_id, builder.function_id, functools.partial(serialize_payload, self._serializer),
             serializer_id, self._client_id, INLINE_ARGUMENT_LIMIT,
-            builder.running_task() if builder.running_task is not None else b"",
         )  # fmt: skip
         part_size = GRAPH_PART_SIZE if knows(self._agent.scheduler_version, GRAPH_PARTS_VERSION) else None
         with collector_paused():
@@ -457,7 +456,8 @@ class Client:
 
     def task_stream(self) -> TaskStream:
         """``with client.task_stream() as stream: ...``: ``stream.records`` lists the runs of this client's tasks
-        (and of the tasks they submitted) while the block ran, for a notebook to plot (docs/monitoring.md).
+        (and of the tasks of the Clients made in them) while the block ran, for a notebook to plot
+        (docs/monitoring.md).
         `ProtocolError` with a scheduler older than protocol 1.8."""
         if isinstance(self._agent, ClientView):
             raise RuntimeError("a task stream is made by a Client outside a task, not by one inside a task")

@@ -81,9 +81,7 @@ class GraphEncoder:
         serializer_id: bytes,
         client_id: bytes,
         inline_limit: int,
-        parent_task_id: bytes = b"",  # the task whose code submits the graph (inside a processor)
     ) -> None:
-        self.parent_task_id = parent_task_id
         self.next_id = next_id
         self.function_id = function_id
         self.serialize = serialize
@@ -266,7 +264,6 @@ class _Encoder:
             function_id=function_id,
             arguments=arguments,
             serializer_id=self._encoder.serializer_id,
-            parent_task_id=self._encoder.parent_task_id,
         )
 
     def _task(self, key: Hashable, task_id: bytes) -> Task:

@@ -13,7 +13,9 @@ waits for it, at most `RECONNECT_SECONDS` (or the timeout, if shorter); when the
 client says Hello again and sends what waited. A server that refuses us after accepting us restarted and
 forgot us: what waited fails, and Hello again.
 
-Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
+Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete. An object
+with a frame larger than the server takes (its HelloAck's ``maxMessageSize``) is refused here, unsent: the
+server would disconnect the client.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from scaler.protocol import connection_events, object_frames
 from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import STORAGE_OPTION, too_large_for
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -79,6 +82,7 @@ class StorageRequests:
         self._request_ids = itertools.count(1)
         self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
         self._puts: List[Tuple[bytes, Any]] = []  # (object ID, payload: a frame or a list of frames)
+        self._max_message_size = 0  # the largest frame the server takes (its HelloAck, 1.8); 0: not said
         self._gets: List[bytes] = []
         self._deletes: List[bytes] = []
 
@@ -132,6 +136,7 @@ class StorageRequests:
     def on_hello_ack(self, message: HelloAck, blobs: Sequence[Any]) -> None:
         if message.role in (PeerRole.OBJECT_STORAGE, PeerRole.CLIENT):  # CLIENT: an older server, which does not say
             self._accepted = True
+            self._max_message_size = message.max_message_size
             return
         what = f"{self.address}, named by the scheduler, is {role_name(message.role)}, not an object storage server"
         self._refused(DisconnectedError(what))
@@ -288,10 +293,11 @@ class StorageRequests:
     def flush(self, now: float) -> None:
         """Send what the turn decided: one put, one get, one delete request at most."""
         if self._puts:
-            object_ids = [object_id for object_id, _ in self._puts]
-            blobs, frame_counts = object_frames.pack([data for _, data in self._puts])
-            self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts)
-            self._puts = []
+            puts, self._puts = self._refuse_too_large(self._puts), []
+            if puts:
+                object_ids = [object_id for object_id, _ in puts]
+                blobs, frame_counts = object_frames.pack([data for _, data in puts])
+                self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts)
         if self._gets:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
@@ -301,6 +307,22 @@ class StorageRequests:
                 request = ObjectRequest(request_id, ObjectRequestKind.DELETE, self._client_id, self._deletes)
                 self._out.append(ToStorage(request))  # its answer is not awaited
             self._deletes = []
+
+    def _refuse_too_large(self, puts: List[Tuple[bytes, Any]]) -> List[Tuple[bytes, Any]]:
+        """The puts the server takes; those with a frame larger than its limit fail here (it would disconnect us)."""
+        limit = self._max_message_size
+        if not limit:
+            return puts
+        taken = []
+        for object_id, data in puts:
+            largest = object_frames.largest_frame(data)
+            if largest <= limit:
+                taken.append((object_id, data))
+                continue
+            what = f"object {show(object_id)}"
+            error = too_large_for(what, largest, limit, "object storage server", STORAGE_OPTION)
+            self._fail_puts([object_id], ObjectStorageRefusedError(error))
+        return taken
 
     def _request(
         self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),

@@ -29,17 +29,8 @@ Puts = Dict[bytes, List[Tuple[bytes, Any]]]  # task ID -> (object ID, payload) o
 
 
 class TaskBuilder:
-    def __init__(
-        self,
-        client_id: bytes,
-        serializer: Any,
-        profiling: bool,
-        stream_output: bool = False,
-        running_task: Optional[Callable[[], bytes]] = None,
-    ) -> None:
+    def __init__(self, client_id: bytes, serializer: Any, profiling: bool, stream_output: bool = False) -> None:
         self.client_id = client_id
-        # inside a processor: the ID of the task whose code submits, written into each task (its parent)
-        self.running_task = running_task
         self.ids = IDGenerator()
         self.custom_serializer = serializer
         self.serializer = serializer if serializer is not None else DefaultSerializer()
@@ -72,11 +63,10 @@ class TaskBuilder:
             arguments.append(self._argument("", value, task_id, puts))
         for name, value in kwargs.items():
             arguments.append(self._argument(name, value, task_id, puts))
-        parent = self.running_task() if self.running_task is not None else b""
         if _POSITIONAL_MESSAGES:
             return Task(
                 task_id, self.client_id, function_id, arguments, 0, capabilities, 0, 0.0, 0, self.profiling,
-                serializer_id, False, self.stream_output, 0.0, parent,
+                serializer_id, False, self.stream_output,
             )  # fmt: skip
         return Task(
             task_id=task_id,
@@ -87,7 +77,6 @@ class TaskBuilder:
             profiling=self.profiling,
             serializer_id=serializer_id,
             stream_output=self.stream_output,
-            parent_task_id=parent,
         )
 
     def _argument(self, name: str, value: Any, task_id: bytes, puts: Puts) -> Argument:
@@ -146,7 +135,7 @@ class TaskBuilder:
 
 # `TaskBuilder.build` builds Task and Argument positionally when their fields are in the order it expects
 # (twice as fast as keywords, measured); if scaler-protocol ever reorders them, it falls back to keywords.
-_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:15] == [
+_POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:13] == [
     "task_id",
     "client_id",
     "function_id",
@@ -160,8 +149,6 @@ _POSITIONAL_MESSAGES = [field.name for field in dataclasses.fields(Task)][:15] =
     "serializer_id",
     "store_result",
     "stream_output",
-    "queued_seconds",
-    "parent_task_id",
 ] and [field.name for field in dataclasses.fields(Argument)][:3] == ["name", "kind", "data"]
 
 

@@ -17,7 +17,7 @@ from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.monitor.task_log import ARRIVED_SHOWN, WINDOW_RUNS, TaskLog
 from scaler.protocol.ids import show
-from scaler.protocol.messages import FunctionStats, ObjectSummary, StateSnapshot
+from scaler.protocol.messages import FunctionStats, StateSnapshot
 from scaler.protocol.snapshot_metrics import FunctionTotals, tasks_received
 from scaler.protocol.task_chart import compact
 
@@ -106,6 +106,8 @@ class DashboardState:
                     "rss_bytes": snapshot.scheduler_rss_bytes,
                     "clients": snapshot.clients,
                     "workers": len(snapshot.workers),
+                    "client_task_quota": snapshot.client_task_quota,
+                    "client_memory_quota": snapshot.client_memory_quota,
                 },
                 "tasks_received": tasks_received(snapshot),
                 "task_states": _counters(snapshot.task_states),
@@ -122,7 +124,7 @@ class DashboardState:
                 "tasks_kept": self.tasks.kept,
                 "tasks_seen": self.tasks.ended_total,
                 "events": list(self.events)[: -EVENTS_SHOWN - 1 : -1],  # newest first
-                "objects": _objects(snapshot.object_summary),
+                "objects": _objects(snapshot),
             },
         }
 
@@ -154,6 +156,7 @@ def _client(client) -> Dict[str, Any]:
     return {
         "client": show(client.client_id),
         "tasks": client.tasks,
+        "stored_bytes": client.stored_bytes,
         "pending": beat.pending_tasks,
         "cpu": beat.cpu * 100,  # the client reports a fraction of one core
         "rss_bytes": beat.rss_bytes,
@@ -171,17 +174,19 @@ def _function(stats: FunctionStats) -> Dict[str, Any]:
     }
 
 
-def _objects(summary: ObjectSummary) -> Dict[str, Any]:
-    """The objects view: what each client holds in the storage server (which spills nothing to disk: its
+def _objects(snapshot: StateSnapshot) -> Dict[str, Any]:
+    """The objects view: what each client's objects take in the storage server (which spills nothing to disk: its
     spilled bytes are 0), and the largest objects."""
     owners = [
-        {"owner": show(owner), "objects": count, "bytes": size, "spilled_bytes": 0}
-        for owner, count, size in zip(summary.owner_ids, summary.owner_objects, summary.owner_bytes, strict=False)
+        {"owner": show(client.client_id), "bytes": client.stored_bytes, "spilled_bytes": 0}
+        for client in snapshot.client_snapshots
+        if client.stored_bytes
     ]
+    summary = snapshot.object_summary
     largest = [
         {"object": object_id.hex(), "owner": show(owner), "bytes": size}
         for object_id, owner, size in zip(
             summary.largest_ids, summary.largest_owners, summary.largest_sizes, strict=False
         )
     ]
-    return {"owners": owners, "largest": largest, "bytes": sum(summary.owner_bytes)}
+    return {"owners": owners, "largest": largest, "bytes": sum(owner["bytes"] for owner in owners)}

@@ -411,10 +411,11 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
 _TASK_ARGUMENT = messages.ArgumentKind.TASK.value
-_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_STREAM_OUTPUT = (
-    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments", "storeResult", "streamOutput")
+_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_STREAM_OUTPUT, _F_SCOPE_ID = (
+    _TASK_FIELDS[name]
+    for name in ("functionId", "serializerId", "arguments", "storeResult", "streamOutput", "scopeId")
 )
-_F_QUEUED_SECONDS, _F_PARENT_TASK_ID = (_TASK_FIELDS[name] for name in ("queuedSeconds", "parentTaskId"))
+_F_QUEUED_SECONDS = _TASK_FIELDS["queuedSeconds"]
 _ARGUMENT_FIELDS = schema.Argument.schema.fields
 _F_ARGUMENT_NAME, _F_ARGUMENT_KIND, _F_ARGUMENT_DATA = (_ARGUMENT_FIELDS[name] for name in ("name", "kind", "data"))
 _ARGUMENT_KINDS = frozenset(kind.value for kind in messages.ArgumentKind)
@@ -425,14 +426,15 @@ class RoutedTask:
 
     Every field a worker reads is read once here too, so that a task a worker could not read is refused when
     it is submitted (the batch comes as a `DamagedTaskBatch`), not found out by its worker. ``client_id`` and
-    ``attempt`` may be changed; they are written over the copy when the task is sent. A node of a graph names
+    ``attempt`` may be changed, and ``scope_id`` (the scheduler sets it, whatever the client sent); they are
+    written over the copy when the task is sent. A node of a graph names
     the nodes whose results it needs (``dependencies``: the position of each such argument, kind ``task``, and
     the task ID it names); the scheduler replaces those arguments (`set_argument`) and may ask for the result
     to be stored (``store_result``), written over the copy too, as is ``queued_seconds`` when it is set."""
 
     __slots__ = (
         "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "dependencies",
-        "store_result", "queued_seconds", "_arguments", "_received", "_index",
+        "store_result", "scope_id", "queued_seconds", "_received_scope", "_arguments", "_received", "_index",
     )  # fmt: skip
 
     def __init__(self, received: _Received, index: int, reader: Any) -> None:
@@ -449,6 +451,8 @@ class RoutedTask:
         self.retries: int = get(_F_RETRIES)
         self.dependencies: Sequence[Tuple[int, bytes]] = ()
         self.store_result: Optional[bool] = None  # None: as received
+        self.scope_id: bytes = get(_F_SCOPE_ID)
+        self._received_scope = self.scope_id  # the scope is written over the copy when it is not this object
         self.queued_seconds = 0.0  # 0: as received
         self._arguments: Optional[List[Tuple[int, messages.ArgumentKind, bytes]]] = None  # written over the copy
         self._received = received
@@ -456,7 +460,6 @@ class RoutedTask:
         # the rest, read only to know it can be read (the worker reads it); by index: faster than iterating
         get(_F_FUNCTION_ID)
         get(_F_SERIALIZER_ID)
-        get(_F_PARENT_TASK_ID)
         arguments = get(_F_ARGUMENTS)
         for position in range(len(arguments)):
             get_argument = arguments[position]._get_by_field
@@ -482,16 +485,13 @@ class RoutedTask:
         task prints), so routing never pays for it."""
         return self._received.use(self._index, lambda item: item._get_by_field(_F_STREAM_OUTPUT))
 
-    @property
-    def parent_task_id(self) -> bytes:
-        """The task whose code submitted it (1.8): read from the received struct only when asked."""
-        return self._received.use(self._index, lambda item: item._get_by_field(_F_PARENT_TASK_ID))
-
     def write_into(self, items: Any, i: int) -> None:
         builder = self._received.copy(self._index, items, i)
         set_field = builder._set_by_field  # by field object: faster than by name
         set_field(_F_CLIENT_ID, self.client_id)
         set_field(_F_ATTEMPT, self.attempt)
+        if self.scope_id is not self._received_scope:
+            set_field(_F_SCOPE_ID, self.scope_id)
         if self.store_result is not None:
             set_field(_F_STORE_RESULT, self.store_result)
         if self.queued_seconds:

@@ -8,7 +8,9 @@ It is made of:
 
 - the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here; and who may be
   what: a peer says Hello only as a role its key is authorized as (`security.Credential`; any role without
-  security), and its messages must then come with that key;
+  security), and its messages must then come with that key; whose objects a client's tasks read (its scope:
+  its own, or for a Client made inside a task that proves it, `scaler.protocol.delegation`, those its task's
+  client reads), of which the storage server is told before the client's HelloAck (`StorageLink.admit`);
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
@@ -29,9 +31,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import codec
+from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
+from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -68,7 +71,7 @@ from scaler.scheduler.scheduler_events import (
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
 from scaler.scheduler.task_stream import TaskStream
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
@@ -98,6 +101,8 @@ class SchedulerSettings:
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
     scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
+    max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
 
 
 class SchedulerCore:
@@ -107,13 +112,14 @@ class SchedulerCore:
         self._clients: Dict[bytes, Client] = {}
         self._silent_workers = Silence(settings.worker_timeout_seconds)
         self._silent_clients = Silence(settings.client_timeout_seconds)
-        self._routing = TaskRouting(
-            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
-        )
         sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
+        self._routing = TaskRouting(
+            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
+            settings.max_client_tasks, self._graphs.nodes,
+        )  # fmt: skip
         self._storage = StorageLink(
-            settings.object_storage_address, settings.object_storage_address_given, settings.pid
+            settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
         )
         self._managers = WorkerManagers(
             self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
@@ -122,8 +128,7 @@ class SchedulerCore:
         self._connections = PeerConnections()  # a peer whose connection closes is gone
         self._subscribers = 0
         self._events = self._routing.events = self._managers.events = MonitorEvents()
-        self._stream = TaskStream(self._routing.knows)
-        self._routing.submitted = self._stream.on_submitted
+        self._stream = TaskStream(lambda client_id: getattr(self._clients.get(client_id), "scope", client_id))
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._next_snapshot = 0.0
@@ -145,7 +150,7 @@ class SchedulerCore:
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
-            m.TaskBatch: routing.on_task_batch,
+            m.TaskBatch: routing.on_client_batch,
             codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
@@ -306,15 +311,10 @@ class SchedulerCore:
         self._tell_recording(out)
 
     def _tell_recording(self, out: Outbox) -> None:
-        """When whether workers record task runs (or whether a monitor watches) changed: every worker and client
-        is told at once, not at its next heartbeat (`task_stream.py`)."""
-        changes = self._stream.changes()
-        if changes is None:
-            return
-        record, watching = changes
-        self._routing.recording = record
-        out.sends.extend(Send(worker_id, m.WorkerHeartbeatEcho(record_tasks=record)) for worker_id in self._workers)
-        out.sends.extend(Send(client_id, m.ClientHeartbeatEcho(watching)) for client_id in self._clients)
+        """Whether workers record task runs, or whether a monitor watches, changed: every peer is told at once."""
+        if self._stream.changed():
+            self._routing.recording = self._stream.recording
+            out.sends.extend(self._stream.announcements(self._workers, self._clients))
 
     def _on_tick(self, event: Tick, now: float, out: Outbox) -> None:
         """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
@@ -334,13 +334,17 @@ class SchedulerCore:
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
+            storage, counts = self._storage, self._routing.state_counts
+            snapshot = state_snapshot(self._workers, self._clients, counts, storage.stored_bytes, now)
             snapshot.managers = self._managers.snapshots(now)
+            snapshot.client_task_quota = self.settings.max_client_tasks
+            snapshot.client_memory_quota = storage.client_memory_quota
             self._stream.fill_snapshot(snapshot, now)
             snapshot.events = self._events.take(now)
-            snapshot.object_summary = self._storage.object_summary
+            snapshot.object_summary = storage.object_summary
+            storage.ask_usage(list(self._clients), out)  # for the next one
             if self._subscribers > 0:
-                self._storage.ask_summary(out)  # for the next snapshot
+                storage.ask_summary(out)
             out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
@@ -382,25 +386,58 @@ class SchedulerCore:
             self._managers.on_hello(source, credential, now)
             timeout = self.settings.worker_timeout_seconds
         else:
+            ack = self._hello_ack(source, self.settings.client_timeout_seconds)
             client = self._clients.get(source)
-            if client is None:
-                self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
-                self._silent_clients.watch(source, now)
-                logger.info(f"Scheduler: client {show(source)} connected")
-                self._events.add("client joined", source, f"client {show(source)}")
-            else:
+            if client is not None:
                 client.last_seen = now
-            timeout = self.settings.client_timeout_seconds
+                self._storage.acknowledge(source, ack, out)
+                return
+            scope = self._scope_of(source, hello)
+            client = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope)
+            self._clients[source] = client
+            self._silent_clients.watch(source, now)
+            stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
+            logger.info(f"Scheduler: client {show(source)} connected{stands_for}")
+            self._events.add("client joined", source, f"client {show(source)}{stands_for}")
+            self._storage.admit(source, scope, ack, out)  # its HelloAck leaves once storage admitted it
+            return
+        out.sends.append(self._hello_ack(source, timeout))
+        if hello.role == m.PeerRole.WORKER and self._stream.recording:  # from its first task on, not its first echo
+            out.sends.append(Send(source, m.WorkerHeartbeatEcho(record_tasks=True)))
+
+    def _hello_ack(self, source: bytes, timeout: float) -> Send:
         ack = m.HelloAck(
             PROTOCOL_VERSION,
             self.settings.object_storage_address,
             self.settings.heartbeat_interval_seconds,
             timeout,
             m.PeerRole.SCHEDULER,
+            max_message_size=self.settings.max_message_size,
+            client_quota=self.settings.max_client_tasks,
         )
-        out.sends.append(Send(source, ack))
-        if hello.role == m.PeerRole.WORKER and self._stream.recording:  # from its first task on, not its first echo
-            out.sends.append(Send(source, m.WorkerHeartbeatEcho(record_tasks=True)))
+        return Send(source, ack)
+
+    def _scope_of(self, source: bytes, hello: m.Hello) -> bytes:
+        """Whose objects a new client's tasks read: its own; for a Client made inside a task (1.8), whose objects
+        that task's client's tasks read, if the worker that holds the task proves it (`delegation`)."""
+        if not hello.made_in:
+            return source
+        holder = self._routing.holder(hello.made_in)
+        if holder is not None:
+            worker, parent = self._workers.get(holder[0]), self._clients.get(holder[1])
+            if worker is not None and parent is not None:
+                if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
+                    return parent.scope
+        logger.warning(
+            f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
+            "holding that task proves: its tasks read its own objects only"
+        )
+        return source
+
+    def _readmit(self, out: Outbox) -> None:
+        """The storage server answers again (maybe a new one): it is told of every client again."""
+        for client in self._clients.values():
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
@@ -467,7 +504,7 @@ class SchedulerCore:
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
-        self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
+        self._routing.on_client_batch(source, m.TaskBatch(message.tasks), now, out)
         self._routing.reject_damaged(source, message.damaged, out)
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
@@ -518,11 +555,14 @@ class SchedulerCore:
         if forget:
             del self._clients[client.client_id]
             self._connections.forget(client.client_id)
+            self._storage.forget(client.client_id)
             self._stream.forget_client(client.client_id)
             self._tell_recording(out)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
+        if not forget:  # the clear ended its admission too: it stays, so it is admitted again
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
 
@@ -543,7 +583,7 @@ class SchedulerCore:
         if actions.cancel:  # their confirms come back through _through_graphs, which swallows them
             self._routing.cancel(client_id, actions.cancel, out)
         if actions.release:  # released nodes are queued exactly as if the client had sent them
-            self._routing.on_task_batch(client_id, m.TaskBatch(actions.release), now, out)
+            self._routing.queue(client_id, actions.release, now)
         if actions.results:
             out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
         if actions.confirm_ids:

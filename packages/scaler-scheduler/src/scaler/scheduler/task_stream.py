@@ -2,14 +2,14 @@
 
 Workers record their task runs only while the scheduler asks (`recording`: a monitor subscribes, or a client
 has a performance report open); the ask rides on every heartbeat echo, and when it changes every worker is told
-at once (`changes`), so a report misses no task that runs after it opened. A worker's heartbeat brings the runs
-that ended since its last one, and those going on (`on_worker_heartbeat`):
+at once (`changed`, `announcements`), so a report misses no task that runs after it opened. A worker's heartbeat
+brings the runs that ended since its last one, and those going on (`on_worker_heartbeat`):
 
 - for monitors, the ended runs of each worker wait for the next snapshot, which carries them in the worker's
   heartbeat, with the runs going on as of the snapshot (`fill_snapshot`);
 - for reports, each ended run goes to the client whose report it belongs to: a run of that client's tasks, or
-  of a task that one of its tasks submitted, however deep (`Task.parent_task_id`; `on_submitted` notes the
-  report each task belongs to), in that client's next heartbeat echo (`client_echo`).
+  of the tasks of a Client made inside its tasks, however deep (the client such a Client stands for, its
+  scope, `Hello.madeIn`), in that client's next heartbeat echo (`client_echo`).
 
 A run's times are durations; the runs of several heartbeats are placed on the scheduler's clock when they
 arrive and told again as durations when they leave (`task_runs.RunColumns`).
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.task_runs import RunColumns, check
+from scaler.scheduler.scheduler_events import Send
 
 RUNS_PER_SNAPSHOT = 100_000  # of one worker: past that, its runs wait for the next snapshot (a monitor keeps fewer)
 
@@ -34,45 +35,31 @@ _NO_RUNS = m.TaskRuns()
 
 
 class TaskStream:
-    def __init__(self, holds: Callable[[bytes], bool]) -> None:
-        self._holds = holds  # whether the scheduler still holds a task (it may run again)
+    def __init__(self, scope_of: Callable[[bytes], bytes]) -> None:
+        self._scope_of = scope_of  # the client a client stands for (a Client made in a task: its task's client's)
         self.watching = False  # a monitor subscribes
         self._told = (False, False)  # what workers and clients were told last: (record, watching)
         self._for_snapshot: Dict[bytes, RunColumns] = {}  # worker ID -> its runs ended since the last snapshot
         self._heard: Dict[bytes, float] = {}  # worker ID -> when its last heartbeat came (its runs going on)
         self._reports: Dict[bytes, RunColumns] = {}  # client ID -> the runs of its report, for its next echo
-        self._report_of: Dict[bytes, bytes] = {}  # task ID -> the client whose report it belongs to
 
     @property
     def recording(self) -> bool:
         """Whether workers are to record task runs."""
         return self.watching or bool(self._reports)
 
-    def changes(self) -> Optional[Tuple[bool, bool]]:
-        """(record, watching), when either changed since the last call (then every worker and every client is told
-        at once); None otherwise."""
+    def changed(self) -> bool:
+        """Whether ``recording`` or ``watching`` changed since the last call (then every peer is told at once)."""
         now = (self.recording, self.watching)
-        if now == self._told:
-            return None
-        self._told = now
-        return now
+        changed, self._told = now != self._told, now
+        return changed
+
+    def announcements(self, worker_ids: Iterable[bytes], client_ids: Iterable[bytes]) -> List[Send]:
+        """The echoes that tell every worker whether to record and every client whether a monitor watches."""
+        sends = [Send(worker_id, m.WorkerHeartbeatEcho(record_tasks=self.recording)) for worker_id in worker_ids]
+        return sends + [Send(client_id, m.ClientHeartbeatEcho(self.watching)) for client_id in client_ids]
 
     # ----------------------------------------------------------------- what the peers say
-
-    def on_submitted(self, client_id: bytes, tasks: Iterable[object]) -> None:
-        """Tasks queued for ``client_id``: note the report each belongs to (its client's, or its parent's)."""
-        if not self._reports:
-            return
-        report_of = self._report_of
-        if client_id in self._reports:
-            for task in tasks:
-                report_of[task.task_id] = client_id  # type: ignore[attr-defined]
-            return
-        for task in tasks:
-            parent = task.parent_task_id  # type: ignore[attr-defined]
-            report = report_of.get(parent) if parent else None
-            if report is not None:
-                report_of[task.task_id] = report  # type: ignore[attr-defined]
 
     def on_client_heartbeat(self, client_id: bytes, heartbeat: m.ClientHeartbeat) -> None:
         if heartbeat.report_tasks and client_id not in self._reports:
@@ -107,26 +94,21 @@ class TaskStream:
             self._route(worker_id, ended, now)
 
     def _route(self, worker_id: bytes, ended: m.TaskRuns, now: float) -> None:
-        """Each ended run to the report it belongs to; a task the scheduler no longer holds runs no more."""
-        report_of = self._report_of
-        task_ids = ended.task_ids
-        reports = [report_of.get(task_id) for task_id in task_ids]
-        for task_id, report in zip(task_ids, reports, strict=True):
-            if report is not None and not self._holds(task_id):
-                del report_of[task_id]
-        if reports and reports[0] is not None and reports.count(reports[0]) == len(reports):  # one report has all
-            gathered = self._reports.get(reports[0])
-            if gathered is not None:
-                gathered.add(ended, now, worker_id)
+        """Each ended run to the report of the client its task's client stands for, if that one reports."""
+        reports = self._reports
+        by_client = [self._scope_of(client_id) for client_id in ended.client_ids]
+        report_of = [report if report in reports else None for report in by_client]
+        if len(set(report_of)) == 1:  # one client's tasks (the usual case): all of them, or none
+            if report_of[0] is not None:
+                reports[report_of[0]].add(ended, now, worker_id)
             return
         by_report: Dict[bytes, List[int]] = {}
-        for index, report in enumerate(reports):
+        for index, client in enumerate(ended.clients):
+            report = report_of[client]
             if report is not None:
                 by_report.setdefault(report, []).append(index)
         for report, indexes in by_report.items():
-            gathered = self._reports.get(report)
-            if gathered is not None:
-                gathered.add(ended, now, worker_id, indexes)
+            reports[report].add(ended, now, worker_id, indexes)
 
     def forget_worker(self, worker_id: bytes) -> None:
         self._heard.pop(worker_id, None)
@@ -137,7 +119,6 @@ class TaskStream:
 
     def _end_report(self, client_id: bytes) -> None:
         del self._reports[client_id]
-        self._report_of = {task: report for task, report in self._report_of.items() if report != client_id}
 
     # ----------------------------------------------------------------- the snapshot
 

@@ -3,45 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, byte_size, parse_arguments, parse_size
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.message_limits import show_size
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE
 from scaler.storage.server import default_max_memory, run_object_storage_server
 
 CONFIG_SECTION = "object_storage_server"
-
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kmgt])(?:i?b)?|b)?", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: Union[str, int]) -> int:
-    """Bytes from ``1048576``, ``512K``, ``64M``, ``1.5G``, ``2TiB``... (K, M, G, T are powers of 1024)."""
-    if isinstance(text, bool):
-        raise ValueError(f"invalid size {text!r}")
-    if isinstance(text, int):
-        size = text
-    else:
-        match = _SIZE.fullmatch(str(text).strip())
-        if match is None:
-            raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
-        size = int(float(match["number"]) * _UNITS[(match["unit"] or "").lower()])
-    if size <= 0:
-        raise ValueError(f"invalid size {text!r}: must be at least 1 byte")
-    return size
-
-
-def _size_argument(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _address_argument(text: str) -> str:
@@ -65,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-object-size",
         "-mos",
-        type=_size_argument,
+        type=byte_size,
         default=DEFAULT_MAX_OBJECT_SIZE,
         metavar="SIZE",
         help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
@@ -73,11 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-memory",
         "-mm",
-        type=_size_argument,
+        type=byte_size,
         default=None,
         metavar="SIZE",
         help="total payload bytes held before puts are refused; suffixes K, M, G, T "
         f"(default: half of this host's memory, here {show_size(default_max_memory())})",
+    )
+    parser.add_argument(
+        "--max-client-memory",
+        "-mcm",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the payload bytes the objects of one client (their owner) may take, so that no client fills the "
+        "server for everybody; suffixes K, M, G, T (default: half of --max-memory)",
     )
     add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
@@ -89,7 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, CONFIG_SECTION, argv)
-    for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
+    for option in ("max_object_size", "max_memory", "max_client_memory"):  # from --config: unconverted when not text
         value = getattr(args, option)
         if value is not None:
             try:
@@ -101,6 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.address,
             max_object_size=args.max_object_size,
             max_memory=args.max_memory,
+            max_client_memory=args.max_client_memory,
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,

@@ -31,6 +31,7 @@ from scaler.protocol.codec import message_name
 from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.process_control import reuse_payload_memory
 from scaler.protocol.security import (
     NO_KEYS,
@@ -44,7 +45,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import FromPeer, Reply
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ class ObjectStorageServer:
 
             self._zap = ZapHandler(self._context, self._keys, "ObjectStorageServer", [STORAGE_DOMAIN])
             self._zap.start()
-        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN)
+        limit = storage_max_message_size(self.store.max_object_size)  # a larger frame disconnects its peer
+        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
         if not self._keys.secure:
             # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the
             # key that said Hello with it, and another key must not take its connection over, even briefly.
@@ -114,7 +116,8 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"max memory {show_size(self.store.max_memory)}"
+            f"max memory {show_size(self.store.max_memory)} (a client's objects: "
+            f"{show_size(self.store.max_client_memory)}), messages up to {show_size(limit)}"
         )
 
     async def serve(self) -> None:
@@ -230,6 +233,7 @@ def run_object_storage_server(
     address: str,
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
+    max_client_memory: Optional[int] = None,
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
@@ -239,8 +243,9 @@ def run_object_storage_server(
     """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
 
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
-    ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
-    memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
+    ``max_object_size``, ``max_memory`` and ``max_client_memory`` (what one owner's objects may take) are bytes;
+    ``max_memory=None`` means half of the host's memory, ``max_client_memory=None`` half of ``max_memory``.
+    ``logging_level=None`` leaves the logging configuration of the process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -253,7 +258,9 @@ def run_object_storage_server(
     keys = server_keys(security)
     reuse_payload_memory()
     store = ObjectStore(
-        max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
+        max_object_size=max_object_size,
+        max_memory=default_max_memory() if max_memory is None else max_memory,
+        max_client_memory=max_client_memory,
     )
     server = ObjectStorageServer(address, store, keys=keys)
     run_event_loop(lambda: _serve_until_signalled(server), event_loop)

@@ -75,10 +75,16 @@ class ProcessorLink:
 
     @classmethod
     def start(
-        cls, processor_id: int, scheduler_address: str, worker_id: str, environment: Optional[Dict[str, str]] = None
+        cls,
+        processor_id: int,
+        scheduler_address: str,
+        worker_id: str,
+        environment: Optional[Dict[str, str]] = None,
+        delegation_key: bytes = b"",
     ) -> ProcessorLink:
         """Start a processor (non-daemonic, so that tasks may start processes of their own); ``environment``:
-        variables set in it for its tasks."""
+        variables set in it for its tasks; ``delegation_key``: what its tasks' Clients prove their task with (an
+        argument of the spawned process, never in its environment or on its command line)."""
         agent_end, processor_end = _SPAWN.Pipe(duplex=True)
         process = _SPAWN.Process(
             target=run_processor,
@@ -91,6 +97,7 @@ class ProcessorLink:
                 SERIALIZER_CACHE_CAPACITY,
                 OBJECT_CACHE_BYTES,
                 environment,
+                delegation_key,
             ),
             name=f"Processor[{processor_id}]",
             daemon=False,

@@ -508,7 +508,7 @@ class ProcessorRunner:
             arguments = sent_arguments
         return ProcessorTask(
             task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
-            task.stream_output, sent_ahead,
+            task.stream_output, sent_ahead, task.scope_id or task.client_id,
         )  # fmt: skip
 
 

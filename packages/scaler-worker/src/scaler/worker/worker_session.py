@@ -15,13 +15,19 @@ scheduler named.
 Liveness: a heartbeat every interval once connected (its resource numbers are measured by the shell on
 `MeasureUsage`; its task counts, what it holds and its per-function totals are the core's). The connection
 is the session: when the connection to the scheduler closes (its socket monitor says so, within
-milliseconds of the scheduler's death), the worker exits (1) and `scaler_cluster` replaces it; the
-scheduler, which sees the same close, has queued its tasks again. A scheduler silent for longer than the
-worker timeout counts as gone too (1). A scheduler that refuses us after its `HelloAck` restarted and
-forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a stop signal, ends the worker (0);
-leaving on our own, the worker first says `DisconnectRequest`, so that its tasks go elsewhere at once rather
-than after the scheduler's timeout. Before the `HelloAck`, a dropped connection is waited out: the Hello is
-said again when it is back.
+milliseconds of the scheduler's death, or seconds after its host vanished: `connection_liveness`), the
+scheduler, which sees the same close, has forgotten this worker and queued its tasks again. The worker then
+waits up to the worker timeout for the connection to come back (a partition that heals, a scheduler
+restarted on its address): it says Hello again when it is back and goes on as a new worker of that
+scheduler, or exits (1) past the timeout, and `scaler_cluster` replaces it. Meanwhile it sends the
+scheduler nothing (the core drops its answers: they answer tasks the scheduler gave to others) and takes a
+`Refusal` for the refusal of something sent before the connection closed; what it still holds when it is
+back is settled by its heartbeats (the scheduler cancels here what it no longer gave this worker). A
+scheduler silent for longer than the worker timeout counts as gone too (1). A scheduler that refuses us
+after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a
+stop signal, ends the worker (0); leaving on our own, the worker first says `DisconnectRequest`, so that its
+tasks go elsewhere at once rather than after the scheduler's timeout. Before the `HelloAck`, a dropped
+connection is waited out: the Hello is said again when it is back.
 
 The storage server: when its connection closes, what waits on it fails at once and what is asked meanwhile
 waits (the core), and the worker says Hello again when the connection is back (a restarted server knows
@@ -38,6 +44,7 @@ from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
 from scaler.protocol.connection_events import closed_in_handshake, role_name
+from scaler.protocol.message_limits import message_budget
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
@@ -72,15 +79,20 @@ class WorkerSession:
                 queue_capacity=config.queue_capacity,
                 capabilities=config.capabilities,
                 group_id=config.group_id.encode(),
+                delegation_key=identity.delegation_key,
             ),
         )
         self.connected = False  # the scheduler's HelloAck came
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
         self._hello_lost = False  # the connection dropped before the HelloAck: say Hello again when it is back
+        self.rejoining = False  # the connection dropped after a HelloAck: waiting for it, then Hello again
         self.storage_address = ""  # named by the scheduler's HelloAck
         self._storage_accepted = False
         self.storage_down = False  # its connection closed; what waits on it failed, Hello again when back
+        self.max_message_size = 0  # the largest message the scheduler takes (its HelloAck, 1.8); 0: not said
+        self.storage_max_message_size = 0  # the largest frame the storage server takes, likewise
+        self.inline_threshold = config.task_inline_threshold  # a successful result larger goes through storage
         self._heartbeat_interval = config.heartbeat_interval_seconds
         self._last_heard = 0.0
         self._hello_deadline = math.inf
@@ -183,7 +195,14 @@ class WorkerSession:
             if not self.connected:
                 self._leave(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"), False)
         elif self.connected:
-            self._leave(EXIT_FAILURE, f"lost the connection to scheduler {address}", False)
+            self.connected = False
+            self.rejoining = self._hello_lost = True
+            timeout = self._config.worker_timeout_seconds
+            self._hello_deadline = now + timeout
+            logger.warning(
+                f"{self._name}: lost the connection to scheduler {address}; its tasks run elsewhere now, and this "
+                f"worker waits up to {timeout:g} seconds for the scheduler to be reachable again"
+            )
         else:
             self._hello_lost = True
 
@@ -198,6 +217,15 @@ class WorkerSession:
             self._leave(EXIT_REFUSED, f"{address} is {role_name(ack.role)}, not a scheduler", False)
             return
         self.connected = True
+        self.max_message_size = ack.max_message_size  # (a scheduler that came back may take other sizes)
+        # a result sent inline must fit in a message the scheduler takes, with company
+        self.inline_threshold = min(self._config.task_inline_threshold, message_budget(ack.max_message_size) // 4)
+        if self.rejoining:  # the same storage server still serves us: its connection is its own
+            self.rejoining = False
+            self._hello_deadline = math.inf
+            self._next_heartbeat = now
+            logger.info(f"{self._name}: connected to scheduler {self._config.scheduler_address} again")
+            return
         self.scheduler_reads_output = knows(ack.version, TASK_OUTPUT_VERSION)
         self.tells_waits = knows(ack.version, WAITING_TASKS_VERSION)  # an older scheduler drops the message
         self._hello_deadline = math.inf
@@ -219,6 +247,10 @@ class WorkerSession:
         )
 
     def _on_refusal(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
+        if self.rejoining:  # of a message sent before the connection closed: the Hello after it is answered
+            logger.warning(f"{self._name}: scheduler refused a message sent before the connection closed: "
+                           f"{refusal.reason}")  # fmt: skip
+            return
         if self.connected:  # it accepted us before: it restarted and forgot us; a new worker will say Hello
             self._leave(EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False)
             return
@@ -241,6 +273,7 @@ class WorkerSession:
             self._leave(EXIT_REFUSED, why, True)
             return
         self._storage_accepted = True
+        self.storage_max_message_size = ack.max_message_size
         logger.debug(f"{self._name}: object storage {self.storage_address} accepted us")
 
     def _on_storage_connection(self, change: str, out: List[Any]) -> None:

@@ -267,6 +267,9 @@ function showState(state) {
   const states = snapshot.task_states;
   setText("card-workers", formatNumber(snapshot.scheduler.workers));
   setText("card-clients", formatNumber(snapshot.scheduler.clients));
+  const quotas = snapshot.scheduler;
+  setText("client-quotas", quotas.client_task_quota ? `quotas of each client: ${formatNumber(quotas.client_task_quota)} ` +
+    `tasks in the scheduler, ${formatBytes(quotas.client_memory_quota)} of objects in storage` : "");
   setText("tasks-received", snapshot.tasks_received.toLocaleString("en-US"));
   setText("tasks-succeeded", (states.success || 0).toLocaleString("en-US"));
   setText("tasks-failed", ((states.failed || 0) + (states.rejected || 0)).toLocaleString("en-US"));
@@ -363,8 +366,7 @@ function fillObjects(objects) {
   const owners = document.getElementById("objects").tBodies[0];
   owners.replaceChildren(...objects.owners.map((row) => {
     const tr = document.createElement("tr");
-    tr.append(cell(row.owner, "text"), cell(formatNumber(row.objects)), cell(formatBytes(row.bytes)),
-              cell(formatBytes(row.spilled_bytes)));
+    tr.append(cell(row.owner, "text"), cell(formatBytes(row.bytes)), cell(formatBytes(row.spilled_bytes)));
     return tr;
   }));
   const largest = document.getElementById("largest-objects").tBodies[0];

@@ -30,6 +30,8 @@ struct WorkerInfo {
   queueCapacity @1 :UInt32;               # tasks the worker accepts to queue
   capabilities @2 :List(Capability);
   groupId @3 :Data;                       # the worker group a worker manager started it in (1.6); empty: none
+  delegationKey @4 :Data;                 # 1.8: the key of the proofs by which the Clients of its tasks show the
+                                          # scheduler the task they were made in (Hello.madeInProof); empty: none
 }
 
 # First message of every peer, to the scheduler and to the object storage server.
@@ -39,6 +41,9 @@ struct Hello {
   pid @2 :UInt32;
   hostname @3 :Text;
   workerInfo @4 :WorkerInfo;              # role == worker only
+  madeIn @5 :Data;                        # 1.8, a client made inside a task: that task's ID; empty: none
+  madeInProof @6 :Data;                   # 1.8: HMAC-SHA256, keyed with the delegationKey of the worker running
+                                          # madeIn, of the client's ID followed by madeIn (docs/protocol.md)
 }
 
 # Answer to an accepted Hello.
@@ -49,6 +54,10 @@ struct HelloAck {
   timeoutSeconds @3 :Float64;             # the peer is forgotten after this silence
   role @4 :PeerRole;                      # who answered: scheduler or objectStorage (protocol 1.5); an older
                                           # peer leaves it at client (0), which never answers a Hello
+  maxMessageSize @5 :UInt64;              # the largest frame it takes (ZMQ_MAXMSGSIZE): a peer that sends a
+                                          # larger one is disconnected (1.8); 0: not said (older)
+  clientQuota @6 :UInt64;                 # the scheduler: the tasks of its own a client may have queued there;
+                                          # the storage server: the bytes of objects one owner may hold (1.8)
 }
 
 # Answer to anything the receiver will not serve: wrong protocol version,
@@ -71,7 +80,8 @@ struct ClientHeartbeatEcho {
   unused @0 :Void;
   recordTasks @1 :Bool;                   # 1.8: a monitor watches: say your tasks per function (functions)
   taskRuns @2 :TaskRuns;                  # 1.8, to a client that reports: the runs of its tasks, and of the tasks
-                                          # they submitted, that the scheduler heard of since its last echo
+                                          # of the Clients made in them, that the scheduler heard of since its last
+                                          # echo
 }
 
 struct WorkerHeartbeat {
@@ -154,9 +164,10 @@ struct Task {
   storeResult @11 :Bool;                  # put a successful result in object storage whatever its size
                                           # (set by the scheduler on graph nodes that other nodes need)
   streamOutput @12 :Bool;                 # send what the task prints to its client as it prints it (1.3)
-  queuedSeconds @13 :Float64;             # 1.8, scheduler -> worker while it records task runs: how long the
+  scopeId @13 :Data;                      # 1.8, set by the scheduler: the client whose objects the task reads (for
+                                          # a client made inside a task, the client it stands for); empty: clientId
+  queuedSeconds @14 :Float64;             # 1.8, scheduler -> worker while it records task runs: how long the
                                           # task waited in the scheduler (the worker adds its own wait)
-  parentTaskId @14 :Data;                 # 1.8: the task whose code submitted this one; empty: none
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
@@ -221,7 +232,10 @@ enum ObjectRequestKind {
   get @1;
   delete @2;
   clearOwner @3;                          # delete every object of ownerId
-  summary @4;                             # 1.8, scheduler only: what each owner holds, the largest objects
+  usage @4;                               # 1.8, scheduler -> storage: the bytes each owner of objectIds holds
+  admit @5;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
+                                          # objects its tasks read); until the scheduler's clearOwner of ownerId
+  summary @6;                             # 1.8, scheduler only: the largest objects (ObjectResponse.summary)
 }
 
 struct ObjectRequest {
@@ -230,6 +244,8 @@ struct ObjectRequest {
   ownerId @2 :Data;
   objectIds @3 :List(Data);
   frameCounts @4 :List(UInt32);           # put: how many frames make each object, in order; empty: one each
+  scopeId @5 :Data;                       # admit (1.8): the client whose objects ownerId's tasks read; empty:
+                                          # ownerId itself
 }
 
 enum ObjectStatus {
@@ -249,17 +265,14 @@ struct ObjectResponse {
   sizes @4 :List(UInt64);
   reason @5 :Text;
   frameCounts @6 :List(UInt32);           # get: how many frames make each found object, in order; empty: one each
-  summary @7 :ObjectSummary;              # 1.8: the answer to a summary request
+  summary @7 :ObjectSummary;              # 1.8: the answer to a summary request (the scheduler's)
 }
 
-# The storage server's contents in short (1.8), for monitors.
+# The largest objects of the storage server (1.8), for monitors (what each owner holds: ClientSnapshot.storedBytes).
 struct ObjectSummary {
-  ownerIds @0 :List(Data);                # every owner that holds objects
-  ownerObjects @1 :List(UInt64);          # how many objects each holds, in the order of ownerIds
-  ownerBytes @2 :List(UInt64);            # their payload bytes
-  largestIds @3 :List(Data);              # the largest objects (at most 20), largest first
-  largestOwners @4 :List(Data);           # the owner of each
-  largestSizes @5 :List(UInt64);          # the payload bytes of each
+  largestIds @0 :List(Data);              # the largest objects (at most 20), largest first
+  largestOwners @1 :List(Data);           # the owner of each
+  largestSizes @2 :List(UInt64);          # the payload bytes of each
 }
 
 enum ObjectInstructionKind {
@@ -318,6 +331,7 @@ struct ClientSnapshot {
   heartbeat @1 :ClientHeartbeat;          # its last heartbeat
   tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
   lastSeenSecondsAgo @3 :Float32;
+  storedBytes @4 :UInt64;                 # of the objects it owns in the storage server (1.8)
 }
 
 struct Counter {
@@ -336,8 +350,10 @@ struct StateSnapshot {
   objects @7 :UInt64;
   clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
   managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
-  events @10 :List(MonitorEvent);         # 1.8: what happened since the last snapshot, oldest first
-  objectSummary @11 :ObjectSummary;       # 1.8: the storage server's, as last answered (empty: not known)
+  clientTaskQuota @10 :UInt64;            # the tasks a client may have queued at the scheduler (1.8)
+  clientMemoryQuota @11 :UInt64;          # the bytes of objects an owner may hold in storage (1.8)
+  events @12 :List(MonitorEvent);         # 1.8: what happened since the last snapshot, oldest first
+  objectSummary @13 :ObjectSummary;       # 1.8: the storage server's largest objects, as last answered
 }
 
 # Something that happened at the scheduler (1.8), for monitors: a worker joined, left, died or timed out, a
