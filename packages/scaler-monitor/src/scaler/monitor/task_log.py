@@ -105,7 +105,7 @@ class TaskLog:
     def progress(self) -> List[Dict[str, Any]]:
         """Per function with work in flight or lately done, the most work first: done (failed among them),
         running, waiting."""
-        rows = []
+        rows: List[Dict[str, Any]] = []
         for name, entry in self._progress.items():
             runs = self._running.get(name, 0)
             waiting = max(0, self._in_flight.get(name, 0) - runs)
@@ -151,7 +151,7 @@ def search(
             taken = range(len(runs.task_ids) - 1, max(arrival.start, len(runs.task_ids) - limit + len(found)) - 1, -1)
             found.extend(arrival.records(taken))
             continue
-        picked = []
+        picked: List[int] = []
         for i in range(len(runs.task_ids) - 1, arrival.start - 1, -1):
             if allowed is not None and runs.functions[i] not in allowed:
                 continue

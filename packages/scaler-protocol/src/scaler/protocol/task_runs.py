@@ -15,11 +15,13 @@ message took on its way (docs/monitoring.md, "Clocks").
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, Hashable, Iterable, Iterator, List, NamedTuple, Optional, Sequence, TypeVar
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+
+_Name = TypeVar("_Name", bound=Hashable)
 
 RUNNING = "running"  # the state of a run that goes on
 STATES = {
@@ -59,8 +61,10 @@ def check(runs: m.TaskRuns, ended: bool) -> None:
     """Raise `ProtocolError` naming what is wrong with ``runs`` (from a peer: lists of unequal lengths, a
     position past its table); ``ended``: they are ended runs (which say when they ended)."""
     count = len(runs.task_ids)
-    columns = {"functions": runs.functions, "clients": runs.clients, "queuedSeconds": runs.queued_seconds,
-               "runSeconds": runs.run_seconds}  # fmt: skip
+    columns: Dict[str, Sequence[Any]] = {
+        "functions": runs.functions, "clients": runs.clients, "queuedSeconds": runs.queued_seconds,
+        "runSeconds": runs.run_seconds,
+    }  # fmt: skip
     if ended:
         columns["endedSecondsAgo"] = runs.ended_seconds_ago
     if runs.workers:
@@ -223,6 +227,6 @@ class Arrival:
             )
 
 
-def position(positions: Dict[Hashable, int], key: Hashable) -> int:
+def position(positions: Dict[_Name, int], key: _Name) -> int:
     """The position of ``key`` in a table of names (``positions``: name -> position), added if new."""
     return positions.setdefault(key, len(positions))
