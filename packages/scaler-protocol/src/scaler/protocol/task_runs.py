@@ -85,7 +85,8 @@ def check(runs: m.TaskRuns, ended: bool) -> None:
 
 
 class RunColumns:
-    """Runs gathered from several messages (each checked), as the columns of one `m.TaskRuns` (`take`)."""
+    """Runs gathered from several messages (each checked, `add`) or noted one by one where they ran (`append`),
+    as the columns of one `m.TaskRuns` (`take`)."""
 
     __slots__ = (
         "_functions", "_clients", "_workers", "_task_ids", "_function_of", "_client_of", "_worker_of", "_queued",
@@ -149,6 +150,24 @@ class RunColumns:
                     self._failed.append(at[i])
                     self._failed_statuses.append(status)
                     self._errors.append(error)
+
+    def append(
+        self, task_id: bytes, function: str, client_id: bytes, queued: float, seconds: float, ended_at: float,
+        status: m.TaskStatus = m.TaskStatus.SUCCESS, error: str = "",
+    ) -> None:  # fmt: skip
+        """One ended run, noted where it ran (so without a worker's column: `take` it ``with_workers=False``):
+        queued ``queued`` seconds, ran ``seconds``, ended at ``ended_at`` (the gatherer's clock); ``error``: a
+        failure's line."""
+        if status != m.TaskStatus.SUCCESS:
+            self._failed.append(len(self._task_ids))
+            self._failed_statuses.append(status)
+            self._errors.append(error)
+        self._task_ids.append(task_id)
+        self._function_of.append(position(self._functions, function))
+        self._client_of.append(position(self._clients, client_id))
+        self._queued.append(queued)
+        self._durations.append(seconds)
+        self._ended_at.append(ended_at)
 
     def take(self, now: float, with_workers: bool = True) -> m.TaskRuns:
         """The runs gathered, for a message leaving at ``now``, and start anew; without the workers' columns

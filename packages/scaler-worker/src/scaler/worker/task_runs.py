@@ -13,10 +13,10 @@ the scheduler says it waited there, `Task.queued_seconds`, and the time from its
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, Tuple
 
 from scaler.protocol import messages as m
-from scaler.protocol.task_runs import position
+from scaler.protocol.task_runs import RunColumns, position
 from scaler.worker.scheduler_answers import timeout_error
 from scaler.worker.task_failure import ERROR_LINE_CHARACTERS, error_line
 from scaler.worker.task_lifecycle import TaskEntry, TaskState
@@ -34,28 +34,12 @@ CurrentRun = Tuple[m.Task, float, float]  # a task that runs, when it arrived he
 class TaskRunRecorder:
     """The ended runs since the last heartbeat, as columns, and the names of the functions seen."""
 
-    __slots__ = (
-        "recording", "_names", "_functions", "_clients", "_task_ids", "_function_of", "_client_of", "_queued",
-        "_durations", "_ended_at", "_failed", "_failed_statuses", "_errors",
-    )  # fmt: skip
+    __slots__ = ("recording", "_names", "_ended")
 
     def __init__(self) -> None:
         self.recording = False  # the scheduler asks for runs (its last heartbeat echo said so)
         self._names: Dict[bytes, str] = {}  # function ID -> module.qualname, as the processor named it
-        self._clear()
-
-    def _clear(self) -> None:
-        self._functions: Dict[str, int] = {}  # name -> its position in the function names of the next heartbeat
-        self._clients: Dict[bytes, int] = {}
-        self._task_ids: List[bytes] = []
-        self._function_of: List[int] = []
-        self._client_of: List[int] = []
-        self._queued: List[float] = []
-        self._durations: List[float] = []
-        self._ended_at: List[float] = []  # this worker's monotonic clock
-        self._failed: List[int] = []
-        self._failed_statuses: List[m.TaskStatus] = []
-        self._errors: List[str] = []
+        self._ended = RunColumns()  # ended_at: this worker's monotonic clock
 
     def ended(
         self, task: m.Task, received: float, now: float, seconds: float, function: str, status: int, error: str
@@ -70,18 +54,13 @@ class TaskRunRecorder:
             if len(names) >= NAMES_KEPT:
                 names.clear()
             names[task.function_id] = function
-        functions, clients = self._functions, self._clients
-        self._function_of.append(functions.setdefault(function, len(functions)))
-        self._client_of.append(clients.setdefault(task.client_id, len(clients)))
-        if status != _SUCCESS:
-            self._failed.append(len(self._task_ids))
-            self._failed_statuses.append(m.TaskStatus(status))
-            self._errors.append(error.partition("\n")[0][:ERROR_LINE_CHARACTERS])
-        self._task_ids.append(task.task_id)
         waited = now - seconds - received  # here, before it started
-        self._queued.append(task.queued_seconds + waited if waited > 0 else task.queued_seconds)
-        self._durations.append(seconds)
-        self._ended_at.append(now)
+        queued = task.queued_seconds + waited if waited > 0 else task.queued_seconds
+        if status == _SUCCESS:
+            self._ended.append(task.task_id, function, task.client_id, queued, seconds, now)
+        else:
+            line = error.partition("\n")[0][:ERROR_LINE_CHARACTERS]
+            self._ended.append(task.task_id, function, task.client_id, queued, seconds, now, m.TaskStatus(status), line)
 
     def died(self, entry: TaskEntry, now: float, reason: str) -> None:
         """A started run of ``entry`` ended without a result of its own: its processor died, or was stopped to
@@ -97,20 +76,7 @@ class TaskRunRecorder:
     def heartbeat_runs(self, now: float, current: Iterable[CurrentRun]) -> Tuple[m.TaskRuns, m.TaskRuns]:
         """(the runs ended since the last call, the runs going on) for a heartbeat leaving at ``now``;
         ``current`` is (task, arrived here at, started at) for each task started and not ended."""
-        ended = m.TaskRuns(
-            function_names=list(self._functions),
-            client_ids=list(self._clients),
-            task_ids=self._task_ids,
-            functions=self._function_of,
-            clients=self._client_of,
-            queued_seconds=self._queued,
-            run_seconds=self._durations,
-            ended_seconds_ago=[now - when for when in self._ended_at],
-            failed_runs=self._failed,
-            failed_statuses=self._failed_statuses,
-            error_texts=self._errors,
-        )
-        self._clear()
+        ended = self._ended.take(now, with_workers=False)
         return ended, self._current_runs(now, current)
 
     def _current_runs(self, now: float, current: Iterable[CurrentRun]) -> m.TaskRuns:
