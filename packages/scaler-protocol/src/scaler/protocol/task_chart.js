@@ -27,6 +27,21 @@ function decodeTaskRuns(compact) {
   return runs;
 }
 
+// The 2-D context of ``canvas`` for drawing ``width`` x ``height`` CSS pixels, sharp on any screen, cleared
+// (the dashboard's charts draw with it too).
+function fitCanvas(canvas, width, height) {
+  const ratio = window.devicePixelRatio || 1;
+  if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
+    canvas.width = width * ratio;
+    canvas.height = height * ratio;
+  }
+  const g = canvas.getContext("2d");
+  g.setTransform(ratio, 0, 0, ratio, 0, 0);
+  g.clearRect(0, 0, width, height);
+  g.font = "11px system-ui, sans-serif";
+  return g;
+}
+
 // A colour per function name: the same name has the same colour on every page and report.
 function functionColor(name) {
   let hash = 2166136261;
@@ -125,20 +140,12 @@ class TaskChart {
     const canvas = this.canvas;
     const [start, end] = this.currentView();
     const left = 150, right = 10, top = 6, bottom = 22;
-    const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth;
     const rows = this._rows(start, end, (2 * (end - start)) / Math.max(1, width - left - right));
     const lanes = rows.reduce((sum, row) => sum + row.lanes, 0);
     const height = Math.max(120, top + bottom + lanes * this.rowHeight + rows.length * 3);
     canvas.style.height = height + "px";
-    if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
-      canvas.width = width * ratio;
-      canvas.height = height * ratio;
-    }
-    const g = canvas.getContext("2d");
-    g.setTransform(ratio, 0, 0, ratio, 0, 0);
-    g.clearRect(0, 0, width, height);
-    g.font = "11px system-ui, sans-serif";
+    const g = fitCanvas(canvas, width, height);
     const plot = width - left - right;
     const x = (t) => left + ((t - start) / (end - start)) * plot;
 

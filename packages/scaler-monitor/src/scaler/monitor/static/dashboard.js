@@ -85,16 +85,8 @@ const FORMATS = {
 function drawChart(id) {
   const canvas = document.getElementById(id);
   const chart = CHARTS[id];
-  const ratio = window.devicePixelRatio || 1;
   const width = canvas.clientWidth, height = canvas.clientHeight;
-  if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
-    canvas.width = width * ratio;
-    canvas.height = height * ratio;
-  }
-  const g = canvas.getContext("2d");
-  g.setTransform(ratio, 0, 0, ratio, 0, 0);
-  g.clearRect(0, 0, width, height);
-  g.font = "11px system-ui, sans-serif";
+  const g = fitCanvas(canvas, width, height);  // task_chart.js
 
   const left = 56, right = chart.formatRight ? 64 : 12, top = 8, bottom = 20;
   const plotWidth = width - left - right, plotHeight = height - top - bottom;
