@@ -409,7 +409,9 @@ class WorkerCore:
     def best_priority(self) -> Optional[int]:
         return self._queue.best_priority
 
-    def next_ready(self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None) -> Optional[ReadyTask]:
+    def next_ready(
+        self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None
+    ) -> Optional[ReadyTask]:
         queue = self._queue
         storage = self._storage
         while True:
