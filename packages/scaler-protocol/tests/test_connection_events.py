@@ -5,12 +5,22 @@ from __future__ import annotations
 import errno
 import struct
 import time
+from collections import Counter
 from typing import List
 
 import pytest
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
-from scaler.protocol.connection_events import DOWN, REFUSED, UNEXPLAINED_CLOSES, UP, ConnectionWatch, role_name
+from scaler.protocol.connection_events import (
+    DOWN,
+    REFUSED,
+    UNEXPLAINED_CLOSES,
+    UP,
+    ConnectionWatch,
+    monitor_socket,
+    role_name,
+)
 from scaler.protocol.messages import PeerRole
 
 
@@ -92,3 +102,34 @@ def test_a_handshake_closed_without_a_word_is_refused_only_when_the_next_tries_s
 def test_roles_are_named_for_people():
     assert role_name(PeerRole.OBJECT_STORAGE) == "an object storage server"
     assert role_name(PeerRole.SCHEDULER) == "a scheduler"
+
+
+def test_a_monitor_nobody_reads_never_stops_the_sockets_of_its_context(context):
+    """libzmq's I/O thread waits while a monitor's queue is full (1,000 events by default): an unread monitor of a
+    listening socket would stop every socket of the context after some hundreds of connections. The monitor of
+    `monitor_socket` queues without limit, so the listener serves on while nobody reads it."""
+    context.set(zmq.MAX_SOCKETS, 4096)
+    listener = context.socket(zmq.ROUTER)
+    port = listener.bind_to_random_port("tcp://127.0.0.1")
+    monitor = monitor_socket(listener, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+    peers = zmq.Context()
+    try:
+        for served in range(1500):  # 3,000 events: accepted and closed for each
+            peer = peers.socket(zmq.DEALER)
+            peer.setsockopt(zmq.LINGER, 0)
+            peer.connect(f"tcp://127.0.0.1:{port}")
+            peer.send(b"ping")
+            assert listener.poll(10_000), f"the listener stopped after {served} connections"
+            listener.recv_multipart()
+            peer.close()
+        reports: Counter = Counter()
+        while sum(reports.values()) < 3000 and monitor.poll(10_000):  # every report is there
+            reports[parse_monitor_message(monitor.recv_multipart())["event"]] += 1
+        assert reports == {zmq.EVENT_ACCEPTED: 1500, zmq.EVENT_DISCONNECTED: 1500}
+    finally:
+        while monitor.poll(100):  # a monitor that blocked ZeroMQ's I/O thread lets it go: the close can then end
+            monitor.recv_multipart()
+        listener.disable_monitor()
+        monitor.close(linger=0)
+        listener.close(linger=0)
+        peers.term()

@@ -22,11 +22,17 @@ this side finds nothing to say, and `closed_in_handshake` words the error for bo
 The shells (client agent, worker agent, monitors) read the monitor socket beside the socket it watches and
 hand each change to their core; the cores decide what it means. The peer that answers a Hello says what it
 is (`HelloAck.role`, protocol 1.5): `role_name` words it for the error of a peer that is not the one wanted.
+
+A daemon's listening socket (a ROUTER) has many connections: `AcceptedConnections` gives each an ID of its own
+from its monitor's reports, so that its shell can tell its core which connection a Hello came on and which
+connections closed (the core decides who is gone). Every monitor is made by `monitor_socket`, whose queue never
+fills: see there why that matters.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+import itertools
+from typing import Any, Dict, List, Optional
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -63,6 +69,82 @@ def role_name(role: PeerRole) -> str:
     return _ROLE_NAMES.get(role, f"a peer of role {role.name}")
 
 
+def monitor_socket(socket: Any, events: int) -> Any:
+    """A ZeroMQ socket monitor of ``socket``: a plain PAIR socket of the same context that receives the
+    ``events`` of ``socket`` (``zmq.utils.monitor.parse_monitor_message`` reads each), and whose queue never fills.
+
+    libzmq's I/O thread sends each event to the monitor and waits while the monitor's queue is full (1,000
+    events by default): a monitor read too slowly (a busy moment while thousands of peers connect and leave, a
+    reader that stopped) stops the I/O thread, and with it every socket of the context; a socket's close then
+    waits for it forever. With the receiving side's ``ZMQ_RCVHWM`` at 0, ZeroMQ makes the in-process pipe
+    unlimited (an inproc pipe's limit is the sum of both sides', or none when one side has none), so the I/O
+    thread never waits: what the events not read yet take is memory, a few dozen bytes each."""
+    address = f"inproc://monitor.s-{socket.FD}"  # unique while ``socket`` is open (pyzmq's own naming)
+    socket.monitor(address, events)
+    monitor = zmq.Context.shadow(socket.context.underlying).socket(zmq.PAIR)  # plain, also for an asyncio socket
+    monitor.setsockopt(zmq.RCVHWM, 0)
+    monitor.setsockopt(zmq.LINGER, 0)
+    monitor.connect(address)
+    return monitor
+
+
+class AcceptedConnections:
+    """The connections a daemon's listening socket (a ROUTER) accepted, each with an ID of its own, from its
+    monitor (`monitor`, read by the shell: `note` each message).
+
+    A message comes with the file descriptor of its connection (the frame's ``zmq.SRCFD``); a descriptor is
+    reused as soon as its connection closes, and the monitor's report of that close may be read after the next
+    connection's Hello, so a descriptor does not name a connection: an accepted connection gets the next ID,
+    and a closed one's ID waits in `closed` for the shell to tell its core. The monitor reports a connection
+    accepted before its first message can arrive (the context's I/O thread reports it, then reads from it: a
+    context of one I/O thread, the default), and closed before its descriptor is reused (it reports, then
+    closes the descriptor)."""
+
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+        self.monitor: Any = monitor_socket(socket, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self._ids: Dict[int, int] = {}  # file descriptor -> the ID of the connection open on it
+        self._next_id = itertools.count(1)
+        self.closed: List[int] = []  # IDs of connections closed, not told to the core yet
+
+    def note(self, frames: List[Any]) -> None:
+        """One message of the monitor: an accepted connection gets the next ID, a closed one's ID goes to
+        `closed`."""
+        event = parse_monitor_message(frames)
+        descriptor = event["value"]
+        if event["event"] == zmq.EVENT_ACCEPTED:
+            self._ids[descriptor] = next(self._next_id)
+            return
+        connection = self._ids.pop(descriptor, None)
+        if connection is not None:
+            self.closed.append(connection)
+
+    def connection_of(self, descriptor: int) -> int:
+        """The ID of the connection a Hello came on (its frame's ``zmq.SRCFD``): what the monitor reported is
+        read first, since it reported that connection accepted before the Hello could arrive."""
+        monitor = self.monitor
+        while True:
+            try:
+                self.note(monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        connection = self._ids.get(descriptor)
+        if connection is None:  # never reported (the monitor reports every accepted connection): an ID of its own
+            connection = self._ids[descriptor] = next(self._next_id)
+        return connection
+
+    def take_closed(self) -> List[int]:
+        closed, self.closed = self.closed, []
+        return closed
+
+    def close(self) -> None:
+        try:
+            self._socket.disable_monitor()
+        except zmq.ZMQError:  # the watched socket is closed already
+            pass
+        self.monitor.close(linger=0)
+
+
 UNEXPLAINED_CLOSES = 5
 
 _HANDSHAKE_FAILED = (
@@ -80,7 +162,7 @@ class ConnectionWatch:
         self._socket = socket
         self._keys = keys
         self._peer = peer
-        self.monitor: Any = socket.get_monitor_socket(_EVENTS)  # a PAIR socket of the same context
+        self.monitor: Any = monitor_socket(socket, _EVENTS)
         self._phase = "idle"  # idle (no connection), handshaking, up
         self._unexplained = 0  # handshakes in a row that ended without saying why
         self.refusal: Optional[str] = None  # why the last REFUSED handshake failed over keys; None: not over keys

@@ -48,7 +48,7 @@ from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox, add_confirms
-from scaler.scheduler.peer_connections import PeerConnections
+from scaler.protocol.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (

@@ -1,9 +1,10 @@
-"""Which peer is gone when a connection to the scheduler closes: a peer's session is its connection.
+"""Which peer is gone when a connection to a daemon (the scheduler, the object storage server) closes: a peer's
+session is its connection. Sans-I/O: the daemons' cores keep one each.
 
-The shell tells the core the connection of each Hello (`PeerConnection`) and each connection that closes
-(`ConnectionClosed`), by an ID of its own for each accepted connection (a file descriptor is reused once
-closed, so it does not name a connection: `server.py`). A peer is gone when the connection of its last Hello
-closes; a peer that said Hello again on a new connection is not dropped by the old one's close.
+The shell tells the core the connection of each Hello and each connection that closes, by an ID of its own for
+each accepted connection (a file descriptor is reused once closed, so it does not name a connection:
+`connection_events.AcceptedConnections`). A peer is gone when the connection of its last Hello closes; a peer
+that said Hello again on a new connection is not dropped by the old one's close.
 """
 
 from __future__ import annotations
