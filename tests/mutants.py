@@ -38,6 +38,7 @@ import dev  # noqa: E402  (the list of distributions)
 # take well under half of it unchanged, on a loaded machine.
 TIMEOUT_SECONDS = 60
 
+PROTOCOL = "packages/scaler-protocol/src/scaler/protocol"
 SCHEDULER = "packages/scaler-scheduler/src/scaler/scheduler"
 CLIENT = "packages/scaler-client/src/scaler/client"
 SYMPHONY = "packages/scaler-symphony/src/scaler/symphony"
@@ -101,12 +102,12 @@ FAULTS = [
         ],
     ),
     Fault(
-        "the scheduler names a connection by its file descriptor, which the next connection reuses",
+        "a daemon names a connection by its file descriptor, which the next connection reuses",
         [
             (
-                f"{SCHEDULER}/server.py",
-                "            self._connection_ids[descriptor] = next(self._next_connection_id)\n            return\n",
-                "            self._connection_ids[descriptor] = descriptor\n            return\n",
+                f"{PROTOCOL}/connection_events.py",
+                "            self._ids[descriptor] = next(self._next_id)\n            return\n",
+                "            self._ids[descriptor] = descriptor\n            return\n",
             ),
         ],
         ["packages/scaler-scheduler/tests/test_server.py"],

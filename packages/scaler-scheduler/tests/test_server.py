@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, List
 
 import zmq
 import zmq.asyncio
 
-from scaler.protocol import codec
+from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
+from scaler.protocol.connection_events import AcceptedConnections
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler import server as server_module
-from scaler.scheduler.scheduler_events import Burst, ConnectionClosed, FromPeer, FromStorage, Start
+from scaler.scheduler.scheduler_events import (
+    Burst,
+    ConnectionClosed,
+    FromPeer,
+    FromStorage,
+    Publish,
+    Send,
+    Shutdown,
+    Start,
+)
 from scaler.scheduler.server import SchedulerServer
 
 CLIENT = b"C|host|1|aa"
@@ -102,6 +113,42 @@ def test_messages_read_in_one_wake_up_reach_the_core_together_up_to_the_burst_li
         server._context.term()
 
 
+def test_an_error_reading_one_message_or_carrying_out_one_effect_stops_no_reader(monkeypatch, caplog):
+    """A message that cannot be read is dropped, an effect that cannot be carried out is dropped: the reader reads
+    on, and the effects after it are carried out (each failure logged with what it was)."""
+    server = SchedulerServer("tcp://127.0.0.1:1")
+    router = server._router = _SentFrames()
+    performed: List[Any] = []
+
+    def shutdown(effect: Any) -> None:
+        raise RuntimeError("cannot carry this out")
+
+    monkeypatch.setitem(server._performers, Shutdown, shutdown)
+    monkeypatch.setitem(server._performers, Publish, performed.append)
+    effects = [Shutdown("test"), Send(CLIENT, m.ClientHeartbeatEcho()), Publish(m.StateSnapshot(), False)]
+    monkeypatch.setattr(server.core, "handle", lambda event, now: effects if event == "act" else [])
+
+    def to_event(frames: Any) -> Any:
+        if frames == "unreadable":
+            raise ValueError("no such message")
+        return frames
+
+    async def drain() -> None:
+        server._drain(_Queued(["unreadable", "act"]), to_event)
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    try:
+        with caplog.at_level(logging.ERROR):
+            asyncio.run(drain())
+        assert [type(message) for _, message in router.sent] == [m.ClientHeartbeatEcho]
+        assert [type(effect) for effect in performed] == [Publish]
+        assert "dropped a message it failed to read (to_event)" in caplog.text
+        assert "failed to carry out Shutdown" in caplog.text and "cannot carry this out" in caplog.text
+    finally:
+        server._context.term()
+
+
 def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_the_close(monkeypatch):
     """A leaving worker sends DisconnectRequest and closes; the ROUTER's monitor may be read first. The ROUTER is
     read before the close is told, so the core sees the worker leave (not vanish, which it warns of)."""
@@ -110,7 +157,9 @@ def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_t
     monkeypatch.setattr(server, "_feed", fed.append)
     monkeypatch.setattr(server, "_router_event", lambda frames: FromPeer(WORKER, frames))
     monkeypatch.setattr(server_module, "_BURST", 2)
-    monkeypatch.setattr(server_module, "parse_monitor_message", lambda frames: frames)  # the test's reports
+    monkeypatch.setattr(connection_events, "parse_monitor_message", lambda frames: frames)  # the test's reports
+    listener = server._context.socket(zmq.ROUTER)  # whose monitor is not read: the test reports instead
+    server._connections = AcceptedConnections(listener)
 
     async def reported(router: _Queued, *events: int) -> None:
         server._router = router
@@ -127,6 +176,8 @@ def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_t
         assert [e.message for e in fed[1:2]] == ["goodbye"]
         assert fed[2:] == [ConnectionClosed(2)]  # the second connection on descriptor 7: an ID of its own
     finally:
+        server._connections.close()
+        listener.close(linger=0)
         server._context.term()
 
 

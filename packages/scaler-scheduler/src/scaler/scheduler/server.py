@@ -13,8 +13,23 @@ keys only (monitor keys only on the XPUB, `monitor_feed.py`), and each message r
 Connections: the ROUTER's monitor reports each connection accepted and closed by its file descriptor, and a
 message comes with the descriptor it came on (``zmq.SRCFD``). A descriptor is reused as soon as its connection
 closes, and the monitor's report of that close may be read after the next connection's Hello: so the shell
-gives each accepted connection an ID of its own, tells the core the ID a Hello came on (`PeerConnection`) and
-each ID that closed (`ConnectionClosed`), and the core decides who is gone.
+gives each accepted connection an ID of its own (`connection_events.AcceptedConnections`), tells the core the
+ID a Hello came on (`PeerConnection`) and each ID that closed (`ConnectionClosed`), and the core decides who is
+gone.
+
+Nothing a peer sends stops a reader, the timer or the loop: an error while reading or decoding one message
+drops that message, an error of the core drops that event, an error carrying out one effect drops that effect,
+each logged with what it was; the ZeroMQ monitors' queues never fill (`connection_events.monitor_socket`).
+What each send does when its peer is slow or gone (no send ever raises into a reader):
+
+- to a client, worker or worker manager (ROUTER, ``SNDHWM`` 0): queued by ZeroMQ in that peer's own pipe,
+  however slow it reads: what waits there is what that peer asked for (answers, its tasks, their results); a
+  gone peer's messages are dropped by the ROUTER;
+- to the object storage server (DEALER, ``SNDHWM`` 0): queued by ZeroMQ until the server reads them, however
+  slow it is: each request stands for something a client did (left, cleared, freed a graph's results), a few
+  dozen bytes, and the scheduler sends nothing else there;
+- to monitors (XPUB, ``SNDHWM`` 16): a slow monitor's snapshots are dropped (the next one replaces them);
+- to a worker adapter's webhook: on threads of their own, each call bounded by its timeout (`webhook_calls`).
 """
 
 from __future__ import annotations
@@ -22,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
-import itertools
 import logging
 import os
 import signal
@@ -34,12 +48,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 import psutil
 import zmq
-from zmq.utils.monitor import parse_monitor_message
 
 from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
-from scaler.protocol.connection_events import ConnectionWatch
+from scaler.protocol.connection_events import AcceptedConnections, ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
 from scaler.protocol.message_limits import (
@@ -167,12 +180,9 @@ class SchedulerServer:
         self._webhook_url = adapter_webhook_url
         self._webhook_timeout = adapter_webhook_timeout_seconds
         self._webhook: Optional[WebhookCaller] = None  # makes the webhook's calls, on threads of its own
-        self._context = zmq.Context()  # one I/O thread: `_note_connection` counts on the order it reports in
+        self._context = zmq.Context()  # one I/O thread: `AcceptedConnections` counts on the order it reports in
         self._router: Any = None
-        self._router_connections: Any = None  # the monitor socket of the ROUTER: connections accepted and closed
-        self._connection_ids: Dict[int, int] = {}  # file descriptor -> the ID of the connection open on it
-        self._next_connection_id = itertools.count(1)
-        self._closed: List[int] = []  # the IDs of connections closed, not told to the core yet
+        self._connections: Optional[AcceptedConnections] = None  # the ROUTER's connections, from its monitor
         self._storage: Any = None
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._storage_watch: Optional[ConnectionWatch] = None
@@ -215,7 +225,8 @@ class SchedulerServer:
                 loop.add_signal_handler(sig, self._stop.set)
             self._watch(self._storage, self._storage_event)
             self._watch(self._storage_connection, self._storage_connection_event)
-            self._watch(self._router_connections, self._router_connection_event)
+            assert self._connections is not None  # made with the ROUTER
+            self._watch(self._connections.monitor, self._router_connection_event)
             self._feed(Start())
             ticks = asyncio.ensure_future(self._tick_when_due())
             await self._stop.wait()
@@ -240,7 +251,7 @@ class SchedulerServer:
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
-        self._router_connections = self._router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self._connections = AcceptedConnections(self._router)
         self._bind_socket(self._router, self.address)
         logger.info(
             f"Scheduler: listen to scheduler address {self.address}, messages up to {show_size(limit)}, "
@@ -250,6 +261,7 @@ class SchedulerServer:
         self._bind_socket(self._monitor.socket, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
         self._storage = new_socket(self._context, zmq.DEALER, keys)
+        self._storage.setsockopt(zmq.SNDHWM, 0)  # requests wait for a slow server here (the module's docstring)
         self._storage_watch = ConnectionWatch(
             self._storage, self._keys, f"the object storage server at {self.object_storage_address}"
         )
@@ -292,13 +304,12 @@ class SchedulerServer:
                 loop.remove_reader(socket.getsockopt(zmq.FD))
             except Exception:  # noqa: BLE001 - the loop may be closing already
                 pass
-        if self._storage_connection is not None:
-            self._storage.disable_monitor()
-        if self._router_connections is not None:
-            self._router.disable_monitor()
+        if self._storage_watch is not None:
+            self._storage_watch.close()
+        if self._connections is not None:
+            self._connections.close()
         monitor = self._monitor.socket if self._monitor is not None else None
-        sockets = (self._router, self._router_connections, self._storage, self._storage_connection, monitor)
-        for socket in sockets:
+        for socket in (self._router, self._storage, monitor):
             if socket is not None:
                 socket.close(linger=0)
         if self._zap is not None:
@@ -332,7 +343,11 @@ class SchedulerServer:
             except zmq.Again:  # woken with nothing to read
                 more = False
                 break
-            event = to_event(frames)
+            try:
+                event = to_event(frames)
+            except Exception:  # noqa: BLE001 - one message that cannot be read must not stop the reader
+                logger.exception(f"Scheduler: dropped a message it failed to read ({to_event.__name__})")
+                event = None
             if event is not None:
                 if not together:
                     self._feed(event)
@@ -377,47 +392,28 @@ class SchedulerServer:
 
     def _router_connection_event(self, frames: List[Any]) -> None:
         """The ROUTER's monitor reported a connection accepted or closed; the core hears of those closed."""
-        self._note_connection(frames)
+        assert self._connections is not None  # its monitor is what is read
+        self._connections.note(frames)
         self._tell_closed()
 
-    def _note_connection(self, frames: List[Any]) -> None:
-        """An accepted connection gets the next ID; a closed one's ID waits in `_closed`. The monitor reports a
-        connection accepted before its first message can arrive (the context's one I/O thread reports it, then
-        reads from it), and closed before its descriptor is reused (it reports, then closes the descriptor)."""
-        event = parse_monitor_message(frames)
-        descriptor = event["value"]
-        if event["event"] == zmq.EVENT_ACCEPTED:
-            self._connection_ids[descriptor] = next(self._next_connection_id)
-            return
-        connection = self._connection_ids.pop(descriptor, None)
-        if connection is not None:
-            self._closed.append(connection)
-
     def _connection_on(self, descriptor: int) -> int:
-        """The ID of the connection a Hello came on: what the monitor reported is read first, since it reported
-        that connection accepted before the Hello could arrive."""
-        monitor = self._router_connections
-        while True:
-            try:
-                self._note_connection(monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
-        if self._closed:
+        """The ID of the connection a Hello came on (the closes the monitor reported meanwhile reach the core
+        after this burst)."""
+        assert self._connections is not None  # made with the ROUTER
+        connection = self._connections.connection_of(descriptor)
+        if self._connections.closed:
             asyncio.get_running_loop().call_soon(self._tell_closed)
-        connection = self._connection_ids.get(descriptor)
-        if connection is None:  # never reported (the monitor reports every accepted connection): an ID of its own
-            connection = self._connection_ids[descriptor] = next(self._next_connection_id)
         return connection
 
     def _tell_closed(self) -> None:
         """The connections closed so far reach the core, after what is readable on the ROUTER: what a peer sent
         before it closed (a leaving worker's DisconnectRequest) comes before the news that it is gone."""
-        if not self._closed:
+        assert self._connections is not None  # made with the ROUTER
+        if not self._connections.closed:
             return
         while self._serving and not self._router.closed and self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._drain(self._router, self._router_event, copy=False, together=True)
-        closed, self._closed = self._closed, []
-        for connection in closed:
+        for connection in self._connections.take_closed():
             self._feed(ConnectionClosed(connection))
 
     def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
@@ -441,11 +437,14 @@ class SchedulerServer:
     async def _tick_when_due(self) -> None:
         while True:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
-            self._reread_keys()
-            self._feed(Tick())
-            # sending can consume a file descriptor's edge: look for pending input ourselves
-            for socket, to_event, copy, together in self._watched:
-                self._drain(socket, to_event, copy, together)
+            try:
+                self._reread_keys()
+                self._feed(Tick())
+                # sending can consume a file descriptor's edge: look for pending input ourselves
+                for socket, to_event, copy, together in self._watched:
+                    self._drain(socket, to_event, copy, together)
+            except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
+                logger.exception("Scheduler: failed to tick")
 
     def _reread_keys(self) -> None:
         """The authorized keys, read again at each tick: the core forgets the peers of a key revoked since, and
@@ -468,16 +467,22 @@ class SchedulerServer:
     # ----------------------------------------------------------------- the core, and its effects
 
     def _feed(self, event: Any) -> None:
+        """``event`` to the core, and its effects carried out. Never raises: the reader, timer or callback that
+        calls it goes on whatever one event or one effect does."""
         try:
             effects = self.core.handle(event, time.monotonic())
         except Exception:  # one bad message must not stop the scheduler
             logger.exception(f"Scheduler: failed to handle {describe(event)}")
             return
         for effect in effects:
-            if type(effect) is Send:
-                self._send(effect.to, effect.message)
-            else:
-                self._performers[type(effect)](effect)
+            try:
+                if type(effect) is Send:
+                    self._send(effect.to, effect.message)
+                else:
+                    self._performers[type(effect)](effect)
+            except Exception:  # noqa: BLE001 - this effect alone is lost
+                what = f"send a {type(effect.message).__name__} to {show(effect.to)}" if type(effect) is Send else ""
+                logger.exception(f"Scheduler: failed to {what or f'carry out {type(effect).__name__}'}")
 
     def _feed_from_thread(self, loop: asyncio.AbstractEventLoop, event: Any) -> None:
         """Hand ``event`` to the core from another thread (a webhook call's answer)."""
