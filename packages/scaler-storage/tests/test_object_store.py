@@ -27,7 +27,7 @@ from scaler.protocol.messages import (
 )
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
 from scaler.storage.object_store import ObjectStore, blob_size
-from scaler.storage.storage_events import FromPeer, Reply
+from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
 PEER = b"C|host|1|peer"
 OWNER = b"C|host|1|owner"
@@ -156,6 +156,37 @@ def test_hello_is_per_peer():
     other = b"W|host|3|worker"
     replies = store.handle(FromPeer(other, ObjectRequest(kind=ObjectRequestKind.GET, object_ids=[b"x"])), 0.0)
     assert replies[0].peer_id == other and replies[0].message.reason == "send Hello first"
+
+
+def test_a_peer_whose_connection_closed_is_forgotten_and_its_objects_stay():
+    """A peer's session is the connection of its last Hello: once it closed, the peer says Hello again on its
+    next one (nothing else of it is kept); its objects are cleared by the scheduler, not by its leaving."""
+    store = ObjectStore()
+    store.handle(PeerConnection(PEER, 1), 0.0)
+    store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    object_id = ids.next_id()
+    assert put(store, [(object_id, b"kept")], owner_id=PEER).statuses == [OK]
+    assert store.peer_count == 1
+    assert store.handle(ConnectionClosed(1), 0.0) == []
+    assert store.peer_count == 0
+    assert refusal_reason(store.handle(FromPeer(PEER, ObjectRequest(kind=ObjectRequestKind.GET)), 0.0)) == (
+        "send Hello first"
+    )
+    assert object_id in store and store.owner_of(object_id) == PEER
+
+
+def test_the_close_of_an_older_connection_or_of_one_without_hello_forgets_nobody():
+    store = ObjectStore()
+    store.handle(PeerConnection(PEER, 1), 0.0)
+    store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    store.handle(PeerConnection(PEER, 2), 0.0)  # it said Hello again on a new connection before the old one closed
+    store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    store.handle(ConnectionClosed(1), 0.0)
+    store.handle(ConnectionClosed(3), 0.0)  # a connection that never said Hello
+    assert store.peer_count == 1
+    assert isinstance(request(store, ObjectRequestKind.GET, [b"x"]).message, ObjectResponse)
+    store.handle(ConnectionClosed(2), 0.0)
+    assert store.peer_count == 0
 
 
 def test_unexpected_message_type_is_refused():

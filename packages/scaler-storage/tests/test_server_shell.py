@@ -21,7 +21,7 @@ from scaler.storage.storage_events import Reply
 
 class StoreThatFailsOnGet(ObjectStore):
     def handle(self, event: Any, now: float) -> List[Reply]:
-        if isinstance(event.message, ObjectRequest) and event.message.kind == ObjectRequestKind.GET:
+        if isinstance(getattr(event, "message", None), ObjectRequest) and event.message.kind == ObjectRequestKind.GET:
             raise RuntimeError("boom")
         return super().handle(event, now)
 

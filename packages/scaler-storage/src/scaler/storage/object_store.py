@@ -9,7 +9,12 @@ A peer is served once it said Hello with a compatible version, as a role its
 credential allows (`security.Credential`: the roles of its key; any role without
 security), and only while its messages come with the key it said Hello with: what
 each peer may send in each of its states, and what the store then does, is the
-table `PEER_LIFECYCLE`. What a peer may ask depends on the role of its Hello:
+table `PEER_LIFECYCLE`. A peer's session is its connection: the store is told the
+connection of each Hello (`PeerConnection`) and each connection that closed
+(`ConnectionClosed`), and forgets a peer whose connection of its last Hello
+closed (it says Hello again on its next connection). Objects are not tied to a
+connection: a client's objects are cleared when the scheduler, which saw it
+leave, says so (``clearOwner``); forgetting a peer forgets its greeting only. What a peer may ask depends on the role of its Hello:
 the rules are `peer_access.py`'s (a client touches only its own objects). Without
 security a role is a claim, so these rules hold against peers that say they are
 clients or workers.
@@ -47,6 +52,7 @@ from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.message_limits import show_size, storage_max_message_size
+from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -62,7 +68,7 @@ from scaler.protocol.messages import (
 from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
 from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
-from scaler.storage.storage_events import FromPeer, Reply
+from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
 LARGEST_OBJECTS = 20  # listed in a summary
@@ -83,6 +89,7 @@ class PeerEvent(enum.Enum):
     BAD_HELLO = "bad_hello"  # of an incompatible version
     FORBIDDEN = "forbidden"  # a Hello as a role its key is not authorized as, or any message with another key
     REQUEST = "request"  # any other message
+    LEFT = "left"  # the connection of its last Hello closed
 
 
 class PeerAction(enum.Enum):
@@ -91,6 +98,7 @@ class PeerAction(enum.Enum):
     REFUSE_CREDENTIAL = "refuse_credential"  # Refusal naming the key and the role (a greeted peer stays as it was)
     REFUSE_STRANGER = "refuse_stranger"  # Refusal: send Hello first
     SERVE = "serve"  # the answer to its request
+    FORGET = "forget"  # its greeting: its next connection says Hello again
 
 
 S, E, A, T = PeerState, PeerEvent, PeerAction, Transition
@@ -104,10 +112,12 @@ PEER_LIFECYCLE: Lifecycle[PeerState, PeerEvent] = Lifecycle(
         (S.STRANGER, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),
         (S.STRANGER, E.FORBIDDEN): T(S.STRANGER, (A.REFUSE_CREDENTIAL,)),
         (S.STRANGER, E.REQUEST): T(S.STRANGER, (A.REFUSE_STRANGER,)),
+        (S.STRANGER, E.LEFT): T(S.STRANGER),
         (S.GREETED, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
         (S.GREETED, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),  # no longer served
         (S.GREETED, E.FORBIDDEN): T(S.GREETED, (A.REFUSE_CREDENTIAL,)),  # its identity stays bound to its key
         (S.GREETED, E.REQUEST): T(S.GREETED, (A.SERVE,)),
+        (S.GREETED, E.LEFT): T(S.STRANGER, (A.FORGET,)),
     },
 )
 del S, E, A, T
@@ -151,14 +161,20 @@ class ObjectStore:
         self._used_memory = 0
         self._greeted_peers: Dict[bytes, Peer] = {}
         self._admissions = Admissions()  # the clients the scheduler serves, and whose objects their tasks read
+        self._connections = PeerConnections()  # the connection of each peer's last Hello
         self._refusals = RefusalLog()
-        self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
-        self._carry_out: Dict[PeerAction, Callable[[FromPeer, float], List[Reply]]] = {
+        self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {
+            FromPeer: self._on_peer_message,
+            PeerConnection: self._on_peer_connection,
+            ConnectionClosed: self._on_connection_closed,
+        }
+        self._carry_out: Dict[PeerAction, Callable[[Any, float], List[Reply]]] = {
             PeerAction.ACKNOWLEDGE: self._acknowledge,
             PeerAction.REFUSE_VERSION: self._refuse_version,
             PeerAction.REFUSE_CREDENTIAL: self._refuse_credential,
             PeerAction.REFUSE_STRANGER: self._refuse_stranger,
             PeerAction.SERVE: self._serve,
+            PeerAction.FORGET: self._forget,
         }
         self._requests: Dict[type, Callable[[bytes, Any, Sequence[Any]], List[Reply]]] = {
             ObjectRequest: self._on_object_request,
@@ -196,6 +212,11 @@ class ObjectStore:
         """What the objects of ``owner_id`` take (counted against its quota)."""
         return self._bytes_by_owner.get(owner_id, 0)
 
+    @property
+    def peer_count(self) -> int:
+        """The peers greeted and not gone."""
+        return len(self._greeted_peers)
+
     def handle(self, event: Any, now: float) -> List[Reply]:
         """Apply one event; return what to send."""
         return self._handlers[type(event)](event, now)
@@ -214,11 +235,24 @@ class ObjectStore:
             peer_event = PeerEvent.FORBIDDEN
         else:
             peer_event = PeerEvent.REQUEST
-        state = PeerState.GREETED if peer is not None else PeerState.STRANGER
+        return self._step(peer_id, peer_event, event, now)
+
+    def _on_peer_connection(self, event: PeerConnection, now: float) -> List[Reply]:
+        self._connections.on_hello(event.peer_id, event.connection)
+        return []
+
+    def _on_connection_closed(self, event: ConnectionClosed, now: float) -> List[Reply]:
+        gone = self._connections.on_closed(event.connection)
+        return [] if gone is None else self._step(gone, PeerEvent.LEFT, gone, now)
+
+    def _step(self, peer_id: bytes, peer_event: PeerEvent, detail: Any, now: float) -> List[Reply]:
+        """``peer_event`` for ``peer_id``: the table's actions, each carried out with ``detail`` (the event that
+        came: a `FromPeer`, or the ID of a peer that left)."""
+        state = PeerState.GREETED if peer_id in self._greeted_peers else PeerState.STRANGER
         transition = PEER_LIFECYCLE.step(state, peer_event, show(peer_id))
         replies: List[Reply] = []
         for action in transition.actions:
-            replies.extend(self._carry_out[action](event, now))
+            replies.extend(self._carry_out[action](detail, now))
         return replies
 
     # --- the peer's lifecycle (PeerAction) ----------------------------------------------------------------
@@ -242,6 +276,11 @@ class ObjectStore:
             client_quota=self.max_client_memory,
         )
         return [Reply(peer_id, ack)]
+
+    def _forget(self, peer_id: bytes, now: float) -> List[Reply]:
+        del self._greeted_peers[peer_id]
+        logger.debug(f"ObjectStorageServer: peer {show(peer_id)} left")
+        return []
 
     def _refuse_version(self, event: FromPeer, now: float) -> List[Reply]:
         self._greeted_peers.pop(event.peer_id, None)

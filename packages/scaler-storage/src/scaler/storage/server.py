@@ -3,11 +3,24 @@
 `ObjectStorageServer` binds one ROUTER socket, decodes each ZeroMQ message,
 hands it to the sans-I/O `ObjectStore` as an event (`FromPeer`, with the
 sender's `Credential`: the roles of the key ZeroMQ authenticated, when the
-server has keys) and sends the replies it returns; it decides nothing. A message
-that does not decode is logged with its sender and dropped; nothing a peer sends
-stops the loop. With keys, the ZAP handler (`scaler.protocol.zap`) lets only
-authorized keys connect, and the authorized keys are read again every second: a
-key revoked since is refused at its next message.
+server has keys) and sends the replies it returns; it decides nothing. With
+keys, the ZAP handler (`scaler.protocol.zap`) lets only authorized keys connect,
+and the authorized keys are read again every second: a key revoked since is
+refused at its next message.
+
+The ROUTER is read in the event loop when its file descriptor says so, a burst
+at a time. Its monitor (`connection_events.AcceptedConnections`) gives each
+accepted connection an ID; the shell tells the store the connection of each
+Hello (`PeerConnection`) and each connection that closed (`ConnectionClosed`,
+after what is readable on the ROUTER: what a peer sent before it left is served
+first), and the store forgets the peers that left.
+
+Nothing a peer sends stops the loop: a message that does not decode is logged
+with its sender and dropped; an error while handling one message drops that
+message, logged. Replies never wait on a peer: the ROUTER queues each peer's
+replies in ZeroMQ, in that peer's own pipe, however slowly it reads (``SNDHWM``
+0: they are answers to what it asked, and get replies reference the stored
+frames, never copies); a gone peer's replies are dropped by the ROUTER.
 
 `run_object_storage_server(address, ...)` runs a server until SIGTERM or SIGINT;
 it blocks, so other components start it in a ``multiprocessing.Process``.
@@ -23,15 +36,16 @@ import time
 from typing import Any, List, Optional, Sequence
 
 import zmq
-import zmq.asyncio
 
 from scaler.protocol import codec
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.codec import message_name
 from scaler.protocol.command_line import run_event_loop, setup_logging
+from scaler.protocol.connection_events import AcceptedConnections
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.message_limits import show_size, storage_max_message_size
+from scaler.protocol.messages import Hello
 from scaler.protocol.process_control import reuse_payload_memory
 from scaler.protocol.security import (
     NO_KEYS,
@@ -46,10 +60,11 @@ from scaler.protocol.security import (
     server_keys,
 )
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
-from scaler.storage.storage_events import FromPeer, Reply
+from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
 logger = logging.getLogger(__name__)
 
+_BURST = 256  # messages read per wake-up before the loop's other callbacks run
 _FALLBACK_MAX_MEMORY = 4 << 30
 
 
@@ -76,28 +91,31 @@ class ObjectStorageServer:
     """A ROUTER socket at ``address`` serving an `ObjectStore`."""
 
     def __init__(
-        self, address: str, store: ObjectStore, context: Optional[zmq.asyncio.Context] = None, keys: Keys = NO_KEYS
+        self, address: str, store: ObjectStore, context: Optional[zmq.Context] = None, keys: Keys = NO_KEYS
     ) -> None:
         self.address = check_address(address)
         self.store = store
         self._keys = keys
         self._given_context = context
-        self._context: Optional[zmq.asyncio.Context] = None
-        self._socket: Optional[zmq.asyncio.Socket] = None
+        self._context: Optional[zmq.Context] = None
+        self._socket: Any = None
+        self._connections: Optional[AcceptedConnections] = None
         self._zap: Any = None
         self._serving: Optional[asyncio.Task] = None
         self._stop_requested = False
 
     def bind(self) -> None:
         """Bind the ROUTER socket; raise `AddressError` naming the address when that fails."""
-        self._context = self._given_context if self._given_context is not None else zmq.asyncio.Context()
+        self._context = self._given_context if self._given_context is not None else zmq.Context()
         if self._keys.secure:
             from scaler.protocol.zap import ZapHandler
 
             self._zap = ZapHandler(self._context, self._keys, "ObjectStorageServer", [STORAGE_DOMAIN])
             self._zap.start()
         limit = storage_max_message_size(self.store.max_object_size)  # a larger frame disconnects its peer
-        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
+        # plain sockets, read as their file descriptor says, also on a given zmq.asyncio context
+        sockets = zmq.Context.shadow(self._context.underlying)
+        socket = new_socket(sockets, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
         if not self._keys.secure:
             # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the
             # key that said Hello with it, and another key must not take its connection over, even briefly.
@@ -106,13 +124,17 @@ class ObjectStorageServer:
         # requester waiting forever. Unlimited: a peer's queue holds only replies to what it asked for, and
         # get replies reference the stored frames rather than copy them.
         socket.setsockopt(zmq.SNDHWM, 0)
+        socket.setsockopt(zmq.LINGER, 0)
+        connections = AcceptedConnections(socket)
         try:
             socket.bind(self.address)
         except zmq.ZMQError as error:
+            connections.close()
             socket.close(linger=0)
             self._release_context()
             raise AddressError(f"object storage server cannot bind to {self.address}: {error.strerror}") from None
         self._socket = socket
+        self._connections = connections
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
@@ -124,23 +146,27 @@ class ObjectStorageServer:
         """Serve until `stop` is called; then close the socket (linger 0)."""
         if self._socket is None:
             self.bind()
-        assert self._socket is not None
+        assert self._socket is not None and self._connections is not None
         self._serving = asyncio.current_task()
         rereading = asyncio.ensure_future(self._reread_keys()) if self._zap is not None else None
+        loop = asyncio.get_running_loop()
+        readers = (
+            (self._socket.getsockopt(zmq.FD), self._read_messages),
+            (self._connections.monitor.getsockopt(zmq.FD), self._read_connections),
+        )
         try:
-            while not self._stop_requested:
-                frames = await self._socket.recv_multipart(copy=False)
-                try:
-                    await self._on_frames(frames)
-                except Exception:  # one bad message never stops the loop
-                    sender = show(frames[0].bytes) if frames else "an unknown peer"
-                    logger.exception(f"ObjectStorageServer: drop message from {sender}: handling failed")
+            for descriptor, read in readers:
+                loop.add_reader(descriptor, read)
+                loop.call_soon(read)  # what came before anyone watched the descriptor
+            await loop.create_future()  # until stop() cancels this task
         except asyncio.CancelledError:
             if not self._stop_requested:
                 raise
         finally:
             if rereading is not None:
                 rereading.cancel()
+            for descriptor, _ in readers:
+                loop.remove_reader(descriptor)
             self.close()
 
     async def _reread_keys(self) -> None:
@@ -165,12 +191,15 @@ class ObjectStorageServer:
     def close(self) -> None:
         if self._socket is None:
             return
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
         self._socket.close(linger=0)
         self._socket = None
         self._release_context()
         logger.info(
             f"ObjectStorageServer: exited, holding {self.store.object_count} objects "
-            f"({show_size(self.store.used_memory)})"
+            f"({show_size(self.store.used_memory)}), {self.store.peer_count} peers connected"
         )
 
     def _release_context(self) -> None:
@@ -181,7 +210,49 @@ class ObjectStorageServer:
             self._context.term()
         self._context = None
 
-    async def _on_frames(self, frames: List[zmq.Frame]) -> None:
+    # ----------------------------------------------------------------- reading
+
+    def _read_messages(self) -> None:
+        """A burst of what the ROUTER holds, each message handled alone; more later if more waits."""
+        socket = self._socket
+        if socket is None:
+            return
+        for _ in range(_BURST):
+            try:
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # woken with nothing to read
+                return
+            try:
+                self._on_frames(frames)
+            except Exception:  # one bad message never stops the loop
+                sender = show(frames[0].bytes) if frames else "an unknown peer"
+                logger.exception(f"ObjectStorageServer: drop message from {sender}: handling failed")
+        # more may wait; and sending replies can consume the descriptor's signal of what came meanwhile
+        if socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            asyncio.get_running_loop().call_soon(self._read_messages)
+
+    def _read_connections(self) -> None:
+        """The monitor's reports; the connections that closed reach the store after what is readable on the
+        ROUTER (a peer's last requests are served before it is forgotten)."""
+        connections = self._connections
+        if connections is None:
+            return
+        while True:
+            try:
+                connections.note(connections.monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        if not connections.closed:
+            return
+        while self._socket is not None and self._socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._read_messages()
+        for connection in connections.take_closed():
+            try:
+                self._feed(ConnectionClosed(connection))
+            except Exception:  # noqa: BLE001 - one connection's end never stops the loop
+                logger.exception(f"ObjectStorageServer: failed to forget the peer of connection {connection}")
+
+    def _on_frames(self, frames: List[zmq.Frame]) -> None:
         if len(frames) < 2:
             sender = show(frames[0].bytes) if frames else "an unknown peer"
             logger.warning(f"ObjectStorageServer: drop message from {sender}: no frames after the peer identity")
@@ -194,17 +265,24 @@ class ObjectStorageServer:
             problem = str(error).splitlines()[0] if str(error) else type(error).__name__  # capnp appends a stack dump
             logger.warning(f"ObjectStorageServer: drop malformed message from {show(peer_id)}: {problem}")
             return
+        if type(message) is Hello:  # the connection it came on: the peer is forgotten when that one closes
+            connections = self._connections
+            assert connections is not None  # made with the socket
+            self._feed(PeerConnection(peer_id, connections.connection_of(frames[1].get(zmq.SRCFD))))
+            if connections.closed:  # read meanwhile: they reach the store once this burst is served
+                asyncio.get_running_loop().call_soon(self._read_connections)
         blobs = codec.received_blobs(blobs)  # large payloads stay in their frames, sent back zero-copy
-        replies = self.store.handle(FromPeer(peer_id, message, blobs, credential), time.monotonic())
-        for reply in replies:
-            await self._send(reply)
+        self._feed(FromPeer(peer_id, message, blobs, credential))
 
-    async def _send(self, reply: Reply) -> None:
-        assert self._socket is not None
+    def _feed(self, event: Any) -> None:
+        for reply in self.store.handle(event, time.monotonic()):
+            self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
         try:
             frames: List[Any] = [reply.peer_id, *codec.encode(reply.message, reply.blobs)]
             # A ROUTER socket never blocks a send: a gone peer's messages are dropped, a slow peer's queued.
-            await self._socket.send_multipart(frames, copy=False)
+            self._socket.send_multipart(frames, zmq.NOBLOCK, copy=False)
         except (zmq.ZMQError, ValueError, TypeError) as error:
             logger.warning(
                 f"ObjectStorageServer: cannot send {message_name(type(reply.message))} to {show(reply.peer_id)}: "

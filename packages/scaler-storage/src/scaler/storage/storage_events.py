@@ -1,7 +1,7 @@
 """What the object storage server's shell tells its core (events) and what the core asks it to send (effects).
 
 `ObjectStore.handle(event, now)` takes one event and returns the replies, which the shell in `server.py`
-sends in order.
+sends in order. Connections are named by the IDs the shell gives them (`connection_events.AcceptedConnections`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,21 @@ class FromPeer:
     message: Any
     blobs: Sequence[Any] = ()
     credential: Credential = OPEN
+
+
+@dataclass(slots=True)
+class PeerConnection:
+    """Peer ``peer_id`` said Hello on ``connection`` (the Hello follows, as a `FromPeer`)."""
+
+    peer_id: bytes
+    connection: int
+
+
+@dataclass(slots=True)
+class ConnectionClosed:
+    """A connection closed (its peer left or died, or the network dropped it)."""
+
+    connection: int
 
 
 @dataclass(slots=True)
