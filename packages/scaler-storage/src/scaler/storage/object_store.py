@@ -14,8 +14,9 @@ connection of each Hello (`PeerConnection`) and each connection that closed
 (`ConnectionClosed`), and forgets a peer whose connection of its last Hello
 closed (it says Hello again on its next connection). Objects are not tied to a
 connection: a client's objects are cleared when the scheduler, which saw it
-leave, says so (``clearOwner``); forgetting a peer forgets its greeting only. What a peer may ask depends on the role of its Hello:
-the rules are `peer_access.py`'s (a client touches only its own objects). Without
+leave, says so (``clearOwner``); forgetting a peer forgets its greeting only.
+What a peer may ask depends on the role of its Hello: the rules are
+`peer_access.py`'s (a client touches only its own objects). Without
 security a role is a claim, so these rules hold against peers that say they are
 clients or workers.
 
@@ -52,7 +53,6 @@ from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.message_limits import show_size, storage_max_message_size
-from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -65,6 +65,7 @@ from scaler.protocol.messages import (
     PeerRole,
     Refusal,
 )
+from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
 from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
