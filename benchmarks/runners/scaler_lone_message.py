@@ -19,7 +19,7 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from scaler.protocol import codec
+from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
@@ -104,8 +104,8 @@ def main() -> None:
     task_frames = [bytes(frame) for frame in codec.encode(m.TaskBatch([task]))]
     result = m.TaskResult(task.task_id, 1, m.TaskStatus.SUCCESS, m.PayloadKind.INLINE, pickle.dumps(1))
     result_frames = [bytes(frame) for frame in codec.encode(m.TaskResultBatch([result]))]
-    costs["scheduler: decode a TaskBatch of one"] = cpu_per_call(lambda: codec.decode_routed(task_frames))
-    costs["scheduler: decode a TaskResultBatch of one"] = cpu_per_call(lambda: codec.decode_routed(result_frames))
+    costs["scheduler: decode a TaskBatch of one"] = cpu_per_call(lambda: routed.decode_routed(task_frames))
+    costs["scheduler: decode a TaskResultBatch of one"] = cpu_per_call(lambda: routed.decode_routed(result_frames))
     costs["worker: decode a TaskBatch of one"] = cpu_per_call(lambda: codec.decode(task_frames))
 
     harness = core_harness.Harness(pipeline_depth=4)
@@ -135,8 +135,8 @@ def main() -> None:
     for peer, role in ((client, m.PeerRole.CLIENT), (b"W|host|2|aa", m.PeerRole.WORKER)):
         info = m.WorkerInfo(1, 1000, [])
         scheduler.handle(FromPeer(peer, m.Hello(PROTOCOL_VERSION, role, 1, "host", info)), 0.0)
-    batches = iter([codec.decode_routed(task_frames)[0] for _ in range(3 * N // 4)])
-    answers = iter([codec.decode_routed(result_frames)[0] for _ in range(3 * N // 4)])  # attempt 1, as assigned
+    batches = iter([routed.decode_routed(task_frames)[0] for _ in range(3 * N // 4)])
+    answers = iter([routed.decode_routed(result_frames)[0] for _ in range(3 * N // 4)])  # attempt 1, as assigned
 
     def scheduler_round_trip() -> None:
         (sent,) = [e for e in scheduler.handle(FromPeer(client, next(batches)), 1.0) if type(e) is Send]

@@ -25,7 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import zmq
 
-from scaler.protocol import codec
+from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
@@ -135,7 +135,7 @@ class Peer:
                 frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            message, _ = codec.decode_routed(frames)
+            message, _ = routed.decode_routed(frames)
             self.on_message(message, now)
 
     def on_message(self, message: Any, now: float) -> None:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.protocol import codec, messages
+from scaler.protocol import codec, messages, routed
 from scaler.protocol.errors import ProtocolError
 
-DECODERS = [codec.decode, codec.decode_routed]
+DECODERS = [codec.decode, routed.decode_routed]
 
 # --- values drawn from the schema's own field types ---------------------------------------------
 
@@ -260,19 +260,19 @@ def _tasks(count: int) -> typing.List[messages.Task]:
 
 def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
     tasks = _tasks(50)
-    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(tasks)))
-    assert [t.task_id for t in routed.tasks] == [t.task_id for t in tasks]
-    assert [(t.priority, list(t.capabilities), t.timeout_seconds, t.retries) for t in routed.tasks] == [
+    received, _ = routed.decode_routed(codec.encode(messages.TaskBatch(tasks)))
+    assert [t.task_id for t in received.tasks] == [t.task_id for t in tasks]
+    assert [(t.priority, list(t.capabilities), t.timeout_seconds, t.retries) for t in received.tasks] == [
         (t.priority, t.capabilities, t.timeout_seconds, t.retries) for t in tasks
     ]
-    assert [t.stream_output for t in routed.tasks] == [t.stream_output for t in tasks]  # read when it prints
-    for t in routed.tasks:
+    assert [t.stream_output for t in received.tasks] == [t.stream_output for t in tasks]  # read when it prints
+    for t in received.tasks:
         t.client_id, t.attempt = b"the real client", 7
     plain = messages.Task(task_id=b"built here")  # the scheduler's own tasks (graph nodes) go in the same batch
-    sent, _ = codec.decode(codec.encode(messages.TaskBatch([*routed.tasks[:20], plain])))
+    sent, _ = codec.decode(codec.encode(messages.TaskBatch([*received.tasks[:20], plain])))
     expected = [dataclasses.replace(t, client_id=b"the real client", attempt=7) for t in tasks[:20]]
     assert sent.tasks == [*expected, plain]
-    assert routed.tasks[3].to_task() == expected[3]
+    assert received.tasks[3].to_task() == expected[3]
 
 
 def test_a_routed_task_carries_how_long_it_waited_when_told():
@@ -295,9 +295,9 @@ def test_graph_nodes_are_routed_and_the_scheduler_replaces_the_arguments_that_na
         ],
     )  # fmt: skip
     graph = messages.GraphTask(graph_id=b"G" * 16, tasks=[needed, node], targets=[node.task_id])
-    routed, _ = codec.decode_routed(codec.encode(graph))
-    assert (routed.graph_id, routed.targets) == (graph.graph_id, graph.targets)
-    first, second = routed.tasks
+    received, _ = routed.decode_routed(codec.encode(graph))
+    assert (received.graph_id, received.targets) == (graph.graph_id, graph.targets)
+    first, second = received.tasks
     assert list(first.dependencies) == [] and list(second.dependencies) == [(0, needed.task_id), (2, needed.task_id)]
     second.set_argument(0, messages.ArgumentKind.OBJECT, b"result object")
     second.set_argument(2, messages.ArgumentKind.INLINE, b"result bytes")
@@ -315,9 +315,9 @@ def test_graph_nodes_are_routed_and_the_scheduler_replaces_the_arguments_that_na
 
 def test_a_routed_task_copied_more_often_than_the_traversal_limit_allows_is_read_again():
     tasks = _tasks(20)
-    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(tasks)))
+    received, _ = routed.decode_routed(codec.encode(messages.TaskBatch(tasks)))
     for _ in range(30):  # every copy reads the whole batch; the limit allows about four
-        sent, _ = codec.decode(codec.encode(messages.TaskBatch(routed.tasks)))
+        sent, _ = codec.decode(codec.encode(messages.TaskBatch(received.tasks)))
     assert sent.tasks == tasks
 
 
@@ -327,15 +327,15 @@ def test_routed_results_read_payload_and_error_lazily_and_may_replace_the_error(
                             bytes([i]) * 30, f"boom {i}", messages.Profiling(1.0, 2.0, i))
         for i in range(10)
     ]  # fmt: skip
-    routed, _ = codec.decode_routed(codec.encode(messages.TaskResultBatch(results)))
-    first = routed.results[0]
+    received, _ = routed.decode_routed(codec.encode(messages.TaskResultBatch(results)))
+    first = received.results[0]
     assert (first.task_id, first.attempt, first.status) == (results[0].task_id, 1, messages.TaskStatus.FAILED)
     assert (first.payload_kind, first.payload, first.error_text, first.profiling) == (
         results[0].payload_kind, results[0].payload, results[0].error_text, results[0].profiling
     )  # fmt: skip
     first.error_text = "replaced"
     assert first.to_result() == dataclasses.replace(results[0], error_text="replaced")
-    sent, _ = codec.decode(codec.encode(messages.TaskResultBatch(routed.results)))
+    sent, _ = codec.decode(codec.encode(messages.TaskResultBatch(received.results)))
     assert sent.results == [dataclasses.replace(results[0], error_text="replaced"), *results[1:]]
 
 
@@ -345,16 +345,18 @@ def test_a_routed_result_with_an_unknown_status_is_refused():
     frame = bytearray(codec.encode(messages.TaskResultBatch([result]))[0])
     at = frame.index(struct.pack("<IH", attempt, messages.TaskStatus.REJECTED)) + 4
     frame[at : at + 2] = struct.pack("<H", 77)
-    for decode in DECODERS:
-        with pytest.raises(ProtocolError):
-            decode([bytes(frame)])
+    with pytest.raises(ProtocolError):
+        codec.decode([bytes(frame)])
+    received, _ = routed.decode_routed([bytes(frame)])
+    results, (damaged,) = received.results.read(0, 1)
+    assert not results and damaged.task_id == b"t" and "status" in damaged.reason, damaged
 
 
 @pytest.mark.parametrize("count", [1, 3, 600])
 def test_segment_tables_of_every_size_are_split_right(count):
-    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch(_tasks(count))))
-    assert len(routed.tasks) == count
-    assert routed.tasks[-1].to_task() == _tasks(count)[-1]
+    received, _ = routed.decode_routed(codec.encode(messages.TaskBatch(_tasks(count))))
+    assert len(received.tasks) == count
+    assert received.tasks[-1].to_task() == _tasks(count)[-1]
 
 
 # --- task batches with tasks that cannot be read: the others are read, each damaged one named ---------------
@@ -396,20 +398,33 @@ def _struct_of_text(frame: bytearray, text: int) -> int:
     return _pointer_to(frame, text) - 8
 
 
-@pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])
 @pytest.mark.parametrize(
     "damage, where",
     [("name", "arguments[0].name"), ("kind", "arguments[0].kind"), ("pointer", "functionId")],
 )
-def test_a_damaged_task_is_named_and_the_rest_of_its_batch_is_read(decode, damage, where):
-    message, _ = decode([_batch_with(damage)])
+def test_a_damaged_task_is_named_and_the_rest_of_its_batch_is_read(damage, where):
+    message, _ = codec.decode([_batch_with(damage)])
     assert type(message) is codec.DamagedTaskBatch and message.sequence == 9
-    assert [task.task_id for task in message.tasks] == [b"\x01" * 16, b"\x03" * 16]
-    (damaged,) = message.damaged
-    assert (damaged.task_id, damaged.attempt) == (b"m" * 16, 3)
-    assert damaged.reason.startswith(where), damaged.reason
-    if damage == "name":
-        assert damaged.reason == "arguments[0].name: a text field lacks its terminating NUL byte"
+    batch, _ = routed.decode_routed([_batch_with(damage)])  # the scheduler finds the damage as it takes the tasks
+    assert type(batch) is messages.TaskBatch and batch.sequence == 9
+    for tasks, damage_found in ((message.tasks, message.damaged), batch.tasks.read(0, 3)):
+        assert [task.task_id for task in tasks] == [b"\x01" * 16, b"\x03" * 16]
+        (damaged,) = damage_found
+        assert (damaged.task_id, damaged.attempt) == (b"m" * 16, 3)
+        assert damaged.reason.startswith(where), damaged.reason
+        if damage == "name":
+            assert damaged.reason == "arguments[0].name: a text field lacks its terminating NUL byte"
+    with pytest.raises(ProtocolError, match=where.replace("[", r"\[").replace("]", r"\]")):
+        list(batch.tasks)
+
+
+def test_the_tasks_of_a_routed_batch_are_read_when_taken_and_kept():
+    received, _ = routed.decode_routed(codec.encode(messages.TaskBatch(_tasks(10))))
+    first, _ = received.tasks.read(0, 4)
+    assert [task.task_id for task in first] == [task.task_id for task in _tasks(4)]
+    assert received.tasks.read(0, 4)[0] == first and received.tasks[3] is first[3]  # the same objects
+    rest, damaged = received.tasks.read(4, 100)
+    assert len(rest) == 6 and not damaged and len(received.tasks) == 10
 
 
 def test_a_batch_without_damage_is_a_task_batch_with_its_sequence():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.protocol import codec
+from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
@@ -19,7 +19,7 @@ from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NODE_STATES, 
 from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import CYCLE_REASON
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
-from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, Send, Start
+from scaler.scheduler.scheduler_events import STORAGE, Continue, FromPeer, FromStorage, MoreToDo, Send, Start
 
 CLIENT = b"C|host|1|aa"
 OTHER_CLIENT = b"C|host|1|bb"
@@ -151,10 +151,10 @@ def oid(n: int) -> bytes:
 
 
 def graph(tasks: Sequence[m.Task], targets: Sequence[int], graph_id: bytes = b"g1", more: bool = False) -> m.GraphTask:
-    """The graph (or a part of it, ``more``) as the scheduler's shell reads it (`codec.decode_routed`: each node a
-    `codec.RoutedTask`)."""
+    """The graph (or a part of it, ``more``) as the scheduler's shell reads it (`routed.decode_routed`: each node a
+    `routed.RoutedTask`)."""
     message = m.GraphTask(graph_id=graph_id, tasks=list(tasks), targets=[tid(t) for t in targets], more=more)
-    return codec.decode_routed(codec.encode(message))[0]
+    return routed.decode_routed(codec.encode(message))[0]
 
 
 def core_with(sorter: str, capacity: int = 1000, inline_bytes: int = 0) -> SchedulerCore:
@@ -496,12 +496,23 @@ def test_a_client_leaving_mid_graph_takes_its_open_graph(sorter):
     assert not core.graphs.active
 
 
+def taken_whole(core: SchedulerCore, effects: List[Any]) -> List[Any]:
+    """``effects``, and those of the `Continue` events the core asks for until it has taken the message whole (a
+    large graph is taken a slice at a time, as the shell would go on: `message_slices.py`)."""
+    more = effects
+    while any(type(effect) is MoreToDo for effect in more):
+        more = core.handle(Continue(), 0.5)
+        effects = [*effects, *more]
+    return effects
+
+
 def _run(core: SchedulerCore, effects, limit: int = 10**7) -> Tuple[Dict[int, m.TaskResult], int]:
     """Play the worker until nothing is left: answer each assigned task, a batch at a time."""
     delivered: Dict[int, m.TaskResult] = {}
     deletes = 0
     pending: List[m.Task] = []
     for _ in range(limit):
+        effects = taken_whole(core, effects)
         delivered.update(to_client(effects))
         deletes += len(deleted(effects))
         pending.extend(t for b in messages(effects, WORKER, m.TaskBatch) for t in b.tasks)

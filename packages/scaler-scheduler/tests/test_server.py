@@ -10,7 +10,7 @@ from typing import Any, List
 import zmq
 import zmq.asyncio
 
-from scaler.protocol import codec, connection_events
+from scaler.protocol import codec, connection_events, routed
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.connection_events import AcceptedConnections
@@ -54,7 +54,7 @@ def test_a_task_that_cannot_be_copied_on_is_rejected_to_its_client_and_the_other
         for peer, role in ((CLIENT, m.PeerRole.CLIENT), (WORKER, m.PeerRole.WORKER)):
             server._feed(FromPeer(peer, m.Hello(PROTOCOL_VERSION, role, 1, "host", m.WorkerInfo(1, 10, []))))
         tasks = [m.Task(task_id=bytes([i]) * 16, function_id=b"f") for i in range(3)]
-        batch, _ = codec.decode_routed(codec.encode(m.TaskBatch(tasks)))
+        batch, _ = routed.decode_routed(codec.encode(m.TaskBatch(tasks)))
         batch.tasks[1]._index = 10**6  # its struct can no longer be found in the message it came in
         router.sent.clear()
         server._feed(FromPeer(CLIENT, batch))

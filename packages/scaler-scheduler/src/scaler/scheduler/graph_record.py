@@ -19,7 +19,7 @@ _HISTORY_LENGTH = 8  # events kept per graph, for the error of an event a node h
 class GraphActions:
     """What the scheduler must do for one client after a graph decision."""
 
-    release: List[Any] = field(default_factory=list)  # codec.RoutedTask: queue as if the client had submitted them
+    release: List[Any] = field(default_factory=list)  # routed.RoutedTask: queue as if the client had submitted them
     cancel: List[bytes] = field(default_factory=list)  # released nodes to cancel (confirms come back here)
     results: List[m.TaskResult] = field(default_factory=list)  # to the client
     confirm_ids: List[bytes] = field(default_factory=list)  # TaskCancelConfirm to the client
@@ -43,7 +43,7 @@ class Graph:
         self.client_id = client_id
         self.task_ids: List[bytes] = []
         self.positions: Dict[bytes, int] = {}  # task ID -> its node
-        self.tasks: List[Optional[Any]] = []  # codec.RoutedTask; None once released or finished
+        self.tasks: List[Optional[Any]] = []  # routed.RoutedTask; None once released or finished
         self.state = bytearray()  # each node's state, as its position in NODE_STATES (PENDING is 0)
         self.target = bytearray()
         self.wanted = bytearray()  # a target whose result the client still waits for
@@ -73,7 +73,7 @@ def graph_problem(
     a first part); ``known`` and ``live`` tell whether a task ID is the scheduler's or a live graph's."""
     later = earlier is not None
     earlier = earlier or {}
-    tasks: List[Any] = message.tasks  # codec.RoutedTask
+    tasks: List[Any] = message.tasks  # routed.RoutedTask
     if len(positions) < len(tasks):
         seen: Set[bytes] = set()
         for task in tasks:
@@ -88,7 +88,10 @@ def graph_problem(
             if needed == task.task_id:
                 return f"task {show(task.task_id)} needs its own result"
             if needed not in positions and needed not in earlier:
-                return f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph"
+                return (
+                    f"task {show(task.task_id)} needs task {show(needed)}, which is not in the graph (not in its "
+                    "part, nor in an earlier part)"
+                )
     if later and message.targets:
         return "a later part names targets: a graph's targets come with its first part"
     if not message.more:  # a target a later part may bring is checked when the last part comes
@@ -110,7 +113,7 @@ class HeldPayload:
 
 
 def whole_result(result: Any) -> Any:
-    """A result as a `m.TaskResult` of its own, copied out of the message it came in (`codec.RoutedResult`)."""
+    """A result as a `m.TaskResult` of its own, copied out of the message it came in (`routed.RoutedResult`)."""
     to_result = getattr(result, "to_result", None)
     return to_result() if to_result is not None else result
 

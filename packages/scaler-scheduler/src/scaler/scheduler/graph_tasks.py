@@ -3,8 +3,8 @@
 A client sends a graph as one `GraphTask`, or in parts (``more`` on all but
 the last): tasks that name each other's results through ``Argument{kind task}``,
 and the targets it wants. The shell
-reads it as it reads a `TaskBatch` (`codec.decode_routed`): each node a
-`codec.RoutedTask` that names the nodes it needs (``dependencies``) and is
+reads it as it reads a `TaskBatch` (`routed.decode_routed`): each node a
+`routed.RoutedTask` that names the nodes it needs (``dependencies``) and is
 copied on from the received message when it is sent. `GraphTasks` stands
 between that client and the scheduler's ordinary task machinery:
 
@@ -157,21 +157,29 @@ class GraphTasks:
         """The task IDs of the nodes of live graphs (kept up to date: one object for the scheduler's lifetime)."""
         return self._nodes.keys()
 
+    def is_open(self, graph_id: bytes, client_id: bytes) -> bool:
+        """Whether the client's graph ``graph_id`` runs and waits for more parts."""
+        graph = self._graphs.get(graph_id)
+        return graph is not None and graph.open and graph.client_id == client_id
+
     # ----------------------------------------------------------------- entry points
 
-    def submit(self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool]) -> GraphActions:
+    def submit(
+        self, client_id: bytes, message: m.GraphTask, known: Callable[[bytes], bool], problem: Optional[str] = None
+    ) -> GraphActions:
         """A new graph, or the next part of a graph sent in parts (``message.more`` on every part but the last);
-        ``known(task_id)`` tells whether the scheduler already holds a task with that ID."""
+        ``known(task_id)`` tells whether the scheduler already holds a task with that ID; ``problem``: what is
+        wrong with this part, found before (a node that cannot be read)."""
         actions = GraphActions()
         graph = self._graphs.get(message.graph_id)
         if graph is not None and not (graph.open and graph.client_id == client_id):
             self._reject(client_id, message, "a graph with that ID is running", {}, actions)
             return actions
-        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        tasks: List[Any] = message.tasks  # routed.RoutedTask
         base = len(graph.task_ids) if graph is not None else 0
         positions = {task.task_id: base + i for i, task in enumerate(tasks)}
         earlier = graph.positions if graph is not None else None
-        problem = graph_problem(message, positions, earlier, known, self._nodes.__contains__)
+        problem = problem or graph_problem(message, positions, earlier, known, self._nodes.__contains__)
         if problem is not None:
             self._reject(client_id, message, problem, earlier or {}, actions)
             if graph is not None:  # a later part: the whole graph is rejected
@@ -319,7 +327,7 @@ class GraphTasks:
     ) -> None:
         """A checked part's nodes join the graph (the first part names the targets); those whose inputs all
         succeeded already are released, those below a failure fail with it."""
-        tasks: List[Any] = message.tasks  # codec.RoutedTask
+        tasks: List[Any] = message.tasks  # routed.RoutedTask
         base, count = len(graph.task_ids), len(tasks)
         graph.task_ids.extend(task.task_id for task in tasks)
         graph.tasks.extend(tasks)
@@ -494,11 +502,11 @@ class GraphTasks:
 
     def _hold(self, graph: Graph, i: int, actions: GraphActions, finished: List[int], result: Any) -> None:
         """A success kept for the nodes that need it: whole for a target (the client gets it), else its payload
-        alone; copied out of the message it came in (`codec.RoutedResult`), which is not kept."""
+        alone; copied out of the message it came in (`routed.RoutedResult`), which is not kept."""
         if graph.wanted[i]:
             held = whole_result(result)
         else:
-            read = getattr(result, "kind_and_payload", None)  # a codec.RoutedResult: both fields in one read
+            read = getattr(result, "kind_and_payload", None)  # a routed.RoutedResult: both fields in one read
             held = HeldPayload(*read()) if read is not None else HeldPayload(result.payload_kind, result.payload)
         graph.results[i] = held
         if held.payload_kind is not _OBJECT:

@@ -6,13 +6,16 @@ The shell in `server.py` reads its sockets, turns what it reads into events (`sc
 
 It is made of:
 
-- the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here; and who may be
-  what: a peer says Hello only as a role its key is authorized as (`security.Credential`; any role without
-  security), and its messages must then come with that key; whose objects a client's tasks read (its scope:
-  its own, or for a Client made inside a task that proves it, `scaler.protocol.delegation`, those its task's
-  client reads), of which the storage server is told before the client's HelloAck (`StorageLink.admit`);
+- the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here (a peer is
+  silent only when the shell had read everything its peers sent meanwhile: the scheduler's own busy moment
+  never times a peer out); and who may be what: a peer says Hello only as a role its key is authorized as
+  (`security.Credential`; any role without security), and its messages must then come with that key; whose
+  objects a client's tasks read (its scope: its own, or for a Client made inside a task that proves it,
+  `scaler.protocol.delegation`, those its task's client reads), of which the storage server is told before
+  the client's HelloAck (`StorageLink.admit`);
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
-  state through the table of `task_lifecycle.py`;
+  state through the table of `task_lifecycle.py`; large messages a slice at a time, each peer's messages in
+  order (`message_slices.py`);
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
   before they reach a client;
 - the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
@@ -31,10 +34,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import codec, delegation
+from scaler.protocol import delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
+from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -46,9 +50,9 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
+from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox, add_confirms
-from scaler.protocol.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
@@ -56,9 +60,11 @@ from scaler.scheduler.scheduler_events import (
     Burst,
     CannotForward,
     ConnectionClosed,
+    Continue,
     FromPeer,
     FromStorage,
     MonitorSubscription,
+    MoreToDo,
     PeerConnection,
     Send,
     Shutdown,
@@ -130,6 +136,8 @@ class SchedulerCore:
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
+        self._caught_up_at = float("-inf")  # when the shell last had read all its peers had sent
+        self._slices = MessageSlices(self._routing, self._graphs, self._handlers_of, self._apply_graph)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
             FromStorage: self._on_storage_message,
@@ -142,22 +150,22 @@ class SchedulerCore:
             MonitorSubscription: self._on_monitor_subscription,
             AuthorizedKeysRead: self._on_keys_read,
             Tick: self._on_tick,
+            Continue: self._on_continue,
             WebhookAnswer: self._managers.on_webhook_answer,
         }
-        routing = self._routing
+        routing, take = self._routing, self._slices.take
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
-            m.TaskBatch: routing.on_client_batch,
-            codec.DamagedTaskBatch: self._on_damaged_batch,
+            m.TaskBatch: take,
             m.TaskCancel: self._on_cancel_request,
-            m.GraphTask: self._on_graph_task,
+            m.GraphTask: take,
             m.ObjectInstruction: self._on_object_instruction,
             m.ClientShutdownRequest: self._on_shutdown_request,
             m.DisconnectRequest: self._on_client_disconnect,
         }
         self._worker_handlers: Dict[type, _PeerHandler] = {
             m.WorkerHeartbeat: self._on_worker_heartbeat,
-            m.TaskResultBatch: routing.on_results,
+            m.TaskResultBatch: take,
             m.TaskCancelConfirm: routing.on_cancel_confirm,
             m.BalanceResponse: routing.on_balance_response,
             m.WaitingTasks: routing.on_waiting_tasks,
@@ -178,14 +186,20 @@ class SchedulerCore:
         if type(event) is Burst:
             if event.more:
                 self._busy_until = now + BUSY_SECONDS
+            else:  # the shell read until nothing was left
+                self._caught_up_at = now
             for each in event.events:
                 try:
                     self._handle(each, now, out)
                 except Exception:  # one bad message must not cost the others of its burst their effects
                     logger.exception(f"Scheduler: failed to handle {describe(each)}")
         else:
+            if type(event) is FromPeer:  # read alone: nothing else waited
+                self._caught_up_at = now
             self._handle(event, now, out)
         self._routing.dispatch(out, now < self._busy_until, now)
+        if self._slices:
+            out.sends.append(MoreToDo())
         return out.effects()
 
     def _handle(self, event: Any, now: float, out: Outbox) -> None:
@@ -202,8 +216,11 @@ class SchedulerCore:
             handler = handlers.get(type(message))
             if handler is not None and peer is not None:
                 if event.credential is peer.credential or self._same_credential(peer, event.credential, now, out):
-                    peer.last_seen = now
-                    handler(source, message, now, out)
+                    peer.last_seen = now  # heard now, even if its message waits behind an earlier one
+                    if self._slices.waits(source):
+                        self._slices.put(source, message)
+                    else:
+                        handler(source, message, now, out)
             elif type(message) is m.Hello:
                 self._on_hello(source, message, event.credential, now, out)
             elif peer is None:
@@ -304,13 +321,20 @@ class SchedulerCore:
         self._monitoring.on_subscription(event.change, out)
 
     def _on_tick(self, event: Tick, now: float, out: Outbox) -> None:
-        """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
+        """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers.
+
+        A peer is silent when it sent nothing for its timeout up to the last time the shell had read everything
+        (`_caught_up_at`): while the scheduler is behind (busy, or flooded), what a peer sent may wait unread,
+        and its silence is not judged until the shell has caught up."""
         self._next_tick = now + TICK_SECONDS
         self._storage.on_tick(now, out)
-        for worker in self._silent_workers.silent(self._workers, now):
+        if event.caught_up:
+            self._caught_up_at = now
+        heard_until = self._caught_up_at
+        for worker in self._silent_workers.silent(self._workers, heard_until):
             self._events.warning("worker timed out", worker.worker_id, f"worker {show(worker.worker_id)} timed out")
             self._remove_worker(worker, out)
-        for client in self._silent_clients.silent(self._clients, now):
+        for client in self._silent_clients.silent(self._clients, heard_until):
             self._events.warning("client timed out", client.client_id, f"client {show(client.client_id)} timed out")
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
@@ -319,7 +343,16 @@ class SchedulerCore:
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         self._monitoring.on_tick(now, out)
 
+    def _on_continue(self, event: Continue, now: float, out: Outbox) -> None:
+        self._slices.take_turns(now, out)
+
     # ----------------------------------------------------------------- peers
+
+    def _handlers_of(self, peer_id: bytes) -> Optional[Dict[type, _PeerHandler]]:
+        """The handlers of a connected client's or worker's messages (the peers whose messages may wait)."""
+        if peer_id in self._clients:
+            return self._client_handlers
+        return self._worker_handlers if peer_id in self._workers else None
 
     def _on_hello(self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox) -> None:
         reason = incompatibility(hello.version)
@@ -344,6 +377,7 @@ class SchedulerCore:
             if old is not None:
                 self._routing.remove_worker(old, out)
                 self._managers.on_worker_left(old)
+                self._slices.forget(source)  # what its earlier session sent
             worker = Worker(source, hello, now, credential)
             self._routing.add_worker(worker)
             self._silent_workers.watch(source, now)
@@ -469,11 +503,6 @@ class SchedulerCore:
         worker.heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))
 
-    def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
-        """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
-        self._routing.on_client_batch(source, m.TaskBatch(message.tasks), now, out)
-        self._routing.reject_damaged(source, message.damaged, out)
-
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         self._events.info("client left", source, f"client {show(source)} disconnected")
         self._remove_client(self._clients[source], out, forget=True)
@@ -494,6 +523,7 @@ class SchedulerCore:
     def _remove_worker(self, worker: Worker, out: Outbox) -> None:
         self._connections.forget(worker.worker_id)
         self._stream.forget_worker(worker.worker_id)
+        self._slices.forget(worker.worker_id)
         self._routing.remove_worker(worker, out)
         self._managers.on_worker_left(worker)
 
@@ -522,6 +552,7 @@ class SchedulerCore:
             self._connections.forget(client.client_id)
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)
+            self._slices.forget(client.client_id)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
@@ -529,9 +560,6 @@ class SchedulerCore:
             self._storage.admit(client.client_id, client.scope, None, out)
 
     # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
-
-    def _on_graph_task(self, source: bytes, message: m.GraphTask, now: float, out: Outbox) -> None:
-        self._apply_graph(source, self._graphs.submit(source, message, self._routing.knows), now, out)
 
     def _on_cancel_request(self, source: bytes, message: m.TaskCancel, now: float, out: Outbox) -> None:
         """A client's TaskCancel: the graph layer answers for graph nodes, the rest is cancelled as usual."""

@@ -24,7 +24,7 @@ class Start:
 
 @dataclass(slots=True)
 class FromPeer:
-    """One decoded message from a client or worker (tasks and results as `codec.RoutedTask`/`RoutedResult`), and
+    """One decoded message from a client or worker (tasks and results as `routed.ReceivedItems`), and
     who sent it: the credential of the key ZeroMQ authenticated (`OPEN` without security)."""
 
     source: bytes
@@ -112,7 +112,15 @@ class MonitorSubscription:
 
 @dataclass(slots=True)
 class Tick:
-    """Time passed: the shell sends one no later than `SchedulerCore.next_wakeup`."""
+    """Time passed: the shell sends one no later than `SchedulerCore.next_wakeup`. ``caught_up``: nothing waits
+    to be read on the ROUTER (what its peers sent so far has been read), so their silence can be judged."""
+
+    caught_up: bool = True
+
+
+@dataclass(slots=True)
+class Continue:
+    """The shell read its sockets since the core asked for it (`MoreToDo`): the core takes what waits, in turn."""
 
 
 # ----------------------------------------------------------------------------- effects
@@ -150,6 +158,12 @@ class Publish:
 
     snapshot: Any
     to_monitors: bool
+
+
+@dataclass(slots=True)
+class MoreToDo:
+    """Messages wait in the core (a large message is taken a slice at a time): read every socket once more, then
+    hand the core `Continue`."""
 
 
 @dataclass(slots=True)

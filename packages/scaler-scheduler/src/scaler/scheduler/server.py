@@ -19,17 +19,12 @@ gone.
 
 Nothing a peer sends stops a reader, the timer or the loop: an error while reading or decoding one message
 drops that message, an error of the core drops that event, an error carrying out one effect drops that effect,
-each logged with what it was; the ZeroMQ monitors' queues never fill (`connection_events.monitor_socket`).
-What each send does when its peer is slow or gone (no send ever raises into a reader):
-
-- to a client, worker or worker manager (ROUTER, ``SNDHWM`` 0): queued by ZeroMQ in that peer's own pipe,
-  however slow it reads: what waits there is what that peer asked for (answers, its tasks, their results); a
-  gone peer's messages are dropped by the ROUTER;
-- to the object storage server (DEALER, ``SNDHWM`` 0): queued by ZeroMQ until the server reads them, however
-  slow it is: each request stands for something a client did (left, cleared, freed a graph's results), a few
-  dozen bytes, and the scheduler sends nothing else there;
-- to monitors (XPUB, ``SNDHWM`` 16): a slow monitor's snapshots are dropped (the next one replaces them);
-- to a worker adapter's webhook: on threads of their own, each call bounded by its timeout (`webhook_calls`).
+each logged with what it was; the ZeroMQ monitors' queues never fill (`connection_events.monitor_socket`). No
+send raises into a reader or waits on a peer (docs/architecture.md has the table): to clients, workers and the
+storage server ZeroMQ queues what a slow peer has not read yet (``SNDHWM`` 0: what it asked for, or what a
+client's leaving or a graph's freeing asks of storage), a slow monitor's snapshots are dropped, and a webhook
+call is bounded by its timeout, on a thread. A core that has more to do than one slice of a large message asks
+to be handed `Continue` after the sockets are read once more (`MoreToDo`).
 """
 
 from __future__ import annotations
@@ -49,7 +44,7 @@ from typing import Any, Callable, Dict, List, Optional
 import psutil
 import zmq
 
-from scaler.protocol import codec, connection_events
+from scaler.protocol import codec, connection_events, routed
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
 from scaler.protocol.connection_events import AcceptedConnections, ConnectionWatch
@@ -82,8 +77,10 @@ from scaler.scheduler.scheduler_events import (
     Burst,
     CannotForward,
     ConnectionClosed,
+    Continue,
     FromPeer,
     FromStorage,
+    MoreToDo,
     PeerConnection,
     Publish,
     Send,
@@ -206,7 +203,9 @@ class SchedulerServer:
             Publish: self._publish,
             Shutdown: self._shutdown,
             CallWebhook: self._call_webhook,
+            MoreToDo: self._more_to_do,
         }
+        self._continuing = False  # a Continue is on its way to the core
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -248,7 +247,7 @@ class SchedulerServer:
             logger.info(f"Scheduler: CurveZMQ on every socket; authorized keys in {directory}")
         limit = self.core.settings.max_message_size
         self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN, limit)
-        self._router.setsockopt(zmq.SNDHWM, 0)
+        self._router.setsockopt(zmq.SNDHWM, 0)  # a slow peer's messages wait in ZeroMQ, in its own pipe
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
         self._connections = AcceptedConnections(self._router)
@@ -261,7 +260,7 @@ class SchedulerServer:
         self._bind_socket(self._monitor.socket, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")
         self._storage = new_socket(self._context, zmq.DEALER, keys)
-        self._storage.setsockopt(zmq.SNDHWM, 0)  # requests wait for a slow server here (the module's docstring)
+        self._storage.setsockopt(zmq.SNDHWM, 0)  # a slow server's requests wait in ZeroMQ (the module's docstring)
         self._storage_watch = ConnectionWatch(
             self._storage, self._keys, f"the object storage server at {self.object_storage_address}"
         )
@@ -380,7 +379,7 @@ class SchedulerServer:
             # tasks and results are read only as far as routing needs; encode copies the rest through. A small
             # frame is copied: keeping it would keep the 8 KiB buffer libzmq received it in (codec.received_blobs)
             received = [head.bytes if head is not None and len(head) < codec.ZERO_COPY_BYTES else head, *frames[2:]]
-            message, _ = codec.decode_routed(received if head is not None else [])
+            message, _ = routed.decode_routed(received if head is not None else [])
         except ProtocolError as error:
             logger.warning(f"Scheduler: dropped malformed message from {show(source)}: {error}")
             return None
@@ -439,12 +438,30 @@ class SchedulerServer:
             await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
             try:
                 self._reread_keys()
-                self._feed(Tick())
-                # sending can consume a file descriptor's edge: look for pending input ourselves
-                for socket, to_event, copy, together in self._watched:
-                    self._drain(socket, to_event, copy, together)
+                self._feed(Tick(caught_up=self._read_all()))
+                self._read_all()  # sending can consume a file descriptor's edge: look for pending input ourselves
             except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
                 logger.exception("Scheduler: failed to tick")
+
+    def _read_all(self) -> bool:
+        """A burst of what waits on each socket; whether nothing is left to read on the ROUTER."""
+        for socket, to_event, copy, together in self._watched:
+            self._drain(socket, to_event, copy, together)
+        return not self._serving or not self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN
+
+    def _more_to_do(self, effect: MoreToDo) -> None:
+        if not self._continuing:
+            self._continuing = True
+            asyncio.get_running_loop().call_soon(self._continue)
+
+    def _continue(self) -> None:
+        """The core goes on with what waits in it once every socket was read (other peers take their turn)."""
+        self._continuing = False
+        try:
+            self._read_all()
+        except Exception:  # noqa: BLE001 - the core's work goes on all the same
+            logger.exception("Scheduler: failed to read its sockets")
+        self._feed(Continue())
 
     def _reread_keys(self) -> None:
         """The authorized keys, read again at each tick: the core forgets the peers of a key revoked since, and

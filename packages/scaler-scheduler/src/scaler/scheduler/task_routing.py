@@ -55,7 +55,7 @@ class TaskRecord:
     )  # fmt: skip
 
     def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
-        self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
+        self.task = task  # a routed.RoutedTask (or an m.Task, from the graph layer)
         self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
         self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
         self.state = TaskState.QUEUED
