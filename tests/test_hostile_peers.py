@@ -21,6 +21,7 @@ from typing import Any, List, Optional
 import pytest
 import zmq
 from cluster_processes import free_address, wait_until, worker_count
+from raw_peers import RawClient
 
 from scaler import Client
 from scaler.protocol import codec
@@ -206,3 +207,67 @@ def test_connection_churn_leaves_the_storage_server_serving_and_forgetting_who_l
         context.term()
     assert stops_on_sigterm(daemons.storage) == 0
     assert "Traceback" not in (tmp_path / "storage.log").read_text(errors="replace")
+
+
+# --- one big message disconnects nobody else ---------------------------------------------------------------------
+
+SHORT_TIMEOUT = 2.0  # seconds: the legitimate client's own, and the scheduler's for its clients
+GRAPH_NODES = 150_000  # one GraphTask of ~34 MB; a scheduler that took it whole was busy with it about 4 s
+
+
+def chain_graph(raw: RawClient, nodes: int) -> m.GraphTask:
+    """A chain of ``nodes`` graph nodes in dependency order, whose first sleeps for an hour: nothing of it ends
+    while the test runs, and only its first node ever runs (on one of the workers)."""
+    first = raw.task(time.sleep, 3600)
+    tasks = [first]
+    for _ in range(nodes - 1):
+        needed = m.Argument("", m.ArgumentKind.TASK, tasks[-1].task_id)
+        tasks.append(m.Task(task_id=raw._ids.next_id(), client_id=raw.peer_id, function_id=first.function_id,
+                            arguments=[needed]))  # fmt: skip
+    return m.GraphTask(graph_id=raw._ids.next_id(), tasks=tasks, targets=[tasks[-1].task_id])
+
+
+def answered(raw: RawClient) -> bool:
+    """Whether the scheduler answered the raw peer's first heartbeat (sent after its graph: the graph was taken
+    whole); nothing else comes before (a rejected graph would)."""
+    received = raw.scheduler.receive(timeout=0)
+    assert received is None or type(received[0]) is m.ClientHeartbeatEcho, received
+    return received is not None
+
+
+def test_a_huge_graph_from_one_peer_never_disconnects_another_client(processes, tmp_path):
+    """A raw peer sends a graph of 150,000 nodes in one message; meanwhile a client with a 2 s timeout (and the
+    scheduler's 2 s for clients) keeps submitting: it is never taken for lost, on either side, and gets every
+    result while the scheduler takes the graph (the raw peer's heartbeat sent after the graph is answered once
+    the scheduler has taken it whole: its messages are handled in order)."""
+    address = free_address()
+    storage_address = default_storage_address(address)
+    processes.storage(storage_address)
+    processes.scheduler(address, "--object-storage-address", storage_address, "--client-timeout-seconds",
+                        str(SHORT_TIMEOUT), log_path=str(tmp_path / "scheduler.log"))  # fmt: skip
+    processes.cluster(address, 2)  # one for the graph's sleeping node, one for the client
+    wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
+    context = zmq.Context()
+    hostile = RawClient(context, address, storage_address)
+    try:
+        assert type(hostile.storage.hello(m.PeerRole.CLIENT)) is m.HelloAck
+        frames = codec.encode(chain_graph(hostile, GRAPH_NODES))  # seconds: it says Hello to the scheduler after
+        with Client(address, timeout_seconds=SHORT_TIMEOUT) as client:
+            assert client.submit(pow, 2, 0).result(timeout=ANSWER_SECONDS) == 1
+            assert type(hostile.scheduler.hello(m.PeerRole.CLIENT)) is m.HelloAck
+            hostile.scheduler.send_frames(frames)
+            hostile.scheduler.send(m.ClientHeartbeat())
+            rounds_while_busy = 0
+            deadline = time.monotonic() + 180
+            while not answered(hostile):
+                assert time.monotonic() < deadline, "the scheduler never took the whole graph"
+                hostile.scheduler.send(m.ClientHeartbeat())  # the raw peer is alive too (its echoes come after)
+                assert client.submit(pow, 2, rounds_while_busy).result(timeout=ANSWER_SECONDS) == 2**rounds_while_busy
+                rounds_while_busy += 1
+            assert rounds_while_busy > 0
+            assert client.submit(pow, 3, 3).result(timeout=ANSWER_SECONDS) == 27
+    finally:
+        hostile.close()
+        context.term()
+    log = (tmp_path / "scheduler.log").read_text(errors="replace")
+    assert "timed out" not in log and "Traceback" not in log
