@@ -327,9 +327,10 @@ def test_scheduler_silence_fails_every_pending_future_and_later_calls():
     core = connected()
     acknowledge_function(core)
     run(core, 0.0, submit(1, 2))
-    run(core, TIMEOUT - 0.1)
+    assert [e for e in run(core, INTERVAL) if isinstance(e, Heartbeat)]  # unanswered from now on
+    run(core, INTERVAL + TIMEOUT - 0.1)
     assert core.state is SessionState.READY
-    effects = run(core, TIMEOUT)
+    effects = run(core, INTERVAL + TIMEOUT)
     assert core.state is SessionState.STOPPED
     (stopped,) = [e for e in effects if isinstance(e, Stopped)]
     assert isinstance(stopped.error, DisconnectedError)
@@ -339,6 +340,22 @@ def test_scheduler_silence_fails_every_pending_future_and_later_calls():
         assert ADDRESS in str(error)
     outcome, error = outcomes(run(core, TIMEOUT, submit(3)))["task3"]
     assert outcome == ERROR and isinstance(error, DisconnectedError)
+
+
+def test_a_client_whose_own_thread_stalled_waits_for_the_answer_to_its_next_heartbeat():
+    """Its agent thread ran nothing for longer than the timeout (the GIL held elsewhere, the process stopped):
+    the scheduler was asked nothing meanwhile, so its silence is no sign; the heartbeat sent now must be
+    answered within the timeout."""
+    core = connected()
+    run(core, INTERVAL)  # a heartbeat,
+    run(core, INTERVAL + 0.1, FromScheduler(ClientHeartbeatEcho()))  # answered; then the stall
+    stalled_until = 3 * TIMEOUT
+    assert [e for e in run(core, stalled_until) if isinstance(e, Heartbeat)]
+    assert core.state is SessionState.READY
+    run(core, stalled_until + TIMEOUT - 0.1)
+    assert core.state is SessionState.READY
+    run(core, stalled_until + TIMEOUT)
+    assert core.state is SessionState.STOPPED
 
 
 def test_scheduler_leaving_stops_the_client():

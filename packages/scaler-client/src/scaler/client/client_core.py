@@ -7,9 +7,10 @@ here touches a socket, a clock, a future, or the process (the pid and hostname o
 
 This module holds the session with the scheduler, one `SESSION` table (client_lifecycles.py): the
 handshake (and who answered it: a scheduler, or something else at a wrong address), heartbeats and their
-echoes, the scheduler's silence, the connection (its socket monitor's changes: the session ends when it
-closes, as the scheduler ends it on its side), disconnecting, `clear` and `shutdown`, and the end of
-everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
+echoes, the scheduler's silence (a Hello or heartbeat unanswered for the timeout: a client whose own thread
+stalled, and so sent nothing, never takes the scheduler for lost), the connection (its socket monitor's
+changes: the session ends when it closes, as the scheduler ends it on its side), disconnecting, `clear` and
+`shutdown`, and the end of everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
 graphs in graph_submissions.py), the objects `StorageRequests`' (storage_requests.py).
 """
 
@@ -126,7 +127,9 @@ class ClientCore:
         self._state = SessionState.IDLE
         self._story: Deque[SessionEvent] = collections.deque(maxlen=_STORY_LENGTH)
         self._error: Optional[Exception] = None  # why the client stopped, when it stopped on an error
-        self._silent_after = math.inf  # the scheduler is lost if nothing comes by then
+        # the scheduler is lost if nothing comes by then: the timeout after the first Hello or heartbeat sent since
+        # it was last heard (infinite while nothing is asked of it)
+        self._silent_after = math.inf
         self._next_heartbeat = math.inf  # while READY
         self._closing_deadline = math.inf  # while CLOSING
         self._ready_command = 0
@@ -322,6 +325,7 @@ class ClientCore:
         if message.timeout_seconds > 0:  # be heard well within the scheduler's own patience
             self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
         self._next_heartbeat = now + self._heartbeat_interval
+        self._silent_after = math.inf  # the Hello is answered; the next heartbeat starts the wait
         address = message.object_storage_address
         if not address:
             address = default_storage_address(self._address)
@@ -395,7 +399,8 @@ class ClientCore:
     # --- messages and time ------------------------------------------------------------------------------------
 
     def _on_scheduler(self, event: FromScheduler, now: float) -> None:
-        self._silent_after = now + self._timeout
+        # heard: while heartbeats go (ready), the next one starts the wait; before (the Hello), it starts now
+        self._silent_after = math.inf if self._next_heartbeat < math.inf else now + self._timeout
         message = event.message
         handler = self._scheduler_handlers.get(type(message))
         if handler is None:
@@ -470,6 +475,8 @@ class ClientCore:
         self._tasks.flush()
 
     def _heartbeat(self, now: float) -> None:
+        if self._silent_after == math.inf:  # the first unanswered since the scheduler was last heard
+            self._silent_after = now + self._timeout
         functions: Dict[str, int] = {}
         if self._watched:
             for function_id, count in self._tasks.function_users.items():
