@@ -145,6 +145,8 @@ class WorkerAgent:
     # ------------------------------------------------------------------------- events in, effects out
 
     def _deliver(self, event: Any) -> None:
+        """``event`` to the core and its effects carried out; never raises, so that no reader or timer that
+        delivers stops (an effect that fails is logged and dropped, the next ones are carried out)."""
         try:
             effects = self._core.handle(event, time.monotonic())
         except Exception:
@@ -152,7 +154,10 @@ class WorkerAgent:
             return
         handlers = self._effect_handlers
         for effect in effects:
-            handlers[type(effect)](effect)
+            try:
+                handlers[type(effect)](effect)
+            except Exception:  # noqa: BLE001 - this effect alone is lost
+                logger.exception(f"{self._name}: failed to carry out {type(effect).__name__}, dropped it")
 
     async def _receive(self, connection: PeerConnection, peer: str) -> None:
         deliver = self._deliver

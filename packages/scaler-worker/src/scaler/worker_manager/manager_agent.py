@@ -106,13 +106,19 @@ class ManagerAgent:
     # ----------------------------------------------------------------- events in, effects out
 
     def _deliver(self, event: Any) -> None:
+        """``event`` to the core and its effects carried out; never raises, so that the reader, the watch and
+        the clock that deliver never stop (an effect that fails is logged and dropped)."""
+        name = f"Worker manager {show(self.manager_id)}"
         try:
             effects = self._core.handle(event, time.monotonic())
         except Exception:  # one bad event must not stop the manager
-            logger.exception(f"Worker manager {show(self.manager_id)}: failed to handle {type(event).__name__}")
+            logger.exception(f"{name}: failed to handle {type(event).__name__}")
             return
         for effect in effects:
-            self._effects[type(effect)](effect)
+            try:
+                self._effects[type(effect)](effect)
+            except Exception:  # noqa: BLE001 - this effect alone is lost
+                logger.exception(f"{name}: failed to carry out {type(effect).__name__}")
 
     def _deliver_from_thread(self, event: Any) -> None:
         assert self._loop is not None
