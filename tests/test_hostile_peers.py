@@ -212,7 +212,7 @@ def test_connection_churn_leaves_the_storage_server_serving_and_forgetting_who_l
 # --- one big message disconnects nobody else ---------------------------------------------------------------------
 
 SHORT_TIMEOUT = 2.0  # seconds: the legitimate client's own, and the scheduler's for its clients
-GRAPH_NODES = 150_000  # one GraphTask of ~34 MB; a scheduler that took it whole was busy with it about 4 s
+HUGE = 150_000  # graph nodes or tasks in one message (~34 MB): a scheduler that took it whole was busy 4 s
 
 
 def chain_graph(raw: RawClient, nodes: int) -> m.GraphTask:
@@ -227,6 +227,15 @@ def chain_graph(raw: RawClient, nodes: int) -> m.GraphTask:
     return m.GraphTask(graph_id=raw._ids.next_id(), tasks=tasks, targets=[tasks[-1].task_id])
 
 
+def waiting_batch(raw: RawClient, count: int) -> m.TaskBatch:
+    """``count`` tasks that need a capability no worker has: under the capability policy they wait in the
+    scheduler's queue (nothing of them runs while the test does)."""
+    function_id = raw.task(len, ()).function_id
+    nowhere = [m.Capability("nowhere", 1)]
+    return m.TaskBatch([m.Task(task_id=raw._ids.next_id(), client_id=raw.peer_id, function_id=function_id,
+                               capabilities=nowhere) for _ in range(count)])  # fmt: skip
+
+
 def answered(raw: RawClient) -> bool:
     """Whether the scheduler answered the raw peer's first heartbeat (sent after its graph: the graph was taken
     whole); nothing else comes before (a rejected graph would)."""
@@ -235,23 +244,25 @@ def answered(raw: RawClient) -> bool:
     return received is not None
 
 
-def test_a_huge_graph_from_one_peer_never_disconnects_another_client(processes, tmp_path):
-    """A raw peer sends a graph of 150,000 nodes in one message; meanwhile a client with a 2 s timeout (and the
-    scheduler's 2 s for clients) keeps submitting: it is never taken for lost, on either side, and gets every
-    result while the scheduler takes the graph (the raw peer's heartbeat sent after the graph is answered once
-    the scheduler has taken it whole: its messages are handled in order)."""
+@pytest.mark.parametrize("huge", [chain_graph, waiting_batch], ids=["graph", "task batch"])
+def test_one_huge_message_from_one_peer_never_disconnects_another_client(processes, tmp_path, huge):
+    """A raw peer sends a graph of 150,000 nodes (or a batch of 150,000 tasks) in one message; meanwhile a
+    client with a 2 s timeout (and the scheduler's 2 s for clients) keeps submitting: it is never taken for
+    lost, on either side, and gets every result while the scheduler takes the message (the raw peer's heartbeat
+    sent after it is answered once the scheduler has taken it whole: a peer's messages are handled in order)."""
     address = free_address()
     storage_address = default_storage_address(address)
     processes.storage(storage_address)
     processes.scheduler(address, "--object-storage-address", storage_address, "--client-timeout-seconds",
-                        str(SHORT_TIMEOUT), log_path=str(tmp_path / "scheduler.log"))  # fmt: skip
+                        str(SHORT_TIMEOUT), "--allocate-policy", "capability",
+                        log_path=str(tmp_path / "scheduler.log"))  # fmt: skip
     processes.cluster(address, 2)  # one for the graph's sleeping node, one for the client
     wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
     context = zmq.Context()
     hostile = RawClient(context, address, storage_address)
     try:
         assert type(hostile.storage.hello(m.PeerRole.CLIENT)) is m.HelloAck
-        frames = codec.encode(chain_graph(hostile, GRAPH_NODES))  # seconds: it says Hello to the scheduler after
+        frames = codec.encode(huge(hostile, HUGE))  # seconds: it says Hello to the scheduler after
         with Client(address, timeout_seconds=SHORT_TIMEOUT) as client:
             assert client.submit(pow, 2, 0).result(timeout=ANSWER_SECONDS) == 1
             assert type(hostile.scheduler.hello(m.PeerRole.CLIENT)) is m.HelloAck
@@ -264,7 +275,7 @@ def test_a_huge_graph_from_one_peer_never_disconnects_another_client(processes, 
                 hostile.scheduler.send(m.ClientHeartbeat())  # the raw peer is alive too (its echoes come after)
                 assert client.submit(pow, 2, rounds_while_busy).result(timeout=ANSWER_SECONDS) == 2**rounds_while_busy
                 rounds_while_busy += 1
-            assert rounds_while_busy > 0
+            assert rounds_while_busy > 0, "the scheduler took the message whole before the client was answered"
             assert client.submit(pow, 3, 3).result(timeout=ANSWER_SECONDS) == 27
     finally:
         hostile.close()
