@@ -6,7 +6,7 @@ from typing import Dict
 
 from test_scheduler_core import CLIENT, WORKER_A, admitted, hello, sent, serving, task
 
-from scaler.protocol import codec
+from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
@@ -76,7 +76,7 @@ def test_graph_nodes_do_not_count_against_the_quota():
     core = _client_core(quota=2)
     nodes = [m.Task(task_id=n.to_bytes(16, "big"), function_id=b"f") for n in range(100, 110)]
     graph = m.GraphTask(graph_id=b"g1", tasks=nodes, targets=[nodes[-1].task_id])
-    core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 0.0)
+    core.handle(FromPeer(CLIENT, routed.decode_routed(codec.encode(graph))[0]), 0.0)
     assert core.task_count == 10  # released: every node is ready
     assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)) == {}
 

@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional
@@ -55,7 +53,6 @@ from scaler.protocol.message_limits import (
     MIN_MAX_MESSAGE_SIZE,
     show_size,
 )
-from scaler.protocol.process_control import start_child
 from scaler.protocol.security import (
     MONITOR_DOMAIN,
     NO_SECURITY,
@@ -94,6 +91,7 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
+from scaler.scheduler.storage_process import StorageStartError, start_object_storage_process, stop_process
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
 from scaler.scheduler.webhook_manager import CallWebhook
@@ -102,7 +100,6 @@ logger = logging.getLogger(__name__)
 
 _BURST = 256  # messages read per wake-up before yielding to timers and other sockets
 _SHUTDOWN_GRACE_SECONDS = 0.5  # for the last messages to leave before the sockets close
-_STOP_TIMEOUT_SECONDS = 5.0
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
 
 
@@ -550,7 +547,7 @@ class SchedulerServer:
         security = dataclasses.replace(self._security, server_key_file=None, monitor_clients=False, task_key_file=None)
         try:
             self._storage_process = start_object_storage_process(effect.address, security)
-        except SchedulerStartError as error:
+        except StorageStartError as error:
             self._start_failed(StartFailed(str(error)))
 
     def _start_serving(self, effect: StartServing) -> None:
@@ -579,28 +576,6 @@ class SchedulerServer:
     def _shutdown(self, effect: Shutdown) -> None:
         logger.info(f"Scheduler: shutting down: {effect.reason}")
         asyncio.get_running_loop().call_later(_SHUTDOWN_GRACE_SECONDS, self._stop.set)  # type: ignore[union-attr]
-
-
-def start_object_storage_process(address: str, security: SecurityConfig = NO_SECURITY) -> subprocess.Popen:
-    """``python -m scaler.storage ADDRESS``, with the options of ``security``, which dies with this process
-    (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage server here)."""
-    if importlib.util.find_spec("scaler.storage") is None:
-        raise SchedulerStartError(
-            f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
-            "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
-        )
-    command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()]
-    return start_child(command, stdin=subprocess.DEVNULL)
-
-
-def stop_process(process: subprocess.Popen, timeout: float = _STOP_TIMEOUT_SECONDS) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
 
 
 def run_scheduler(

@@ -1,0 +1,39 @@
+"""The object storage server the scheduler starts when none answers at the default address (port + 1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from scaler.protocol.errors import ScalerError
+from scaler.protocol.process_control import start_child
+from scaler.protocol.security import NO_SECURITY, SecurityConfig
+
+STOP_TIMEOUT_SECONDS = 5.0
+
+
+class StorageStartError(ScalerError):
+    """No object storage server can be started here."""
+
+
+def start_object_storage_process(address: str, security: SecurityConfig = NO_SECURITY) -> subprocess.Popen:
+    """``python -m scaler.storage ADDRESS``, with the options of ``security``, which dies with this process
+    (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage server here)."""
+    if importlib.util.find_spec("scaler.storage") is None:
+        raise StorageStartError(
+            f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
+            "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
+        )
+    command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()]
+    return start_child(command, stdin=subprocess.DEVNULL)
+
+
+def stop_process(process: subprocess.Popen, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
