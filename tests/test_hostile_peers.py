@@ -254,7 +254,7 @@ def test_one_huge_message_from_one_peer_never_disconnects_another_client(process
     storage_address = default_storage_address(address)
     processes.storage(storage_address)
     processes.scheduler(address, "--object-storage-address", storage_address, "--client-timeout-seconds",
-                        str(SHORT_TIMEOUT), "--allocate-policy", "capability",
+                        str(SHORT_TIMEOUT), "--allocate-policy", "capability", "--max-client-tasks", str(2 * HUGE),
                         log_path=str(tmp_path / "scheduler.log"))  # fmt: skip
     processes.cluster(address, 2)  # one for the graph's sleeping node, one for the client
     wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
