@@ -55,6 +55,22 @@ class Fault:
 
 FAULTS = [
     Fault(
+        "the scheduler takes a large message whole, and keeps everyone else waiting meanwhile",
+        [(f"{SCHEDULER}/message_slices.py", "        stop = min(start + SLICE, count)\n", "        stop = count\n")],
+        ["packages/scaler-scheduler/tests/test_message_slices.py"],
+    ),
+    Fault(
+        "the object storage server never forgets a peer that left",
+        [
+            (
+                f"{STORAGE}/object_store.py",
+                "        (S.GREETED, E.LEFT): T(S.STRANGER, (A.FORGET,)),\n",
+                "        (S.GREETED, E.LEFT): T(S.GREETED),\n",
+            )
+        ],
+        ["packages/scaler-storage/tests/test_object_store.py"],
+    ),
+    Fault(
         "the scheduler ignores every cancel",
         [
             (
