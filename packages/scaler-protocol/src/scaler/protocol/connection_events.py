@@ -81,11 +81,20 @@ def monitor_socket(socket: Any, events: int) -> Any:
     thread never waits: what the events not read yet take is memory, a few dozen bytes each."""
     address = f"inproc://monitor.s-{socket.FD}"  # unique while ``socket`` is open (pyzmq's own naming)
     socket.monitor(address, events)
-    monitor = zmq.Context.shadow(socket.context.underlying).socket(zmq.PAIR)  # plain, also for an asyncio socket
+    monitor: Any = zmq.Context.shadow(socket.context.underlying).socket(zmq.PAIR)  # plain, also for an asyncio socket
     monitor.setsockopt(zmq.RCVHWM, 0)
     monitor.setsockopt(zmq.LINGER, 0)
     monitor.connect(address)
     return monitor
+
+
+def stop_monitor(socket: Any, monitor: Any) -> None:
+    """Stop the monitor of ``socket`` made by `monitor_socket`, and close it."""
+    try:
+        socket.disable_monitor()
+    except zmq.ZMQError:  # the watched socket is closed already
+        pass
+    monitor.close(linger=0)
 
 
 class AcceptedConnections:
@@ -138,11 +147,7 @@ class AcceptedConnections:
         return closed
 
     def close(self) -> None:
-        try:
-            self._socket.disable_monitor()
-        except zmq.ZMQError:  # the watched socket is closed already
-            pass
-        self.monitor.close(linger=0)
+        stop_monitor(self._socket, self.monitor)
 
 
 UNEXPLAINED_CLOSES = 5
@@ -195,8 +200,4 @@ class ConnectionWatch:
         return REFUSED
 
     def close(self) -> None:
-        try:
-            self._socket.disable_monitor()
-        except zmq.ZMQError:  # the watched socket is closed already
-            pass
-        self.monitor.close(linger=0)
+        stop_monitor(self._socket, self.monitor)

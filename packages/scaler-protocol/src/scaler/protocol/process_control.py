@@ -53,6 +53,17 @@ def start_child(command: Sequence[str], **options: Any) -> subprocess.Popen:
     return subprocess.Popen(command, env=environment, preexec_fn=die_with_parent, **options)
 
 
+def stop_child(process: subprocess.Popen, timeout: float) -> None:
+    """End ``process``: SIGTERM, then SIGKILL if it has not ended within ``timeout`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
 def stop_on_signals() -> None:
     """From the first line of a program until it installs its own handlers: SIGTERM and SIGINT end it quietly
     (`SystemExit`, so the ``finally`` blocks of what it started run; no traceback), whatever it is doing."""

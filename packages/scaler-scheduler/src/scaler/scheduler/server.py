@@ -53,6 +53,7 @@ from scaler.protocol.message_limits import (
     MIN_MAX_MESSAGE_SIZE,
     show_size,
 )
+from scaler.protocol.process_control import stop_child
 from scaler.protocol.security import (
     MONITOR_DOMAIN,
     NO_SECURITY,
@@ -91,7 +92,7 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
-from scaler.scheduler.storage_process import StorageStartError, start_object_storage_process, stop_process
+from scaler.scheduler.storage_process import StorageStartError, start_object_storage_process
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
 from scaler.scheduler.webhook_manager import CallWebhook
@@ -100,6 +101,7 @@ logger = logging.getLogger(__name__)
 
 _BURST = 256  # messages read per wake-up before yielding to timers and other sockets
 _SHUTDOWN_GRACE_SECONDS = 0.5  # for the last messages to leave before the sockets close
+_STOP_TIMEOUT_SECONDS = 5.0  # for the storage server it started to end
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
 
 
@@ -316,7 +318,7 @@ class SchedulerServer:
         if self._webhook is not None:
             self._webhook.close()
         if self._storage_process is not None:
-            stop_process(self._storage_process)
+            stop_child(self._storage_process, _STOP_TIMEOUT_SECONDS)
 
     # ----------------------------------------------------------------- reading
 

@@ -10,8 +10,6 @@ from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import start_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig
 
-STOP_TIMEOUT_SECONDS = 5.0
-
 
 class StorageStartError(ScalerError):
     """No object storage server can be started here."""
@@ -27,13 +25,3 @@ def start_object_storage_process(address: str, security: SecurityConfig = NO_SEC
         )
     command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()]
     return start_child(command, stdin=subprocess.DEVNULL)
-
-
-def stop_process(process: subprocess.Popen, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)

@@ -114,7 +114,7 @@ class ObjectStorageServer:
             self._zap.start()
         limit = storage_max_message_size(self.store.max_object_size)  # a larger frame disconnects its peer
         # plain sockets, read as their file descriptor says, also on a given zmq.asyncio context
-        sockets = zmq.Context.shadow(self._context.underlying)
+        sockets: Any = zmq.Context.shadow(self._context.underlying)
         socket = new_socket(sockets, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
         if not self._keys.secure:
             # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the

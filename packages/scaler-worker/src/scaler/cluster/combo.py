@@ -20,7 +20,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
-from scaler.protocol.process_control import start_child
+from scaler.protocol.process_control import start_child, stop_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
@@ -158,13 +158,7 @@ class SchedulerClusterCombo:
         self._stopped = True
         atexit.unregister(self.shutdown)
         for process in reversed(self._processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(_STOP_TIMEOUT_SECONDS)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(_STOP_TIMEOUT_SECONDS)
+            stop_child(process, _STOP_TIMEOUT_SECONDS)
         if self._keys is not None:
             shutil.rmtree(self._keys.directory, ignore_errors=True)
 
