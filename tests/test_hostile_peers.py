@@ -5,6 +5,10 @@ together (the scheduler's own handling of each departure used to overflow its qu
 whose exception killed the reader of its connection monitor; the unread monitor then stopped ZeroMQ's I/O
 thread: the scheduler answered nobody and hung on SIGTERM). Afterwards the next client is served at once and
 each daemon stops on SIGTERM within two seconds. With keys and without: each churned peer holds a client key.
+
+One huge message: a raw peer's graph (or task batch) of 150,000 tasks in one message, while a client with a
+2 s timeout keeps submitting (the scheduler that took such a message whole was busy for seconds: its clients
+took it for lost, and it took them for silent).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from scaler import Client
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_monitor_address, default_storage_address
+from scaler.protocol.ids import IDGenerator
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
@@ -36,6 +41,7 @@ WAVE = 5_000  # of them open at once, then closed together: the issue's schedule
 IN_FLIGHT = 500  # Hellos not answered yet, at most
 ANSWER_SECONDS = 30.0  # for each Hello's answer, for the next client's task
 STOP_SECONDS = 2.0  # for a daemon to end after SIGTERM
+ids = IDGenerator()
 
 
 @dataclass
@@ -222,9 +228,9 @@ def chain_graph(raw: RawClient, nodes: int) -> m.GraphTask:
     tasks = [first]
     for _ in range(nodes - 1):
         needed = m.Argument("", m.ArgumentKind.TASK, tasks[-1].task_id)
-        tasks.append(m.Task(task_id=raw._ids.next_id(), client_id=raw.peer_id, function_id=first.function_id,
+        tasks.append(m.Task(task_id=ids.next_id(), client_id=raw.peer_id, function_id=first.function_id,
                             arguments=[needed]))  # fmt: skip
-    return m.GraphTask(graph_id=raw._ids.next_id(), tasks=tasks, targets=[tasks[-1].task_id])
+    return m.GraphTask(graph_id=ids.next_id(), tasks=tasks, targets=[tasks[-1].task_id])
 
 
 def waiting_batch(raw: RawClient, count: int) -> m.TaskBatch:
@@ -232,7 +238,7 @@ def waiting_batch(raw: RawClient, count: int) -> m.TaskBatch:
     scheduler's queue (nothing of them runs while the test does)."""
     function_id = raw.task(len, ()).function_id
     nowhere = [m.Capability("nowhere", 1)]
-    return m.TaskBatch([m.Task(task_id=raw._ids.next_id(), client_id=raw.peer_id, function_id=function_id,
+    return m.TaskBatch([m.Task(task_id=ids.next_id(), client_id=raw.peer_id, function_id=function_id,
                                capabilities=nowhere) for _ in range(count)])  # fmt: skip
 
 
