@@ -75,7 +75,7 @@ FAULTS = [
         [
             (
                 f"{SCHEDULER}/scheduler_core.py",
-                "            m.TaskCancel: self._on_cancel_request,\n",
+                "            m.TaskCancel: self._graph_routes.on_cancel_request,\n",
                 "            m.TaskCancel: lambda source, message, now, out: None,\n",
             )
         ],

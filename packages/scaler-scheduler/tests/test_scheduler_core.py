@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
+from scaler.protocol.routed import decode_routed
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
@@ -525,7 +526,7 @@ def test_a_task_id_another_task_holds_is_refused_to_the_newcomer_and_the_first_t
     core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)  # 1 runs, 2 waits in the queue
     needs_5 = task(3, arguments=[m.Argument("", m.ArgumentKind.TASK, task(5).task_id)])  # a graph node not released
     graph = m.GraphTask(b"g" * 16, [task(5), needs_5], [needs_5.task_id])
-    core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 1.0)  # as the shell reads it
+    core.handle(FromPeer(CLIENT, decode_routed(codec.encode(graph))[0]), 1.0)  # as the shell reads it
     squatter = core.handle(FromPeer(OTHER_CLIENT, m.TaskBatch([task(1), task(2), task(3), task(4)])), 2.0)
     (refused,) = sent(squatter, to=OTHER_CLIENT, kind=m.TaskResultBatch)
     assert [r.task_id for r in refused.results] == [task(n).task_id for n in (1, 2, 3)]
@@ -549,8 +550,8 @@ KEY_A = delegation.new_key()
 
 
 def routed(*tasks: m.Task) -> m.TaskBatch:
-    """A batch as the shell reads it: each task a `codec.RoutedTask`, written over when it is sent on."""
-    return codec.decode_routed(codec.encode(m.TaskBatch(list(tasks))))[0]
+    """A batch as the shell reads it: each task a `routed.RoutedTask`, written over when it is sent on."""
+    return decode_routed(codec.encode(m.TaskBatch(list(tasks))))[0]
 
 
 def sent_tasks(effects, to=WORKER_A) -> List[m.Task]:

@@ -30,7 +30,7 @@ It is made of:
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -48,11 +48,11 @@ from scaler.protocol.version import (
     knows,
     show_version,
 )
-from scaler.scheduler.graph_record import GraphActions
+from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.monitor_snapshot import Monitoring
-from scaler.scheduler.outbox import Outbox, add_confirms
+from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
@@ -137,7 +137,8 @@ class SchedulerCore:
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._caught_up_at = float("-inf")  # when the shell last had read all its peers had sent
-        self._slices = MessageSlices(self._routing, self._graphs, self._handlers_of, self._apply_graph)
+        self._graph_routes = GraphRoutes(self._graphs, self._routing, self._storage)
+        self._slices = MessageSlices(self._routing, self._graphs, self._handlers_of, self._graph_routes.apply)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
             FromStorage: self._on_storage_message,
@@ -157,7 +158,7 @@ class SchedulerCore:
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
             m.TaskBatch: take,
-            m.TaskCancel: self._on_cancel_request,
+            m.TaskCancel: self._graph_routes.on_cancel_request,
             m.GraphTask: take,
             m.ObjectInstruction: self._on_object_instruction,
             m.ClientShutdownRequest: self._on_shutdown_request,
@@ -234,7 +235,7 @@ class SchedulerCore:
         else:
             self._handlers[type(event)](event, now, out)
         if self._graphs.active:
-            self._through_graphs(out, now)
+            self._graph_routes.through(out, now)
 
     @property
     def next_wakeup(self) -> float:
@@ -558,48 +559,6 @@ class SchedulerCore:
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
         if not forget:  # the clear ended its admission too: it stays, so it is admitted again
             self._storage.admit(client.client_id, client.scope, None, out)
-
-    # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
-
-    def _on_cancel_request(self, source: bytes, message: m.TaskCancel, now: float, out: Outbox) -> None:
-        """A client's TaskCancel: the graph layer answers for graph nodes, the rest is cancelled as usual."""
-        task_ids = message.task_ids
-        if self._graphs.active:
-            task_ids, actions = self._graphs.cancel(source, task_ids)
-            self._apply_graph(source, actions, now, out)
-        self._routing.cancel(source, task_ids, out)
-
-    def _apply_graph(self, client_id: bytes, actions: GraphActions, now: float, out: Outbox) -> None:
-        if actions.deletes:
-            self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, client_id, actions.deletes), out)
-        if actions.cancel:  # their confirms come back through _through_graphs, which swallows them
-            self._routing.cancel(client_id, actions.cancel, out)
-        if actions.release:  # released nodes are queued exactly as if the client had sent them
-            self._routing.queue(client_id, actions.release, now)
-        if actions.results:
-            out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
-        if actions.confirm_ids:
-            out.last.append(Send(client_id, m.TaskCancelConfirm(actions.confirm_ids, actions.confirm_flags)))
-
-    def _through_graphs(self, out: Outbox, now: float) -> None:
-        """Hand the results and cancel confirms bound for clients to the graph layer first.
-
-        It takes those of graph nodes; what it then decides may produce more of them (released nodes are
-        queued, cancels confirmed at once), which it examines in turn. What it sends goes last; what it passed
-        waits in the outbox's ``checked_`` side.
-        """
-        graphs = self._graphs
-        results, confirms = out.checked()
-        while out.results or out.confirms:
-            new_results, new_confirms = out.results, out.confirms
-            out.results, out.confirms = defaultdict(list), {}
-            for client_id, batch in new_results.items():
-                passed, actions = graphs.on_results(client_id, batch)
-                results[client_id].extend(passed)
-                self._apply_graph(client_id, actions, now, out)
-            for client_id, (task_ids, flags) in new_confirms.items():
-                task_ids, flags = graphs.on_confirms(client_id, task_ids, flags)
-                add_confirms(confirms, client_id, task_ids, flags)
 
 
 def describe(event: Any) -> str:
