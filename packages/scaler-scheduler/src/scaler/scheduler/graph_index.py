@@ -170,8 +170,9 @@ class GraphBLASGraphIndex(PythonGraphIndex):
     matrix-vector products. A completion of a few nodes (the usual result
     batch) is settled on the adjacency lists, as `PythonGraphIndex` does: each
     python-graphblas call costs tens of microseconds, more than the whole
-    Python update of one node. A graph that grows gets its matrix rebuilt
-    (in GraphBLAS) with each part.
+    Python update of one node. A graph that grows gets its matrix rebuilt (in
+    GraphBLAS) when a question next needs it, not with each part: a graph taken
+    in many parts (or slices) is not rebuilt once per part.
     """
 
     BATCH = 64  # completions at least this many go through GraphBLAS
@@ -182,17 +183,23 @@ class GraphBLASGraphIndex(PythonGraphIndex):
         self._gb = gb
         self._sources: array = array("q")
         self._targets: array = array("q")
+        self._built: Optional[Tuple[Any, Any, Any]] = None  # the matrices, made again when next asked for
         super().__init__(size, sources, targets, open)
 
     def extend(self, count: int, sources: Sequence[int], targets: Sequence[int]) -> List[int]:
         ready = super().extend(count, sources, targets)
-        gb, size = self._gb, self.size
         self._sources.extend(sources)
         self._targets.extend(targets)
-        matrix = gb.Matrix.from_coo(self._sources, self._targets, True, nrows=size, ncols=size, dtype=bool)
-        self._matrix, self._transposed = matrix, matrix.T.new()
-        self._dependency_counts = matrix.reduce_columnwise(gb.agg.count).new()
+        self._built = None
         return ready
+
+    def _matrices(self) -> Tuple[Any, Any, Any]:
+        """The adjacency matrix, its transpose, and how many nodes each node needs (as a vector)."""
+        if self._built is None:
+            gb, size = self._gb, self.size
+            matrix = gb.Matrix.from_coo(self._sources, self._targets, True, nrows=size, ncols=size, dtype=bool)
+            self._built = (matrix, matrix.T.new(), matrix.reduce_columnwise(gb.agg.count).new())
+        return self._built
 
     def _indices(self, vector: Any) -> List[int]:
         indices, _ = vector.to_coo(values=False)
@@ -204,22 +211,23 @@ class GraphBLASGraphIndex(PythonGraphIndex):
     def roots(self) -> List[int]:
         gb = self._gb
         roots = gb.Vector(bool, size=self.size)
-        roots(~self._dependency_counts.S) << True
+        roots(~self._matrices()[2].S) << True
         return self._indices(roots)
 
     def dependant_counts(self) -> List[int]:
-        return self._matrix.reduce_rowwise(self._gb.agg.count).new().to_dense(fill_value=0).tolist()
+        return self._matrices()[0].reduce_rowwise(self._gb.agg.count).new().to_dense(fill_value=0).tolist()
 
     def descendants(self, nodes: Sequence[int]) -> List[int]:
         gb = self._gb
         if not nodes:
             return []
+        matrix = self._matrices()[0]
         start = self._vector(nodes)
         seen = gb.Vector(bool, size=self.size)
         frontier = start
         while frontier.nvals:
             reached = gb.Vector(bool, size=self.size)
-            reached(~seen.S, replace=True) << frontier.vxm(self._matrix, gb.semiring.any_pair[bool])
+            reached(~seen.S, replace=True) << frontier.vxm(matrix, gb.semiring.any_pair[bool])
             seen(accum=gb.binary.lor) << reached
             frontier = reached
         below = gb.Vector(bool, size=self.size)
@@ -230,12 +238,13 @@ class GraphBLASGraphIndex(PythonGraphIndex):
         if len(nodes) < self.BATCH:
             return super().finish(nodes)
         gb = self._gb
+        matrix, transposed, _ = self._matrices()
         for node in nodes:
             self._done[node] = 1
         done = self._vector(nodes)
         plus_pair = gb.semiring.plus_pair[gb.dtypes.INT64]
-        ready = _settle(self._waiting, done.vxm(self._matrix, plus_pair).new())  # per dependant: its deps done
-        freed = _settle(self._holding, done.vxm(self._transposed, plus_pair).new())  # per dependency: dependants done
+        ready = _settle(self._waiting, done.vxm(matrix, plus_pair).new())  # per dependant: its deps done
+        freed = _settle(self._holding, done.vxm(transposed, plus_pair).new())  # per dependency: dependants done
         return ready, freed
 
 
