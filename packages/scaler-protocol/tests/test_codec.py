@@ -277,9 +277,9 @@ def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
 
 def test_a_routed_task_carries_how_long_it_waited_when_told():
     task = messages.Task(task_id=b"c" * 16, function_id=b"f")
-    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch([task, messages.Task(task_id=b"d" * 16)])))
-    routed.tasks[0].queued_seconds = 2.5  # while workers record task runs
-    sent, _ = codec.decode(codec.encode(messages.TaskBatch(routed.tasks)))
+    received, _ = routed.decode_routed(codec.encode(messages.TaskBatch([task, messages.Task(task_id=b"d" * 16)])))
+    received.tasks[0].queued_seconds = 2.5  # while workers record task runs
+    sent, _ = codec.decode(codec.encode(messages.TaskBatch(received.tasks)))
     assert [t.queued_seconds for t in sent.tasks] == [2.5, 0.0]
     assert sent.tasks[0] == dataclasses.replace(task, queued_seconds=2.5)
 
