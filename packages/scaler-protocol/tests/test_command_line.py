@@ -12,8 +12,10 @@ from scaler.protocol.command_line import (
     add_common_arguments,
     load_config_section,
     parse_arguments,
+    parse_size,
     run_event_loop,
     setup_logging,
+    show_size,
 )
 from scaler.protocol.process_control import reuse_payload_memory
 
@@ -186,3 +188,39 @@ def test_run_event_loop_uvloop_without_uvloop_says_how_to_install_it(without_uvl
 def test_payload_memory_reuse_is_set_on_linux():
     # both mallopt calls must take (a wrong parameter number or value makes glibc refuse it)
     assert reuse_payload_memory() is True
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("1", 1),
+        ("1024", 1024),
+        ("512K", 512 << 10),
+        ("512k", 512 << 10),
+        ("64M", 64 << 20),
+        ("64MB", 64 << 20),
+        ("64MiB", 64 << 20),
+        ("1G", 1 << 30),
+        ("1.5G", 3 << 29),
+        ("2T", 2 << 40),
+        ("100B", 100),
+        (" 8 M ", 8 << 20),
+        (4096, 4096),
+    ],
+)
+def test_parse_size(text, size: int):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "M", "-1", "0", "0K", "12Q", "1.2.3M", "1e6", "ten", True, -5])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="invalid size"):
+        parse_size(text)
+
+
+def test_show_size():
+    assert show_size(0) == "0 bytes"
+    assert show_size(1023) == "1023 bytes"
+    assert show_size(1536) == "1.5 KiB"
+    assert show_size(64 << 20) == "64.0 MiB"
+    assert show_size(3 << 40) == "3.0 TiB"

@@ -14,7 +14,6 @@ import pytest
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import ObjectStatus
-from scaler.storage.cli import parse_size
 from scaler.storage.server import run_object_storage_server
 
 ids = IDGenerator()
@@ -104,34 +103,6 @@ def test_bad_config_file_exits_2(tmp_path: Path, section: str, complaint: str):
     code, out, err = run([*MODULE, free_address(), "--config", str(config)])
     assert code == 2, (out, err)
     assert complaint in err
-
-
-@pytest.mark.parametrize(
-    "text, size",
-    [
-        ("1", 1),
-        ("1024", 1024),
-        ("512K", 512 << 10),
-        ("512k", 512 << 10),
-        ("64M", 64 << 20),
-        ("64MB", 64 << 20),
-        ("64MiB", 64 << 20),
-        ("1G", 1 << 30),
-        ("1.5G", 3 << 29),
-        ("2T", 2 << 40),
-        ("100B", 100),
-        (" 8 M ", 8 << 20),
-        (4096, 4096),
-    ],
-)
-def test_parse_size(text, size: int):
-    assert parse_size(text) == size
-
-
-@pytest.mark.parametrize("text", ["", "M", "-1", "0", "0K", "12Q", "1.2.3M", "1e6", "ten", True, -5])
-def test_parse_size_rejects(text):
-    with pytest.raises(ValueError, match="invalid size"):
-        parse_size(text)
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])

@@ -25,7 +25,7 @@ from scaler.protocol.messages import (
     Version,
 )
 from scaler.protocol.version import PROTOCOL_VERSION, show_version
-from scaler.storage.object_store import ObjectStore, blob_size, show_size
+from scaler.storage.object_store import ObjectStore, blob_size
 from scaler.storage.storage_events import FromPeer, Reply
 
 PEER = b"C|host|1|peer"
@@ -456,11 +456,3 @@ def test_random_workload_matches_a_dict_model_and_never_exceeds_memory(seed: int
         assert store.used_memory == sum(len(p) for _, p in model.values()) <= max_memory
         for owner in owners:
             assert set(store.objects_of(owner)) == {i for i, (o, _) in model.items() if o == owner}
-
-
-def test_show_size():
-    assert show_size(0) == "0 bytes"
-    assert show_size(1023) == "1023 bytes"
-    assert show_size(1536) == "1.5 KiB"
-    assert show_size(64 << 20) == "64.0 MiB"
-    assert show_size(3 << 40) == "3.0 TiB"

@@ -7,8 +7,9 @@ import asyncio
 import importlib.util
 import logging
 import logging.config
+import re
 import sys
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -91,6 +92,46 @@ def non_negative_float(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kmgt])(?:i?b)?|b)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: Union[str, int]) -> int:
+    """Bytes from ``1048576``, ``512K``, ``64M``, ``1.5G``, ``2TiB``... (K, M, G, T are powers of 1024)."""
+    if isinstance(text, bool):
+        raise ValueError(f"invalid size {text!r}")
+    if isinstance(text, int):
+        size = text
+    else:
+        match = _SIZE.fullmatch(str(text).strip())
+        if match is None:
+            raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
+        size = int(float(match["number"]) * _UNITS[(match["unit"] or "").lower()])
+    if size <= 0:
+        raise ValueError(f"invalid size {text!r}: must be at least 1 byte")
+    return size
+
+
+def size_argument(text: str) -> int:
+    """`parse_size` as an argparse type."""
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def show_size(size: int) -> str:
+    """A byte count as every message, log line and help text writes it (``1.5 GiB``)."""
+    if size < 1024:
+        return f"{size} bytes"
+    value, unit = size / 1024, "KiB"
+    for larger_unit in ("MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger_unit
+    return f"{value:.1f} {unit}"
 
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:

@@ -3,46 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import add_common_arguments, parse_arguments
+from scaler.protocol.command_line import add_common_arguments, parse_arguments, parse_size, show_size, size_argument
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE
 from scaler.storage.server import default_max_memory, run_object_storage_server
 
 CONFIG_SECTION = "object_storage_server"
-
-_SIZE = re.compile(r"(?P<number>\d+(?:\.\d+)?)\s*(?:(?P<unit>[kmgt])(?:i?b)?|b)?", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_size(text: Union[str, int]) -> int:
-    """Bytes from ``1048576``, ``512K``, ``64M``, ``1.5G``, ``2TiB``... (K, M, G, T are powers of 1024)."""
-    if isinstance(text, bool):
-        raise ValueError(f"invalid size {text!r}")
-    if isinstance(text, int):
-        size = text
-    else:
-        match = _SIZE.fullmatch(str(text).strip())
-        if match is None:
-            raise ValueError(f"invalid size {text!r}: expected a number of bytes with an optional K, M, G or T suffix")
-        size = int(float(match["number"]) * _UNITS[(match["unit"] or "").lower()])
-    if size <= 0:
-        raise ValueError(f"invalid size {text!r}: must be at least 1 byte")
-    return size
-
-
-def _size_argument(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
 
 def _address_argument(text: str) -> str:
     try:
@@ -65,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-object-size",
         "-mos",
-        type=_size_argument,
+        type=size_argument,
         default=DEFAULT_MAX_OBJECT_SIZE,
         metavar="SIZE",
         help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
@@ -73,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-memory",
         "-mm",
-        type=_size_argument,
+        type=size_argument,
         default=None,
         metavar="SIZE",
         help="total payload bytes held before puts are refused; suffixes K, M, G, T "

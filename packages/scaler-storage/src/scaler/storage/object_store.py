@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
+from scaler.protocol.command_line import show_size
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.messages import (
@@ -117,18 +118,6 @@ def blob_size(blob: Any) -> int:
     if isinstance(blob, (bytes, bytearray)):
         return len(blob)
     return memoryview(blob).nbytes
-
-
-def show_size(size: int) -> str:
-    """Human-readable byte count for logs and refusal reasons (``1.5 GiB``)."""
-    if size < 1024:
-        return f"{size} bytes"
-    value, unit = size / 1024, "KiB"
-    for larger_unit in ("MiB", "GiB", "TiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, larger_unit
-    return f"{value:.1f} {unit}"
 
 
 class ObjectStore:

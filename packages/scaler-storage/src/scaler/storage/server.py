@@ -28,7 +28,7 @@ import zmq.asyncio
 from scaler.protocol import codec
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.codec import message_name
-from scaler.protocol.command_line import run_event_loop, setup_logging
+from scaler.protocol.command_line import run_event_loop, setup_logging, show_size
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
 from scaler.protocol.process_control import reuse_payload_memory
@@ -44,7 +44,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
-from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore, show_size
+from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import FromPeer, Reply
 
 logger = logging.getLogger(__name__)
