@@ -44,6 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
+    "1.8": "a39995a2bc69bbf5d7d48a0f51e33ee5d37113d935c59ae1b57233761e2e0277",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -77,6 +78,7 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerManagerCommand, "stop_groups"),
     ],
     "1.7": [(m.GraphTask, "more")],
+    "1.8": [(m.WorkerHeartbeat, "memory_limit_bytes"), (m.WorkerHeartbeat, "memory_kills")],
 }
 
 
@@ -114,6 +116,8 @@ _HEARTBEAT = m.WorkerHeartbeat(
     held_tasks=2,
     held_digest=0xFEDCBA9876543210,
     held_task_ids=[_TASK_ID, _OTHER_TASK_ID],
+    memory_limit_bytes=12_884_901_888,
+    memory_kills=2,
 )
 _TASK = m.Task(
     task_id=_TASK_ID,

@@ -143,6 +143,8 @@ class WorkerHeartbeat:
     held_tasks: int = 0  # 1.3: tasks held, in any state
     held_digest: int = 0  # 1.3: digest of their IDs (scaler.protocol.held_tasks)
     held_task_ids: List[bytes] = field(default_factory=list)  # 1.3: only when the echo asked for them
+    memory_limit_bytes: int = 0  # 1.8: the worker's memory limit, 0: none
+    memory_kills: int = 0  # 1.8: tasks stopped for going past it, since the worker started
 
 
 @dataclass(slots=True)

@@ -19,7 +19,8 @@ from scaler.protocol.messages import Version
 # 1.6: worker managers: WorkerInfo.groupId, WorkerManagerHeartbeat's groups and limits, WorkerManagerCommand's
 #      desiredGroups and stopGroups, StateSnapshot.managers, WorkerSnapshot.groupId and draining
 # 1.7: graphs sent in parts: GraphTask.more
-PROTOCOL_VERSION = Version(major=1, minor=7)
+# 1.8: memory limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
+PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
 # The first version of each message that a peer of an older minor version cannot read (a new union member):

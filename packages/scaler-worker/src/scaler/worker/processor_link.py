@@ -75,10 +75,15 @@ class ProcessorLink:
 
     @classmethod
     def start(
-        cls, processor_id: int, scheduler_address: str, worker_id: str, environment: Optional[Dict[str, str]] = None
+        cls,
+        processor_id: int,
+        scheduler_address: str,
+        worker_id: str,
+        environment: Optional[Dict[str, str]] = None,
+        memory_limit: int = 0,
     ) -> ProcessorLink:
         """Start a processor (non-daemonic, so that tasks may start processes of their own); ``environment``:
-        variables set in it for its tasks."""
+        variables set in it for its tasks; ``memory_limit``: the worker's (`memory_limit`), 0 for none."""
         agent_end, processor_end = _SPAWN.Pipe(duplex=True)
         process = _SPAWN.Process(
             target=run_processor,
@@ -91,6 +96,7 @@ class ProcessorLink:
                 SERIALIZER_CACHE_CAPACITY,
                 OBJECT_CACHE_BYTES,
                 environment,
+                memory_limit,
             ),
             name=f"Processor[{processor_id}]",
             daemon=False,

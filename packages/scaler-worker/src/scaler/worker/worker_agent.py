@@ -62,8 +62,14 @@ RunnerFactory = Callable[[WorkerConfig, str], Tuple[TaskRunner, RunnerHost]]
 
 
 def local_processor(config: WorkerConfig, worker_id: str) -> Tuple[TaskRunner, RunnerHost]:
-    """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key."""
-    return ProcessorRunner(), ProcessorHost(config.scheduler_address, worker_id, config.security.task_environment())
+    """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key; the
+    processor is held to the worker's memory limit."""
+    memory_limit = config.memory_limit_bytes()
+    environment = config.security.task_environment()
+    return (
+        ProcessorRunner(memory_limit=memory_limit),
+        ProcessorHost(config.scheduler_address, worker_id, environment, memory_limit),
+    )
 
 
 class WorkerAgent:

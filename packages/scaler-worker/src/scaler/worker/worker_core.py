@@ -264,7 +264,8 @@ class WorkerCore:
         for task_id in self._tasks:
             digest ^= task_term(task_id)
         held = (self._last_batch, len(self._tasks), folded(digest), task_ids)
-        self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held))
+        functions = self._function_stats.report()
+        self._out.append(self._session.heartbeat(self._usage, *counts, functions, held, runner.memory_kills))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
         """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a

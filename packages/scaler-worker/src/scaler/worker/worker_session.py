@@ -66,6 +66,7 @@ Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say Disc
 class WorkerSession:
     def __init__(self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave) -> None:
         self._config = config
+        self._memory_limit = config.memory_limit_bytes()  # told in each heartbeat
         self._name = name
         self._leave = leave
         self._hello = m.Hello(
@@ -152,6 +153,7 @@ class WorkerSession:
         suspended: int,
         functions: List[m.FunctionStats],
         held: Tuple[int, int, int, List[bytes]],
+        memory_kills: int,
     ) -> SendToScheduler:
         """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, and
         what the worker holds: (last TaskBatch sequence, count, digest, IDs or [])."""
@@ -170,6 +172,8 @@ class WorkerSession:
                 held_tasks=held_tasks,
                 held_digest=held_digest,
                 held_task_ids=held_task_ids,
+                memory_limit_bytes=self._memory_limit,
+                memory_kills=memory_kills,
             )
         )
 

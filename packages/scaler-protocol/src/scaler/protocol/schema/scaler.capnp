@@ -82,6 +82,8 @@ struct WorkerHeartbeat {
   heldTasks @9 :UInt32;                   # tasks it holds, in any state (queued, running, storing a result)
   heldDigest @10 :UInt64;                 # the digest of their IDs (docs/protocol.md, "Liveness")
   heldTaskIds @11 :List(Data);            # their IDs: only in the answer to an echo that asks for them
+  memoryLimitBytes @12 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
+  memoryKills @13 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
 }
 
 # What one worker ran of one function, for monitors.
