@@ -6,12 +6,21 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from scaler.protocol.command_line import add_common_arguments, non_negative_float, parse_arguments, positive_float
+from scaler.protocol.command_line import (
+    add_common_arguments,
+    non_negative_float,
+    parse_arguments,
+    positive_float,
+    size_argument,
+)
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import ScalingSettings
+
+# options of the object storage server the scheduler starts (when none answers at port + 1): name -> its option
+STORAGE_OPTIONS = {"max_object_size": "--max-object-size"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="each call to the webhook ends within this time; a call that does not is tried again later "
         "(default: %(default)s)",
     )  # fmt: skip
+    storage = parser.add_argument_group(
+        "the object storage server it starts", "without --object-storage-address, when none answers at port + 1"
+    )
+    storage.add_argument(
+        "--max-object-size", type=size_argument, default=None, metavar="SIZE",
+        help="largest object it accepts; suffixes K, M, G, T (default: the storage server's, 1 GiB)",
+    )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
@@ -125,6 +141,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             scaling=ScalingSettings(args.scale_up_after_seconds, args.scale_down_idle_seconds),
             adapter_webhook_url=args.adapter_webhook_url,
             adapter_webhook_timeout_seconds=args.adapter_webhook_timeout_seconds,
+            storage_arguments=[
+                f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))
+            ],
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)

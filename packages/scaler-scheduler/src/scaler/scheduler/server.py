@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import psutil
 import zmq
@@ -114,8 +114,10 @@ class SchedulerServer:
         scaling: ScalingSettings = DEFAULT_SCALING,
         adapter_webhook_url: str = "",
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
+        storage_arguments: Sequence[str] = (),
     ) -> None:
         self.address = check_address(address)
+        self._storage_arguments = tuple(storage_arguments)  # options of the storage server it starts, if it does
         if adapter_webhook_url:
             try:
                 check_webhook_url(adapter_webhook_url)
@@ -506,7 +508,7 @@ class SchedulerServer:
         # the scheduler's own keys: the server key pair and the authorized keys (paths; never a key)
         security = dataclasses.replace(self._security, server_key_file=None, monitor_clients=False, task_key_file=None)
         try:
-            self._storage_process = start_object_storage_process(effect.address, security)
+            self._storage_process = start_object_storage_process(effect.address, security, self._storage_arguments)
         except SchedulerStartError as error:
             self._start_failed(StartFailed(str(error)))
 
@@ -538,15 +540,18 @@ class SchedulerServer:
         asyncio.get_running_loop().call_later(_SHUTDOWN_GRACE_SECONDS, self._stop.set)  # type: ignore[union-attr]
 
 
-def start_object_storage_process(address: str, security: SecurityConfig = NO_SECURITY) -> subprocess.Popen:
-    """``python -m scaler.storage ADDRESS``, with the options of ``security``, which dies with this process
-    (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage server here)."""
+def start_object_storage_process(
+    address: str, security: SecurityConfig = NO_SECURITY, arguments: Sequence[str] = ()
+) -> subprocess.Popen:
+    """``python -m scaler.storage ADDRESS``, with the options of ``security`` and ``arguments``, which dies with
+    this process (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage
+    server here)."""
     if importlib.util.find_spec("scaler.storage") is None:
         raise SchedulerStartError(
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "
             "pip install scaler-storage, or start scaler_object_storage_server and pass --object-storage-address"
         )
-    command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments()]
+    command = [sys.executable, "-m", "scaler.storage", address, *security.to_arguments(), *arguments]
     return start_child(command, stdin=subprocess.DEVNULL)
 
 

@@ -294,7 +294,8 @@ class ObjectStore:
             if status == ObjectStatus.TOO_LARGE:
                 refusals.append(
                     f"object {show(object_id)} of {show_size(size)} is over the maximum object size of "
-                    f"{show_size(self.max_object_size)}"
+                    f"{show_size(self.max_object_size)} (raise it with the storage server's --max-object-size, "
+                    "the scheduler's that starts it, or SchedulerClusterCombo's max_object_size=)"
                 )
             elif status == ObjectStatus.STORAGE_FULL:
                 refusals.append(

@@ -18,11 +18,13 @@ import zmq
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
+from scaler.protocol.command_line import parse_size
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.process_control import start_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, memory_limit_bytes
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,11 @@ class SchedulerClusterCombo:
     process is given the paths of its own. Clients then connect with
     ``Client(address, security=combo.security)``, monitors with
     ``combo.monitor_security``.
+
+    Memory (docs/memory.md): ``memory_limit`` bounds each worker's tasks (``"auto"``: this host's memory
+    divided among the workers; a size in bytes or text, ``"2GiB"``; a share of the host for all the workers,
+    ``"80%"``; or ``"none"``); ``max_object_size`` is the largest object (argument, result) the storage server
+    takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's).
     """
 
     def __init__(
@@ -85,10 +92,18 @@ class SchedulerClusterCombo:
         logging_config_file: Optional[str] = None,
         per_worker_task_queue_size: Optional[int] = None,
         security: bool = False,
+        memory_limit: Union[int, str] = DEFAULT_MEMORY_LIMIT,
+        max_object_size: Union[int, str, None] = None,
+        storage_memory_limit: Union[int, str, None] = None,
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
         capabilities = format_capabilities(parse_capabilities(per_worker_capabilities))
+        memory_limit_bytes(memory_limit, n_workers)  # ValueError now, naming what is wrong
+        storage_options: List[str] = []
+        for option, size in (("--max-object-size", max_object_size), ("--max-memory", storage_memory_limit)):
+            if size is not None:
+                storage_options += [option, str(parse_size(size))]
         self._address = check_address(address) if address else _free_local_address()
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
         self._processes: List[subprocess.Popen] = []
@@ -102,7 +117,7 @@ class SchedulerClusterCombo:
             if security:
                 self._keys = write_cluster_keys(tempfile.mkdtemp(prefix="scaler-keys-"))
             server, probe = self._security("server"), self._security("monitor")
-            self._start("scaler.storage", self._storage_address, *common, *server.to_arguments())
+            self._start("scaler.storage", self._storage_address, *common, *server.to_arguments(), *storage_options)
             _wait_for_hello(self._storage_address, self._processes[-1], "object storage server", probe)
             self._start(
                 "scaler.scheduler.cli", self._address, *common, *server.to_arguments(),
@@ -122,6 +137,7 @@ class SchedulerClusterCombo:
                 "--per-worker-queue-size", str(per_worker_queue_size),
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
+                "--memory-limit", str(memory_limit),
                 *(["--per-worker-capabilities", capabilities] if capabilities else []),
             )  # fmt: skip
         except BaseException:
