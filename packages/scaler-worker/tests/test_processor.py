@@ -10,6 +10,7 @@ import os
 import pickle
 import select
 import time
+import tracemalloc
 from typing import Any, Iterator, List
 
 import cloudpickle
@@ -104,6 +105,21 @@ def test_a_task_runs_and_answers(agent: Agent):
 def test_a_large_argument_and_a_large_result_cross_the_non_blocking_pipe(agent: Agent):
     big = b"x" * (8 << 20)  # far more than a Pipe holds: written and read in many pieces
     assert agent.expect_result(agent.send(tasks.add, big, b"y")) == big + b"y"
+
+
+def test_a_large_result_exists_once_in_the_agent_as_it_is_read(agent: Agent):
+    """Its out-of-band buffer is read straight into memory of its own, not first into the read buffer."""
+    size = 32 << 20
+    task = agent.send(tasks.add, b"x" * size, b"y")
+    tracemalloc.start()
+    try:
+        result = agent.receive()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(result, ProcessorResult) and result.task_id == task
+    assert deserialize_payload(DefaultSerializer(), result.payload) == b"x" * size + b"y"
+    assert size < peak < 1.1 * size
 
 
 def test_an_out_of_band_object_argument_arrives_whole_and_stays_cached(agent: Agent):
