@@ -1,11 +1,16 @@
 """Objects as large as the user needs (issue 28): the maximum object size is an option of the combo (and of
-every command), its refusal names it, and a result of more than 1 GiB flows with the cap raised."""
+every command), its refusal names it, and a result of more than 1 GiB flows with the cap raised; a storage
+server spills what is past its memory budget to disk and reads it back right."""
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 import pytest
 
 from scaler import Client, ObjectStorageRefusedError, SchedulerClusterCombo
+from scaler.protocol.addresses import default_storage_address
 
 MIB = 1 << 20
 
@@ -38,3 +43,26 @@ def test_a_result_of_more_than_a_gibibyte_flows_with_the_cap_raised():
             del result
     finally:
         combo.shutdown()
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_three_times_the_storage_servers_memory_flow_through_it_and_every_object_reads_back_right(
+    processes, address, tmp_path
+):
+    """The storage server holds 64 MiB in memory; 24 objects of 8 MiB (192 MiB) go to it and are all read by
+    tasks, the first ones long after they were spilled to disk."""
+    storage = default_storage_address(address)
+    spill = tmp_path / "spill"
+    processes.storage(storage, "--memory-limit", "64M", "--spill-directory", str(spill))
+    processes.scheduler(address, "--object-storage-address", storage)
+    processes.cluster(address, 1, "--memory-limit", "none")
+    objects = [bytes([index]) * (8 * MIB - index) for index in range(24)]
+    with Client(address=address, timeout_seconds=60) as client:
+        references = [client.send_object(data) for data in objects]
+        [spill_files] = [os.listdir(spill / name) for name in os.listdir(spill)]
+        assert len(spill_files) >= 16  # at most 8 of 8 MiB fit in 64 MiB
+        digests = client.map(digest, [(reference,) for reference in references])
+        assert digests == [hashlib.sha256(data).hexdigest() for data in objects]

@@ -20,7 +20,11 @@ from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import ScalingSettings
 
 # options of the object storage server the scheduler starts (when none answers at port + 1): name -> its option
-STORAGE_OPTIONS = {"max_object_size": "--max-object-size"}
+STORAGE_OPTIONS = {
+    "max_object_size": "--max-object-size",
+    "storage_memory_limit": "--memory-limit",
+    "spill_directory": "--spill-directory",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     storage.add_argument(
         "--max-object-size", type=size_argument, default=None, metavar="SIZE",
         help="largest object it accepts; suffixes K, M, G, T (default: the storage server's, 1 GiB)",
+    )  # fmt: skip
+    storage.add_argument(
+        "--storage-memory-limit", type=size_argument, default=None, metavar="SIZE",
+        help="memory it holds objects in, past which it spills them (default: the storage server's, half the host's)",
+    )  # fmt: skip
+    storage.add_argument(
+        "--spill-directory", default=None, metavar="DIR",
+        help="where it spills objects past its memory limit, or none (default: the storage server's, the temporary "
+        "directory)",
     )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
@@ -43,13 +44,32 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
     )
     parser.add_argument(
+        "--memory-limit",
         "--max-memory",
         "-mm",
+        dest="max_memory",
         type=size_argument,
         default=None,
         metavar="SIZE",
-        help="total payload bytes held before puts are refused; suffixes K, M, G, T "
+        help="payload bytes held in memory: past it the least recently used objects are spilled to "
+        "--spill-directory, or puts refused without one; suffixes K, M, G, T "
         f"(default: half of this host's memory, here {show_size(default_max_memory())})",
+    )
+    parser.add_argument(
+        "--spill-directory",
+        default=tempfile.gettempdir(),
+        metavar="DIR",
+        help="where objects go past --memory-limit (in a directory of their own made there, removed at exit), "
+        "or none: puts past it are refused (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spill-disk-limit",
+        dest="max_disk",
+        type=size_argument,
+        default=None,
+        metavar="SIZE",
+        help="bytes spilled to disk at most: past both limits puts are refused (default: half the free space of "
+        "--spill-directory at the start)",
     )
     add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
@@ -61,18 +81,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, CONFIG_SECTION, argv)
-    for option in ("max_object_size", "max_memory"):  # values from --config arrive unconverted when not text
+    for option in ("max_object_size", "max_memory", "max_disk"):  # values from --config arrive unconverted
         value = getattr(args, option)
         if value is not None:
             try:
                 setattr(args, option, parse_size(value))
             except ValueError as error:
-                parser.error(f"argument --{option.replace('_', '-')}: {error}")
+                name = {"max_memory": "memory-limit", "max_disk": "spill-disk-limit"}.get(option, "max-object-size")
+                parser.error(f"argument --{name}: {error}")
     try:
         run_object_storage_server(
             args.address,
             max_object_size=args.max_object_size,
             max_memory=args.max_memory,
+            spill_directory=None if args.spill_directory == "none" else args.spill_directory,
+            max_disk=args.max_disk,
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,

@@ -23,10 +23,12 @@ large payloads zero-copy. An object of several frames is only given to peers
 whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
 with a reason that says so.
 
-Memory accounting counts payload bytes only. A put is refused object by object:
-``tooLarge`` when the payload is over ``max_object_size``, ``storageFull`` when
-holding it would take the payload total over ``max_memory``. A refused put leaves
-any object already stored under that ID as it was.
+Memory accounting counts payload bytes only. Past ``max_memory``, with a spill
+directory, the least recently used objects are spilled to disk and read back when
+asked for (`object_places`). A put is refused object by object: ``tooLarge`` when
+the payload is over ``max_object_size``, ``storageFull`` when it fits in neither
+the memory nor the disk budget. A refused put leaves any object already stored
+under that ID as it was.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from scaler.protocol.messages import (
 )
 from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.storage.object_places import ObjectPlaces, SpillDirectory
 from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import FromPeer, Reply
 
@@ -105,11 +108,12 @@ del S, E, A, T
 
 
 class _StoredObject:
-    __slots__ = ("owner_id", "frames", "size")
+    __slots__ = ("owner_id", "frames", "frame_count", "size")
 
     def __init__(self, owner_id: bytes, frames: Sequence[Any], size: int) -> None:
         self.owner_id = owner_id
-        self.frames = frames
+        self.frames: Optional[Sequence[Any]] = frames  # None while it is spilled to disk
+        self.frame_count = len(frames)
         self.size = size
 
 
@@ -123,15 +127,20 @@ def blob_size(blob: Any) -> int:
 class ObjectStore:
     """Objects by ID, the peers that said Hello, and the answer to every message."""
 
-    def __init__(self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30) -> None:
+    def __init__(
+        self,
+        max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
+        max_memory: int = 4 << 30,
+        spill: Optional[SpillDirectory] = None,
+        max_disk: int = 0,
+    ) -> None:
         for name, value in (("max_object_size", max_object_size), ("max_memory", max_memory)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
         self.max_object_size = max_object_size
-        self.max_memory = max_memory
+        self.places = ObjectPlaces(max_memory, spill, max_disk)  # memory, and the spill directory past it
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
-        self._used_memory = 0
         self._greeted_peers: Dict[bytes, Peer] = {}
         self._refusals = RefusalLog()
         self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
@@ -158,9 +167,13 @@ class ObjectStore:
         return len(self._objects)
 
     @property
+    def max_memory(self) -> int:
+        return self.places.max_memory
+
+    @property
     def used_memory(self) -> int:
-        """Total payload bytes held."""
-        return self._used_memory
+        """Payload bytes held in memory (not those spilled to disk)."""
+        return self.places.used_memory
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self._objects
@@ -288,7 +301,7 @@ class ObjectStore:
         objects = object_frames.split(request.frame_counts, len(request.object_ids), blobs)
         for object_id, frames in zip(request.object_ids, objects, strict=True):
             size = sum(blob_size(frame) for frame in frames)
-            status = self._store(request.owner_id, object_id, frames, size)
+            status, full = self._store(request.owner_id, object_id, frames, size)
             statuses.append(status)
             sizes.append(size)
             if status == ObjectStatus.TOO_LARGE:
@@ -298,10 +311,7 @@ class ObjectStore:
                     "the scheduler's that starts it, or SchedulerClusterCombo's max_object_size=)"
                 )
             elif status == ObjectStatus.STORAGE_FULL:
-                refusals.append(
-                    f"object {show(object_id)} of {show_size(size)} does not fit: storage holds "
-                    f"{show_size(self._used_memory)} of its maximum memory of {show_size(self.max_memory)}"
-                )
+                refusals.append(f"object {show(object_id)} of {show_size(size)} does not fit: {full}")
         reason = ""
         if refusals:
             reason = f"{len(refusals)} of {len(statuses)} objects refused; first: {refusals[0]}"
@@ -316,19 +326,20 @@ class ObjectStore:
         )
         return [Reply(peer_id, response)]
 
-    def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> ObjectStatus:
+    def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> Tuple[ObjectStatus, str]:
+        """The put's status, and why storage is full if it is."""
         if size > self.max_object_size:
-            return ObjectStatus.TOO_LARGE
+            return ObjectStatus.TOO_LARGE, ""
         previous = self._objects.get(object_id)
-        freed = previous.size if previous is not None else 0
-        if self._used_memory - freed + size > self.max_memory:
-            return ObjectStatus.STORAGE_FULL
+        full = self.places.refusal(object_id, size)
+        if full:
+            return ObjectStatus.STORAGE_FULL, full
         if previous is not None:
             self._remove(object_id)
         self._objects[object_id] = _StoredObject(owner_id, frames, size)
         self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
-        self._used_memory += size
-        return ObjectStatus.OK
+        self.places.add(object_id, size, self._objects)
+        return ObjectStatus.OK, ""
 
     def _get(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
         statuses: List[ObjectStatus] = []
@@ -342,16 +353,17 @@ class ObjectStore:
             stored = self._objects.get(object_id)
             if stored is not None and owner is not None and stored.owner_id != owner:
                 stored = None  # another client's: as if it did not exist
-            if stored is None or (len(stored.frames) > 1 and not reads_frames):
+            if stored is None or (stored.frame_count > 1 and not reads_frames):
                 if stored is not None:
                     unreadable.append(object_id)
                 statuses.append(ObjectStatus.NOT_FOUND)
                 sizes.append(0)
             else:
+                frames = self.places.use(object_id, self._objects)
                 statuses.append(ObjectStatus.OK)
                 sizes.append(stored.size)
-                found.extend(stored.frames)
-                counts.append(len(stored.frames))
+                found.extend(frames)
+                counts.append(len(frames))
         reason = ""
         if unreadable:
             reason = (
@@ -430,7 +442,7 @@ class ObjectStore:
         if stored is None or (owner_id is not None and stored.owner_id != owner_id):
             return None
         del self._objects[object_id]
-        self._used_memory -= stored.size
+        self.places.remove(object_id)
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]
         if not owned:
@@ -442,7 +454,7 @@ class ObjectStore:
         deleted: List[Tuple[bytes, int]] = []
         for object_id in owned:
             stored = self._objects.pop(object_id)
-            self._used_memory -= stored.size
+            self.places.remove(object_id)
             deleted.append((object_id, stored.size))
         return deleted
 

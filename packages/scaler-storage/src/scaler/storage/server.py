@@ -44,6 +44,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
+from scaler.storage.object_places import SpillDirectory
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import FromPeer, Reply
 
@@ -114,8 +115,14 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"max memory {show_size(self.store.max_memory)}"
+            f"memory limit {show_size(self.store.max_memory)}, {self._spilling()}"
         )
+
+    def _spilling(self) -> str:
+        places = self.store.places
+        if places.spill is None:
+            return "no spilling (no --spill-directory)"
+        return f"spilling to {places.spill.path} up to {show_size(places.max_disk)}"
 
     async def serve(self) -> None:
         """Serve until `stop` is called; then close the socket (linger 0)."""
@@ -230,6 +237,8 @@ def run_object_storage_server(
     address: str,
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
+    spill_directory: Optional[str] = None,
+    max_disk: Optional[int] = None,
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
@@ -240,7 +249,10 @@ def run_object_storage_server(
 
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
     ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
-    memory. ``logging_level=None`` leaves the logging configuration of the process as it is.
+    memory. Past it, objects are spilled to a directory made inside ``spill_directory`` (None: not spilled,
+    refused), up to ``max_disk`` bytes (None: half the free space there at the start); the directory is
+    removed when the server stops (docs/memory.md). ``logging_level=None`` leaves the logging configuration of
+    the process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -252,8 +264,17 @@ def run_object_storage_server(
     check_exposure("the object storage server", [check_address(address)], security)
     keys = server_keys(security)
     reuse_payload_memory()
+    spill = SpillDirectory(spill_directory) if spill_directory is not None else None
+    if spill is not None and max_disk is None:
+        max_disk = max(spill.free_bytes() // 2, 1)
     store = ObjectStore(
-        max_object_size=max_object_size, max_memory=default_max_memory() if max_memory is None else max_memory
+        max_object_size=max_object_size,
+        max_memory=default_max_memory() if max_memory is None else max_memory,
+        spill=spill,
+        max_disk=max_disk or 0,
     )
-    server = ObjectStorageServer(address, store, keys=keys)
-    run_event_loop(lambda: _serve_until_signalled(server), event_loop)
+    try:
+        server = ObjectStorageServer(address, store, keys=keys)
+        run_event_loop(lambda: _serve_until_signalled(server), event_loop)
+    finally:
+        store.places.close()

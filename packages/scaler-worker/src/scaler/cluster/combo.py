@@ -69,7 +69,8 @@ class SchedulerClusterCombo:
     Memory (docs/memory.md): ``memory_limit`` bounds each worker's tasks (``"auto"``: this host's memory
     divided among the workers; a size in bytes or text, ``"2GiB"``; a share of the host for all the workers,
     ``"80%"``; or ``"none"``); ``max_object_size`` is the largest object (argument, result) the storage server
-    takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's).
+    takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's),
+    past which it spills them to ``spill_directory`` (default: the temporary directory; ``"none"``: it refuses them).
     """
 
     def __init__(
@@ -95,15 +96,18 @@ class SchedulerClusterCombo:
         memory_limit: Union[int, str] = DEFAULT_MEMORY_LIMIT,
         max_object_size: Union[int, str, None] = None,
         storage_memory_limit: Union[int, str, None] = None,
+        spill_directory: Optional[str] = None,
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
         capabilities = format_capabilities(parse_capabilities(per_worker_capabilities))
         memory_limit_bytes(memory_limit, n_workers)  # ValueError now, naming what is wrong
         storage_options: List[str] = []
-        for option, size in (("--max-object-size", max_object_size), ("--max-memory", storage_memory_limit)):
+        for option, size in (("--max-object-size", max_object_size), ("--memory-limit", storage_memory_limit)):
             if size is not None:
                 storage_options += [option, str(parse_size(size))]
+        if spill_directory is not None:
+            storage_options += ["--spill-directory", spill_directory]
         self._address = check_address(address) if address else _free_local_address()
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
         self._processes: List[subprocess.Popen] = []
