@@ -66,3 +66,16 @@ def test_three_times_the_storage_servers_memory_flow_through_it_and_every_object
         assert len(spill_files) >= 16  # at most 8 of 8 MiB fit in 64 MiB
         digests = client.map(digest, [(reference,) for reference in references])
         assert digests == [hashlib.sha256(data).hexdigest() for data in objects]
+
+
+def test_a_client_whose_arguments_fill_the_storage_server_waits_for_room_instead_of_failing(processes, address):
+    """16 MiB of memory, no spilling: 24 tasks of a 4 MiB argument each are more than it holds at once; the
+    client's puts are refused (storage full) and go again as finished tasks free their arguments."""
+    storage = default_storage_address(address)
+    processes.storage(storage, "--memory-limit", "16M", "--spill-directory", "none")
+    processes.scheduler(address, "--object-storage-address", storage)
+    processes.cluster(address, 1, "--memory-limit", "none")
+    arguments = [bytes([index]) * (4 * MIB) for index in range(24)]
+    with Client(address=address, timeout_seconds=60) as client:
+        digests = client.map(digest, [(argument,) for argument in arguments])
+    assert digests == [hashlib.sha256(argument).hexdigest() for argument in arguments]

@@ -183,6 +183,8 @@ class WorkerCore:
             oldest = storage.oldest_request
             if oldest < when:  # (math.inf while no request waits: the usual case, told without more)
                 when = min(when, oldest + self._storage_limit)
+            if storage.retry_at < when:
+                when = storage.retry_at
             if self._deadlines and self._deadlines[0][0] < when:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
@@ -234,6 +236,8 @@ class WorkerCore:
         self._session.tick(now, self._out)
         if now >= self._storage.oldest_request + self._storage_limit:
             self._expire_storage_requests(now)
+        if now >= self._storage.retry_at:
+            self._storage.put_refused_again()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, run, task_id = heapq.heappop(deadlines)
@@ -351,7 +355,9 @@ class WorkerCore:
             if failed:
                 self._fail_staged_needing(failed)
         elif response.kind == m.ObjectRequestKind.PUT:
-            for (entry, object_id, _, profiling), error in storage.on_put_response(response):
+            for (entry, object_id, _, profiling), error in storage.on_put_response(
+                response, self._now, self._storage_limit
+            ):
                 if error is None:
                     self._apply(entry, _E.STORED, (object_id, profiling))
                 else:
@@ -407,6 +413,8 @@ class WorkerCore:
     ) -> Optional[ReadyTask]:
         queue = self._queue
         storage = self._storage
+        if storage.waiting_for_room:  # back-pressure: results wait for room in storage, make no more
+            return None
         while True:
             if accept is None:
                 entry = queue.first(newest_first)
