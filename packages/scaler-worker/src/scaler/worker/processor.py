@@ -599,8 +599,8 @@ class _Processor:
             self._flush_output()  # before the result: the client prints the output, then the result arrives
         if failure is not None:
             over_memory = isinstance(failure, MemoryError) and self._memory_limit > 0  # (bound_data_segment)
-            error = refused_allocation(function.name, self._memory_limit) if over_memory else failure
-            result = _failed(task.task_id, error, _user_traceback(failure))._replace(over_memory=over_memory)
+            reported = refused_allocation(function.name, self._memory_limit) if over_memory else failure
+            result = _failed(task.task_id, reported, _user_traceback(failure))._replace(over_memory=over_memory)
         else:
             result = _success(task.task_id, value, serializer, None)
         return result._replace(seconds=time.perf_counter() - started.started, function=function.name)
