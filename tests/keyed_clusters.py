@@ -42,13 +42,15 @@ class Cluster:
             return file.read()
 
 
-def start_cluster(processes, address: str, tmp_path, secure: bool, n_workers: int = 2) -> Cluster:
-    """A scheduler (which starts its storage server) and ``n_workers`` workers from the command-line programs,
-    with keys when ``secure``."""
+def start_cluster(
+    processes, address: str, tmp_path, secure: bool, n_workers: int = 2, scheduler_options: Tuple[str, ...] = ()
+) -> Cluster:
+    """A scheduler (which starts its storage server, with ``scheduler_options``) and ``n_workers`` workers from
+    the command-line programs, with keys when ``secure``."""
     os.makedirs(tmp_path, exist_ok=True)
     keys = write_cluster_keys(str(tmp_path / "keys")) if secure else None
     cluster = Cluster(address, keys, str(tmp_path / "scheduler.log"))
-    server_options = keys.server.to_arguments() if keys else []
+    server_options = [*(keys.server.to_arguments() if keys else []), *scheduler_options]
     processes.scheduler(address, *server_options, probe=cluster.security("client"), log_path=cluster.log_path)
     if n_workers:
         processes.cluster(address, n_workers, *cluster.security("worker").to_arguments())

@@ -255,6 +255,21 @@ FAULTS = [
             "test_a_wake_that_comes_while_the_hub_reads_the_wake_pipe_is_not_lost"
         ],
     ),
+    Fault(
+        "a worker reads the objects of every client, whatever task it reads for",
+        [
+            (
+                f"{STORAGE}/peer_access.py",
+                "        if peer.role is PeerRole.WORKER and peer.reads_for_scope and self.kept:\n",
+                "        if False:\n",
+            ),
+        ],
+        [
+            "packages/scaler-storage/tests/test_object_store_access.py",
+            "tests/test_object_isolation.py::"
+            "test_a_task_naming_another_clients_object_or_function_fails_and_never_reveals_it",
+        ],
+    ),
 ]
 
 

@@ -70,9 +70,10 @@ def run(core: ClientCore, now: float, *events: Any) -> List[Any]:
     return effects
 
 
-def connected(now: float = 0.0, argument_bytes: int = 1 << 30) -> ClientCore:
+def connected(now: float = 0.0, argument_bytes: int = 1 << 30, **ack_fields: Any) -> ClientCore:
+    """A core the scheduler accepted (its HelloAck with ``ack_fields``: its limit and quota)."""
     core = new_core(argument_bytes=argument_bytes)
-    ack = HelloAck(version=PROTOCOL_VERSION, object_storage_address=STORAGE)
+    ack = HelloAck(version=PROTOCOL_VERSION, object_storage_address=STORAGE, **ack_fields)
     run(core, now, Connect(READY), FromScheduler(ack))
     return core
 

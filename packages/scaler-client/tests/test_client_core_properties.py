@@ -78,8 +78,11 @@ class World:
     """A core and the peers around it, played from a script of actions; it counts how each task and command
     ends."""
 
-    def __init__(self) -> None:
-        self.core = connected(argument_bytes=8)  # room in storage for one or two of the large arguments
+    def __init__(self, quota: int) -> None:
+        # room in storage for one or two of the large arguments; ``quota`` tasks at the scheduler (0: none)
+        self.core = connected(argument_bytes=8, client_quota=quota)
+        self.quota = quota
+        self.plain: Set[bytes] = set()  # tasks sent in a TaskBatch that have not ended: the quota counts them
         self.now = 0.0
         self.submitted: List[bytes] = []  # in order
         self.ends: Counter[bytes] = collections.Counter()
@@ -118,6 +121,9 @@ class World:
             message = effect.message
             if isinstance(message, (TaskBatch, GraphTask)):
                 ids = [task.task_id for task in message.tasks] if isinstance(message, TaskBatch) else message.targets
+                if isinstance(message, TaskBatch):
+                    self.plain.update(ids)
+                    assert not self.quota or len(self.plain) <= self.quota, "more tasks sent than the quota"
                 for task_id in ids:
                     assert not self.ends[task_id], "sent after its end"
                     self.sent[task_id] += 1
@@ -136,6 +142,7 @@ class World:
     def end(self, task_id: bytes) -> None:
         assert task_id in self.submitted, "an end for a task never submitted"
         self.ends[task_id] += 1
+        self.plain.discard(task_id)
 
     def command(self) -> int:
         command_id = next(self.numbers)
@@ -298,9 +305,11 @@ class World:
 @given(
     st.lists(st.tuples(st.sampled_from(ACTIONS), st.integers(min_value=0, max_value=7)), max_size=80),
     st.sampled_from(["silence", "disconnect", "clear_then_silence"]),
+    st.sampled_from([0, 3]),
 )
-def test_every_task_ends_once_and_every_command_is_answered_once(script, ending):
-    world = World()
+def test_every_task_ends_once_and_every_command_is_answered_once(script, ending, quota):
+    """With the scheduler's quota of tasks (3) too: no more are ever sent at once, and the others still end."""
+    world = World(quota)
     for action, k in script:
         world.do(action, k)
         assert all(count == 1 for count in world.ends.values()), "a task ended twice"

@@ -39,13 +39,18 @@ def test_page_state_before_and_after_a_snapshot():
     assert state.page() == {"address": "tcp://127.0.0.1:2347", "snapshot": None}
     assert state.metrics_source is None
     snapshot = _snapshot(7)
-    snapshot.client_snapshots = [ClientSnapshot(b"C|h|1|aa", ClientHeartbeat(cpu=0.5, pending_tasks=3), 2, 0.5)]
+    snapshot.client_snapshots = [ClientSnapshot(b"C|h|1|aa", ClientHeartbeat(cpu=0.5, pending_tasks=3), 2, 0.5, 64)]
+    snapshot.client_task_quota, snapshot.client_memory_quota = 100, 1 << 20
     state.on_snapshot(snapshot, now=1.0)
     page = state.page()["snapshot"]
     assert page["tasks_received"] == 7
     assert page["clients"] == [
-        {"client": "C|h|1|aa", "tasks": 2, "pending": 3, "cpu": 50.0, "rss_bytes": 0, "last_seen_seconds": 0.5}
-    ]
+        {
+            "client": "C|h|1|aa", "tasks": 2, "stored_bytes": 64, "pending": 3, "cpu": 50.0, "rss_bytes": 0,
+            "last_seen_seconds": 0.5,
+        }
+    ]  # fmt: skip
+    assert (page["scheduler"]["client_task_quota"], page["scheduler"]["client_memory_quota"]) == (100, 1 << 20)
     assert '"tasks_received": 7' in state.page_json
 
 

@@ -51,6 +51,17 @@ def test_scheduler_and_counters_are_shown():
     assert "Total 2 worker(s)" in screen
 
 
+def test_the_largest_share_of_a_client_is_shown_beside_each_quota():
+    snapshot = _snapshot()
+    snapshot.client_snapshots = [
+        m.ClientSnapshot(b"C|a|1|aa", tasks=1_500, stored_bytes=3 << 20),
+        m.ClientSnapshot(b"C|b|2|bb", tasks=20, stored_bytes=5 << 20),
+    ]
+    snapshot.client_task_quota, snapshot.client_memory_quota = 100_000, 2 << 30
+    head = render(snapshot, width=80).split("---")[0]
+    assert "a client at most: 1,500 tasks (quota 100,000 queued), 5.0 MiB stored of 2.0 GiB" in head
+
+
 def test_counter_columns_are_aligned_side_by_side():
     lines = render(_snapshot()).splitlines()
     assert lines[0].split(" | ") == ["scheduler".ljust(len(lines[0].split(" | ")[0])), *lines[0].split(" | ")[1:]]

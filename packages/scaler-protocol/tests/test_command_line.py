@@ -15,7 +15,6 @@ from scaler.protocol.command_line import (
     parse_size,
     run_event_loop,
     setup_logging,
-    show_size,
 )
 from scaler.protocol.process_control import reuse_payload_memory
 
@@ -216,11 +215,3 @@ def test_parse_size(text, size: int):
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError, match="invalid size"):
         parse_size(text)
-
-
-def test_show_size():
-    assert show_size(0) == "0 bytes"
-    assert show_size(1023) == "1023 bytes"
-    assert show_size(1536) == "1.5 KiB"
-    assert show_size(64 << 20) == "64.0 MiB"
-    assert show_size(3 << 40) == "3.0 TiB"

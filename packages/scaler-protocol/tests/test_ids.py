@@ -2,7 +2,7 @@ import os
 import socket
 import threading
 
-from scaler.protocol.ids import IDGenerator, clients_made_in, made_in, new_client_id, new_worker_id, show
+from scaler.protocol.ids import IDS_PER_DRAW, IDGenerator, clients_made_in, made_in, new_client_id, new_worker_id, show
 
 
 def test_client_and_worker_ids_are_readable_and_unique():
@@ -16,14 +16,30 @@ def test_client_and_worker_ids_are_readable_and_unique():
     assert show(worker) == worker.decode()
 
 
-def test_generated_ids_are_16_bytes_unique_and_ordered_per_generator():
+def test_generated_ids_are_16_random_bytes_that_say_nothing_of_the_next():
     first, second = IDGenerator(), IDGenerator()
-    ids = [first.next_id() for _ in range(1000)]
-    assert all(len(identifier) == 16 for identifier in ids)
-    assert len(set(ids)) == 1000
-    assert ids == sorted(ids)
-    assert {identifier[:8] for identifier in ids} == {ids[0][:8]}
-    assert second.next_id()[:8] != ids[0][:8]
+    ids = [first.next_id() for _ in range(3 * IDS_PER_DRAW)]  # past a few draws of randomness
+    assert all(type(identifier) is bytes and len(identifier) == 16 for identifier in ids)
+    assert len(set(ids)) == len(ids)
+    # no two IDs of one generator share a prefix or a suffix that would tell the next (as a counter would)
+    for part in (slice(0, 8), slice(8, 16)):
+        assert len({identifier[part] for identifier in ids}) == len(ids)
+    assert not set(ids) & {second.next_id() for _ in range(1000)}
+
+
+def test_threads_sharing_a_generator_get_distinct_ids():
+    generator = IDGenerator()
+    drawn: list = []
+
+    def draw() -> None:
+        drawn.extend([generator.next_id() for _ in range(IDS_PER_DRAW)])  # each thread crosses a draw
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(drawn) == 4 * IDS_PER_DRAW == len(set(drawn))
 
 
 def test_show_binary_ids_as_hex():

@@ -64,3 +64,26 @@ def test_the_help_of_the_failure_options_shows_their_defaults():
     assert "(default: 1.0)" in text  # -hi
     assert "its objects deleted (a client whose connection closes is forgotten at once) (default: 60.0)" in text
     assert "(a worker whose connection closes, at once) (default: 60.0)" in text
+
+
+@pytest.mark.parametrize(
+    "option, complaint",
+    [
+        (["--max-message-size", "12Q"], "argument --max-message-size: invalid size '12Q'"),
+        (["--max-message-size", "64K"], "--max-message-size of 64.0 KiB is below the least the protocol needs"),
+    ],
+    ids=["not a size", "too small"],
+)
+def test_a_bad_message_size_limit_is_one_error_line(option, complaint):
+    code, out, err = run([*option, "tcp://127.0.0.1:1"])
+    assert code != 0 and "Traceback" not in err
+    assert [line for line in err.splitlines() if "error:" in line] == [
+        line for line in err.splitlines() if complaint in line
+    ], err
+
+
+def test_a_message_size_limit_from_the_config_file_is_read_as_a_size(tmp_path):
+    path = tmp_path / "scaler.toml"
+    path.write_text("[scheduler]\nmax-message-size = 4096\n")
+    code, out, err = run(["--config", str(path), "tcp://127.0.0.1:1"])
+    assert code == 1 and "--max-message-size of 4.0 KiB is below" in err

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
@@ -27,6 +28,7 @@ from scaler.scheduler.scheduler_events import (
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 
 CLIENT = b"C|host|1|aa"
+OTHER_CLIENT = b"C|host|9|ff"
 WORKER_A = b"W|host|2|aa"
 WORKER_B = b"W|host|3|bb"
 
@@ -52,9 +54,26 @@ def serving(core: SchedulerCore) -> SchedulerCore:
     return core
 
 
+def admitted(core: SchedulerCore, effects: List, now: float = 0.0) -> List:
+    """``effects``, then what the core does once the storage server answered the admissions among them (as a
+    server of 1.8 does: each client's HelloAck leaves then)."""
+    answers = [
+        m.ObjectResponse(e.message.request_id, m.ObjectRequestKind.ADMIT)
+        for e in effects
+        if type(e) is Send and e.to == STORAGE and type(e.message) is m.ObjectRequest
+        and e.message.kind == m.ObjectRequestKind.ADMIT
+    ]  # fmt: skip
+    return [*effects, *(effect for answer in answers for effect in core.handle(FromStorage(answer), now))]
+
+
+def connect_client(core: SchedulerCore, client: bytes = CLIENT, now: float = 0.0, **fields) -> List:
+    """A client says Hello and storage admits it: the effects of both."""
+    return admitted(core, core.handle(FromPeer(client, hello(m.PeerRole.CLIENT, **fields)), now), now)
+
+
 def core_with(workers=(WORKER_A,), capacity=10, **options) -> SchedulerCore:
     core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", **options)))
-    assert type(sent(core.handle(FromPeer(CLIENT, hello(m.PeerRole.CLIENT)), 0.0))[0]) is m.HelloAck
+    assert type(sent(connect_client(core), to=CLIENT)[0]) is m.HelloAck
     for worker in workers:
         core.handle(FromPeer(worker, hello(m.PeerRole.WORKER, capacity)), 0.0)
     return core
@@ -498,3 +517,102 @@ def test_balancing_counts_only_the_tasks_that_do_not_wait():
     # A holds five tasks, three of them work that could move: the mean is 1.5, so one goes (not two)
     [request] = sent(core.handle(Tick(), 2.0), to=WORKER_A, kind=m.BalanceRequest)
     assert request.count == 1
+
+
+def test_a_task_id_another_task_holds_is_refused_to_the_newcomer_and_the_first_task_runs_on():
+    core = core_with(workers=(WORKER_A,), capacity=1)
+    core.handle(FromPeer(OTHER_CLIENT, hello(m.PeerRole.CLIENT)), 0.0)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)  # 1 runs, 2 waits in the queue
+    needs_5 = task(3, arguments=[m.Argument("", m.ArgumentKind.TASK, task(5).task_id)])  # a graph node not released
+    graph = m.GraphTask(b"g" * 16, [task(5), needs_5], [needs_5.task_id])
+    core.handle(FromPeer(CLIENT, codec.decode_routed(codec.encode(graph))[0]), 1.0)  # as the shell reads it
+    squatter = core.handle(FromPeer(OTHER_CLIENT, m.TaskBatch([task(1), task(2), task(3), task(4)])), 2.0)
+    (refused,) = sent(squatter, to=OTHER_CLIENT, kind=m.TaskResultBatch)
+    assert [r.task_id for r in refused.results] == [task(n).task_id for n in (1, 2, 3)]
+    assert {r.status for r in refused.results} == {m.TaskStatus.REJECTED}
+    assert all("is taken by another task" in r.error_text for r in refused.results)
+    assert sent(squatter, to=CLIENT) == []  # the first holder hears nothing of it
+    resent = core.handle(FromPeer(CLIENT, m.TaskBatch([task(2)])), 3.0)  # its own task again: ignored
+    assert sent(resent, to=CLIENT) == []
+    for n, after in ((1, 2), (2, 5), (5, 4), (4, 3)):  # each runs once, in the order it came (3 once 5 is done)
+        effects = core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(n).task_id)])), 4.0 + n)
+        (assigned_next,) = sent(effects, to=WORKER_A, kind=m.TaskBatch)
+        assert [t.task_id for t in assigned_next.tasks] == [task(after).task_id]
+    (answer,) = sent(core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result(task(3).task_id)])), 8.0), to=CLIENT)
+    assert [(r.task_id, r.status) for r in answer.results] == [(task(3).task_id, m.TaskStatus.SUCCESS)]
+
+
+# --- whose objects a client's tasks read (protocol 1.8) -----------------------------------------------------------
+
+NESTED = b"C|host|2|nested"
+KEY_A = delegation.new_key()
+
+
+def routed(*tasks: m.Task) -> m.TaskBatch:
+    """A batch as the shell reads it: each task a `codec.RoutedTask`, written over when it is sent on."""
+    return codec.decode_routed(codec.encode(m.TaskBatch(list(tasks))))[0]
+
+
+def sent_tasks(effects, to=WORKER_A) -> List[m.Task]:
+    """The tasks a worker is sent, as it reads them."""
+    batches = [codec.encode(message) for message in sent(effects, to=to, kind=m.TaskBatch)]
+    return [t for frames in batches for t in codec.decode(frames)[0].tasks]
+
+
+def delegating_core() -> SchedulerCore:
+    """A core whose worker gives its processors a delegation key, running CLIENT's task 1."""
+    core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1")))
+    connect_client(core)
+    worker_hello = hello(m.PeerRole.WORKER)
+    worker_hello.worker_info.delegation_key = KEY_A
+    core.handle(FromPeer(WORKER_A, worker_hello), 0.0)
+    (running,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(1))), 1.0))
+    assert running.scope_id == b""  # a client that stands for itself: its own objects
+    return core
+
+
+def nested_hello(made_in: bytes, key: bytes, client: bytes = NESTED) -> m.Hello:
+    return m.Hello(
+        PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host", made_in=made_in,
+        made_in_proof=delegation.proof(key, client, made_in),
+    )  # fmt: skip
+
+
+def admission(effects) -> m.ObjectRequest:
+    (admit,) = [message for message in sent(effects, to=STORAGE) if message.kind == m.ObjectRequestKind.ADMIT]
+    return admit
+
+
+def test_a_client_made_in_a_task_that_its_worker_proves_stands_for_that_tasks_client():
+    core = delegating_core()
+    effects = admitted(core, core.handle(FromPeer(NESTED, nested_hello(task(1).task_id, KEY_A)), 2.0))
+    assert admission(effects).scope_id == CLIENT  # the storage server hears it before the nested client
+    assert type(sent(effects, to=NESTED)[0]) is m.HelloAck
+    core.handle(FromPeer(WORKER_A, m.WaitingTasks([task(1).task_id], [True])), 2.5)
+    (child,) = sent_tasks(core.handle(FromPeer(NESTED, routed(task(2))), 3.0))
+    assert (child.client_id, child.scope_id) == (NESTED, CLIENT)
+    grandchild_client = b"C|host|3|deeper"  # made in the child, whose client stands for CLIENT: so does it
+    grand_hello = nested_hello(task(2).task_id, KEY_A, grandchild_client)
+    assert admission(core.handle(FromPeer(grandchild_client, grand_hello), 4.0)).scope_id == CLIENT
+
+
+@pytest.mark.parametrize(
+    "made_in, key, why",
+    [
+        (task(1).task_id, delegation.new_key(), "a proof made with another key than its worker's"),
+        (task(7).task_id, KEY_A, "a task no worker holds (finished, or never was)"),
+        (b"", KEY_A, "no task named at all"),
+    ],
+)
+def test_a_client_that_cannot_prove_its_task_stands_for_itself_only(made_in, key, why):
+    core = delegating_core()
+    effects = core.handle(FromPeer(NESTED, nested_hello(made_in, key)), 2.0)
+    assert admission(effects).scope_id == b"", why  # its own objects only
+    (own,) = sent_tasks(admitted(core, core.handle(FromPeer(NESTED, routed(task(2))), 3.0)))
+    assert (own.client_id, own.scope_id) == (NESTED, b"")
+
+
+def test_a_scope_a_client_writes_into_its_own_tasks_is_never_sent_on():
+    core = delegating_core()
+    (forged,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(2, scope_id=OTHER_CLIENT))), 2.0))
+    assert (forged.client_id, forged.scope_id) == (CLIENT, b"")

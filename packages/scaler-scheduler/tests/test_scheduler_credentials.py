@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from test_scheduler_core import CLIENT, WORKER_A, core_with, hello, sent, serving, task
+from test_scheduler_core import CLIENT, WORKER_A, admitted, core_with, hello, sent, serving, task
 
 from scaler.protocol import messages as m
 from scaler.protocol.security import OPEN, Credential
@@ -28,7 +28,7 @@ def secure_core() -> SchedulerCore:
 
 
 def say_hello(core: SchedulerCore, source: bytes, role: m.PeerRole, credential: Credential, now: float = 0.0):
-    (answer,) = sent(core.handle(FromPeer(source, hello(role), credential), now), to=source)
+    (answer,) = sent(admitted(core, core.handle(FromPeer(source, hello(role), credential), now)), to=source)
     return answer
 
 
@@ -103,14 +103,19 @@ def test_peers_whose_keys_were_revoked_are_refused_and_forgotten_as_soon_as_the_
 def test_a_client_cancels_and_clears_only_its_own_tasks_also_without_keys():
     core = core_with()
     other = b"C|host|9|zz"
-    assert type(sent(core.handle(FromPeer(other, hello(m.PeerRole.CLIENT), OPEN), 0.0))[0]) is m.HelloAck
+    assert type(say_hello(core, other, m.PeerRole.CLIENT, OPEN)) is m.HelloAck
     core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 1.0)
     (confirm,) = sent(core.handle(FromPeer(other, m.TaskCancel([task(1).task_id])), 2.0), to=other)
     assert confirm.cancelled == [False]
     effects = core.handle(FromPeer(other, m.ObjectInstruction(m.ObjectInstructionKind.CLEAR, CLIENT, [])), 3.0)
     assert core.task_count == 2
-    (clear,) = sent(effects, to=STORAGE)
+    clear, admit = sent(effects, to=STORAGE)  # the sender stays: admitted again after its clear
     assert clear.owner_id == other  # the storage server is asked to clear the sender's objects, not the named
+    assert (clear.kind, admit.kind, admit.owner_id) == (
+        m.ObjectRequestKind.CLEAR_OWNER,
+        m.ObjectRequestKind.ADMIT,
+        other,
+    )
     effects = core.handle(FromPeer(other, m.ObjectInstruction(m.ObjectInstructionKind.DELETE, CLIENT, [b"o"])), 4.0)
     (delete,) = sent(effects, to=STORAGE)
     assert delete.owner_id == other  # storage deletes only the sender's objects among these

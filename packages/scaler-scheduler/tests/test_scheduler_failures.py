@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List
 
-from test_scheduler_core import CLIENT, WORKER_A, WORKER_B, core_with, result, sent, task
+from test_scheduler_core import CLIENT, WORKER_A, WORKER_B, admitted, core_with, result, sent, task
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
@@ -32,7 +32,7 @@ def hello_13(role: m.PeerRole, capacity: int = 10) -> m.Hello:
 
 def connect(core: SchedulerCore, peer: bytes, connection: int, role: m.PeerRole, now: float = 0.0) -> List:
     core.handle(PeerConnection(peer, connection), now)
-    return core.handle(FromPeer(peer, hello_13(role)), now)
+    return admitted(core, core.handle(FromPeer(peer, hello_13(role)), now), now)
 
 
 def batches_to(effects, worker: bytes) -> List[m.TaskBatch]:

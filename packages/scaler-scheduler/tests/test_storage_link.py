@@ -108,8 +108,9 @@ def test_requests_wait_while_the_connection_is_down_and_follow_a_new_hello():
     assert to_storage(scheduler.handle(FromPeer(CLIENT, delete), 1.1)) == []
     (hello,) = to_storage(scheduler.handle(StorageConnected(), 2.0))
     assert type(hello) is m.Hello
-    (request,) = to_storage(scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 2.1))
+    request, admit = to_storage(scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 2.1))
     assert request.kind == m.ObjectRequestKind.DELETE and request.object_ids == [b"o1"]
+    assert admit.kind == m.ObjectRequestKind.ADMIT and admit.owner_id == CLIENT  # a new server knows no client
     (clear,) = to_storage(scheduler.handle(FromPeer(CLIENT, m.DisconnectRequest()), 3.0))
     assert clear.kind == m.ObjectRequestKind.CLEAR_OWNER and clear.owner_id == CLIENT
 
@@ -121,3 +122,63 @@ def test_a_refused_request_is_logged_and_the_scheduler_goes_on(caplog):
     assert scheduler.handle(FromStorage(m.Refusal(PROTOCOL_VERSION, "bad request")), 1.0) == []
     assert "bad request" in caplog.text
     assert scheduler.handle(FromStorage(m.ObjectResponse(kind=m.ObjectRequestKind.DELETE)), 1.0) == []
+
+
+# --- admissions (protocol 1.8) ----------------------------------------------------------------------------------
+
+
+def client_hello(scheduler: SchedulerCore, client: bytes, now: float) -> List[Any]:
+    return scheduler.handle(FromPeer(client, m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, 1, "host")), now)
+
+
+def answers(effects: List[Any], to: bytes) -> List[Any]:
+    return [e.message for e in effects if type(e) is Send and e.to == to]
+
+
+def admitted(admit: m.ObjectRequest) -> FromStorage:
+    return FromStorage(m.ObjectResponse(admit.request_id, m.ObjectRequestKind.ADMIT))
+
+
+def test_a_clients_hello_ack_waits_until_storage_admitted_it():
+    scheduler = core()
+    scheduler.handle(Start(), 0.0)
+    scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
+    effects = client_hello(scheduler, CLIENT, 1.0)
+    (admit,) = to_storage(effects)
+    assert (admit.kind, admit.owner_id, admit.scope_id) == (m.ObjectRequestKind.ADMIT, CLIENT, b"")
+    assert answers(effects, CLIENT) == []
+    assert answers(client_hello(scheduler, CLIENT, 1.1), CLIENT) == []  # said again: still one answer, later
+    (ack,) = answers(scheduler.handle(admitted(admit), 1.2), CLIENT)
+    assert type(ack) is m.HelloAck
+    assert type(answers(client_hello(scheduler, CLIENT, 1.3), CLIENT)[0]) is m.HelloAck  # admitted: at once
+    other = b"C|host|2|bb"
+    (admit,) = to_storage(client_hello(scheduler, other, 2.0))
+    scheduler.handle(FromPeer(other, m.DisconnectRequest()), 2.1)  # it leaves before it was admitted
+    assert answers(scheduler.handle(admitted(admit), 2.2), other) == []
+
+
+def test_an_older_storage_server_is_not_asked_to_admit_and_the_hello_ack_leaves_at_once():
+    scheduler = core()
+    scheduler.handle(Start(), 0.0)
+    scheduler.handle(FromStorage(m.HelloAck(m.Version(1, 7))), 0.0)
+    effects = client_hello(scheduler, CLIENT, 1.0)
+    assert to_storage(effects) == [] and type(answers(effects, CLIENT)[0]) is m.HelloAck
+
+
+def test_a_server_that_answers_again_admits_every_client_again_and_the_waiting_hello_acks_leave():
+    scheduler = core()
+    scheduler.handle(Start(), 0.0)
+    scheduler.handle(StorageConnected(), 0.0)
+    scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
+    scheduler.handle(admitted(to_storage(client_hello(scheduler, CLIENT, 0.1))[0]), 0.1)
+    waiting = b"C|host|2|bb"
+    client_hello(scheduler, waiting, 0.2)  # its admission is asked of the connection about to go down
+    scheduler.handle(StorageLost(), 1.0)
+    away = b"C|host|3|cc"
+    effects = client_hello(scheduler, away, 1.1)  # while storage is away: answered at once, admitted later
+    assert to_storage(effects) == [] and type(answers(effects, away)[0]) is m.HelloAck
+    scheduler.handle(StorageConnected(), 2.0)
+    admits = to_storage(scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 2.1))
+    assert {(a.kind, a.owner_id) for a in admits} == {(m.ObjectRequestKind.ADMIT, c) for c in (CLIENT, waiting, away)}
+    effects = [e for admit in admits for e in scheduler.handle(admitted(admit), 2.2)]
+    assert [(e.to, type(e.message)) for e in effects if type(e) is Send] == [(waiting, m.HelloAck)]

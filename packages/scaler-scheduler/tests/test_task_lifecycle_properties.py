@@ -285,6 +285,7 @@ def test_random_interleavings_end_every_task_once_and_confirm_every_cancel_once(
         elif action == "tick":
             _heartbeats_and_tick(model)
         assert all(count <= 1 for count in model.answers.values()), model.answers
+        assert _quota_counts_add_up(core), "a client's count of queued tasks (its quota's) is not its queued tasks"
 
     # the silent peers are forgotten, then the workers left do their work until nothing is left
     model.now += TIMEOUT + 1
@@ -327,3 +328,10 @@ def _heartbeats_and_tick(model: _Model) -> None:
     for worker in [w for w in model.held if w in model.silent]:
         if worker not in model.core.worker_ids:
             del model.held[worker]  # timed out: what it held runs elsewhere
+
+
+def _quota_counts_add_up(core: SchedulerCore) -> bool:
+    """Each client's count of its own tasks queued (what its quota counts) is what the scheduler holds queued."""
+    records = core._routing._tasks.values()  # noqa: SLF001 - the invariant is between two private tables
+    queued = Counter(r.task.client_id for r in records if r.submitted and r.state is TaskState.QUEUED)
+    return all(client.queued == queued[client_id] for client_id, client in core._clients.items())  # noqa: SLF001

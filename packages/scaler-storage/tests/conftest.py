@@ -213,10 +213,12 @@ def storage(zmq_context: zmq.Context, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="module")
 def small_storage(zmq_context: zmq.Context, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StorageProcess]:
-    """A server with tiny limits: objects up to 1 KiB, 2 KiB in all."""
+    """A server with tiny limits: objects up to 1 KiB, 2 KiB in all (a client may take it all)."""
     start, started = _storage_starter(zmq_context, tmp_path_factory.mktemp("small-storage"))
     try:
-        yield start("--max-object-size", "1K", "--memory-limit", "2K", "--spill-directory", "none")
+        yield start(
+            "--max-object-size", "1K", "--memory-limit", "2K", "--max-client-memory", "2K", "--spill-directory", "none"
+        )
     finally:
         for server in started:
             server.stop()

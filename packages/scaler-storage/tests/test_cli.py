@@ -80,13 +80,14 @@ def test_config_file_section_sets_address_and_limits(start_storage, connect, tmp
     config.write_text(
         "[scheduler]\nsomething_else = 1\n\n"
         f'[object_storage_server]\naddress = "{address}"\nmax_object_size = "1K"\nmax_memory = 4096\n'
+        "max-client-memory = 1536\n"
     )
     server = start_storage("--config", str(config), address=address, pass_address=False)
     peer = connect(server)
-    small, large = ids.next_id(), ids.next_id()
-    answer = peer.put(b"C|config|1|a", [(small, b"s" * 1024), (large, b"l" * 1025)])
-    assert answer.statuses == [ObjectStatus.OK, ObjectStatus.TOO_LARGE]
-    assert "max object size 1.0 KiB, memory limit 4.0 KiB" in server.log()
+    small, large, over_quota = ids.next_id(), ids.next_id(), ids.next_id()
+    answer = peer.put(b"C|config|1|a", [(small, b"s" * 1024), (large, b"l" * 1025), (over_quota, b"q" * 1000)])
+    assert answer.statuses == [ObjectStatus.OK, ObjectStatus.TOO_LARGE, ObjectStatus.STORAGE_FULL]
+    assert "max object size 1.0 KiB, memory limit 4.0 KiB (a client's objects: 1.5 KiB)" in server.log()
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,9 @@ def payload(number: int, size: int = 40) -> bytes:
 class Spilling:
     def __init__(self, directory: Path, max_memory: int = 100, max_disk: int = 100) -> None:
         self.spill = SpillDirectory(str(directory))
-        self.store = ObjectStore(max_object_size=1000, max_memory=max_memory, spill=self.spill, max_disk=max_disk)
+        self.store = ObjectStore(
+            max_object_size=1000, max_memory=max_memory, max_client_memory=10_000, spill=self.spill, max_disk=max_disk
+        )
         self._requests = 0
         hello = Hello(Version(PROTOCOL_VERSION.major, PROTOCOL_VERSION.minor), PeerRole.CLIENT, 1, "", WorkerInfo())
         self.store.handle(FromPeer(PEER, hello, [], OPEN), 0.0)
@@ -123,3 +125,8 @@ def test_a_spill_file_gives_back_the_frames_it_was_given(tmp_path, frames):
     spill = SpillDirectory(str(tmp_path))
     spill.write(b"x" * 16, frames)
     assert [bytes(frame) for frame in spill.read(b"x" * 16)] == frames
+
+
+def test_the_default_quota_of_an_owner_is_half_of_the_memory_and_the_spill_disk_together(tmp_path):
+    assert ObjectStore(max_memory=100, spill=SpillDirectory(str(tmp_path)), max_disk=300).max_client_memory == 200
+    assert ObjectStore(max_memory=100).max_client_memory == 50

@@ -10,6 +10,7 @@ import pytest
 
 from scaler.protocol.codec import DamagedTask, DamagedTaskBatch
 from scaler.protocol.ids import IDGenerator
+from scaler.protocol.message_limits import REQUEST_HEADROOM
 from scaler.protocol.messages import (
     ClientHeartbeat,
     Hello,
@@ -101,9 +102,14 @@ def refusal_reason(replies: List[Reply]) -> str:
 # --- Hello -------------------------------------------------------------------------------------------------
 
 
-def test_hello_is_acknowledged_with_the_protocol_version_its_role_and_no_heartbeat():
-    (reply,) = ObjectStore().handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
-    expected = HelloAck(version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE)
+def test_hello_is_acknowledged_with_the_protocol_version_its_role_its_limits_and_no_heartbeat():
+    store = ObjectStore(max_object_size=1 << 20, max_memory=8 << 20, max_client_memory=3 << 20)
+    (reply,) = store.handle(FromPeer(PEER, Hello(version=PROTOCOL_VERSION)), 0.0)
+    limit = (1 << 20) + REQUEST_HEADROOM
+    expected = HelloAck(
+        version=PROTOCOL_VERSION, object_storage_address="", role=PeerRole.OBJECT_STORAGE, max_message_size=limit,
+        client_quota=3 << 20,
+    )  # fmt: skip
     assert reply == Reply(PEER, expected)
     assert reply.message.heartbeat_interval_seconds == 0 and reply.message.timeout_seconds == 0
 
@@ -323,7 +329,7 @@ def test_too_large_objects_are_refused_one_by_one():
 
 
 def test_storage_full_refuses_what_does_not_fit_and_accepts_what_still_fits():
-    store = greeted_store(max_object_size=60, max_memory=100)
+    store = greeted_store(max_object_size=60, max_memory=100, max_client_memory=100)
     a, b, c, d = (ids.next_id() for _ in range(4))
     answer = put(store, [(a, b"a" * 60), (b, b"b" * 50), (c, b"c" * 40)])
     assert answer.statuses == [OK, STORAGE_FULL, OK]
@@ -336,7 +342,7 @@ def test_storage_full_refuses_what_does_not_fit_and_accepts_what_still_fits():
 
 
 def test_replacing_counts_the_freed_size_and_a_refused_replacement_keeps_the_old_object():
-    store = greeted_store(max_object_size=100, max_memory=100)
+    store = greeted_store(max_object_size=100, max_memory=100, max_client_memory=100)
     object_id = ids.next_id()
     put(store, [(object_id, b"o" * 80)])
     assert put(store, [(object_id, b"n" * 100)]).statuses == [OK]  # 100 - 80 + 100 fits
@@ -347,7 +353,8 @@ def test_replacing_counts_the_freed_size_and_a_refused_replacement_keeps_the_old
 
 
 @pytest.mark.parametrize(
-    "limits", [{"max_object_size": 0}, {"max_memory": -1}, {"max_memory": 1.5}, {"max_memory": True}]
+    "limits",
+    [{"max_object_size": 0}, {"max_memory": -1}, {"max_memory": 1.5}, {"max_memory": True}, {"max_client_memory": 0}],
 )
 def test_invalid_limits_are_rejected(limits: Dict[str, Any]):
     with pytest.raises(ValueError, match="positive"):
@@ -426,10 +433,12 @@ def test_random_workload_matches_a_dict_model_and_never_exceeds_memory(seed: int
             answer = put(store, batch, owner_id=owner)
             for (object_id, payload), status in zip(batch, answer.statuses, strict=True):
                 used = sum(len(p) for _, p in model.values())
+                held = sum(len(p) for o, p in model.values() if o == owner)
                 freed = len(model[object_id][1]) if object_id in model else 0
+                replaced = freed if object_id in model and model[object_id][0] == owner else 0
                 if len(payload) > max_object_size:
                     assert status == TOO_LARGE
-                elif used - freed + len(payload) > max_memory:
+                elif held - replaced + len(payload) > max_memory // 2 or used - freed + len(payload) > max_memory:
                     assert status == STORAGE_FULL
                 else:
                     assert status == OK
@@ -456,3 +465,39 @@ def test_random_workload_matches_a_dict_model_and_never_exceeds_memory(seed: int
         assert store.used_memory == sum(len(p) for _, p in model.values()) <= max_memory
         for owner in owners:
             assert set(store.objects_of(owner)) == {i for i, (o, _) in model.items() if o == owner}
+
+
+# --- the quota of each owner --------------------------------------------------------------------------------
+
+
+def test_an_owner_at_its_quota_is_refused_naming_it_while_another_owner_still_stores():
+    store = greeted_store(max_object_size=100, max_memory=1000, max_client_memory=250)
+    greedy, other = b"C|greedy|1|aa", b"C|other|2|bb"
+    first, second, third = ids.next_id(), ids.next_id(), ids.next_id()
+    assert put(store, [(first, b"g" * 100), (second, b"g" * 100)], owner_id=greedy).statuses == [OK, OK]
+    answer = put(store, [(third, b"g" * 100)], owner_id=greedy)
+    assert answer.statuses == [STORAGE_FULL] and third not in store
+    assert f"the quota of its owner {greedy.decode()}: it holds 200 bytes of 250 bytes" in answer.reason
+    assert "(scaler_object_storage_server --max-client-memory)" in answer.reason
+    assert put(store, [(ids.next_id(), b"o" * 100)], owner_id=other).statuses == [OK]
+    assert (store.bytes_of(greedy), store.bytes_of(other)) == (200, 100)
+    replaced = put(store, [(second, b"n" * 50)], owner_id=greedy)  # replacing frees what it held under that ID
+    assert replaced.statuses == [OK] and store.bytes_of(greedy) == 150
+    delete(store, [first], owner_id=greedy)
+    clear_owner(store, other)
+    assert (store.bytes_of(greedy), store.bytes_of(other)) == (50, 0)
+
+
+def test_the_default_quota_is_half_of_the_memory():
+    assert ObjectStore(max_memory=1000).max_client_memory == 500
+
+
+def test_the_scheduler_asks_what_each_owner_holds_and_no_client_may():
+    store = greeted_store(max_object_size=100, max_memory=1000)
+    put(store, [(ids.next_id(), b"x" * 30), (ids.next_id(), b"y" * 12)], owner_id=b"C|a|1|aa")
+    reply = response(request(store, ObjectRequestKind.USAGE, [b"C|a|1|aa", b"C|b|2|bb"]), ObjectRequestKind.USAGE)
+    assert reply.object_ids == [b"C|a|1|aa", b"C|b|2|bb"] and reply.sizes == [42, 0]
+    client = b"C|a|1|aa"
+    store.handle(FromPeer(client, Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT)), 0.0)
+    (refused,) = store.handle(FromPeer(client, ObjectRequest(5, ObjectRequestKind.USAGE, client, [b"C|b|2|bb"])), 0.0)
+    assert type(refused.message) is Refusal and "usage) is not allowed to a client" in refused.message.reason

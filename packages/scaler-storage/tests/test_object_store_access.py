@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, List, Sequence
 
+import pytest
+
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import (
     Hello,
@@ -16,13 +18,16 @@ from scaler.protocol.messages import (
     ObjectStatus,
     PeerRole,
     Refusal,
+    Version,
 )
 from scaler.protocol.security import OPEN, Credential
-from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, knows
 from scaler.storage.object_store import ObjectStore
 from scaler.storage.storage_events import FromPeer, Reply
 
 ALICE, BOB, WORKER, SCHEDULER = b"C|a|1|alice", b"C|b|2|bob", b"W|w|3|worker", b"S|s|4|scheduler"
+NESTED = b"C|w|5|nested"
+OLDER = Version(1, 7)
 ALICE_KEY = Credential("0" * 40, frozenset({PeerRole.CLIENT}))
 BOB_KEY = Credential("1" * 40, frozenset({PeerRole.CLIENT}))
 WORKER_KEY = Credential("2" * 40, frozenset({PeerRole.WORKER}))
@@ -31,8 +36,10 @@ MONITOR_KEY = Credential("3" * 40, frozenset({PeerRole.MONITOR}))
 ids = IDGenerator()
 
 
-def hello(store: ObjectStore, peer: bytes, role: PeerRole, credential: Credential = OPEN) -> Any:
-    (reply,) = store.handle(FromPeer(peer, Hello(PROTOCOL_VERSION, role), credential=credential), 0.0)
+def hello(
+    store: ObjectStore, peer: bytes, role: PeerRole, credential: Credential = OPEN, version: Version = PROTOCOL_VERSION
+) -> Any:
+    (reply,) = store.handle(FromPeer(peer, Hello(version, role), credential=credential), 0.0)
     return reply.message
 
 
@@ -51,13 +58,23 @@ def put(store: ObjectStore, peer: bytes, object_ids: Sequence[bytes], owner: byt
     return ask(store, peer, ObjectRequestKind.PUT, object_ids, owner, [b"data"] * len(object_ids), **kw)
 
 
-def cluster() -> ObjectStore:
+def cluster(scheduler: Version = PROTOCOL_VERSION, worker: Version = PROTOCOL_VERSION) -> ObjectStore:
+    """Alice and Bob, a worker, and the scheduler, which admits Alice and Bob (from protocol 1.8 on)."""
     store = ObjectStore()
     assert type(hello(store, ALICE, PeerRole.CLIENT)) is HelloAck
     assert type(hello(store, BOB, PeerRole.CLIENT)) is HelloAck
-    assert type(hello(store, WORKER, PeerRole.WORKER)) is HelloAck
-    assert type(hello(store, SCHEDULER, PeerRole.SCHEDULER)) is HelloAck
+    assert type(hello(store, WORKER, PeerRole.WORKER, version=worker)) is HelloAck
+    assert type(hello(store, SCHEDULER, PeerRole.SCHEDULER, version=scheduler)) is HelloAck
+    if knows(scheduler, ISOLATION_VERSION):
+        for client in (ALICE, BOB):
+            assert statuses(admit(store, client)) == []
     return store
+
+
+def admit(store: ObjectStore, client: bytes, scope: bytes = b"", peer: bytes = SCHEDULER) -> Any:
+    request = ObjectRequest(6, ObjectRequestKind.ADMIT, client, [], scope_id=scope)
+    (reply,) = store.handle(FromPeer(peer, request), 0.0)
+    return reply.message
 
 
 def statuses(message: Any) -> List[ObjectStatus]:
@@ -92,17 +109,66 @@ def test_a_client_puts_and_clears_for_itself_only_and_replaces_no_one_elses_obje
     assert store.objects_of(BOB) == [theirs]
 
 
-def test_a_worker_reads_any_object_and_puts_results_for_clients_but_replaces_and_deletes_nothing():
+def test_a_worker_reads_for_a_scope_puts_results_for_admitted_clients_and_replaces_and_deletes_nothing():
     store = cluster()
-    argument, result = ids.next_id(), ids.next_id()
-    put(store, ALICE, [argument], ALICE)
-    assert statuses(ask(store, WORKER, ObjectRequestKind.GET, [argument])) == [ObjectStatus.OK]
+    assert type(hello(store, NESTED, PeerRole.CLIENT)) is HelloAck
+    assert statuses(admit(store, NESTED, scope=ALICE)) == []  # a Client made inside one of Alice's tasks
+    alices, bobs, nested, result = ids.next_id(), ids.next_id(), ids.next_id(), ids.next_id()
+    put(store, ALICE, [alices], ALICE)
+    put(store, BOB, [bobs], BOB)
+    put(store, NESTED, [nested], NESTED)
+    for scope in (ALICE, NESTED):  # a task of Alice's, or of her nested Client's, reads what either put
+        answer = ask(store, WORKER, ObjectRequestKind.GET, [alices, nested, bobs], scope)
+        assert statuses(answer) == [ObjectStatus.OK, ObjectStatus.OK, ObjectStatus.NOT_FOUND]
+    assert statuses(ask(store, WORKER, ObjectRequestKind.GET, [alices, bobs], BOB)) == [
+        ObjectStatus.NOT_FOUND,
+        ObjectStatus.OK,
+    ]
+    assert (
+        statuses(ask(store, WORKER, ObjectRequestKind.GET, [alices, bobs])) == [ObjectStatus.NOT_FOUND] * 2
+    )  # for nobody
+    assert statuses(ask(store, NESTED, ObjectRequestKind.GET, [alices, nested])) == [
+        ObjectStatus.NOT_FOUND,
+        ObjectStatus.OK,
+    ]
     assert statuses(put(store, WORKER, [result], ALICE)) == [ObjectStatus.OK]
     assert store.owner_of(result) == ALICE
-    assert "not this peer's to replace" in put(store, WORKER, [argument], ALICE).reason
-    assert "not allowed to a worker" in ask(store, WORKER, ObjectRequestKind.DELETE, [argument]).reason
+    assert "not this peer's to replace" in put(store, WORKER, [alices], ALICE).reason
+    assert "not allowed to a worker" in ask(store, WORKER, ObjectRequestKind.DELETE, [alices]).reason
     assert "not allowed to a worker" in ask(store, WORKER, ObjectRequestKind.CLEAR_OWNER, [], ALICE).reason
     assert statuses(ask(store, ALICE, ObjectRequestKind.GET, [result])) == [ObjectStatus.OK]
+
+
+def test_a_worker_puts_nothing_for_an_owner_the_scheduler_does_not_serve():
+    store = cluster()
+    stranger, late = ids.next_id(), ids.next_id()
+    refused = put(store, WORKER, [stranger], b"C|nowhere|0|nobody")
+    assert statuses(refused) == [ObjectStatus.NOT_FOUND] and "not a client the scheduler serves" in refused.reason
+    ask(store, SCHEDULER, ObjectRequestKind.CLEAR_OWNER, [], ALICE)  # Alice left
+    assert statuses(put(store, WORKER, [late], ALICE)) == [ObjectStatus.NOT_FOUND]  # a late result of hers
+    assert stranger not in store and late not in store
+    assert statuses(put(store, ALICE, [late], ALICE)) == [ObjectStatus.OK]  # a client stores its own, as ever
+    admit(store, ALICE)  # the scheduler serves her again (a clear, not a departure)
+    assert statuses(put(store, WORKER, [ids.next_id()], ALICE)) == [ObjectStatus.OK]
+
+
+def test_only_the_scheduler_admits():
+    store = cluster()
+    for peer in (ALICE, WORKER):
+        refusal = admit(store, b"C|x|1|mallory", scope=BOB, peer=peer)
+        assert type(refusal) is Refusal and "is not allowed to a" in refusal.reason
+    assert statuses(put(store, WORKER, [ids.next_id()], b"C|x|1|mallory")) == [ObjectStatus.NOT_FOUND]
+
+
+@pytest.mark.parametrize("scheduler, worker", [(OLDER, PROTOCOL_VERSION), (PROTOCOL_VERSION, OLDER)])
+def test_with_a_scheduler_or_a_worker_older_than_1_8_a_worker_reads_any_object(scheduler, worker):
+    store = cluster(scheduler, worker)
+    bobs = ids.next_id()
+    put(store, BOB, [bobs], BOB)
+    assert statuses(ask(store, WORKER, ObjectRequestKind.GET, [bobs], ALICE)) == [ObjectStatus.OK]  # a limit
+    admits = scheduler == PROTOCOL_VERSION
+    owner_unknown = put(store, WORKER, [ids.next_id()], b"C|nowhere|0|nobody")
+    assert statuses(owner_unknown) == [ObjectStatus.NOT_FOUND if admits else ObjectStatus.OK]
 
 
 def test_the_scheduler_deletes_the_objects_of_the_owner_it_names_only():

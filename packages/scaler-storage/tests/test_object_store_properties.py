@@ -1,11 +1,12 @@
 """The storage core under random interleavings of puts, gets, deletes and clears by owner, from several peers.
 
 Whatever the order: the store answers like a dict model (objects of one or several frames, replaced, refused
-when too large or when memory is full), its memory accounting is never negative, never over the limit, and
-equals the payload bytes of the objects it holds; the objects of each owner are exactly those it holds for
-that owner; a peer that did not say Hello (or said it with a bad version) is refused and changes nothing; and
-each peer does only what its role may: a client puts, reads, deletes and clears only its own objects, a worker
-reads anything and puts new objects only, the scheduler deletes the objects of the owner it names.
+when too large, over their owner's quota or when memory is full), its memory accounting is never negative,
+never over the limit, and equals the payload bytes of the objects it holds, in all and per owner; the objects
+of each owner are exactly those it holds for that owner; a peer that did not say Hello (or said it with a bad
+version) is refused and changes nothing; and each peer does only what its role may: a client puts, reads,
+deletes and clears only its own objects, a worker reads anything and puts new objects only, the scheduler
+deletes the objects of the owner it names.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from scaler.storage.storage_events import FromPeer
 
 MAX_OBJECT_SIZE = 40
 MAX_MEMORY = 200
+MAX_CLIENT_MEMORY = 120  # each owner's quota
 PEERS = [b"C|host|1|a", b"W|host|2|b", b"S|host|3|c"]
 ROLES = [PeerRole.CLIENT, PeerRole.WORKER, PeerRole.SCHEDULER]
 OWNERS = [b"C|host|1|a", b"C|host|9|z"]  # the client peer, and another client
@@ -42,7 +44,7 @@ KINDS = {"put": ObjectRequestKind.PUT, "get": ObjectRequestKind.GET, "delete": O
          "delete_instruction": ObjectRequestKind.DELETE, "clear": ObjectRequestKind.CLEAR_OWNER,
          "clear_instruction": ObjectRequestKind.CLEAR_OWNER}  # fmt: skip
 ALLOWED = {
-    PeerRole.CLIENT: set(ObjectRequestKind),
+    PeerRole.CLIENT: set(ObjectRequestKind) - {ObjectRequestKind.USAGE},
     PeerRole.WORKER: {ObjectRequestKind.PUT, ObjectRequestKind.GET},
     PeerRole.SCHEDULER: set(ObjectRequestKind),
 }
@@ -94,13 +96,16 @@ def _reachable(model: Dict[bytes, Tuple[bytes, List[bytes]]], p: int, action: st
 @settings(max_examples=300, deadline=None)
 @given(_STEPS)
 def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
-    store = ObjectStore(max_object_size=MAX_OBJECT_SIZE, max_memory=MAX_MEMORY)
+    store = ObjectStore(max_object_size=MAX_OBJECT_SIZE, max_memory=MAX_MEMORY, max_client_memory=MAX_CLIENT_MEMORY)
     model: Dict[bytes, Tuple[bytes, List[bytes]]] = {}  # object ID -> (owner, frames)
     greeted = {PEERS[0]}
     store.handle(FromPeer(PEERS[0], Hello(version=PROTOCOL_VERSION, role=ROLES[0])), 0.0)
 
     def used() -> int:
         return sum(len(frame) for _, frames in model.values() for frame in frames)
+
+    def held(owner: bytes) -> int:
+        return sum(len(frame) for held_by, frames in model.values() if held_by == owner for frame in frames)
 
     for now, (action, p, *rest) in enumerate(steps):
         peer = PEERS[p]
@@ -138,9 +143,10 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
             for (object_id, frames), status in zip(rest[0], reply.message.statuses, strict=True):
                 size = sum(len(f) for f in frames)
                 freed = sum(len(f) for f in model[object_id][1]) if object_id in model else 0
+                replaced = freed if object_id in model and model[object_id][0] == owner else 0
                 if size > MAX_OBJECT_SIZE:
                     assert status == ObjectStatus.TOO_LARGE
-                elif used() - freed + size > MAX_MEMORY:
+                elif held(owner) - replaced + size > MAX_CLIENT_MEMORY or used() - freed + size > MAX_MEMORY:
                     assert status == ObjectStatus.STORAGE_FULL
                 else:
                     assert status == ObjectStatus.OK
@@ -173,6 +179,7 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
                 assert replies == []
 
         assert 0 <= store.used_memory == used() <= MAX_MEMORY
+        assert all(store.bytes_of(owner) == held(owner) <= MAX_CLIENT_MEMORY for owner in OWNERS)
         assert store.object_count == len(model)
         for owner in OWNERS:
             assert set(store.objects_of(owner)) == {i for i, (o, _) in model.items() if o == owner}

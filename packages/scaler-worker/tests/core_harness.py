@@ -67,10 +67,13 @@ def make_task(
     arguments: Sequence[m.Argument] = (),
     serializer_id: bytes = b"",
     timeout_seconds: float = 0.0,
+    client_id: bytes = CLIENT,
+    scope_id: bytes = b"",
 ) -> m.Task:
     return m.Task(
         task_id=task_id(number),
-        client_id=CLIENT,
+        client_id=client_id,
+        scope_id=scope_id,
         function_id=function_id,
         arguments=list(arguments) or [m.Argument("", m.ArgumentKind.INLINE, cloudpickle.dumps(number))],
         priority=priority,
@@ -99,6 +102,7 @@ class Harness:
         object_cache_bytes: int = 256 * 1024 * 1024,
         result_batch_seconds: float = 0.0,  # results leave at the end of each event; tests of batching say so
         connect: bool = True,
+        max_message_size: int = 0,  # what the scheduler's HelloAck says it takes (0: an older one, not said)
         memory_limit: int = 0,  # bytes, 0: none
     ) -> None:
         config = WorkerConfig(
@@ -114,6 +118,7 @@ class Harness:
         )
         self.now = 0.0
         self.storage: Dict[bytes, Any] = {FUNCTION: b"function bytes"}
+        self.readers: Dict[bytes, bytes] = {}  # object ID -> the only scope a get may read it for (absent: any)
         self.processor = -1
         self.pipe: List[Any] = []  # sent to the model processor, not read yet
         self.current: Optional[ProcessorTask] = None  # the task the model processor runs
@@ -135,7 +140,8 @@ class Harness:
         self.puts: List[Tuple[m.ObjectRequest, List[Any]]] = []
         self.handle(Start())
         if connect:
-            self.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
+            ack = m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0, max_message_size=max_message_size)
+            self.handle(FromScheduler(ack))
             self.take(m.Hello)
             self.take(m.WorkerHeartbeat)
 
@@ -249,13 +255,16 @@ class Harness:
         return response.task_ids
 
     def answer_gets(self) -> None:
-        """The storage server answers every get request sent so far."""
+        """The storage server answers every get request sent so far (for the scope it names, `readers`)."""
         while self.gets:
             request = self.gets.pop(0)
-            statuses = [
-                m.ObjectStatus.OK if i in self.storage else m.ObjectStatus.NOT_FOUND for i in request.object_ids
+            readable = [
+                i in self.storage and self.readers.get(i, request.owner_id) == request.owner_id
+                for i in request.object_ids
             ]
-            blobs, counts = object_frames.pack([self.storage[i] for i in request.object_ids if i in self.storage])
+            statuses = [m.ObjectStatus.OK if ok else m.ObjectStatus.NOT_FOUND for ok in readable]
+            found = [i for i, ok in zip(request.object_ids, readable, strict=True) if ok]
+            blobs, counts = object_frames.pack([self.storage[i] for i in found])
             response = m.ObjectResponse(request.request_id, m.ObjectRequestKind.GET, request.object_ids, statuses)
             response.frame_counts = counts
             self.handle(FromStorage(response, blobs))

@@ -356,7 +356,7 @@ def test_a_wake_that_comes_while_the_hub_reads_the_wake_pipe_is_not_lost(monkeyp
 
     ours, theirs = multiprocessing.Pipe()
     hub = module._Processor(ours, 4, 4, 1 << 20)
-    first, second, third = (module._Started(bytes([n]) * 16, False) for n in (1, 2, 3))
+    first, second, third = (module._Started(bytes([n]) * 16, b"C|h|1|a", False) for n in (1, 2, 3))
     for started in (first, second, third):
         started.waiting, started.done = True, lambda: True
     hub._waiting = 3

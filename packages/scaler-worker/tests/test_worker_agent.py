@@ -13,6 +13,7 @@ from worker_harness import FakeScheduler, TaskDriver, pid_gone, start_process, s
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ObjectNotFoundError, TaskTimeoutError
+from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.processor_protocol import PROCESSOR_PIPELINE_DEPTH
 
@@ -66,7 +67,9 @@ def test_missing_function_fails_with_object_not_found(driver: TaskDriver):
     driver.send(task)
     error, _ = driver.failure(task.task_id)
     assert isinstance(error, ObjectNotFoundError)
-    assert str(error) == f"object {'00' * 16} not found in object storage"
+    assert str(error) == (
+        f"object {'00' * 16} is not in object storage, or not one the tasks of client {show(task.client_id)} may read"
+    )
 
 
 def test_custom_serializer_is_used_for_arguments_and_result(driver: TaskDriver):

@@ -106,6 +106,45 @@ def test_object_arguments_are_released_once_used():
     assert h.core.pending_fetch_count == 0
 
 
+def test_each_get_reads_for_the_scope_of_the_tasks_that_need_it():
+    h = Harness(prefetch_tasks=3)
+    nested = b"C|test|2|nested"
+    h.assign(make_task(1), make_task(2, client_id=nested, scope_id=CLIENT), make_task(3, client_id=nested))
+    assert [(request.owner_id, request.object_ids) for request in h.gets] == [
+        (CLIENT, [FUNCTION]),
+        (nested, [FUNCTION]),
+    ]
+    h.answer_gets()
+    for number in (1, 2, 3):
+        assert h.running_task() == task_id(number)
+        h.finish()
+
+
+def test_what_the_worker_holds_for_one_client_is_fetched_again_for_another_and_refused_if_not_its():
+    h = Harness(prefetch_tasks=1)
+    other, other_function, shared = b"C|test|2|other", b"G" * 16, b"O" * 16
+    h.storage.update({shared: b"the first client's object", other_function: b"the other client's function"})
+    h.readers.update({FUNCTION: CLIENT, shared: CLIENT})  # what storage lets each scope read
+    needs_shared = [m.Argument("", m.ArgumentKind.OBJECT, shared)]
+    h.assign(make_task(1, arguments=needs_shared))
+    h.answer_gets()
+    assert h.top().function == b"function bytes" and h.top().arguments == [("", b"the first client's object", shared)]
+    h.finish()
+    assert [result.status for result in h.results()] == [m.TaskStatus.SUCCESS]
+    # the processor holds the first client's function and object: a task of another client names them
+    for number, function_id, arguments in ((2, FUNCTION, []), (3, other_function, needs_shared)):
+        h.assign(make_task(number, function_id=function_id, arguments=arguments, client_id=other))
+        (request,) = h.gets  # asked for anyway, for that client
+        assert request.owner_id == other and request.object_ids == [function_id, *(a.data for a in arguments)]
+        h.answer_gets()
+        [result] = h.results()
+        error, _ = load_failure(result)
+        assert isinstance(error, ObjectNotFoundError) and f"the tasks of client {other.decode()}" in str(error)
+        assert b"the first client's" not in result.payload
+    h.assign(make_task(4, arguments=needs_shared))  # the first client's again: granted, nothing is fetched
+    assert h.gets == [] and h.top().function is None and h.top().arguments == [("", None, shared)]
+
+
 def test_serializer_is_fetched_and_sent_once():
     h = Harness()
     serializer_id = b"S" * 16
@@ -301,7 +340,9 @@ def test_missing_function_fails_the_task_and_the_next_one_runs():
     [result] = h.results()
     error, _ = load_failure(result)
     assert isinstance(error, ObjectNotFoundError)
-    assert str(error) == f"object {missing.hex()} not found in object storage"
+    assert str(error) == (
+        f"object {missing.hex()} is not in object storage, or not one the tasks of client {CLIENT.decode()} may read"
+    )
     assert h.running_task() == task_id(2)
 
 

@@ -161,8 +161,9 @@ class FakeScheduler:
 
 
 class StorageClient:
-    """A DEALER speaking to the object storage server: put, get. It says Hello as the scheduler, which may put
-    and read the objects of any owner (a client may only its own)."""
+    """A DEALER speaking to the object storage server: put, get, admit. It says Hello as the scheduler, which may
+    put and read the objects of any owner (a client may only its own), and admits the clients it serves (a worker
+    puts results only for those)."""
 
     def __init__(self, address: str) -> None:
         self.context = zmq.Context()
@@ -188,6 +189,11 @@ class StorageClient:
         self.socket.send_multipart(codec.encode(request, [data]))
         response, _ = self._receive()
         assert response.statuses == [m.ObjectStatus.OK], response
+
+    def admit(self, client_id: bytes) -> None:
+        self.socket.send_multipart(codec.encode(m.ObjectRequest(0, m.ObjectRequestKind.ADMIT, client_id)))
+        response, _ = self._receive()
+        assert response.kind == m.ObjectRequestKind.ADMIT, response
 
     def get(self, object_id: bytes) -> Any:
         """The object's payload: bytes, or a list of frames; None when not found."""
@@ -231,6 +237,8 @@ class FakeStorageServer:
                     self.objects[object_id] = (message.owner_id, frames[0] if len(frames) == 1 else frames)
                 statuses = [m.ObjectStatus.OK] * len(message.object_ids)
                 reply, out = m.ObjectResponse(message.request_id, message.kind, message.object_ids, statuses), []
+            elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.ADMIT:
+                reply, out = m.ObjectResponse(message.request_id, message.kind), []
             elif isinstance(message, m.ObjectRequest) and message.kind == m.ObjectRequestKind.GET:
                 found = [self.objects.get(object_id) for object_id in message.object_ids]
                 statuses = [m.ObjectStatus.OK if f else m.ObjectStatus.NOT_FOUND for f in found]
@@ -285,6 +293,7 @@ class TaskDriver:
         self.storage = storage
         self.worker_id = worker_id
         self.client_id = new_client_id()
+        storage.admit(self.client_id)  # as the scheduler does when a client says Hello
         self._ids = IDGenerator()
         self._functions: Dict[Any, bytes] = {}
         self.results: Dict[bytes, m.TaskResult] = {}

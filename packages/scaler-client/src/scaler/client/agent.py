@@ -73,6 +73,7 @@ class ClientAgent:
         disconnect_wait_seconds: float,
         on_objects_failed: Callable[[Optional[List[bytes]]], None] = lambda object_ids: None,
         keys: Keys = NO_KEYS,
+        made_in: Tuple[bytes, bytes] = (b"", b""),
     ) -> None:
         self._client_id = client_id
         self._address = address
@@ -80,7 +81,7 @@ class ClientAgent:
         self._on_objects_failed = on_objects_failed
         self._core = ClientCore(
             client_id, address, timeout_seconds, heartbeat_interval_seconds, os.getpid(), socket.gethostname(),
-            disconnect_wait_seconds=disconnect_wait_seconds,
+            disconnect_wait_seconds=disconnect_wait_seconds, made_in=made_in,
         )  # fmt: skip
         self._events: Deque[Event] = collections.deque()
         self._futures: Dict[bytes, ScalerFuture] = {}  # task ID -> its future, until the core ends the task

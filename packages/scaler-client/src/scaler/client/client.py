@@ -130,7 +130,7 @@ class Client:
         self._client_id = connection.client_id
         self._builder = connection.builder(self._custom_serializer, profiling)
         self._serializer = self._builder.serializer
-        self._agent = ClientView(connection.agent)  # type: ignore[assignment]
+        self._agent = ClientView(connection)  # type: ignore[assignment]
 
     # --- properties, context manager, pickling ----------------------------------------------------------
 

@@ -103,13 +103,17 @@ class ClientCore:
         batch_size: int = TASK_BATCH_SIZE,
         disconnect_wait_seconds: float = 5.0,
         argument_bytes_in_storage: int = ARGUMENT_BYTES_IN_STORAGE,
+        made_in: Tuple[bytes, bytes] = (b"", b""),
     ) -> None:
         self._client_id = client_id
         self._address = scheduler_address
         self._timeout = timeout_seconds
         self._heartbeat_interval = heartbeat_interval_seconds
         self._disconnect_wait = disconnect_wait_seconds
-        self._hello = Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT, pid=pid, hostname=hostname)
+        # made_in: for a Client made inside a task, that task's ID and its worker's proof (scaler.protocol.delegation)
+        self._hello = Hello(
+            PROTOCOL_VERSION, PeerRole.CLIENT, pid, hostname, made_in=made_in[0], made_in_proof=made_in[1]
+        )
 
         self._out: List[Effect] = []  # what the event being handled decided
         self._storage = StorageRequests(client_id, self._hello, timeout_seconds, self._out)
@@ -314,6 +318,7 @@ class ClientCore:
         if not address:
             address = default_storage_address(self._address)
             logger.warning(f"Client: scheduler named no object storage server; using {address}")
+        self._tasks.take_limits(message)
         self._out.append(ConnectStorage(address))
         self._storage.hello(address)
         self._out.append(Reply(self._ready_command, message))

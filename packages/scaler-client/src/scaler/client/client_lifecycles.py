@@ -128,7 +128,7 @@ SESSION = Lifecycle(
 
 class TaskState(enum.Enum):
     NEW = "new"  # being submitted: it leaves NEW before the Submit is handled
-    HELD = "held"  # waiting for room in storage for its large arguments (nothing put yet)
+    HELD = "held"  # waiting for room in storage for its large arguments, or under the scheduler's quota (nothing put)
     STORING = "storing"  # waiting for the acknowledgements of the objects it needs
     SENT = "sent"  # at the scheduler
     CANCELLING = "cancelling"  # cancel sent, waiting for the confirmation (or the result)
@@ -141,7 +141,7 @@ class TaskState(enum.Enum):
 
 
 class TaskEvent(enum.Enum):
-    HOLD = "hold"  # no room in storage for its large arguments yet
+    HOLD = "hold"  # no room yet: in storage for its large arguments, or under the client's quota at the scheduler
     STORE = "store"  # some object it needs is not acknowledged yet
     SEND = "send"  # every object it needs is stored
     SENT_IN_GRAPH = "sent_in_graph"  # a graph's target: the graph was sent
@@ -159,7 +159,7 @@ class TaskEvent(enum.Enum):
 
 
 class TaskAction(enum.Enum):
-    HOLD = "hold"  # queue it for room in storage
+    HOLD = "hold"  # queue it for room (in storage, at the scheduler)
     SEND = "send"  # add it to the next TaskBatch
     SEND_CANCEL = "send_cancel"  # add it to the next TaskCancel
     FETCH = "fetch"  # read the result's payload from storage
@@ -192,6 +192,7 @@ def _task_table():
         (S.NEW, E.SEND): Transition(S.SENT, (A.SEND,)),
         (S.NEW, E.SENT_IN_GRAPH): Transition(S.SENT),
         (S.HELD, E.STORE): Transition(S.STORING),
+        (S.HELD, E.SEND): Transition(S.SENT, (A.SEND,)),  # held under the quota, what it needs stored
         (S.STORING, E.SEND): Transition(S.SENT, (A.SEND,)),
         (S.STORING, E.SENT_IN_GRAPH): Transition(S.SENT),
         (S.SENT, E.CANCEL): Transition(S.CANCELLING, (A.SEND_CANCEL,)),

@@ -6,7 +6,8 @@ The parts leave in order: a part waits for its objects (functions, large literal
 parts before it. The graph is forgotten when its last target ends (its temporary objects are then deleted);
 if that happens before its last part left (its targets cancelled, or an object a part needs failed to
 store), an empty last part closes what the scheduler holds of it, and its other parts are dropped. A target
-cancelled before the first part leaves is left out of it.
+cancelled before the first part leaves is left out of it. A part larger than the scheduler takes (its
+``maxMessageSize``) leaves as several; a node that cannot fit in any message fails the graph.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Deque, Dict, List, Sequence
 from scaler.client.client_events import Effect, SubmitGraph, ToScheduler
 from scaler.client.client_lifecycles import TaskEvent
 from scaler.client.storage_requests import PUTTING, StorageRequests
+from scaler.protocol.ids import show
+from scaler.protocol.message_limits import batches, task_size
 from scaler.protocol.messages import GraphTask
 
 if TYPE_CHECKING:
@@ -131,10 +134,17 @@ class GraphSubmissions:
                 tasks.step(target, record, TaskEvent.FAIL, error)
 
     def _send_ready(self, graph: _GraphRecord) -> None:
-        """Send the parts whose objects are stored, in order; the first without the targets cancelled meanwhile."""
+        """Send the parts whose objects are stored, in order; the first without the targets cancelled meanwhile.
+        A part larger than the scheduler takes leaves as several (``more``); a node that alone is larger fails
+        the graph."""
         tasks, parts = self._tasks, graph.parts
         while parts and parts[0].missing == 0:
             message = parts.popleft().message
+            runs, too_large = batches(message.tasks, task_size, tasks.message_budget, len(message.tasks) + 1)
+            if too_large:
+                node, size = too_large[0]
+                self._fail(graph, tasks.too_large(f"graph node task {show(node.task_id)}", size))
+                return
             if not graph.sent_any:
                 message.targets = [target for target in message.targets if tasks.record(target) is not None]
                 if not message.targets:
@@ -143,4 +153,10 @@ class GraphSubmissions:
                     tasks.step(target, tasks.record(target), TaskEvent.SENT_IN_GRAPH)  # type: ignore[arg-type]
                 graph.sent_any = True
             graph.closed = not message.more
-            self._out.append(ToScheduler(message))
+            if len(runs) < 2:
+                self._out.append(ToScheduler(message))
+                continue
+            for position, run in enumerate(runs):
+                more = message.more or position < len(runs) - 1
+                targets = message.targets if position == 0 else []
+                self._out.append(ToScheduler(GraphTask(message.graph_id, run, targets, more)))

@@ -1,10 +1,13 @@
-"""The one connection that every `Client` inside a worker's processor shares.
+"""The connections that the `Client`s inside a worker's processor share, one per scope.
 
 A processor installs a `scaler.protocol.task_context.TaskContext`. A Client made there without an address,
 or unpickled there (a task received it), does not open a connection of its own: it is a view on the
-processor's `SharedConnection` (one agent thread, one ZeroMQ context, one client ID at the scheduler), made
-by the first such Client. However many tasks wait in the processor, each holding Clients, the processor
-keeps one connection and a fixed number of threads.
+processor's `SharedConnection` for the scope of the task it is made in (one agent thread, one ZeroMQ context,
+one client ID at the scheduler), made by the first such Client. That Client tells the scheduler the task it
+was made in, with the worker's proof (`scaler.protocol.delegation`): the connection stands for that task's
+client, whose objects its tasks read. However many tasks wait in the processor, each holding Clients, the
+processor keeps one connection per client whose tasks hold Clients there (a fixed number of threads each), and
+the one used last: a connection no Client holds any more says goodbye (`close_unreferenced`).
 
 A view sends through the shared agent (`ClientView`), except what would reach beyond itself: its
 `disconnect` stops only the view (the connection stays, for the other tasks) and its `clear` cancels only
@@ -14,6 +17,7 @@ the tasks submitted through it.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import weakref
 from typing import Any, Callable, Dict, Mapping, Optional
 
@@ -21,6 +25,7 @@ from scaler.client.agent import ClientAgent, close_unreferenced
 from scaler.client.client_events import Cancel, Clear, Event
 from scaler.client.future import ScalerFuture
 from scaler.client.task_builder import TaskBuilder
+from scaler.protocol import delegation
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import new_client_id
 from scaler.protocol.messages import Version
@@ -32,12 +37,19 @@ class SharedConnection:
     """The processor's connection: one agent, and the task builders of the Clients that use the default
     serializer (one per profiling choice), so that a function is put in storage once for all of them."""
 
-    def __init__(self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float) -> None:
+    def __init__(
+        self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float,
+        made_in: bytes = b"", delegation_key: bytes = b"",
+    ) -> None:  # fmt: skip
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
+        proof = delegation.proof(delegation_key, self.client_id, made_in) if made_in and delegation_key else b""
+        # the agent holds what it calls back, never this connection: a connection no Client holds is freed at once
         self.agent = ClientAgent(
-            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait, on_objects_failed=self._forget,
+            self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait,
+            on_objects_failed=functools.partial(_forget, self._builders),
             keys=peer_keys(SecurityConfig.from_environment()),  # the worker's task key, when the cluster has keys
+            made_in=(made_in, proof),
         )  # fmt: skip
         self.agent.connect(timeout_seconds, wait)
         weakref.finalize(self, close_unreferenced, self.agent)
@@ -56,27 +68,36 @@ class SharedConnection:
         builder.send = self.agent.send
         return builder
 
-    def _forget(self, object_ids: Any) -> None:
-        for builder in self._builders.values():
-            builder.forget(object_ids)
+
+def _forget(builders: Dict[bool, TaskBuilder], object_ids: Any) -> None:
+    """The functions that failed to reach storage: the shared task builders put them again."""
+    for builder in builders.values():
+        builder.forget(object_ids)
 
 
 def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float) -> SharedConnection:
-    """The processor's connection, connected by the first Client that asks (with its options), or again after
+    """The processor's connection for the scope of the task whose code asks (outside a task's own code: one that
+    stands for itself), connected by the first Client of that scope that asks (with its options), or again after
     it closed (the scheduler went away or refused it)."""
+    running = context.running_task()
+    made_in, scope = running if running is not None else (b"", b"")
     with context.lock:
-        connection = context.connection
+        connection = context.connections.get(scope)
         if connection is None or connection.agent.closed:
-            connection = SharedConnection(context.scheduler_address, timeout_seconds, heartbeat, wait)
-            context.connection = connection
+            address = context.scheduler_address
+            connection = SharedConnection(address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key)
+            context.connections[scope] = connection
+        context.last_connection = connection  # the others live as long as Clients hold them
         return connection
 
 
 class ClientView:
-    """A Client's agent inside a processor: the shared agent, but for what concerns this Client alone."""
+    """A Client's agent inside a processor: the shared agent, but for what concerns this Client alone. It holds
+    its connection: a connection lives as long as a Client uses it."""
 
-    def __init__(self, shared: ClientAgent) -> None:
-        self._shared = shared
+    def __init__(self, connection: SharedConnection) -> None:
+        self._connection = connection
+        self._shared: ClientAgent = connection.agent
         self._futures: weakref.WeakValueDictionary[bytes, ScalerFuture] = weakref.WeakValueDictionary()
         self._closed = False
 

@@ -13,7 +13,9 @@ waits for it, at most `RECONNECT_SECONDS` (or the timeout, if shorter); when the
 client says Hello again and sends what waited. A server that refuses us after accepting us restarted and
 forgot us: what waited fails, and Hello again.
 
-Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete.
+Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete. An object
+with a frame larger than the server takes (its HelloAck's ``maxMessageSize``) is refused here, unsent: the
+server would disconnect the client.
 
 Back-pressure: a put the server refuses because it is full (``storageFull``: past its memory and disk budgets,
 docs/memory.md) is not a failure yet: the object is put again every `FULL_RETRY_SECONDS`, as the server frees
@@ -33,6 +35,7 @@ from scaler.protocol import connection_events, object_frames
 from scaler.protocol.connection_events import closed_in_handshake, role_name
 from scaler.protocol.errors import DisconnectedError, ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import STORAGE_OPTION, too_large_for
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -90,6 +93,7 @@ class StorageRequests:
         self._retry_at = math.inf
         self._give_up_at: Dict[bytes, float] = {}  # object ID -> when its refusals fail it
         self._now = 0.0  # of the last flush: refusals are dated by it
+        self._max_message_size = 0  # the largest frame the server takes (its HelloAck, 1.8); 0: not said
         self._gets: List[bytes] = []
         self._deletes: List[bytes] = []
 
@@ -145,6 +149,7 @@ class StorageRequests:
     def on_hello_ack(self, message: HelloAck, blobs: Sequence[Any]) -> None:
         if message.role in (PeerRole.OBJECT_STORAGE, PeerRole.CLIENT):  # CLIENT: an older server, which does not say
             self._accepted = True
+            self._max_message_size = message.max_message_size
             return
         what = f"{self.address}, named by the scheduler, is {role_name(message.role)}, not an object storage server"
         self._refused(DisconnectedError(what))
@@ -312,10 +317,11 @@ class StorageRequests:
         if self._full and now >= self._retry_at:
             self._put_refused_again(now)
         if self._puts:
-            object_ids = [object_id for object_id, _ in self._puts]
-            blobs, frame_counts = object_frames.pack([data for _, data in self._puts])
-            self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts, dict(self._puts))
-            self._puts = []
+            puts, self._puts = self._refuse_too_large(self._puts), []
+            if puts:
+                object_ids = [object_id for object_id, _ in puts]
+                blobs, frame_counts = object_frames.pack([data for _, data in puts])
+                self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts, dict(puts))
         if self._gets:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
@@ -338,6 +344,22 @@ class StorageRequests:
                 self._fail_puts([object_id], refusal)
             else:
                 self._puts.append((object_id, data))
+
+    def _refuse_too_large(self, puts: List[Tuple[bytes, Any]]) -> List[Tuple[bytes, Any]]:
+        """The puts the server takes; those with a frame larger than its limit fail here (it would disconnect us)."""
+        limit = self._max_message_size
+        if not limit:
+            return puts
+        taken = []
+        for object_id, data in puts:
+            largest = object_frames.largest_frame(data)
+            if largest <= limit:
+                taken.append((object_id, data))
+                continue
+            what = f"object {show(object_id)}"
+            error = too_large_for(what, largest, limit, "object storage server", STORAGE_OPTION)
+            self._fail_puts([object_id], ObjectStorageRefusedError(error))
+        return taken
 
     def _request(
         self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),

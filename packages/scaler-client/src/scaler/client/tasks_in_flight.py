@@ -10,8 +10,12 @@ Ordering rules it keeps:
   tasks end and their argument objects are deleted. So a burst of large arguments does not make the
   storage server hold them all (the memory it reuses is far cheaper than fresh memory), and no put is ever
   refused for a burst alone;
+- at most the scheduler's quota of tasks (``task_quota``, its HelloAck's ``clientQuota``) are on their way
+  or at the scheduler at once (graphs aside): the tasks beyond wait here (`HELD`) likewise, and leave as
+  tasks end, so a map larger than the quota runs whole and the scheduler never refuses one of its tasks;
 - tasks that become ready in one turn of the agent's loop leave in one TaskBatch (split every
-  ``batch_size`` tasks);
+  ``batch_size`` tasks, and so that no message is larger than the scheduler takes: `max_message_size`, from
+  its HelloAck); a task that alone is larger fails, unsent;
 - a result whose payload is in object storage is read (then deleted there) before the task ends; a task's
   temporary argument objects are deleted once it ends.
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
@@ -38,8 +43,11 @@ from scaler.client.client_lifecycles import TASK, TaskAction, TaskEvent, TaskSta
 from scaler.client.graph_submissions import GraphSubmissions
 from scaler.client.storage_requests import PUTTING, StorageRequests
 from scaler.protocol import object_frames
+from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import batches, message_budget, task_size, too_large_for
 from scaler.protocol.messages import (
+    HelloAck,
     PayloadKind,
     Task,
     TaskBatch,
@@ -56,6 +64,7 @@ _CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits eac
 assert len(_CODES) < 16
 _STORY_MASK = (1 << 24) - 1  # the last six events
 _SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
+_CANCEL_BYTES = 32  # a task ID in a TaskCancel, at most
 
 
 @dataclass(slots=True)
@@ -72,6 +81,7 @@ class _TaskRecord:
     story: int = 0  # its last events (TaskEvent codes, four bits each): told when a transition is illegal
     temporary_objects: Sequence[bytes] = ()  # its large arguments' objects, deleted once it ends
     argument_bytes: int = 0  # of its large arguments in storage
+    admitted: bool = False  # it counts against the quota of tasks at the scheduler (it left NEW or HELD)
     missing: int = 0  # objects it waits for
     fetching: Optional[TaskResult] = None  # its result, while the payload is read from storage
 
@@ -99,6 +109,10 @@ class TasksInFlight:
         self._held: Deque[Tuple[bytes, Sequence[Tuple[bytes, Any]], int]] = collections.deque()  # (ID, puts, bytes)
         self._out_tasks: List[Task] = []
         self._out_cancels: List[bytes] = []
+        self.max_message_size = 0  # the scheduler's (HelloAck, 1.8); 0: it states none
+        self.message_budget = message_budget(0)
+        self.task_quota = 0  # the tasks it may have at the scheduler (HelloAck, 1.8); 0: no quota stated
+        self._admitted = 0  # tasks that count against it
         self.graphs = GraphSubmissions(self, storage, out)
         carry_out: Dict[TaskAction, Callable[[bytes, Any, Any], None]] = {
             TaskAction.HOLD: self._hold,
@@ -144,14 +158,17 @@ class TasksInFlight:
 
     def submit(self, event: Submit, now: float) -> None:
         tasks, users, objects, step, send = self._tasks, self.function_users, self._storage.objects, self.step, _SEND
-        all_puts = event.puts
+        all_puts, quota = event.puts, self.task_quota or math.inf
         for task in event.tasks:
             task_id, function_id = task.task_id, task.function_id
             record = _TaskRecord(task, function_id)
             tasks[task_id] = record
             users[function_id] = users.get(function_id, 0) + 1
             puts = all_puts.get(task_id) if all_puts else None
-            if puts is None and not objects:  # nothing is being put and no put failed: its objects are stored
+            # nothing is being put and no put failed (its objects are stored), and there is room at the scheduler
+            if puts is None and not objects and self._admitted < quota:
+                record.admitted = True
+                self._admitted += 1
                 step(task_id, record, send)
             else:
                 self._admit(task_id, record, puts)
@@ -184,6 +201,7 @@ class TasksInFlight:
 
     def _forget_all(self) -> None:
         self._argument_bytes = 0
+        self._admitted = 0
         self._waiting.clear()
         self.function_users.clear()
         self._out_tasks.clear()
@@ -260,12 +278,10 @@ class TasksInFlight:
         if error is not None:
             self.step(task_id, record, TaskEvent.FAIL, error)
             return
-        if not puts:
-            self.step(task_id, record, self._await(task_id, record))
-            return
+        puts = puts or ()
         record.temporary_objects = [object_id for object_id, _ in puts]
         size = sum(object_frames.size(data) for _, data in puts)
-        if size and (self._held or not self._room_for(size)):
+        if not self._room_at_scheduler() or (size and (self._held or not self._room_for(size))):
             self.step(task_id, record, TaskEvent.HOLD, (puts, size))
             return
         self._start(task_id, record, puts, size)
@@ -285,8 +301,13 @@ class TasksInFlight:
     def _room_for(self, size: int) -> bool:
         return self._argument_bytes == 0 or self._argument_bytes + size <= self._argument_bytes_limit
 
+    def _room_at_scheduler(self) -> bool:
+        return not self.task_quota or self._admitted < self.task_quota
+
     def _start(self, task_id: bytes, record: _TaskRecord, puts: Sequence[Tuple[bytes, Any]], size: int) -> None:
         """Put the task's large arguments (it goes once every object it needs is acknowledged)."""
+        record.admitted = True
+        self._admitted += 1
         record.argument_bytes = size
         self._argument_bytes += size
         for object_id, data in puts:
@@ -306,7 +327,7 @@ class TasksInFlight:
         return TaskEvent.STORE if missing else TaskEvent.SEND
 
     def _start_held(self) -> None:
-        """Start the tasks held for room in storage, in order, as far as the room now goes."""
+        """Start the tasks held for room, in order, as far as the room (in storage, at the scheduler) now goes."""
         held = self._held
         while held:
             task_id, puts, size = held[0]
@@ -314,10 +335,10 @@ class TasksInFlight:
             if record is None:  # it ended (cancelled) while held
                 held.popleft()
                 continue
-            if not self._room_for(size):
+            if not self._room_for(size) or not self._room_at_scheduler():
                 return
             held.popleft()
-            error = self._failed_need(record) or self._storage.error
+            error = self._failed_need(record) or (self._storage.error if puts else None)
             if error is not None:
                 self.step(task_id, record, TaskEvent.FAIL, error)
             else:
@@ -357,8 +378,9 @@ class TasksInFlight:
                 self.function_users[function_id] = users
         if delete and record.temporary_objects:
             self._storage.delete(record.temporary_objects)
-        if record.argument_bytes:
+        if record.argument_bytes or record.admitted:
             self._argument_bytes -= record.argument_bytes
+            self._admitted -= record.admitted
             if self._held:
                 self._start_held()
         if self.graphs.targets:
@@ -382,12 +404,28 @@ class TasksInFlight:
 
     # --- the turn's batches -------------------------------------------------------------------------------------
 
+    def take_limits(self, ack: HelloAck) -> None:
+        """What the scheduler's HelloAck says (1.8; 0: an older one, which says nothing): the largest message it
+        takes, and the tasks this client may have there at once."""
+        self.max_message_size = ack.max_message_size
+        self.message_budget = message_budget(ack.max_message_size)
+        self.task_quota = ack.client_quota
+
+    def too_large(self, what: str, size: int) -> ProtocolError:
+        option = "scaler_scheduler --max-message-size"
+        return ProtocolError(too_large_for(what, size, self.max_message_size, "scheduler", option))
+
     def flush(self) -> None:
+        out = self._out
         if self._out_tasks:
-            tasks, size = self._out_tasks, self._batch_size
-            for start in range(0, len(tasks), size):
-                self._out.append(ToScheduler(TaskBatch(tasks=tasks[start : start + size])))
+            runs, too_large = batches(self._out_tasks, task_size, self.message_budget, self._batch_size)
+            out.extend(ToScheduler(TaskBatch(tasks=run)) for run in runs)
             self._out_tasks = []
+            for task, size in too_large:
+                record = self._tasks.get(task.task_id)
+                if record is not None:
+                    self.step(task.task_id, record, TaskEvent.FAIL, self.too_large(f"task {show(task.task_id)}", size))
         if self._out_cancels:
-            self._out.append(ToScheduler(TaskCancel(task_ids=self._out_cancels)))
+            cancels, each = self._out_cancels, max(1, self.message_budget // _CANCEL_BYTES)
+            out.extend(ToScheduler(TaskCancel(cancels[i : i + each])) for i in range(0, len(cancels), each))
             self._out_cancels = []

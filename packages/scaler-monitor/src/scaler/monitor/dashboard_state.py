@@ -91,6 +91,8 @@ class DashboardState:
                     "rss_bytes": snapshot.scheduler_rss_bytes,
                     "clients": snapshot.clients,
                     "workers": len(snapshot.workers),
+                    "client_task_quota": snapshot.client_task_quota,
+                    "client_memory_quota": snapshot.client_memory_quota,
                 },
                 "tasks_received": tasks_received(snapshot),
                 "task_states": _counters(snapshot.task_states),
@@ -128,6 +130,7 @@ def _client(client) -> Dict[str, Any]:
     return {
         "client": show(client.client_id),
         "tasks": client.tasks,
+        "stored_bytes": client.stored_bytes,
         "pending": beat.pending_tasks,
         "cpu": beat.cpu * 100,  # the client reports a fraction of one core
         "rss_bytes": beat.rss_bytes,

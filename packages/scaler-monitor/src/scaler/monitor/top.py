@@ -62,6 +62,16 @@ def _counters(counters: Sequence[Counter]) -> List[Tuple[str, str]]:
     return [(counter.name, f"{counter.value:,}") for counter in counters]
 
 
+def _client_shares(snapshot: StateSnapshot) -> str:
+    """One line: the largest share a client takes of the scheduler and of storage, beside each quota (1.8)."""
+    clients = snapshot.client_snapshots
+    most_tasks = max((client.tasks for client in clients), default=0)
+    most_stored = max((client.stored_bytes for client in clients), default=0)
+    tasks_quota = f" (quota {snapshot.client_task_quota:,} queued)" if snapshot.client_task_quota else ""
+    stored_quota = f" of {show_bytes(snapshot.client_memory_quota)}" if snapshot.client_memory_quota else ""
+    return f"a client at most: {most_tasks:,} tasks{tasks_quota}, {show_bytes(most_stored)} stored{stored_quota}"
+
+
 def _messages(snapshot: StateSnapshot, limit: Optional[int]) -> List[str]:
     """The messages block: per type, how many the scheduler sent and received; the busiest ``limit`` types."""
     sent = {counter.name: counter.value for counter in snapshot.messages_sent}
@@ -226,7 +236,7 @@ def render(
         _block("task states", _counters(snapshot.task_states)),
         _messages(snapshot, message_rows),
     ]
-    head = _side_by_side(blocks, width)
+    head = [*_side_by_side(blocks, width), _client_shares(snapshot)]
     rule = "-" * min(width, max(len(line) for line in head))
     lines = [*head, rule, view.status_line()]
     if view.help:

@@ -411,8 +411,9 @@ _F_TASK_ID, _F_CLIENT_ID, _F_PRIORITY, _F_CAPABILITIES, _F_ATTEMPT, _F_TIMEOUT, 
     for name in ("taskId", "clientId", "priority", "capabilities", "attempt", "timeoutSeconds", "retries")
 )
 _TASK_ARGUMENT = messages.ArgumentKind.TASK.value
-_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_STREAM_OUTPUT = (
-    _TASK_FIELDS[name] for name in ("functionId", "serializerId", "arguments", "storeResult", "streamOutput")
+_F_FUNCTION_ID, _F_SERIALIZER_ID, _F_ARGUMENTS, _F_STORE_RESULT, _F_STREAM_OUTPUT, _F_SCOPE_ID = (
+    _TASK_FIELDS[name]
+    for name in ("functionId", "serializerId", "arguments", "storeResult", "streamOutput", "scopeId")
 )
 _ARGUMENT_FIELDS = schema.Argument.schema.fields
 _F_ARGUMENT_NAME, _F_ARGUMENT_KIND, _F_ARGUMENT_DATA = (_ARGUMENT_FIELDS[name] for name in ("name", "kind", "data"))
@@ -424,14 +425,15 @@ class RoutedTask:
 
     Every field a worker reads is read once here too, so that a task a worker could not read is refused when
     it is submitted (the batch comes as a `DamagedTaskBatch`), not found out by its worker. ``client_id`` and
-    ``attempt`` may be changed; they are written over the copy when the task is sent. A node of a graph names
+    ``attempt`` may be changed, and ``scope_id`` (the scheduler sets it, whatever the client sent); they are
+    written over the copy when the task is sent. A node of a graph names
     the nodes whose results it needs (``dependencies``: the position of each such argument, kind ``task``, and
     the task ID it names); the scheduler replaces those arguments (`set_argument`) and may ask for the result
     to be stored (``store_result``), written over the copy too."""
 
     __slots__ = (
         "task_id", "client_id", "priority", "capabilities", "attempt", "timeout_seconds", "retries", "dependencies",
-        "store_result", "_arguments", "_received", "_index",
+        "store_result", "scope_id", "_received_scope", "_arguments", "_received", "_index",
     )  # fmt: skip
 
     def __init__(self, received: _Received, index: int, reader: Any) -> None:
@@ -448,6 +450,8 @@ class RoutedTask:
         self.retries: int = get(_F_RETRIES)
         self.dependencies: Sequence[Tuple[int, bytes]] = ()
         self.store_result: Optional[bool] = None  # None: as received
+        self.scope_id: bytes = get(_F_SCOPE_ID)
+        self._received_scope = self.scope_id  # the scope is written over the copy when it is not this object
         self._arguments: Optional[List[Tuple[int, messages.ArgumentKind, bytes]]] = None  # written over the copy
         self._received = received
         self._index = index
@@ -484,6 +488,8 @@ class RoutedTask:
         set_field = builder._set_by_field  # by field object: faster than by name
         set_field(_F_CLIENT_ID, self.client_id)
         set_field(_F_ATTEMPT, self.attempt)
+        if self.scope_id is not self._received_scope:
+            set_field(_F_SCOPE_ID, self.scope_id)
         if self.store_result is not None:
             set_field(_F_STORE_RESULT, self.store_result)
         if self._arguments is not None:

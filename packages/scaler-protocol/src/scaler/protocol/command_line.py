@@ -114,24 +114,12 @@ def parse_size(text: Union[str, int]) -> int:
     return size
 
 
-def size_argument(text: str) -> int:
-    """`parse_size` as an argparse type."""
+def byte_size(text: str) -> int:
+    """A size option (`parse_size`)."""
     try:
         return parse_size(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def show_size(size: int) -> str:
-    """A byte count as every message, log line and help text writes it (``1.5 GiB``)."""
-    if size < 1024:
-        return f"{size} bytes"
-    value, unit = size / 1024, "KiB"
-    for larger_unit in ("MiB", "GiB", "TiB"):
-        if value < 1024:
-            break
-        value, unit = value / 1024, larger_unit
-    return f"{value:.1f} {unit}"
 
 
 def parse_arguments(parser: argparse.ArgumentParser, section: str, argv: Optional[Sequence[str]] = None) -> Any:

@@ -46,6 +46,8 @@ class ObjectRequestKind(enum.IntEnum):
     GET = 1
     DELETE = 2
     CLEAR_OWNER = 3
+    USAGE = 4  # 1.8: the bytes each owner holds (the scheduler asks, for monitors)
+    ADMIT = 5  # 1.8: the scheduler serves this client (docs/protocol.md, "Whose objects a task reads")
 
 
 class ObjectStatus(enum.IntEnum):
@@ -91,6 +93,7 @@ class WorkerInfo:
     queue_capacity: int = 0
     capabilities: List[Capability] = field(default_factory=list)
     group_id: bytes = b""  # 1.6: the worker group a worker manager started it in
+    delegation_key: bytes = b""  # 1.8: the key of the proofs of its tasks' Clients (scaler.protocol.delegation)
 
 
 @dataclass(slots=True)
@@ -100,6 +103,8 @@ class Hello:
     pid: int = 0
     hostname: str = ""
     worker_info: WorkerInfo = field(default_factory=WorkerInfo)
+    made_in: bytes = b""  # 1.8: the task a client was made in (scaler.protocol.delegation)
+    made_in_proof: bytes = b""  # 1.8: that it was
 
 
 @dataclass(slots=True)
@@ -109,6 +114,8 @@ class HelloAck:
     heartbeat_interval_seconds: float = 0.0
     timeout_seconds: float = 0.0
     role: PeerRole = PeerRole.CLIENT  # who answered (1.5); CLIENT: an older peer, which does not say
+    max_message_size: int = 0  # the largest frame the answering daemon takes (1.8); 0: an older one, not said
+    client_quota: int = 0  # scheduler: tasks a client may have queued; storage: bytes an owner may hold (1.8)
 
 
 @dataclass(slots=True)
@@ -182,6 +189,7 @@ class Task:
     serializer_id: bytes = b""
     store_result: bool = False
     stream_output: bool = False
+    scope_id: bytes = b""  # 1.8, set by the scheduler: the client whose objects the task reads; b"": client_id
 
 
 @dataclass(slots=True)
@@ -244,6 +252,7 @@ class ObjectRequest:
     owner_id: bytes = b""
     object_ids: List[bytes] = field(default_factory=list)
     frame_counts: List[int] = field(default_factory=list)  # put: frames per object; empty: one each
+    scope_id: bytes = b""  # 1.8, admit: the client whose objects owner_id's tasks read; b"": owner_id
 
 
 @dataclass(slots=True)
@@ -313,6 +322,7 @@ class ClientSnapshot:
     heartbeat: ClientHeartbeat = field(default_factory=ClientHeartbeat)
     tasks: int = 0
     last_seen_seconds_ago: float = 0.0
+    stored_bytes: int = 0  # 1.8: of the objects it owns in the storage server
 
 
 @dataclass(slots=True)
@@ -333,6 +343,8 @@ class StateSnapshot:
     objects: int = 0
     client_snapshots: List[ClientSnapshot] = field(default_factory=list)
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
+    client_task_quota: int = 0  # 1.8: the tasks a client may have queued at the scheduler (--max-client-tasks)
+    client_memory_quota: int = 0  # 1.8: the bytes an owner may hold in storage (its --max-client-memory)
 
 
 @dataclass(slots=True)

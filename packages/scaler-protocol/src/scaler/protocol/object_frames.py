@@ -63,3 +63,10 @@ def size(payload: Any) -> int:
     if type(payload) is list:
         return sum(memoryview(frame).nbytes for frame in payload)
     return len(payload)
+
+
+def largest_frame(payload: Any) -> int:
+    """The bytes of a payload's largest frame (what a socket's message size limit is checked against)."""
+    if type(payload) is list:
+        return max((memoryview(frame).nbytes for frame in payload), default=0)
+    return len(payload)

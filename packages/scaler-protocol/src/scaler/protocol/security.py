@@ -38,6 +38,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from scaler.protocol.connection_liveness import watch_liveness
 from scaler.protocol.errors import SecurityError
+from scaler.protocol.message_limits import HANDSHAKE_SECONDS
 from scaler.protocol.messages import PeerRole
 
 logger = logging.getLogger(__name__)
@@ -412,13 +413,21 @@ def server_keys(config: SecurityConfig) -> Keys:
 # ----------------------------------------------------------------------------- sockets
 
 
-def new_socket(context: Any, socket_type: int, keys: Keys, domain: Optional[str] = None) -> Any:
-    """A socket of ``context`` with linger 0 and the TCP options that find a vanished host (`connection_liveness`),
-    secured by ``keys``: the CurveZMQ server of ``domain`` (a socket that binds, authorized through the ZAP
-    handler), or a CurveZMQ client of the server key (``domain`` None). Without keys, a plain socket."""
+def new_socket(
+    context: Any, socket_type: int, keys: Keys, domain: Optional[str] = None, max_message_size: Optional[int] = None
+) -> Any:
+    """A socket of ``context`` with linger 0, the TCP options that find a vanished host (`connection_liveness`) and
+    a bounded handshake (`message_limits.HANDSHAKE_SECONDS`), secured by ``keys``: the CurveZMQ server of
+    ``domain`` (a socket that binds, authorized through the ZAP handler), or a CurveZMQ client of the server key
+    (``domain`` None). Without keys, a plain socket. A socket that binds is given ``max_message_size``: a peer that
+    sends or announces a larger frame is disconnected before it is buffered, authenticated or not
+    (docs/protocol.md, "Message size limits")."""
     socket = context.socket(socket_type)
     socket.setsockopt(zmq.LINGER, 0)
     watch_liveness(socket)  # a vanished host's connections are found dead in seconds
+    socket.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_SECONDS * 1000))
+    if max_message_size is not None:
+        socket.setsockopt(zmq.MAXMSGSIZE, max_message_size)
     own = keys.own
     if own is None:
         return socket

@@ -19,7 +19,10 @@ from scaler.protocol.messages import Version
 # 1.6: worker managers: WorkerInfo.groupId, WorkerManagerHeartbeat's groups and limits, WorkerManagerCommand's
 #      desiredGroups and stopGroups, StateSnapshot.managers, WorkerSnapshot.groupId and draining
 # 1.7: graphs sent in parts: GraphTask.more
-# 1.8: memory limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
+# 1.8: limits and quotas: HelloAck.maxMessageSize, clientQuota, ObjectRequestKind.usage, ClientSnapshot.storedBytes,
+#      StateSnapshot.clientTaskQuota, clientMemoryQuota; a client's objects are its own, also through tasks:
+#      ObjectRequestKind.admit, ObjectRequest.scopeId, Task.scopeId, Hello.madeIn and madeInProof,
+#      WorkerInfo.delegationKey; memory limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -30,6 +33,8 @@ WAITING_TASKS_VERSION = Version(major=1, minor=4)  # WaitingTasks
 RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says what it holds (TaskBatch.sequence, ...)
 MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
 GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
+USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
+ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -8,16 +8,20 @@ from typing import Optional, Sequence
 
 from scaler.protocol.command_line import (
     add_common_arguments,
+    byte_size,
     non_negative_float,
     parse_arguments,
+    parse_size,
     positive_float,
-    size_argument,
+    positive_int,
 )
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE, show_size
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import ScalingSettings
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 
 # options of the object storage server the scheduler starts (when none answers at port + 1): name -> its option
 STORAGE_OPTIONS = {
@@ -82,6 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a worker silent this long is forgotten and its tasks run elsewhere (a worker whose connection "
         "closes, at once) (default: %(default)s)",
     )  # fmt: skip
+    limits = parser.add_argument_group("limits", "what one peer may send and hold (docs/security.md)")
+    limits.add_argument(
+        "--max-message-size", type=byte_size, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="SIZE",
+        help="the largest message a client, worker or manager may send; a peer that sends a larger one is "
+        f"disconnected. Suffixes K, M, G (default: {show_size(DEFAULT_MAX_MESSAGE_SIZE)})",
+    )  # fmt: skip
+    limits.add_argument(
+        "--max-client-tasks", type=positive_int, default=DEFAULT_MAX_CLIENT_TASKS, metavar="N",
+        help="the tasks a client may have queued here, waiting for a worker (graphs aside): a client of protocol "
+        "1.8 holds the others back, an older one has them refused (default: %(default)s)",
+    )  # fmt: skip
     scaling = parser.add_argument_group("scaling", "how worker managers grow and shrink (docs/scaling.md)")
     scaling.add_argument(
         "--scale-up-after-seconds", type=non_negative_float, default=1.0, metavar="SECONDS",
@@ -107,11 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the object storage server it starts", "without --object-storage-address, when none answers at port + 1"
     )
     storage.add_argument(
-        "--max-object-size", type=size_argument, default=None, metavar="SIZE",
+        "--max-object-size", type=byte_size, default=None, metavar="SIZE",
         help="largest object it accepts; suffixes K, M, G, T (default: the storage server's, 1 GiB)",
     )  # fmt: skip
     storage.add_argument(
-        "--storage-memory-limit", type=size_argument, default=None, metavar="SIZE",
+        "--storage-memory-limit", type=byte_size, default=None, metavar="SIZE",
         help="memory it holds objects in, past which it spills them (default: the storage server's, half the host's)",
     )  # fmt: skip
     storage.add_argument(
@@ -129,6 +144,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, "scheduler", argv)
+    try:  # a value from --config arrives unconverted when it is not text
+        args.max_message_size = parse_size(args.max_message_size)
+    except ValueError as error:
+        parser.error(f"argument --max-message-size: {error}")
     from scaler.scheduler.server import run_scheduler
 
     try:
@@ -154,6 +173,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             scaling=ScalingSettings(args.scale_up_after_seconds, args.scale_down_idle_seconds),
             adapter_webhook_url=args.adapter_webhook_url,
             adapter_webhook_timeout_seconds=args.adapter_webhook_timeout_seconds,
+            max_message_size=args.max_message_size,
+            max_client_tasks=args.max_client_tasks,
             storage_arguments=[
                 f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))
             ],

@@ -55,7 +55,7 @@ installed, pure Python otherwise).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Container, Dict, List, Optional, Sequence, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ScalerError
@@ -152,8 +152,10 @@ class GraphTasks:
     def inline_bytes(self) -> int:
         return self._inline_bytes
 
-    def owns(self, task_id: bytes) -> bool:
-        return task_id in self._nodes
+    @property
+    def nodes(self) -> Container[bytes]:
+        """The task IDs of the nodes of live graphs (kept up to date: one object for the scheduler's lifetime)."""
+        return self._nodes.keys()
 
     # ----------------------------------------------------------------- entry points
 

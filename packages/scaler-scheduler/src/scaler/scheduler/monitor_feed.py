@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 
 import zmq
 
+from scaler.protocol.message_limits import MONITOR_MAX_MESSAGE_SIZE
 from scaler.protocol.security import MONITOR_DOMAIN, Keys, new_socket
 from scaler.scheduler.scheduler_events import MonitorSubscription
 
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 class MonitorFeed:
     def __init__(self, context: Any, keys: Keys, address: str) -> None:
         self.address = address
-        self.socket = new_socket(context, zmq.XPUB, keys, MONITOR_DOMAIN)
+        self.socket = new_socket(context, zmq.XPUB, keys, MONITOR_DOMAIN, MONITOR_MAX_MESSAGE_SIZE)  # subscriptions
         self.socket.setsockopt(zmq.SNDHWM, SNAPSHOTS_HELD)
 
     @staticmethod

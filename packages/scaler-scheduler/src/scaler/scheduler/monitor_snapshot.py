@@ -11,9 +11,10 @@ from scaler.scheduler.task_lifecycle import TaskState
 
 
 def state_snapshot(
-    workers: Dict[bytes, Worker], clients: Dict[bytes, Client], counts: Counter, now: float
+    workers: Dict[bytes, Worker], clients: Dict[bytes, Client], counts: Counter, stored: Dict[bytes, int], now: float
 ) -> m.StateSnapshot:
-    """Workers, clients and task counts (the shell adds the process's CPU, memory and message counts)."""
+    """Workers, clients (with what their objects take in storage: ``stored``) and task counts (the shell adds the
+    process's CPU, memory and message counts)."""
     worker_snapshots = [
         m.WorkerSnapshot(
             worker_id=w.worker_id,
@@ -28,7 +29,8 @@ def state_snapshot(
         for w in workers.values()
     ]
     client_snapshots = [
-        m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen) for c in clients.values()
+        m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen, stored.get(c.client_id, 0))
+        for c in clients.values()
     ]
     states = [m.Counter(state.value, max(0, counts[state])) for state in TaskState]
     return m.StateSnapshot(

@@ -16,7 +16,7 @@ class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
         "balance_pending", "waiting", "credential", "reconciles", "batch_sequence", "group_id", "draining",
-        "digest", "filed_load", "filed_with_room",
+        "digest", "filed_load", "filed_with_room", "delegation_key",
     )  # fmt: skip
     role = m.PeerRole.WORKER
 
@@ -42,6 +42,8 @@ class Worker:
         self.draining = False  # its group is drained before it stops: it takes no new task (capacity 0)
         self.filed_load = 0  # where `worker_loads.WorkerLoads` filed it: under this load,
         self.filed_with_room = False  # and among the workers with room or not
+        # what the Clients made in its tasks prove their task with (1.8, scaler.protocol.delegation); b"": none
+        self.delegation_key = hello.worker_info.delegation_key
 
     @property
     def load(self) -> int:
@@ -50,14 +52,19 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "last_seen", "heartbeat", "credential", "reads_output")
+    __slots__ = ("client_id", "tasks", "queued", "last_seen", "heartbeat", "credential", "reads_output", "scope")
     role = m.PeerRole.CLIENT
 
-    def __init__(self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True) -> None:
+    def __init__(
+        self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True, scope: bytes = b""
+    ) -> None:
         self.client_id = client_id
+        # whose objects its tasks read: its own, or (a Client made inside a task) those of the client it stands for
+        self.scope = scope or client_id
         self.credential = credential  # the key it said Hello with: its messages must come with that key
         self.reads_output = reads_output  # its protocol version knows TaskOutputBatch
         self.tasks: Set[bytes] = set()  # its tasks the scheduler holds
+        self.queued = 0  # of them, those of its own batches (not graph nodes) queued here: its quota counts these
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
 

@@ -8,7 +8,9 @@ It is made of:
 
 - the peers (`peers.py`): Hello, heartbeats, timeouts, disconnects, shutdown requests, here; and who may be
   what: a peer says Hello only as a role its key is authorized as (`security.Credential`; any role without
-  security), and its messages must then come with that key;
+  security), and its messages must then come with that key; whose objects a client's tasks read (its scope:
+  its own, or for a Client made inside a task that proves it, `scaler.protocol.delegation`, those its task's
+  client reads), of which the storage server is told before the client's HelloAck (`StorageLink.admit`);
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
@@ -27,9 +29,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import codec
+from scaler.protocol import codec, delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
+from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
     MANAGING_VERSION,
@@ -65,7 +68,7 @@ from scaler.scheduler.scheduler_events import (
     Tick,
 )
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_routing import TaskRouting
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
@@ -94,6 +97,8 @@ class SchedulerSettings:
     snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
     scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
+    max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
 
 
 class SchedulerCore:
@@ -103,13 +108,14 @@ class SchedulerCore:
         self._clients: Dict[bytes, Client] = {}
         self._silent_workers = Silence(settings.worker_timeout_seconds)
         self._silent_clients = Silence(settings.client_timeout_seconds)
-        self._routing = TaskRouting(
-            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths
-        )
         sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
+        self._routing = TaskRouting(
+            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
+            settings.max_client_tasks, self._graphs.nodes,
+        )  # fmt: skip
         self._storage = StorageLink(
-            settings.object_storage_address, settings.object_storage_address_given, settings.pid
+            settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
         )
         self._managers = WorkerManagers(
             self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
@@ -138,7 +144,7 @@ class SchedulerCore:
         routing = self._routing
         self._client_handlers: Dict[type, _PeerHandler] = {
             m.ClientHeartbeat: self._on_client_heartbeat,
-            m.TaskBatch: routing.on_task_batch,
+            m.TaskBatch: routing.on_client_batch,
             codec.DamagedTaskBatch: self._on_damaged_batch,
             m.TaskCancel: self._on_cancel_request,
             m.GraphTask: self._on_graph_task,
@@ -309,8 +315,12 @@ class SchedulerCore:
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
         if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
             self._next_snapshot = now + SNAPSHOT_SECONDS
-            snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, now)
+            storage, counts = self._storage, self._routing.state_counts
+            snapshot = state_snapshot(self._workers, self._clients, counts, storage.stored_bytes, now)
             snapshot.managers = self._managers.snapshots(now)
+            snapshot.client_task_quota = self.settings.max_client_tasks
+            snapshot.client_memory_quota = storage.client_memory_quota
+            storage.ask_usage(list(self._clients), out)  # for the next one
             out.sends.append(Publish(snapshot, self._subscribers > 0))
 
     # ----------------------------------------------------------------- peers
@@ -350,22 +360,55 @@ class SchedulerCore:
             self._managers.on_hello(source, credential, now)
             timeout = self.settings.worker_timeout_seconds
         else:
+            ack = self._hello_ack(source, self.settings.client_timeout_seconds)
             client = self._clients.get(source)
-            if client is None:
-                self._clients[source] = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION))
-                self._silent_clients.watch(source, now)
-                logger.info(f"Scheduler: client {show(source)} connected")
-            else:
+            if client is not None:
                 client.last_seen = now
-            timeout = self.settings.client_timeout_seconds
+                self._storage.acknowledge(source, ack, out)
+                return
+            scope = self._scope_of(source, hello)
+            client = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope)
+            self._clients[source] = client
+            self._silent_clients.watch(source, now)
+            stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
+            logger.info(f"Scheduler: client {show(source)} connected{stands_for}")
+            self._storage.admit(source, scope, ack, out)  # its HelloAck leaves once storage admitted it
+            return
+        out.sends.append(self._hello_ack(source, timeout))
+
+    def _hello_ack(self, source: bytes, timeout: float) -> Send:
         ack = m.HelloAck(
             PROTOCOL_VERSION,
             self.settings.object_storage_address,
             self.settings.heartbeat_interval_seconds,
             timeout,
             m.PeerRole.SCHEDULER,
+            max_message_size=self.settings.max_message_size,
+            client_quota=self.settings.max_client_tasks,
         )
-        out.sends.append(Send(source, ack))
+        return Send(source, ack)
+
+    def _scope_of(self, source: bytes, hello: m.Hello) -> bytes:
+        """Whose objects a new client's tasks read: its own; for a Client made inside a task (1.8), whose objects
+        that task's client's tasks read, if the worker that holds the task proves it (`delegation`)."""
+        if not hello.made_in:
+            return source
+        holder = self._routing.holder(hello.made_in)
+        if holder is not None:
+            worker, parent = self._workers.get(holder[0]), self._clients.get(holder[1])
+            if worker is not None and parent is not None:
+                if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
+                    return parent.scope
+        logger.warning(
+            f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
+            "holding that task proves: its tasks read its own objects only"
+        )
+        return source
+
+    def _readmit(self, out: Outbox) -> None:
+        """The storage server answers again (maybe a new one): it is told of every client again."""
+        for client in self._clients.values():
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     def _same_credential(self, peer: Any, credential: Credential, now: float, out: Outbox) -> bool:
         """Whether a known peer's message may come with ``credential`` (not the one it said Hello with): the
@@ -428,7 +471,7 @@ class SchedulerCore:
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
-        self._routing.on_task_batch(source, m.TaskBatch(message.tasks), now, out)
+        self._routing.on_client_batch(source, m.TaskBatch(message.tasks), now, out)
         self._routing.reject_damaged(source, message.damaged, out)
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
@@ -475,9 +518,12 @@ class SchedulerCore:
         if forget:
             del self._clients[client.client_id]
             self._connections.forget(client.client_id)
+            self._storage.forget(client.client_id)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
+        if not forget:  # the clear ended its admission too: it stays, so it is admitted again
+            self._storage.admit(client.client_id, client.scope, None, out)
 
     # ----------------------------------------------------------------- graphs (decided in graph_tasks.py)
 
@@ -498,7 +544,7 @@ class SchedulerCore:
         if actions.cancel:  # their confirms come back through _through_graphs, which swallows them
             self._routing.cancel(client_id, actions.cancel, out)
         if actions.release:  # released nodes are queued exactly as if the client had sent them
-            self._routing.on_task_batch(client_id, m.TaskBatch(actions.release), now, out)
+            self._routing.queue(client_id, actions.release, now)
         if actions.results:
             out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
         if actions.confirm_ids:

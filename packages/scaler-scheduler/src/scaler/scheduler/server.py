@@ -42,6 +42,11 @@ from scaler.protocol.addresses import check_address, default_monitor_address, de
 from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    MIN_MAX_MESSAGE_SIZE,
+    show_size,
+)
 from scaler.protocol.process_control import start_child
 from scaler.protocol.security import (
     MONITOR_DOMAIN,
@@ -79,6 +84,7 @@ from scaler.scheduler.scheduler_events import (
     StorageRefused,
     Tick,
 )
+from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
 from scaler.scheduler.webhook_manager import CallWebhook
 
@@ -114,10 +120,19 @@ class SchedulerServer:
         scaling: ScalingSettings = DEFAULT_SCALING,
         adapter_webhook_url: str = "",
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         storage_arguments: Sequence[str] = (),
     ) -> None:
         self.address = check_address(address)
         self._storage_arguments = tuple(storage_arguments)  # options of the storage server it starts, if it does
+        if max_message_size < MIN_MAX_MESSAGE_SIZE:
+            raise SchedulerStartError(
+                f"--max-message-size of {show_size(max_message_size)} is below the least the protocol needs, "
+                f"{show_size(MIN_MAX_MESSAGE_SIZE)}"
+            )
+        if max_client_tasks < 1:
+            raise SchedulerStartError(f"--max-client-tasks must be at least 1, not {max_client_tasks}")
         if adapter_webhook_url:
             try:
                 check_webhook_url(adapter_webhook_url)
@@ -147,6 +162,8 @@ class SchedulerServer:
                 snapshot_every_second=metrics_port is not None,
                 scaling=scaling,
                 adapter_webhook_url=adapter_webhook_url,
+                max_message_size=max_message_size,
+                max_client_tasks=max_client_tasks,
             )
         )
         self._webhook_url = adapter_webhook_url
@@ -220,13 +237,17 @@ class SchedulerServer:
             self._zap.start()
             directory = keys.authorized.directory if keys.authorized is not None else ""
             logger.info(f"Scheduler: CurveZMQ on every socket; authorized keys in {directory}")
-        self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN)
+        limit = self.core.settings.max_message_size
+        self._router = new_socket(self._context, zmq.ROUTER, keys, SCHEDULER_DOMAIN, limit)
         self._router.setsockopt(zmq.SNDHWM, 0)
         self._router.setsockopt(zmq.RCVHWM, 0)
         self._router.setsockopt(zmq.LINGER, 0)
         self._router_connections = self._router.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self._bind_socket(self._router, self.address)
-        logger.info(f"Scheduler: listen to scheduler address {self.address}")
+        logger.info(
+            f"Scheduler: listen to scheduler address {self.address}, messages up to {show_size(limit)}, "
+            f"{self.core.settings.max_client_tasks:,} tasks a client"
+        )
         self._monitor = MonitorFeed(self._context, keys, self.monitor_address)
         self._bind_socket(self._monitor.socket, self.monitor_address)
         logger.info(f"Scheduler: listen to scheduler monitor address {self.monitor_address}")

@@ -7,18 +7,26 @@ longer for the server it was given. Once the server answered, the shell starts s
 workers (`StartServing`); if none answers in time, or it refuses, the scheduler stops (`StartFailed`).
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
-is back up the core says Hello again and sends them once it is answered.
+is back up the core says Hello again and sends them once it is answered. For monitors, it asks a server of
+protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes`), and keeps
+the quota of each client that the server's HelloAck states.
+
+A server of protocol 1.8 admits the clients the scheduler serves (`admit`): each client's HelloAck waits until
+the server answered its admission, so no worker can put a result for a client, or read for a task's scope,
+before the server knows that client. When the server answers again after its connection went down, the held
+requests go first, then every client is admitted again (``readmit``; a restarted server knows none).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import Lifecycle, Transition
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, USAGE_VERSION, incompatibility, knows
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.scheduler_events import STORAGE, Send, StartFailed, StartServing, StartStorage
 
@@ -52,7 +60,7 @@ class LinkAction(enum.Enum):
     WAIT_FOR_ANSWER = "wait_for_answer"
     START_STORAGE = "start_storage"
     SERVE = "serve"
-    SEND_HELD = "send_held"  # the storage requests held while there was no answered Hello
+    SEND_HELD = "send_held"  # the storage requests held while there was no answered Hello, then the admissions
     WARN_LOST = "warn_lost"
     LOG_REFUSAL = "log_refusal"
     FAIL_REFUSED = "fail_refused"
@@ -98,14 +106,22 @@ del S, E, A, T
 
 
 class StorageLink:
-    def __init__(self, address: str, address_given: bool, pid: int) -> None:
+    def __init__(self, address: str, address_given: bool, pid: int, readmit: Callable[[Outbox], None]) -> None:
         self.address = address
         self.state = LinkState.WAITING if address_given else LinkState.PROBING
         self.deadline: Optional[float] = None  # when the answer is due, while waiting for one
+        self.admits = False  # the server's HelloAck says 1.8 or later: it admits clients
         self._pid = pid
+        self._readmit = readmit  # admits every client again (the core knows them)
+        self._request_ids = itertools.count(1)
+        self._admitting: Dict[int, bytes] = {}  # admit request ID -> its client, until answered
+        self._unacknowledged: Dict[bytes, Send] = {}  # client -> its HelloAck, sent once the server admitted it
         self._held: List[Any] = []  # requests for storage made while the link was not ready
         self._history: List[LinkEvent] = []
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
+        self._answers_usage = False  # its version answers ObjectRequest(usage)
+        self.client_memory_quota = 0  # what one client's objects may take there (its HelloAck, 1.8; 0: not said)
+        self.stored_bytes: Dict[bytes, int] = {}  # client ID -> what its objects take there, as last answered
         self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
             LinkAction.WAIT_BRIEFLY: self._wait_briefly,
@@ -120,9 +136,8 @@ class StorageLink:
             LinkAction.FAIL_STARTED_NO_ANSWER: self._fail_started_no_answer,
         }
         self._by_message: Dict[type, Callable[[Any], Tuple[Optional[LinkEvent], str]]] = {
-            m.HelloAck: _hello_ack_event,
+            m.HelloAck: self._hello_ack_event,
             m.Refusal: _refusal_event,
-            m.ObjectResponse: _no_event,  # answers to the scheduler's deletes: nothing waits for them
         }
 
     @property
@@ -135,6 +150,9 @@ class StorageLink:
         self._step(LinkEvent.START, now, out)
 
     def on_message(self, message: Any, now: float, out: Outbox) -> None:
+        if type(message) is m.ObjectResponse:
+            self._on_response(message, out)
+            return
         to_event = self._by_message.get(type(message))
         if to_event is None:
             logger.warning(f"Scheduler: dropped {type(message).__name__} from the object storage server")
@@ -156,12 +174,55 @@ class StorageLink:
             self.deadline = None
             self._step(LinkEvent.DEADLINE, now, out)
 
+    def ask_usage(self, client_ids: List[bytes], out: Outbox) -> None:
+        """Ask what the objects of each client take (a server that can answer, and is connected)."""
+        if self._answers_usage and self.state is LinkState.READY and client_ids:
+            out.sends.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.USAGE, b"", client_ids)))
+
     def send(self, message: Any, out: Outbox) -> None:
         """A request for the storage server: sent now, or held until the server answered Hello."""
         if self.state is LinkState.READY:
             out.sends.append(Send(STORAGE, message))
         else:
             self._held.append(message)
+
+    def admit(self, client_id: bytes, scope: bytes, ack: Optional[Send], out: Outbox) -> None:
+        """The scheduler serves ``client_id``, whose tasks read the objects of ``scope``: the server is told (if
+        it admits clients), and ``ack``, the client's HelloAck, leaves once it answered. While the server is away
+        the HelloAck leaves at once: every client is admitted again when it is back."""
+        if not (self.admits and self.state is LinkState.READY):
+            if ack is not None:
+                out.sends.append(ack)
+            return
+        if ack is not None:
+            self._unacknowledged[client_id] = ack
+        request_id = next(self._request_ids)
+        self._admitting[request_id] = client_id
+        scope_id = b"" if scope == client_id else scope
+        request = m.ObjectRequest(request_id, m.ObjectRequestKind.ADMIT, client_id, [], scope_id=scope_id)
+        out.sends.append(Send(STORAGE, request))
+
+    def acknowledge(self, client_id: bytes, ack: Send, out: Outbox) -> None:
+        """A known client said Hello again: answered now, or with its first answer once it is admitted."""
+        if client_id in self._unacknowledged:
+            self._unacknowledged[client_id] = ack
+        else:
+            out.sends.append(ack)
+
+    def forget(self, client_id: bytes) -> None:
+        """The client left: no answer is due to it."""
+        self._unacknowledged.pop(client_id, None)
+
+    def _on_response(self, response: m.ObjectResponse, out: Outbox) -> None:
+        """Answers to the scheduler's requests: an admission lets its client's HelloAck go, a usage is kept for
+        monitors; nothing waits for the others (deletes, clears)."""
+        if response.kind == m.ObjectRequestKind.USAGE:
+            self.stored_bytes = dict(zip(response.object_ids, response.sizes, strict=False))
+        elif response.kind == m.ObjectRequestKind.ADMIT:
+            client_id = self._admitting.pop(response.request_id, None)
+            ack = self._unacknowledged.pop(client_id, None) if client_id is not None else None
+            if ack is not None:
+                out.sends.append(ack)
 
     def _step(self, event: LinkEvent, now: float, out: Outbox) -> None:
         transition = STORAGE_LINK_LIFECYCLE.step(self.state, event, self.address, self._history)
@@ -186,6 +247,15 @@ class StorageLink:
         logger.info(f"Scheduler: no object storage server at {self.address}, starting one")
         out.sends.append(StartStorage(self.address))
 
+    def _hello_ack_event(self, ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
+        reason = incompatibility(ack.version)
+        if reason is not None:
+            return LinkEvent.REFUSED, f"object storage server: {reason}"
+        self._answers_usage = knows(ack.version, USAGE_VERSION)
+        self.admits = knows(ack.version, ISOLATION_VERSION)
+        self.client_memory_quota = ack.client_quota
+        return LinkEvent.ANSWERED, ""
+
     def _serve(self, now: float, out: Outbox) -> None:
         self.deadline = None
         logger.info(f"Scheduler: object storage server {self.address} answered")
@@ -195,6 +265,8 @@ class StorageLink:
         logger.info(f"Scheduler: object storage server {self.address} answered again")
         out.sends.extend(Send(STORAGE, message) for message in self._held)
         self._held = []
+        self._admitting.clear()  # asked of the connection that went down: no answer comes
+        self._readmit(out)  # after the held requests: a clear held for a client that stays ends its admission
 
     def _warn_lost(self, now: float, out: Outbox) -> None:
         logger.warning(f"Scheduler: lost the connection to the object storage server {self.address}; reconnecting")
@@ -216,16 +288,5 @@ class StorageLink:
         out.sends.append(StartFailed(reason))
 
 
-def _hello_ack_event(ack: m.HelloAck) -> Tuple[Optional[LinkEvent], str]:
-    reason = incompatibility(ack.version)
-    if reason is None:
-        return LinkEvent.ANSWERED, ""
-    return LinkEvent.REFUSED, f"object storage server: {reason}"
-
-
 def _refusal_event(refusal: m.Refusal) -> Tuple[Optional[LinkEvent], str]:
     return LinkEvent.REFUSED, f"object storage server refused the scheduler: {refusal.reason}"
-
-
-def _no_event(message: Any) -> Tuple[Optional[LinkEvent], str]:
-    return None, ""

@@ -22,7 +22,7 @@ import heapq
 import itertools
 import logging
 from collections import Counter
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
@@ -40,6 +40,7 @@ _EVENTS = list(TaskEvent)
 _EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
 assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
+DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 _QUEUED = TaskState.QUEUED
@@ -48,10 +49,11 @@ logger = logging.getLogger(__name__)
 
 
 class TaskRecord:
-    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures")
+    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted")
 
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]]) -> None:
+    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool) -> None:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
+        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
@@ -71,8 +73,13 @@ class TaskRouting:
         clients: Dict[bytes, Client],
         capability_policy: bool,
         max_task_deaths: int,
+        max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
+        graph_nodes: Container[bytes] = frozenset(),
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self._max_client_tasks = max_client_tasks
+        self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
+        self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
         self._loads = WorkerLoads()
         self._clients = clients
         self._capability_policy = capability_policy
@@ -108,6 +115,13 @@ class TaskRouting:
 
     def knows(self, task_id: bytes) -> bool:
         return task_id in self._tasks
+
+    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
+        """The worker that holds the task now, and the task's client (None: no worker holds it)."""
+        record = self._tasks.get(task_id)
+        if record is None or record.worker_id is None:
+            return None
+        return record.worker_id, record.task.client_id
 
     # ----------------------------------------------------------------- peers
 
@@ -151,23 +165,76 @@ class TaskRouting:
 
     # ----------------------------------------------------------------- handlers (source, message, now, out)
 
-    def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
-        """New tasks from client ``source`` (or graph nodes the graph layer released): queued."""
+    def on_client_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
+        """Tasks client ``source`` submitted: queued while it has fewer than its quota of them queued here (graph
+        nodes aside; a task a worker holds is not queued); each one beyond is rejected, naming the quota."""
         client = self._clients[source]
+        tasks = message.tasks
+        room = max(0, self._max_client_tasks - client.queued)
+        if len(tasks) > room:
+            self._reject_over_quota(source, tasks[room:], now, out)
+            message = m.TaskBatch(tasks[:room])
+        self.on_task_batch(source, message, now, out)
+
+    def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
+        quota = self._max_client_tasks
+        why = (
+            f"the scheduler refused this task: client {show(source)} has its quota of {quota:,} tasks queued here "
+            "(scaler_scheduler --max-client-tasks)"
+        )
+        suppressed = self._over_quota.should_log(show(source), now)
+        if suppressed is not None:
+            more = f" ({suppressed} more refusals since its last line)" if suppressed else ""
+            logger.warning(f"Scheduler: refused {len(tasks)} task(s) of client {show(source)}: over its quota{more}")
+        known = self._tasks
+        results = out.results[source]
+        for task in tasks:
+            if task.task_id not in known:
+                results.append(
+                    m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+                )
+
+    def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
+        """Tasks client ``source`` submitted within its quota: queued. A task whose ID the scheduler holds already,
+        as another client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of
+        its own tasks sent again is ignored."""
         tasks = self._tasks
-        counts = self.state_counts
+        graph_nodes = self._graph_nodes
+        fresh = []
         duplicates = 0
         for task in message.tasks:
             task_id = task.task_id
-            if task_id in tasks:
-                duplicates += 1
+            if task_id in tasks or task_id in graph_nodes:
+                holder = tasks.get(task_id)
+                if holder is not None and holder.task.client_id == source:
+                    duplicates += 1
+                else:
+                    self._refuse_taken(source, task, out)
                 continue
+            fresh.append(task)
+        if duplicates:
+            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
+        self.queue(source, fresh, now, submitted=True)
+
+    def queue(self, source: bytes, new_tasks: List[Any], now: float, submitted: bool = False) -> None:
+        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch` (``submitted``: within
+        its quota, `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope
+        (empty for a client that stands for itself)."""
+        client = self._clients[source]
+        scope = client.scope if client.scope != source else b""
+        tasks = self._tasks
+        counts = self.state_counts
+        for task in new_tasks:
+            task_id = task.task_id
             task.client_id = source
+            if task.scope_id != scope:  # only a Client made in a task has one, and no client sets its own
+                task.scope_id = scope
             needs = None
             if task.capabilities and self._capability_policy:
                 needs = frozenset(c.name for c in task.capabilities)
-            record = TaskRecord(task, needs)
+            record = TaskRecord(task, needs, submitted)
             tasks[task_id] = record
+            client.queued += submitted
             counts[TaskState.QUEUED] += 1
             if needs is not None:
                 self._queued_needing[needs] += 1
@@ -175,8 +242,17 @@ class TaskRouting:
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
-        if duplicates:
-            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
+
+    def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
+        """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
+        why = (
+            f"the scheduler refused this task: its ID {task.task_id.hex()} is taken by another task; task IDs must "
+            "be 16 random bytes, never another client's"
+        )
+        logger.warning(f"Scheduler: refused task {task.task_id.hex()} of client {show(source)}: its ID is taken")
+        out.results[source].append(
+            m.TaskResult(task.task_id, task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why)
+        )
 
     def on_results(self, source: bytes, message: m.TaskResultBatch, now: float, out: Outbox) -> None:
         """Results from worker ``source``, accepted only for the tasks it holds, of the attempt it holds."""
@@ -462,8 +538,14 @@ class TaskRouting:
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
-        if record.needs is not None and (old is _QUEUED) is not (new is _QUEUED):
-            self._queued_needing[record.needs] += 1 if new is _QUEUED else -1
+        if (old is _QUEUED) is not (new is _QUEUED):
+            change = 1 if new is _QUEUED else -1
+            if record.needs is not None:
+                self._queued_needing[record.needs] += change
+            if record.submitted:
+                client = self._clients.get(record.task.client_id)
+                if client is not None:
+                    client.queued += change
         for action in actions:
             action(record, out, result)
 

@@ -8,14 +8,17 @@ import tempfile
 from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
-from scaler.protocol.command_line import add_common_arguments, parse_arguments, parse_size, show_size, size_argument
+from scaler.protocol.command_line import add_common_arguments, byte_size, parse_arguments, parse_size
 from scaler.protocol.errors import ScalerError
+from scaler.protocol.message_limits import show_size
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE
 from scaler.storage.server import default_max_memory, run_object_storage_server
 
 CONFIG_SECTION = "object_storage_server"
+_OPTION_NAMES = {"max_memory": "memory-limit", "max_disk": "spill-disk-limit"}  # dest -> its option, where they differ
+
 
 def _address_argument(text: str) -> str:
     try:
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-object-size",
         "-mos",
-        type=size_argument,
+        type=byte_size,
         default=DEFAULT_MAX_OBJECT_SIZE,
         metavar="SIZE",
         help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
@@ -48,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-memory",
         "-mm",
         dest="max_memory",
-        type=size_argument,
+        type=byte_size,
         default=None,
         metavar="SIZE",
         help="payload bytes held in memory: past it the least recently used objects are spilled to "
@@ -65,11 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--spill-disk-limit",
         dest="max_disk",
-        type=size_argument,
+        type=byte_size,
         default=None,
         metavar="SIZE",
         help="bytes spilled to disk at most: past both limits puts are refused (default: half the free space of "
         "--spill-directory at the start)",
+    )
+    parser.add_argument(
+        "--max-client-memory",
+        "-mcm",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the payload bytes the objects of one client (their owner) may take, so that no client fills the "
+        "server for everybody; suffixes K, M, G, T (default: half of --memory-limit and --spill-disk-limit together)",
     )
     add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
@@ -81,13 +93,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, CONFIG_SECTION, argv)
-    for option in ("max_object_size", "max_memory", "max_disk"):  # values from --config arrive unconverted
+    for option in ("max_object_size", "max_memory", "max_disk", "max_client_memory"):  # from --config: unconverted
         value = getattr(args, option)
         if value is not None:
             try:
                 setattr(args, option, parse_size(value))
             except ValueError as error:
-                name = {"max_memory": "memory-limit", "max_disk": "spill-disk-limit"}.get(option, "max-object-size")
+                name = _OPTION_NAMES.get(option, option.replace("_", "-"))
                 parser.error(f"argument --{name}: {error}")
     try:
         run_object_storage_server(
@@ -96,6 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_memory=args.max_memory,
             spill_directory=None if args.spill_directory == "none" else args.spill_directory,
             max_disk=args.max_disk,
+            max_client_memory=args.max_client_memory,
             event_loop=args.event_loop,
             logging_level=args.logging_level,
             logging_paths=args.logging_paths,

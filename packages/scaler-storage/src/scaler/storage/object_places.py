@@ -21,7 +21,7 @@ import tempfile
 from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from scaler.protocol.command_line import show_size
+from scaler.protocol.message_limits import show_size
 
 _COUNT = struct.Struct("!I")
 _SIZE = struct.Struct("!Q")

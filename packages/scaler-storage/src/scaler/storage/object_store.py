@@ -23,12 +23,16 @@ large payloads zero-copy. An object of several frames is only given to peers
 whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
 with a reason that says so.
 
-Memory accounting counts payload bytes only. Past ``max_memory``, with a spill
-directory, the least recently used objects are spilled to disk and read back when
-asked for (`object_places`). A put is refused object by object: ``tooLarge`` when
-the payload is over ``max_object_size``, ``storageFull`` when it fits in neither
-the memory nor the disk budget. A refused put leaves any object already stored
-under that ID as it was.
+Memory accounting counts payload bytes only, in all and per owner. Past
+``max_memory``, with a spill directory, the least recently used objects are
+spilled to disk and read back when asked for (`object_places`). A put is refused
+object by object: ``tooLarge`` when the payload is over ``max_object_size``,
+``storageFull`` when holding it would take its owner's objects over
+``max_client_memory`` (the owner's quota: half of ``max_memory``, and of the
+spill disk budget, by default, so that no client fills the server for everybody) or when it fits in neither the
+memory nor the disk budget; the reason says which, and the option that raises
+it. A refused put leaves any object already stored under that ID as it was. The
+scheduler asks how much each owner holds (``usage``), for monitors.
 """
 
 from __future__ import annotations
@@ -39,9 +43,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
-from scaler.protocol.command_line import show_size
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.messages import (
     Hello,
     HelloAck,
@@ -54,9 +58,9 @@ from scaler.protocol.messages import (
     Refusal,
 )
 from scaler.protocol.security import RefusalLog
-from scaler.protocol.version import PROTOCOL_VERSION, incompatibility
+from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
 from scaler.storage.object_places import ObjectPlaces, SpillDirectory
-from scaler.storage.peer_access import INSTRUCTED, Peer, forbidden, reachable_owner
+from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
@@ -128,20 +132,23 @@ class ObjectStore:
     """Objects by ID, the peers that said Hello, and the answer to every message."""
 
     def __init__(
-        self,
-        max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
-        max_memory: int = 4 << 30,
-        spill: Optional[SpillDirectory] = None,
-        max_disk: int = 0,
-    ) -> None:
-        for name, value in (("max_object_size", max_object_size), ("max_memory", max_memory)):
+        self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30,
+        max_client_memory: Optional[int] = None, spill: Optional[SpillDirectory] = None, max_disk: int = 0,
+    ) -> None:  # fmt: skip
+        if max_client_memory is None:  # half of what it holds: of its memory, and of its spill disk if it has one
+            max_client_memory = max(1, (max_memory + (max_disk if spill is not None else 0)) // 2)
+        limits = (("max_object_size", max_object_size), ("max_memory", max_memory))
+        for name, value in (*limits, ("max_client_memory", max_client_memory)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
         self.max_object_size = max_object_size
         self.places = ObjectPlaces(max_memory, spill, max_disk)  # memory, and the spill directory past it
+        self.max_client_memory = max_client_memory  # what one owner's objects may take
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
+        self._bytes_by_owner: Dict[bytes, int] = {}  # what each owner's objects take
         self._greeted_peers: Dict[bytes, Peer] = {}
+        self._admissions = Admissions()  # the clients the scheduler serves, and whose objects their tasks read
         self._refusals = RefusalLog()
         self._handlers: Dict[type, Callable[[Any, float], List[Reply]]] = {FromPeer: self._on_peer_message}
         self._carry_out: Dict[PeerAction, Callable[[FromPeer, float], List[Reply]]] = {
@@ -160,6 +167,8 @@ class ObjectStore:
             ObjectRequestKind.GET: self._get,
             ObjectRequestKind.DELETE: self._delete,
             ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
+            ObjectRequestKind.ADMIT: self._admit,
+            ObjectRequestKind.USAGE: self._usage,
         }
 
     @property
@@ -183,6 +192,10 @@ class ObjectStore:
 
     def objects_of(self, owner_id: bytes) -> List[bytes]:
         return list(self._objects_by_owner.get(owner_id, ()))
+
+    def bytes_of(self, owner_id: bytes) -> int:
+        """What the objects of ``owner_id`` take (counted against its quota)."""
+        return self._bytes_by_owner.get(owner_id, 0)
 
     def handle(self, event: Any, now: float) -> List[Reply]:
         """Apply one event; return what to send."""
@@ -216,13 +229,18 @@ class ObjectStore:
         if peer_id not in self._greeted_peers:
             logger.debug(f"ObjectStorageServer: peer {show(peer_id)} ({hello.role.name.lower()}) said Hello")
         reads_frames = (hello.version.major, hello.version.minor) >= _FRAMES_VERSION
-        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames)
+        isolating = knows(hello.version, ISOLATION_VERSION)
+        self._greeted_peers[peer_id] = Peer(hello.role, event.credential, reads_frames, isolating)
+        if hello.role is PeerRole.SCHEDULER and isolating:
+            self._admissions.kept = True
         ack = HelloAck(
             version=PROTOCOL_VERSION,
             object_storage_address="",
             heartbeat_interval_seconds=0.0,
             timeout_seconds=0.0,
             role=PeerRole.OBJECT_STORAGE,  # who answered (protocol 1.5): a client given this port by mistake says so
+            max_message_size=storage_max_message_size(self.max_object_size),  # the shell's socket takes no more
+            client_quota=self.max_client_memory,
         )
         return [Reply(peer_id, ack)]
 
@@ -295,23 +313,19 @@ class ObjectStore:
         return None if stored is None else stored.owner_id
 
     def _put(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        if self._greeted_peers[peer_id].role is PeerRole.WORKER and not self._admissions.admitted(request.owner_id):
+            return self._refuse_owner(peer_id, request)
         statuses: List[ObjectStatus] = []
         sizes: List[int] = []
         refusals: List[str] = []
         objects = object_frames.split(request.frame_counts, len(request.object_ids), blobs)
         for object_id, frames in zip(request.object_ids, objects, strict=True):
             size = sum(blob_size(frame) for frame in frames)
-            status, full = self._store(request.owner_id, object_id, frames, size)
+            status, refusal = self._store(request.owner_id, object_id, frames, size)
             statuses.append(status)
             sizes.append(size)
-            if status == ObjectStatus.TOO_LARGE:
-                refusals.append(
-                    f"object {show(object_id)} of {show_size(size)} is over the maximum object size of "
-                    f"{show_size(self.max_object_size)} (raise it with the storage server's --max-object-size, "
-                    "the scheduler's that starts it, or SchedulerClusterCombo's max_object_size=)"
-                )
-            elif status == ObjectStatus.STORAGE_FULL:
-                refusals.append(f"object {show(object_id)} of {show_size(size)} does not fit: {full}")
+            if refusal:
+                refusals.append(refusal)
         reason = ""
         if refusals:
             reason = f"{len(refusals)} of {len(statuses)} objects refused; first: {refusals[0]}"
@@ -326,18 +340,50 @@ class ObjectStore:
         )
         return [Reply(peer_id, response)]
 
+    def _refuse_owner(self, peer_id: bytes, request: ObjectRequest) -> List[Reply]:
+        """A worker's put for an owner the scheduler does not serve (gone, or never there): nothing is stored, as
+        nothing would ever clear it."""
+        reason = f"the owner {show(request.owner_id)} is not a client the scheduler serves (it left, or never came)"
+        logger.warning(f"ObjectStorageServer: put from {show(peer_id)} refused: {reason}")
+        count = len(request.object_ids)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.PUT,
+            object_ids=list(request.object_ids),
+            statuses=[ObjectStatus.NOT_FOUND] * count,
+            sizes=[0] * count,
+            reason=reason,
+        )
+        return [Reply(peer_id, response)]
+
     def _store(self, owner_id: bytes, object_id: bytes, frames: Sequence[Any], size: int) -> Tuple[ObjectStatus, str]:
-        """The put's status, and why storage is full if it is."""
+        """Store the object, or say why not: its status, and the reason of a refusal ("" when stored)."""
+        what = f"object {show(object_id)} of {show_size(size)}"
         if size > self.max_object_size:
-            return ObjectStatus.TOO_LARGE, ""
+            return (
+                ObjectStatus.TOO_LARGE,
+                f"{what} is over the maximum object size of {show_size(self.max_object_size)} (raise it with the "
+                "storage server's --max-object-size, the scheduler's that starts it, or SchedulerClusterCombo's "
+                "max_object_size=)",
+            )
         previous = self._objects.get(object_id)
+        freed = previous.size if previous is not None else 0
+        replaced = freed if previous is not None and previous.owner_id == owner_id else 0
+        held = self._bytes_by_owner.get(owner_id, 0) - replaced
+        capacity = self.places.max_memory + self.places.max_disk
+        if self.max_client_memory < capacity and held + size > self.max_client_memory:
+            return ObjectStatus.STORAGE_FULL, (
+                f"{what} does not fit in the quota of its owner {show(owner_id)}: it holds {show_size(held)} of "
+                f"{show_size(self.max_client_memory)} (scaler_object_storage_server --max-client-memory)"
+            )
         full = self.places.refusal(object_id, size)
         if full:
-            return ObjectStatus.STORAGE_FULL, full
+            return ObjectStatus.STORAGE_FULL, f"{what} does not fit: {full}"
         if previous is not None:
             self._remove(object_id)
         self._objects[object_id] = _StoredObject(owner_id, frames, size)
         self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
+        self._bytes_by_owner[owner_id] = self._bytes_by_owner.get(owner_id, 0) + size
         self.places.add(object_id, size, self._objects)
         return ObjectStatus.OK, ""
 
@@ -347,12 +393,18 @@ class ObjectStore:
         found: List[Any] = []
         counts: List[int] = []
         unreadable: List[bytes] = []
-        reads_frames = self._greeted_peers[peer_id].reads_frames
+        peer = self._greeted_peers[peer_id]
+        reads_frames = peer.reads_frames
         owner = self._reachable_owner(peer_id, ObjectRequestKind.GET, request.owner_id)
+        scope = self._admissions.read_scope(peer, request.owner_id)
+        scope_of = self._admissions.scope_of
         for object_id in request.object_ids:
             stored = self._objects.get(object_id)
-            if stored is not None and owner is not None and stored.owner_id != owner:
-                stored = None  # another client's: as if it did not exist
+            if stored is not None and (
+                (owner is not None and stored.owner_id != owner)
+                or (scope is not None and scope_of(stored.owner_id) != scope)
+            ):
+                stored = None  # another client's (or another scope's): as if it did not exist
             if stored is None or (stored.frame_count > 1 and not reads_frames):
                 if stored is not None:
                     unreadable.append(object_id)
@@ -400,13 +452,32 @@ class ObjectStore:
         return [Reply(peer_id, response)]
 
     def _clear_owner(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
-        deleted = self._remove_owner(request.owner_id)
+        deleted = self._clear(peer_id, request.owner_id)
         response = ObjectResponse(
             request_id=request.request_id,
             kind=ObjectRequestKind.CLEAR_OWNER,
             object_ids=[object_id for object_id, _ in deleted],
             statuses=[ObjectStatus.OK] * len(deleted),
             sizes=[size for _, size in deleted],
+        )
+        return [Reply(peer_id, response)]
+
+    def _admit(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """The scheduler serves the client ``ownerId`` (its tasks read the objects of ``scopeId``): answered, so
+        that it answers the client's Hello only once it is admitted here."""
+        self._admissions.admit(request.owner_id, request.scope_id)
+        response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.ADMIT)
+        return [Reply(peer_id, response)]
+
+    def _usage(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """What the objects of each owner named in ``objectIds`` take, in ``sizes`` (the scheduler's monitor)."""
+        owners = list(request.object_ids)
+        response = ObjectResponse(
+            request_id=request.request_id,
+            kind=ObjectRequestKind.USAGE,
+            object_ids=owners,
+            statuses=[ObjectStatus.OK] * len(owners),
+            sizes=[self._bytes_by_owner.get(owner, 0) for owner in owners],
         )
         return [Reply(peer_id, response)]
 
@@ -431,7 +502,7 @@ class ObjectStore:
             for object_id in instruction.object_ids:
                 self._remove(object_id, owner)
         else:
-            self._remove_owner(instruction.owner_id)
+            self._clear(peer_id, instruction.owner_id)
         return []
 
     # --- bookkeeping -------------------------------------------------------------------------------------
@@ -445,12 +516,23 @@ class ObjectStore:
         self.places.remove(object_id)
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]
-        if not owned:
+        if owned:
+            self._bytes_by_owner[stored.owner_id] -= stored.size
+        else:
             del self._objects_by_owner[stored.owner_id]
+            del self._bytes_by_owner[stored.owner_id]
         return stored
+
+    def _clear(self, peer_id: bytes, owner_id: bytes) -> List[Tuple[bytes, int]]:
+        """Remove the owner's objects; the scheduler's clear also ends the owner's admission (it left, or cleared:
+        the scheduler admits a client that stays again)."""
+        if self._greeted_peers[peer_id].role is PeerRole.SCHEDULER:
+            self._admissions.forget(owner_id)
+        return self._remove_owner(owner_id)
 
     def _remove_owner(self, owner_id: bytes) -> List[Tuple[bytes, int]]:
         owned = self._objects_by_owner.pop(owner_id, {})
+        self._bytes_by_owner.pop(owner_id, None)
         deleted: List[Tuple[bytes, int]] = []
         for object_id in owned:
             stored = self._objects.pop(object_id)

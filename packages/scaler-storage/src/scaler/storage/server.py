@@ -28,9 +28,10 @@ import zmq.asyncio
 from scaler.protocol import codec
 from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.codec import message_name
-from scaler.protocol.command_line import run_event_loop, setup_logging, show_size
+from scaler.protocol.command_line import run_event_loop, setup_logging
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
+from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.process_control import reuse_payload_memory
 from scaler.protocol.security import (
     NO_KEYS,
@@ -96,7 +97,8 @@ class ObjectStorageServer:
 
             self._zap = ZapHandler(self._context, self._keys, "ObjectStorageServer", [STORAGE_DOMAIN])
             self._zap.start()
-        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN)
+        limit = storage_max_message_size(self.store.max_object_size)  # a larger frame disconnects its peer
+        socket = new_socket(self._context, zmq.ROUTER, self._keys, STORAGE_DOMAIN, limit)
         if not self._keys.secure:
             # A peer reconnecting under its ID takes over at once. Not with keys: an identity is bound to the
             # key that said Hello with it, and another key must not take its connection over, even briefly.
@@ -115,7 +117,8 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"memory limit {show_size(self.store.max_memory)}, {self._spilling()}"
+            f"memory limit {show_size(self.store.max_memory)} (a client's objects: "
+            f"{show_size(self.store.max_client_memory)}), messages up to {show_size(limit)}, {self._spilling()}"
         )
 
     def _spilling(self) -> str:
@@ -237,6 +240,7 @@ def run_object_storage_server(
     address: str,
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
+    max_client_memory: Optional[int] = None,
     spill_directory: Optional[str] = None,
     max_disk: Optional[int] = None,
     event_loop: str = "auto",
@@ -248,11 +252,12 @@ def run_object_storage_server(
     """Run an object storage server at ``address`` until SIGTERM or SIGINT (then return normally).
 
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
-    ``max_object_size`` and ``max_memory`` are bytes; ``max_memory=None`` means half of the host's
-    memory. Past it, objects are spilled to a directory made inside ``spill_directory`` (None: not spilled,
-    refused), up to ``max_disk`` bytes (None: half the free space there at the start); the directory is
-    removed when the server stops (docs/memory.md). ``logging_level=None`` leaves the logging configuration of
-    the process as it is.
+    ``max_object_size``, ``max_memory`` and ``max_client_memory`` (what one owner's objects may take) are bytes;
+    ``max_memory=None`` means half of the host's memory, ``max_client_memory=None`` half of ``max_memory``.
+    Past ``max_memory``, objects are spilled to a directory made inside ``spill_directory`` (None: not spilled,
+    refused), up to ``max_disk`` bytes (None: half the free space there at the start); the directory is removed
+    when the server stops (docs/memory.md). ``logging_level=None`` leaves the logging configuration of the
+    process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -270,6 +275,7 @@ def run_object_storage_server(
     store = ObjectStore(
         max_object_size=max_object_size,
         max_memory=default_max_memory() if max_memory is None else max_memory,
+        max_client_memory=max_client_memory,
         spill=spill,
         max_disk=max_disk or 0,
     )

@@ -15,7 +15,8 @@ from scaler.worker.worker_config import WorkerConfig
 def symphony_runner(settings: SymphonySettings) -> RunnerFactory:
     """The runner factory of `WorkerAgent` for tasks that run in ``settings.application`` on Symphony."""
 
-    def make(config: WorkerConfig, worker_id: str) -> Tuple[TaskRunner, RunnerHost]:
+    def make(config: WorkerConfig, worker_id: str, delegation_key: bytes) -> Tuple[TaskRunner, RunnerHost]:
+        # the tasks run on other hosts, which do not hold the key: their Clients stand for themselves only
         host = SymphonyHost(settings, config.scheduler_address, f"Worker {worker_id}")
         return SymphonyRunner(settings.base_concurrency), host
 

@@ -64,7 +64,9 @@ class SchedulerClusterCombo:
     private temporary directory (mode 0700, removed by `shutdown`); every
     process is given the paths of its own. Clients then connect with
     ``Client(address, security=combo.security)``, monitors with
-    ``combo.monitor_security``.
+    ``combo.monitor_security``. The quotas of each client: ``max_client_memory``, the bytes its objects may take
+    in the storage server (its ``--max-client-memory``; default: half of its memory), and ``max_client_tasks``,
+    the tasks it may have queued at the scheduler (its ``--max-client-tasks``; default: 100,000).
 
     Memory (docs/memory.md): ``memory_limit`` bounds each worker's tasks (``"auto"``: this host's memory
     divided among the workers; a size in bytes or text, ``"2GiB"``; a share of the host for all the workers,
@@ -93,6 +95,8 @@ class SchedulerClusterCombo:
         logging_config_file: Optional[str] = None,
         per_worker_task_queue_size: Optional[int] = None,
         security: bool = False,
+        max_client_memory: Optional[int] = None,
+        max_client_tasks: Optional[int] = None,
         memory_limit: Union[int, str] = DEFAULT_MEMORY_LIMIT,
         max_object_size: Union[int, str, None] = None,
         storage_memory_limit: Union[int, str, None] = None,
@@ -121,7 +125,10 @@ class SchedulerClusterCombo:
             if security:
                 self._keys = write_cluster_keys(tempfile.mkdtemp(prefix="scaler-keys-"))
             server, probe = self._security("server"), self._security("monitor")
-            self._start("scaler.storage", self._storage_address, *common, *server.to_arguments(), *storage_options)
+            quota = ["--max-client-memory", str(max_client_memory)] if max_client_memory is not None else []
+            self._start(
+                "scaler.storage", self._storage_address, *common, *server.to_arguments(), *quota, *storage_options
+            )
             _wait_for_hello(self._storage_address, self._processes[-1], "object storage server", probe)
             self._start(
                 "scaler.scheduler.cli", self._address, *common, *server.to_arguments(),
@@ -133,6 +140,7 @@ class SchedulerClusterCombo:
                 "--max-task-deaths", str(max_task_deaths),
                 *(["--monitor-address", monitor_address] if monitor_address else []),
                 *(["--protected"] if protected else []),
+                *(["--max-client-tasks", str(max_client_tasks)] if max_client_tasks is not None else []),
             )  # fmt: skip
             _wait_for_hello(self._address, self._processes[-1], "scheduler", probe)
             self._start(

@@ -22,8 +22,9 @@ from __future__ import annotations
 import resource
 from typing import Optional, Union
 
-from scaler.protocol.command_line import parse_size, show_size
+from scaler.protocol.command_line import parse_size
 from scaler.protocol.errors import MemoryLimitError
+from scaler.protocol.message_limits import show_size
 
 DEFAULT_MEMORY_LIMIT = "auto"  # the host's memory divided among the workers the command runs
 NO_MEMORY_LIMIT = "none"

@@ -51,7 +51,6 @@ from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple
 import cloudpickle
 import greenlet
 
-from scaler.client.agent import close_unreferenced
 from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
@@ -131,12 +130,13 @@ class _Started:
     """A task started on the processor: its greenlet, its wait, and what its profiling needs."""
 
     __slots__ = (
-        "task_id", "greenlet", "done", "wake", "waiting", "waits", "started", "cpu", "cpu_since", "profiled",
-        "memory_base", "memory_peak", "streams",
+        "task_id", "scope", "greenlet", "done", "wake", "waiting", "waits", "started", "cpu", "cpu_since",
+        "profiled", "memory_base", "memory_peak", "streams",
     )  # fmt: skip
 
-    def __init__(self, task_id: bytes, profiled: bool) -> None:
+    def __init__(self, task_id: bytes, scope: bytes, profiled: bool) -> None:
         self.task_id = task_id
+        self.scope = scope  # the client whose objects it reads: the Clients made in it stand for that client
         self.greenlet: Any = None
         self.done: Callable[[], bool] = _never
         self.wake: Optional[Callable[[], None]] = None  # what the waited-on objects call once their wait may be over
@@ -164,10 +164,12 @@ def run_processor(
     serializer_cache_capacity: int,
     object_cache_bytes: int,
     environment: Optional[Dict[str, str]] = None,
+    delegation_key: bytes = b"",
     memory_limit: int = 0,
 ) -> None:
     """The processor's main function (the target of its multiprocessing.Process). ``environment``: variables for
-    the tasks (the keys of their Clients); ``memory_limit``: the worker's, in bytes (0: none)."""
+    the tasks (the keys of their Clients); ``delegation_key``: what their Clients prove their task with;
+    ``memory_limit``: the worker's, in bytes (0: none)."""
     die_with_parent(signal.SIGKILL, agent_pid)
     bound_data_segment(memory_limit)
     reuse_payload_memory()
@@ -179,7 +181,7 @@ def run_processor(
     processor = _Processor(
         connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes, memory_limit
     )
-    context = TaskContext(scheduler_address, processor.wait)
+    context = TaskContext(scheduler_address, processor.wait, processor.running_task, delegation_key)
     set_task_context(context)
     signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(context))
     processor.serve()
@@ -187,11 +189,14 @@ def run_processor(
 
 
 def _leave_scheduler(context: TaskContext) -> None:
-    """The tasks' shared client connection, if they made one, says goodbye: the scheduler then cancels what it
-    still runs for them at once, and does not take the processor's end for a lost client."""
-    connection = context.connection
-    if connection is not None:
-        close_unreferenced(connection.agent)  # bounded: the agent gets a second to leave
+    """The tasks' shared client connections, if they made any, say goodbye: the scheduler then cancels what it
+    still runs for them at once, and does not take the processor's end for lost clients."""
+    agents = [connection.agent for connection in list(context.connections.values())]
+    for agent in agents:
+        agent.disconnect()
+    deadline = time.monotonic() + 1.0  # bounded: the agents get a second, together, to leave
+    for agent in agents:
+        agent.join(max(0.0, deadline - time.monotonic()))
 
 
 def _stopped(context: TaskContext) -> NoReturn:
@@ -276,7 +281,8 @@ class _Processor:
             drained = False
             if fifo:
                 accepted = fifo.popleft()
-                started = _Started(accepted.task.task_id, accepted.task.profiling)
+                task = accepted.task
+                started = _Started(task.task_id, task.scope, task.profiling)
                 spare = self._spare
                 started.greenlet = spare.pop() if spare else greenlet.greenlet(self._run_tasks)
                 outcome = self._switch_to(started, accepted)
@@ -307,6 +313,14 @@ class _Processor:
                 self._hold(outcome, now)
                 continue
             self._send(outcome)
+
+    def running_task(self) -> Optional[Tuple[bytes, bytes]]:
+        """The task context's ``running_task``: the ID and scope of the task whose code calls (None outside a
+        task's own greenlet: a thread it started, say)."""
+        started = self._current
+        if started is None or greenlet.getcurrent() is not started.greenlet:
+            return None
+        return started.task_id, started.scope
 
     def wait(self, done: Callable[[], bool], timeout: Optional[float], notify: Notify) -> None:
         """The task context's wait hook: switch to the hub until ``done()`` or ``timeout``; the hub runs other

@@ -36,16 +36,19 @@ class ProcessorHost:
         scheduler_address: str,
         worker_id: str,
         environment: Optional[Dict[str, str]] = None,
+        delegation_key: bytes = b"",
         memory_limit: int = 0,
     ) -> None:
         # told to the tasks (in their environment): a task may submit tasks to the same scheduler, with the
-        # keys in ``environment`` (security.SecurityConfig.task_environment)
+        # keys in ``environment`` (security.SecurityConfig.task_environment); its Clients prove the task they are
+        # made in with ``delegation_key`` (scaler.protocol.delegation), given to the processor at its start
         self._scheduler_address = scheduler_address
         self._memory_limit = memory_limit  # bytes, 0: none (then memory is not watched)
         self._memory: Optional[TreeMemory] = None
         self._memory_timer: Optional[asyncio.TimerHandle] = None
         self._worker_id = worker_id
         self._environment = environment or {}
+        self._delegation_key = delegation_key
         self._worker_name = f"Worker {worker_id}"
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._deliver: Callable[[Any], None] = _not_open
@@ -94,7 +97,8 @@ class ProcessorHost:
             logger.debug(f"{self._worker_name}: stopped processor {old.processor_id} (pid {old.pid})")
         try:
             link = ProcessorLink.start(
-                effect.processor_id, self._scheduler_address, self._worker_id, self._environment, self._memory_limit
+                effect.processor_id, self._scheduler_address, self._worker_id, self._environment,
+                self._delegation_key, self._memory_limit,
             )
         except Exception as error:
             loop.call_soon(self._deliver, Broken(f"cannot start a processor: {type(error).__name__}: {error}"))

@@ -84,10 +84,13 @@ class ProcessorLink:
         scheduler_address: str,
         worker_id: str,
         environment: Optional[Dict[str, str]] = None,
+        delegation_key: bytes = b"",
         memory_limit: int = 0,
     ) -> ProcessorLink:
         """Start a processor (non-daemonic, so that tasks may start processes of their own); ``environment``:
-        variables set in it for its tasks; ``memory_limit``: the worker's (`memory_limit`), 0 for none."""
+        variables set in it for its tasks; ``delegation_key``: what its tasks' Clients prove their task with (an
+        argument of the spawned process, never in its environment or on its command line); ``memory_limit``:
+        the worker's (`memory_limit`), 0 for none."""
         agent_end, processor_end = _SPAWN.Pipe(duplex=True)
         process = _SPAWN.Process(
             target=run_processor,
@@ -100,6 +103,7 @@ class ProcessorLink:
                 SERIALIZER_CACHE_CAPACITY,
                 OBJECT_CACHE_BYTES,
                 environment,
+                delegation_key,
                 memory_limit,
             ),
             name=f"Processor[{processor_id}]",

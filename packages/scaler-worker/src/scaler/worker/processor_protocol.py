@@ -99,6 +99,7 @@ class ProcessorTask(NamedTuple):
     profiling: bool
     stream_output: bool = False  # capture what it prints and send it as `TaskOutputText` (task_output.py)
     sent_ahead: bool = False  # sent while another task ran (as the agent saw it): a `Drop` of it may follow
+    scope: bytes = b""  # the client whose objects it reads (`Task.scopeId`, or its client): its Clients stand for it
 
 
 class Drop(NamedTuple):

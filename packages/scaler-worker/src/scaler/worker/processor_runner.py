@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
-from scaler.protocol.command_line import show_size
+from scaler.protocol.message_limits import show_size
 from scaler.protocol.messages import TaskStatus
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.memory_limit import over_limit
@@ -590,5 +590,5 @@ class ProcessorRunner:
             arguments = sent_arguments
         return ProcessorTask(
             task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
-            task.stream_output, sent_ahead,
+            task.stream_output, sent_ahead, task.scope_id or task.client_id,
         )  # fmt: skip

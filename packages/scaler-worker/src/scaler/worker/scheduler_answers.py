@@ -5,8 +5,9 @@ company (fewer, larger batches for the scheduler and the client): at most `RESUL
 most `RESULT_BATCH_SIZE` of them; any other message (a cancel confirm, a balance response, a storage
 request, the tasks that began or ended a wait) takes them along at once, after them. Waits go at once: a
 waiting task's room at the scheduler is what lets its children come. A failed task's result carries the exception
-(`task_failure`). The lifecycle's actions that answer the scheduler (`task_lifecycle.TaskAction`) are
-carried out here.
+(`task_failure`). Every message fits in what the scheduler takes (its HelloAck's ``maxMessageSize``): results
+and outputs are split over as many as needed. The lifecycle's actions that answer the scheduler
+(`task_lifecycle.TaskAction`) are carried out here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.errors import TaskTimeoutError
+from scaler.protocol.message_limits import batches, message_budget, output_size, result_size, too_large_for
 from scaler.worker.task_failure import failure_payload
 from scaler.worker.task_lifecycle import Detail, TaskEntry
 from scaler.worker.worker_events import SendToScheduler
@@ -143,10 +145,16 @@ class SchedulerAnswers:
             self.send_by = now + self._batch_seconds
         return True
 
-    def send(self, out: List[Any]) -> None:
-        """Everything collected: the results first, then the other messages."""
+    def send(self, out: List[Any], max_message_size: int = 0) -> None:
+        """Everything collected: the results first, then the other messages. The results leave in as many
+        batches as the scheduler's ``max_message_size`` needs (0: it states none); a result that cannot fit in
+        any (its exception too large) leaves as a failure that says so."""
         if self._results:
-            out.append(SendToScheduler(m.TaskResultBatch(self._results)))
+            budget = message_budget(max_message_size)
+            runs, too_large = batches(self._results, result_size, budget, len(self._results))
+            out.extend(SendToScheduler(m.TaskResultBatch(run)) for run in runs)
+            if too_large:
+                out.append(SendToScheduler(m.TaskResultBatch([_failed(*each, max_message_size) for each in too_large])))
             self._results = []
         if self._waits:
             waits, self._waits = self._waits, {}
@@ -155,6 +163,30 @@ class SchedulerAnswers:
             out.extend(SendToScheduler(message) for message in self._messages)
             self._messages = []
         self.send_by = math.inf
+
+
+def _failed(result: m.TaskResult, size: int, max_message_size: int) -> m.TaskResult:
+    """In place of a result too large for any message: a failure that says so."""
+    what = f"the {'result' if result.status == m.TaskStatus.SUCCESS else 'exception'} of task {result.task_id.hex()}"
+    why = too_large_for(what, size, max_message_size, "scheduler", "scaler_scheduler --max-message-size")
+    return m.TaskResult(result.task_id, result.attempt, m.TaskStatus.FAILED, m.PayloadKind.NONE, b"", why)
+
+
+def add_output(out: List[Any], output: m.TaskOutput, max_message_size: int) -> None:
+    """What a task printed, in the `TaskOutputBatch` that ``out`` ends with while it fits in a message the
+    scheduler takes, else in a new one; a text too large for any is cut into pieces that fit."""
+    budget = message_budget(max_message_size)
+    piece = budget // 4 - len(output.task_id) - len(output.client_id)  # a character takes 4 bytes at most
+    texts = [output.text] if output_size(output) <= budget else [
+        output.text[start : start + piece] for start in range(0, len(output.text), piece)
+    ]  # fmt: skip
+    for text in texts:
+        each = m.TaskOutput(output.task_id, output.client_id, output.stream, text) if len(texts) > 1 else output
+        last = out[-1].message if out and type(out[-1]) is SendToScheduler else None
+        if type(last) is m.TaskOutputBatch and sum(map(output_size, last.outputs)) + output_size(each) <= budget:
+            last.outputs.append(each)  # one batch per message, while it fits
+        else:
+            out.append(SendToScheduler(m.TaskOutputBatch([each])))
 
 
 def profile(profiling: Optional[Tuple[float, float, int]]) -> m.Profiling:

@@ -1,10 +1,15 @@
 """What the worker core asks of the object storage server, and what it keeps of the answers.
 
-A task needs its function, its serializer (if its client chose one) and its object-storage arguments. What
-the runner already holds (`TaskRunner.holds_function`, ...) is not fetched; the rest is asked for, many IDs
-per `ObjectRequest` (one per flush). Functions and serializers stay in LRU caches; an object argument is
-kept while a staged task needs it, then released. Large results are put in storage, owned by the task's
-client, one request per client per flush. A request unanswered for the storage timeout fails its tasks.
+A task needs its function, its serializer (if its client chose one) and its object-storage arguments, read
+for the task's scope (`read_scope`: the client whose objects it may read). The storage server decides what a
+scope reaches (a worker of protocol 1.8 names it in its get); what it let this worker read, and for which
+scopes, is kept (`_Grants`): what the runner or this agent already holds (`TaskRunner.holds_function`, ...)
+is not fetched again for a scope granted it, and is fetched again, for its scope, by any other task (so one
+client's task never runs with another client's function or objects, cached or not). The rest is asked for,
+many IDs per `ObjectRequest` (one per scope per flush). Functions and serializers stay in LRU caches; an
+object argument is kept while a staged task needs it, then released. Large results are put in storage,
+owned by the task's client, one request per client per flush (a result with a frame larger than the server
+takes fails its task unsent). A request unanswered for the storage timeout fails its tasks.
 
 Back-pressure: a result the server refuses because it is full (``storageFull``: past its memory and disk
 budgets) is held and put again every `FULL_RETRY_SECONDS`; it fails only once refused for the storage timeout.
@@ -23,7 +28,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.errors import ObjectNotFoundError, ObjectStorageRefusedError, ProtocolError
-from scaler.protocol.ids import IDGenerator
+from scaler.protocol.ids import IDGenerator, show
+from scaler.protocol.message_limits import STORAGE_OPTION, too_large_for
 from scaler.worker.lru_cache import LRUCache
 from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, SERIALIZER_CACHE_CAPACITY
 from scaler.worker.task_lifecycle import TaskEntry
@@ -40,9 +46,45 @@ _OBJECT = 4
 logger = logging.getLogger(__name__)
 
 _INLINE_ARGUMENT = m.ArgumentKind.INLINE
+GRANTS_CAPACITY = 8192  # objects whose readers this worker remembers (the agent's and a processor's caches hold fewer)
 
 # a put in flight: the task, the object ID of its result, the result's size, its profiling
 _Put = Tuple[TaskEntry, bytes, int, m.Profiling]
+# what a failed fetch concerns: the scope it was for, the object ID
+Fetch = Tuple[bytes, bytes]
+
+
+def read_scope(task: m.Task) -> bytes:
+    """The client whose objects a task reads: its scope, set by the scheduler for a Client made in a task (1.8),
+    else its client."""
+    return task.scope_id or task.client_id
+
+
+class _Grants:
+    """The scopes for which the storage server let this worker read each object, by object ID, for the latest
+    `GRANTS_CAPACITY` objects (a forgotten one is fetched again, once, by the next task that needs it)."""
+
+    __slots__ = ("_scopes",)
+
+    def __init__(self) -> None:
+        self._scopes: Dict[bytes, Any] = {}  # object ID -> a scope, or a set of them; oldest grant first
+
+    def allows(self, object_id: bytes, scope: bytes) -> bool:
+        held = self._scopes.get(object_id)
+        return held == scope or (type(held) is set and scope in held)
+
+    def grant(self, object_id: bytes, scope: bytes) -> None:
+        scopes = self._scopes
+        held = scopes.pop(object_id, None)  # again at the end: the latest
+        if held is None or held == scope:
+            scopes[object_id] = scope
+        elif type(held) is set:
+            held.add(scope)
+            scopes[object_id] = held
+        else:
+            scopes[object_id] = {held, scope}
+        if len(scopes) > GRANTS_CAPACITY:
+            del scopes[next(iter(scopes))]
 
 FULL_RETRY_SECONDS = 0.5  # how long a result refused by a full server waits before it is put again
 
@@ -54,9 +96,10 @@ class StorageRequests:
         self._objects: Dict[bytes, Any] = {}  # object arguments of staged tasks
         self._references: Dict[bytes, int] = defaultdict(int)
         self._request_ids = itertools.count(1)
-        self._pending: Dict[bytes, int] = {}  # object ID being fetched -> _FUNCTION | _SERIALIZER | _OBJECT
-        self._to_fetch: List[bytes] = []
-        self._gets: Dict[int, Tuple[List[bytes], float]] = {}
+        self._grants = _Grants()
+        self._pending: Dict[Fetch, int] = {}  # (scope, object ID) being fetched -> _FUNCTION | _SERIALIZER | _OBJECT
+        self._to_fetch: Dict[bytes, List[bytes]] = {}  # scope -> the object IDs to fetch for it
+        self._gets: Dict[int, Tuple[List[bytes], float, bytes]] = {}  # request -> its object IDs, when sent, scope
         self._to_put: List[Tuple[TaskEntry, bytes, Any, m.Profiling]] = []
         self._puts: Dict[int, Tuple[List[_Put], float]] = {}
         self._payloads: Dict[bytes, Any] = {}  # the payload of each put in flight, by object ID: kept to put again
@@ -84,36 +127,56 @@ class StorageRequests:
                 self._objects.pop(object_id, None)
 
     def missing(self, entry: TaskEntry, runner: TaskRunner) -> List[Tuple[bytes, int]]:
-        """What ``entry`` lacks to run: (object ID, kind) of each piece neither here nor held by the runner."""
+        """What ``entry`` lacks to run: (object ID, kind) of each piece neither here nor held by the runner, or
+        not granted to the task's scope."""
         missing: List[Tuple[bytes, int]] = []
         task = entry.task
+        scope = read_scope(task)
+        allows = self._grants.allows
         function_id = task.function_id
-        if function_id not in self._functions and not runner.holds_function(function_id):
+        if not allows(function_id, scope) or (
+            function_id not in self._functions and not runner.holds_function(function_id)
+        ):
             missing.append((function_id, _FUNCTION))
         serializer_id = task.serializer_id
-        if serializer_id and serializer_id not in self._serializers and not runner.holds_serializer(serializer_id):
+        if serializer_id and (
+            not allows(serializer_id, scope)
+            or (serializer_id not in self._serializers and not runner.holds_serializer(serializer_id))
+        ):
             missing.append((serializer_id, _SERIALIZER))
         object_ids = entry.object_ids
         # the IDs alone may go only if the runner holds every object (taking one could evict another)
-        if object_ids and not runner.holds_objects(object_ids):
+        if object_ids and not (runner.holds_objects(object_ids) and all(allows(each, scope) for each in object_ids)):
             objects = self._objects
-            missing.extend((object_id, _OBJECT) for object_id in object_ids if object_id not in objects)
+            missing.extend(
+                (object_id, _OBJECT)
+                for object_id in object_ids
+                if object_id not in objects or not allows(object_id, scope)
+            )
         return missing
 
     def request_missing(self, entry: TaskEntry, runner: TaskRunner) -> bool:
-        """Ask storage for what ``entry`` lacks (once per ID); whether it lacks anything."""
+        """Ask storage for what ``entry`` lacks (once per scope and ID); whether it lacks anything."""
         task = entry.task
-        if task.function_id in self._functions and not task.serializer_id and not entry.object_ids:
+        scope = read_scope(task)
+        function_id = task.function_id
+        if (
+            function_id in self._functions
+            and not task.serializer_id
+            and not entry.object_ids
+            and self._grants.allows(function_id, scope)
+        ):
             return False  # the usual case, told without building a list
         missing = self.missing(entry, runner)
         pending = self._pending
         for object_id, kind in missing:
-            kinds = pending.get(object_id)
+            fetch = (scope, object_id)
+            kinds = pending.get(fetch)
             if kinds is None:
-                pending[object_id] = kind
-                self._to_fetch.append(object_id)
+                pending[fetch] = kind
+                self._to_fetch.setdefault(scope, []).append(object_id)
             else:
-                pending[object_id] = kinds | kind
+                pending[fetch] = kinds | kind
         return bool(missing)
 
     def ready_task(self, entry: TaskEntry) -> ReadyTask:
@@ -143,30 +206,37 @@ class StorageRequests:
 
     # ------------------------------------------------------------------------- answers
 
-    def on_get_response(self, response: m.ObjectResponse, blobs: List[Any]) -> Dict[bytes, Exception]:
-        """Keep what arrived; what could not be had, by object ID."""
+    def on_get_response(self, response: m.ObjectResponse, blobs: List[Any]) -> Dict[Fetch, Exception]:
+        """Keep what arrived, granted to the scope it was read for; what could not be had, by (scope, object
+        ID)."""
         request = self._gets.pop(response.request_id, None)
         if request is None:
             logger.warning(f"Worker: dropped storage response to unknown get request {response.request_id}")
             return {}
+        asked, _, scope = request
         payloads = object_frames.found(response, blobs)
         found = {
             object_id: payload
             for object_id, payload in zip(response.object_ids, payloads, strict=False)
             if payload is not None
         }
-        failed: Dict[bytes, Exception] = {}
-        for object_id in request[0]:
-            kinds = self._pending.pop(object_id, 0)
+        failed: Dict[Fetch, Exception] = {}
+        for object_id in asked:
+            fetch = (scope, object_id)
+            kinds = self._pending.pop(fetch, 0)
             data = found.get(object_id)
             if data is None:
-                failed[object_id] = ObjectNotFoundError(f"object {object_id.hex()} not found in object storage")
+                failed[fetch] = ObjectNotFoundError(
+                    f"object {object_id.hex()} is not in object storage, or not one the tasks of client "
+                    f"{show(scope)} may read"
+                )
                 continue
             if kinds & (_FUNCTION | _SERIALIZER) and type(data) is not bytes:
                 if type(data) is list:
-                    failed[object_id] = ProtocolError(f"object {object_id.hex()} has several frames: not a function")
+                    failed[fetch] = ProtocolError(f"object {object_id.hex()} has several frames: not a function")
                     continue
                 data = bytes(data)  # they cross the Pipe inside a pickle
+            self._grants.grant(object_id, scope)
             if kinds & _FUNCTION:
                 self._functions.put(object_id, data)
             if kinds & _SERIALIZER:
@@ -225,25 +295,21 @@ class StorageRequests:
     @property
     def oldest_request(self) -> float:
         """When the oldest request still unanswered was sent (inf: none is)."""
-        gets, puts = self._gets, self._puts
-        if not gets and not puts:
-            return math.inf
-        oldest = math.inf
-        for requests in (gets, puts):
-            if requests:
-                oldest = min(oldest, next(iter(requests.values()))[1])  # they are kept in the order sent
-        return oldest
+        gets, puts = self._gets, self._puts  # each kept in the order sent: its first is its oldest
+        oldest_get = next(iter(gets.values()))[1] if gets else math.inf
+        oldest_put = next(iter(puts.values()))[1] if puts else math.inf
+        return min(oldest_get, oldest_put)
 
-    def expire(self, now: float, limit: float) -> Tuple[List[bytes], List[_Put]]:
-        """Forget the requests unanswered for ``limit`` seconds: the object IDs and the puts they asked for."""
-        object_ids: List[bytes] = []
+    def expire(self, now: float, limit: float) -> Tuple[List[Fetch], List[_Put]]:
+        """Forget the requests unanswered for ``limit`` seconds: the fetches and the puts they asked for."""
+        fetches: List[Fetch] = []
         puts: List[_Put] = []
-        for request_id, (asked, sent) in list(self._gets.items()):
+        for request_id, (asked, sent, scope) in list(self._gets.items()):
             if now - sent >= limit:
                 del self._gets[request_id]
                 for object_id in asked:
-                    self._pending.pop(object_id, None)
-                object_ids.extend(asked)
+                    self._pending.pop((scope, object_id), None)
+                    fetches.append((scope, object_id))
         for request_id, (put, sent) in list(self._puts.items()):
             if now - sent >= limit:
                 del self._puts[request_id]
@@ -257,7 +323,7 @@ class StorageRequests:
             self._refused = []
             self._give_up_at.clear()
             self.retry_at = math.inf
-        return object_ids, puts
+        return fetches, puts
 
     # ------------------------------------------------------------------------- sending
 
@@ -265,16 +331,25 @@ class StorageRequests:
     def has_requests(self) -> bool:
         return bool(self._to_fetch or self._to_put)
 
-    def requests(self, now: float, out: List[Any]) -> None:
-        """The fetches and puts collected since the last call, as messages to storage."""
+    def requests(self, now: float, out: List[Any], max_frame: int = 0) -> List[Tuple[_Put, Exception]]:
+        """The fetches and puts collected since the last call, as messages to storage; the puts refused unsent, with
+        why: a result with a frame larger than ``max_frame``, the most the server takes (0: it says not)."""
+        refused: List[Tuple[_Put, Exception]] = []
         if self._to_fetch:
-            request_id = next(self._request_ids)
-            self._gets[request_id] = (self._to_fetch, now)
-            out.append(SendToStorage(m.ObjectRequest(request_id, m.ObjectRequestKind.GET, b"", self._to_fetch)))
-            self._to_fetch = []
+            for scope, object_ids in self._to_fetch.items():  # a get reads for one scope (its ownerId)
+                request_id = next(self._request_ids)
+                self._gets[request_id] = (object_ids, now, scope)
+                out.append(SendToStorage(m.ObjectRequest(request_id, m.ObjectRequestKind.GET, scope, object_ids)))
+            self._to_fetch = {}
         if self._to_put:
             by_owner: Dict[bytes, List[Tuple[TaskEntry, bytes, Any, m.Profiling]]] = defaultdict(list)
             for put in self._to_put:
+                largest = object_frames.largest_frame(put[2])
+                if max_frame and largest > max_frame:
+                    what = f"the result of task {put[0].task.task_id.hex()}"
+                    error = too_large_for(what, largest, max_frame, "object storage server", STORAGE_OPTION)
+                    refused.append(((put[0], put[1], largest, put[3]), ObjectStorageRefusedError(error)))
+                    continue
                 by_owner[put[0].task.client_id].append(put)
             self._to_put = []
             for owner_id, puts in by_owner.items():
@@ -286,6 +361,7 @@ class StorageRequests:
                 object_ids = [put[1] for put in puts]
                 request = m.ObjectRequest(request_id, m.ObjectRequestKind.PUT, owner_id, object_ids, counts)
                 out.append(SendToStorage(request, frames))
+        return refused
 
     # ------------------------------------------------------------------------- observation
 

@@ -23,7 +23,7 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from scaler.protocol import codec, connection_events
+from scaler.protocol import codec, connection_events, delegation
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
@@ -57,18 +57,19 @@ logger = logging.getLogger(__name__)
 
 _DISCONNECT_LINGER_SECONDS = 1.0  # for the DisconnectRequest of a leaving worker to go
 
-# (the worker's configuration, its ID as text) -> the two halves of where its tasks run
-RunnerFactory = Callable[[WorkerConfig, str], Tuple[TaskRunner, RunnerHost]]
+# (the worker's configuration, its ID as text, the key by which the Clients made in its tasks prove their task
+# to the scheduler) -> the two halves of where its tasks run
+RunnerFactory = Callable[[WorkerConfig, str, bytes], Tuple[TaskRunner, RunnerHost]]
 
 
-def local_processor(config: WorkerConfig, worker_id: str) -> Tuple[TaskRunner, RunnerHost]:
-    """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key; the
-    processor is held to the worker's memory limit."""
+def local_processor(config: WorkerConfig, worker_id: str, delegation_key: bytes) -> Tuple[TaskRunner, RunnerHost]:
+    """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key, and
+    stand for the clients of the tasks they are made in; the processor is held to the worker's memory limit."""
     memory_limit = config.memory_limit_bytes()
     environment = config.security.task_environment()
     return (
         ProcessorRunner(memory_limit=memory_limit),
-        ProcessorHost(config.scheduler_address, worker_id, environment, memory_limit),
+        ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key, memory_limit),
     )
 
 
@@ -84,11 +85,13 @@ class WorkerAgent:
         self._config = config
         self._keys = peer_keys(config.security)  # SecurityError now, for key files it cannot use
         worker_id = new_worker_id()
-        self._identity = WorkerIdentity(worker_id, os.getpid(), socket.gethostname(), IDGenerator())
+        self._identity = WorkerIdentity(
+            worker_id, os.getpid(), socket.gethostname(), IDGenerator(), delegation.new_key()
+        )
         self._name = f"Worker {show(worker_id)}"
         if self._keys.secure and not config.security.task_environment():
             logger.warning(f"{self._name}: no task key (--task-key-file): a task that makes a Client is refused")
-        task_runner, self._host = runner(config, show(worker_id))
+        task_runner, self._host = runner(config, show(worker_id), self._identity.delegation_key)
         self._core = WorkerCore(config, self._identity, task_runner)
         self._connect = connect
         self._handle_signals = handle_signals

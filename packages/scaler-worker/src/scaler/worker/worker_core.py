@@ -28,8 +28,8 @@ from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.worker.function_stats import FunctionStatsTable
-from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, profile, timeout_error
-from scaler.worker.storage_requests import StorageRequests
+from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, add_output, profile, timeout_error
+from scaler.worker.storage_requests import Fetch, StorageRequests, read_scope
 from scaler.worker.task_lifecycle import (
     HISTORY_LENGTH,
     TASK_LIFECYCLE,
@@ -92,7 +92,6 @@ class WorkerCore:
         self._name = f"Worker {show(identity.worker_id)}"
         self._runner = runner
         self._session = WorkerSession(config, identity, self._name, self._leave)
-        self._inline_threshold = config.task_inline_threshold
         self._storage_timeout = config.worker_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
 
@@ -365,10 +364,11 @@ class WorkerCore:
         else:
             logger.warning(f"{self._name}: dropped storage response of unexpected kind {response.kind.name}")
 
-    def _fail_staged_needing(self, failed: Dict[bytes, Exception]) -> None:
+    def _fail_staged_needing(self, failed: Dict[Fetch, Exception]) -> None:
         for entry in list(self._staged.values()):
+            scope = read_scope(entry.task)
             for object_id, _ in self._storage.missing(entry, self._runner):
-                error = failed.get(object_id)
+                error = failed.get((scope, object_id))
                 if error is not None:
                     self._apply(entry, _E.FAIL, (error, None))
                     break
@@ -390,13 +390,13 @@ class WorkerCore:
 
     def _fail_storage_requests(self, why: str, now: float = math.inf, limit: float = 0.0) -> None:
         """Fail the tasks whose storage requests are older than ``limit`` seconds (all of them by default)."""
-        object_ids, puts = self._storage.expire(now, limit)
-        if not (object_ids or puts):
+        fetches, puts = self._storage.expire(now, limit)
+        if not (fetches or puts):
             return
         problem = DisconnectedError(why)
         logger.error(f"{self._name}: {problem}")
-        if object_ids:
-            self._fail_staged_needing(dict.fromkeys(object_ids, problem))
+        if fetches:
+            self._fail_staged_needing(dict.fromkeys(fetches, problem))
         for entry, _, _, profiling in puts:
             self._apply(entry, _E.FAIL, (problem, profiling))
 
@@ -458,7 +458,7 @@ class WorkerCore:
             return
         task = entry.task
         # a result of several frames (large buffers kept out of its pickle) never goes inline
-        stored = task.store_result or type(payload) is list or len(payload) > self._inline_threshold
+        stored = task.store_result or type(payload) is list or len(payload) > self._session.inline_threshold
         event = _E.LARGE_RESULT if stored and status == m.TaskStatus.SUCCESS else _E.RESULT
         self._apply(entry, event, (status, payload, error_text, profiling))
 
@@ -470,12 +470,7 @@ class WorkerCore:
         if not self._session.scheduler_reads_output:  # older than protocol 1.3: it could not read it
             return
         output = m.TaskOutput(task_id, entry.task.client_id, m.OutputStream(stream), text)
-        out = self._out
-        last = out[-1] if out else None
-        if type(last) is SendToScheduler and type(last.message) is m.TaskOutputBatch:  # one batch per message
-            last.message.outputs.append(output)
-        else:
-            out.append(SendToScheduler(m.TaskOutputBatch([output])))
+        add_output(self._out, output, self._session.max_message_size)
 
     def died(self, task_id: bytes, reason: str) -> None:
         entry = self._tasks.get(task_id)
@@ -592,8 +587,13 @@ class WorkerCore:
 
     def _send(self, out: List[Effect]) -> None:
         # nothing goes to storage while its connection is down: it goes after the Hello, when it is back
-        self._storage.requests(self._now, self._unsent if self._session.storage_down else out)
-        self._answers.send(out if not self._session.rejoining else [])  # dropped: the scheduler forgot those tasks
+        session = self._session
+        requests = self._unsent if session.storage_down else out
+        refused = self._storage.requests(self._now, requests, session.storage_max_message_size)
+        for (entry, _, _, profiling), error in refused:  # results larger than the storage server takes
+            self._apply(entry, _E.FAIL, (error, profiling))
+        # dropped while rejoining: the scheduler forgot those tasks
+        self._answers.send(out if not session.rejoining else [], session.max_message_size)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
         """Send what is left, and unless the scheduler sent us away, tell it we leave (our tasks then go

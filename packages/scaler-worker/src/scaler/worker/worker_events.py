@@ -28,6 +28,8 @@ class WorkerIdentity(NamedTuple):
     pid: int
     hostname: str
     object_ids: IDGenerator  # names the results this worker puts in object storage
+    # the key by which the Clients made in its tasks prove their task to the scheduler (scaler.protocol.delegation)
+    delegation_key: bytes = b""
 
 
 # ----------------------------------------------------------------------------- events

@@ -44,6 +44,7 @@ from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
 from scaler.protocol.connection_events import closed_in_handshake, role_name
+from scaler.protocol.message_limits import message_budget
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
@@ -79,6 +80,7 @@ class WorkerSession:
                 queue_capacity=config.queue_capacity,
                 capabilities=config.capabilities,
                 group_id=config.group_id.encode(),
+                delegation_key=identity.delegation_key,
             ),
         )
         self.connected = False  # the scheduler's HelloAck came
@@ -89,6 +91,9 @@ class WorkerSession:
         self.storage_address = ""  # named by the scheduler's HelloAck
         self._storage_accepted = False
         self.storage_down = False  # its connection closed; what waits on it failed, Hello again when back
+        self.max_message_size = 0  # the largest message the scheduler takes (its HelloAck, 1.8); 0: not said
+        self.storage_max_message_size = 0  # the largest frame the storage server takes, likewise
+        self.inline_threshold = config.task_inline_threshold  # a successful result larger goes through storage
         self._heartbeat_interval = config.heartbeat_interval_seconds
         self._last_heard = 0.0
         self._hello_deadline = math.inf
@@ -213,6 +218,9 @@ class WorkerSession:
             self._leave(EXIT_REFUSED, f"{address} is {role_name(ack.role)}, not a scheduler", False)
             return
         self.connected = True
+        self.max_message_size = ack.max_message_size  # (a scheduler that came back may take other sizes)
+        # a result sent inline must fit in a message the scheduler takes, with company
+        self.inline_threshold = min(self._config.task_inline_threshold, message_budget(ack.max_message_size) // 4)
         if self.rejoining:  # the same storage server still serves us: its connection is its own
             self.rejoining = False
             self._hello_deadline = math.inf
@@ -266,6 +274,7 @@ class WorkerSession:
             self._leave(EXIT_REFUSED, why, True)
             return
         self._storage_accepted = True
+        self.storage_max_message_size = ack.max_message_size
         logger.debug(f"{self._name}: object storage {self.storage_address} accepted us")
 
     def _on_storage_connection(self, change: str, out: List[Any]) -> None:

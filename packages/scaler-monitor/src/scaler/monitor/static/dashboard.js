@@ -257,6 +257,9 @@ function showState(state) {
   const states = snapshot.task_states;
   setText("card-workers", formatNumber(snapshot.scheduler.workers));
   setText("card-clients", formatNumber(snapshot.scheduler.clients));
+  const quotas = snapshot.scheduler;
+  setText("client-quotas", quotas.client_task_quota ? `quotas of each client: ${formatNumber(quotas.client_task_quota)} ` +
+    `tasks in the scheduler, ${formatBytes(quotas.client_memory_quota)} of objects in storage` : "");
   setText("tasks-received", snapshot.tasks_received.toLocaleString("en-US"));
   setText("tasks-succeeded", (states.success || 0).toLocaleString("en-US"));
   setText("tasks-failed", ((states.failed || 0) + (states.rejected || 0)).toLocaleString("en-US"));

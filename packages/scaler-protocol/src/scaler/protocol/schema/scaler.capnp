@@ -30,6 +30,8 @@ struct WorkerInfo {
   queueCapacity @1 :UInt32;               # tasks the worker accepts to queue
   capabilities @2 :List(Capability);
   groupId @3 :Data;                       # the worker group a worker manager started it in (1.6); empty: none
+  delegationKey @4 :Data;                 # 1.8: the key of the proofs by which the Clients of its tasks show the
+                                          # scheduler the task they were made in (Hello.madeInProof); empty: none
 }
 
 # First message of every peer, to the scheduler and to the object storage server.
@@ -39,6 +41,9 @@ struct Hello {
   pid @2 :UInt32;
   hostname @3 :Text;
   workerInfo @4 :WorkerInfo;              # role == worker only
+  madeIn @5 :Data;                        # 1.8, a client made inside a task: that task's ID; empty: none
+  madeInProof @6 :Data;                   # 1.8: HMAC-SHA256, keyed with the delegationKey of the worker running
+                                          # madeIn, of the client's ID followed by madeIn (docs/protocol.md)
 }
 
 # Answer to an accepted Hello.
@@ -49,6 +54,10 @@ struct HelloAck {
   timeoutSeconds @3 :Float64;             # the peer is forgotten after this silence
   role @4 :PeerRole;                      # who answered: scheduler or objectStorage (protocol 1.5); an older
                                           # peer leaves it at client (0), which never answers a Hello
+  maxMessageSize @5 :UInt64;              # the largest frame it takes (ZMQ_MAXMSGSIZE): a peer that sends a
+                                          # larger one is disconnected (1.8); 0: not said (older)
+  clientQuota @6 :UInt64;                 # the scheduler: the tasks of its own a client may have queued there;
+                                          # the storage server: the bytes of objects one owner may hold (1.8)
 }
 
 # Answer to anything the receiver will not serve: wrong protocol version,
@@ -126,6 +135,8 @@ struct Task {
   storeResult @11 :Bool;                  # put a successful result in object storage whatever its size
                                           # (set by the scheduler on graph nodes that other nodes need)
   streamOutput @12 :Bool;                 # send what the task prints to its client as it prints it (1.3)
+  scopeId @13 :Data;                      # 1.8, set by the scheduler: the client whose objects the task reads (for
+                                          # a client made inside a task, the client it stands for); empty: clientId
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
@@ -190,6 +201,9 @@ enum ObjectRequestKind {
   get @1;
   delete @2;
   clearOwner @3;                          # delete every object of ownerId
+  usage @4;                               # 1.8, scheduler -> storage: the bytes each owner of objectIds holds
+  admit @5;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
+                                          # objects its tasks read); until the scheduler's clearOwner of ownerId
 }
 
 struct ObjectRequest {
@@ -198,6 +212,8 @@ struct ObjectRequest {
   ownerId @2 :Data;
   objectIds @3 :List(Data);
   frameCounts @4 :List(UInt32);           # put: how many frames make each object, in order; empty: one each
+  scopeId @5 :Data;                       # admit (1.8): the client whose objects ownerId's tasks read; empty:
+                                          # ownerId itself
 }
 
 enum ObjectStatus {
@@ -275,6 +291,7 @@ struct ClientSnapshot {
   heartbeat @1 :ClientHeartbeat;          # its last heartbeat
   tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
   lastSeenSecondsAgo @3 :Float32;
+  storedBytes @4 :UInt64;                 # of the objects it owns in the storage server (1.8)
 }
 
 struct Counter {
@@ -293,6 +310,8 @@ struct StateSnapshot {
   objects @7 :UInt64;
   clientSnapshots @8 :List(ClientSnapshot); # one per connected client (protocol 1.2)
   managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
+  clientTaskQuota @10 :UInt64;            # the tasks a client may have queued at the scheduler (1.8)
+  clientMemoryQuota @11 :UInt64;          # the bytes of objects an owner may hold in storage (1.8)
 }
 
 # A worker manager as the scheduler sees it (1.6), for monitors.
