@@ -561,12 +561,9 @@ class SchedulerServer:
         asyncio.get_running_loop().call_later(_SHUTDOWN_GRACE_SECONDS, self._stop.set)  # type: ignore[union-attr]
 
 
-def start_object_storage_process(
-    address: str, security: SecurityConfig = NO_SECURITY, arguments: Sequence[str] = ()
-) -> subprocess.Popen:
-    """``python -m scaler.storage ADDRESS``, with the options of ``security`` and ``arguments``, which dies with
-    this process (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage
-    server here)."""
+def start_object_storage_process(address: str, security: SecurityConfig, arguments: Sequence[str]) -> subprocess.Popen:
+    """``python -m scaler.storage ADDRESS`` with the options of ``security`` and ``arguments``, which dies with this
+    process (scaler-storage is not a dependency of the scheduler: it is needed only to start a storage server here)."""
     if importlib.util.find_spec("scaler.storage") is None:
         raise SchedulerStartError(
             f"no object storage server answers at {address} and scaler-storage is not installed to start one: "

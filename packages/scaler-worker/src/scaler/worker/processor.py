@@ -710,16 +710,3 @@ def _agent_gone() -> NoReturn:
     """The Pipe broke: the agent is gone (it would have stopped us otherwise), and so are we."""
     _flush_standard_streams()
     os._exit(1)
-
-
-def processor_exit_cause(exit_code: Optional[int]) -> str:
-    """Human-readable cause of a processor's end, from its multiprocessing exit code."""
-    if exit_code is None:
-        return "processor ended for an unknown reason"
-    if exit_code < 0:
-        try:
-            name = signal.Signals(-exit_code).name
-        except ValueError:
-            name = str(-exit_code)
-        return f"processor was killed by signal {name}"
-    return f"processor exited with code {exit_code}"

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from scaler.protocol.errors import DisconnectedError
-from scaler.worker.processor import processor_exit_cause, run_processor
+from scaler.worker.processor import run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     HEADER,
@@ -297,3 +297,16 @@ class _Incoming:
 
     def message(self) -> Any:
         return pickle.loads(self._pickle, buffers=self._buffers)
+
+
+def processor_exit_cause(exit_code: Optional[int]) -> str:
+    """Human-readable cause of a processor's end, from its multiprocessing exit code."""
+    if exit_code is None:
+        return "processor ended for an unknown reason"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = str(-exit_code)
+        return f"processor was killed by signal {name}"
+    return f"processor exited with code {exit_code}"
