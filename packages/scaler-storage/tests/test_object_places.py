@@ -108,8 +108,16 @@ def test_deleting_or_clearing_spilled_objects_removes_their_files_and_closing_re
     assert len(s.files()) == 1 and s.store.places.used_disk == 40
     s.request(ObjectRequestKind.CLEAR_OWNER, [])
     assert s.files() == [] and (s.store.used_memory, s.store.places.used_disk) == (0, 0)
+    path = s.spill.path
     s.store.places.close()
-    assert not os.path.exists(s.spill.path)
+    assert not os.path.exists(path)
+
+
+def test_a_server_that_never_spills_makes_no_directory(tmp_path):
+    s = Spilling(tmp_path)
+    s.put(1)
+    s.store.places.close()
+    assert os.listdir(tmp_path) == []
 
 
 def test_without_a_spill_directory_a_put_past_the_memory_budget_is_refused_saying_so():

@@ -28,15 +28,23 @@ _SIZE = struct.Struct("!Q")
 
 
 class SpillDirectory:
-    """Objects in files: one per object, in a directory of their own made inside ``parent`` (removed by
-    `close`). A file holds the number of frames, their sizes, then the frames."""
+    """Objects in files: one per object, in a directory of their own made inside ``parent`` when the first object
+    is spilled (so a server that never spills leaves nothing), removed by `close`. A file holds the number of
+    frames, their sizes, then the frames."""
 
     def __init__(self, parent: str) -> None:
         os.makedirs(parent, exist_ok=True)
-        self.path = tempfile.mkdtemp(prefix="scaler-spill-", dir=parent)
+        self.parent = parent
+        self._path: Optional[str] = None
+
+    @property
+    def path(self) -> str:
+        if self._path is None:
+            self._path = tempfile.mkdtemp(prefix="scaler-spill-", dir=self.parent)
+        return self._path
 
     def free_bytes(self) -> int:
-        return shutil.disk_usage(self.path).free
+        return shutil.disk_usage(self.parent).free
 
     def write(self, object_id: bytes, frames: Sequence[Any]) -> None:
         views = [memoryview(frame) for frame in frames]
@@ -65,7 +73,8 @@ class SpillDirectory:
             pass
 
     def close(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
 
     def _file(self, object_id: bytes) -> str:
         return os.path.join(self.path, object_id.hex())

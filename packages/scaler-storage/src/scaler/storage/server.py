@@ -125,7 +125,7 @@ class ObjectStorageServer:
         places = self.store.places
         if places.spill is None:
             return "no spilling (no --spill-directory)"
-        return f"spilling to {places.spill.path} up to {show_size(places.max_disk)}"
+        return f"spilling to a directory in {places.spill.parent} up to {show_size(places.max_disk)}"
 
     async def serve(self) -> None:
         """Serve until `stop` is called; then close the socket (linger 0)."""
