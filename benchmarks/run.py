@@ -54,7 +54,10 @@ MARKER_VARIABLE = "SCALER_BENCHMARK_RUN"
 WORKERS = 2
 PIP_TIMEOUT_SECONDS = 900
 
-OUR_PACKAGES = ["scaler-protocol", "scaler-client", "scaler-scheduler", "scaler-storage", "scaler-worker"]
+# scaler-monitor: scaler_ui, which watches the cluster in the monitored_map workload
+OUR_PACKAGES = [
+    "scaler-protocol", "scaler-client", "scaler-scheduler", "scaler-storage", "scaler-worker", "scaler-monitor",
+]  # fmt: skip
 
 # uvloop: the project's own extra, for --event-loop uvloop (the scaler-uvloop variant)
 OUR_REQUIREMENTS = ["psutil", "uvloop", *[str(REPO / "packages" / name) for name in OUR_PACKAGES]]
@@ -90,6 +93,7 @@ SIZES: Dict[str, Tuple[int, int]] = {
     "graph": (10_000, 1_000),
     "chain": (1_000, 200),
     "graph_vs_map": (100_000, 10_000),
+    "monitored_map": (100_000, 10_000),
     "queued_memory": (1_000_000, 100_000),
     "executor_map": (100_000, 10_000),
 }
@@ -108,6 +112,9 @@ METRICS: List[Tuple[str, str, str, bool]] = [
     ("chain", "nodes_per_s", "chain, nodes/s", True),
     ("graph_vs_map", "tree_vs_map", "reduction tree / no-op map, nodes/s per task/s", True),
     ("graph_vs_map", "mapreduce_vs_map", "wide map-reduce / no-op map, nodes/s per task/s", True),
+    ("monitored_map", "off_per_s", "no-op map, nothing watching, tasks/s", True),
+    ("monitored_map", "on_per_s", "no-op map, scaler_ui and a report on, tasks/s", True),
+    ("monitored_map", "on_vs_off", "no-op map watched / not watched, tasks/s per task/s", True),
     ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
     ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
     ("executor_map", "calls_per_s", "Executor.map, calls/s", True),
@@ -127,6 +134,7 @@ def _target(workload: str, metric: str, size: int) -> Optional[Tuple[str, float,
         ("queued_memory", "client_bytes_per_task"): ("≤ 2 KB/task", 2048, False),
         ("graph_vs_map", "tree_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
         ("graph_vs_map", "mapreduce_vs_map"): ("≥ 0.95 (issue 20)", 0.95, True),
+        ("monitored_map", "on_vs_off"): ("≥ 0.95 (issue 31)", 0.95, True),
     }
     if (workload, metric) == ("sleep", "seconds"):
         bound = 5.3 * size / 1000
@@ -472,8 +480,8 @@ def security_cost(data: Dict[str, Any]) -> str:
 def cpu_table(data: Dict[str, Any], engine: str, key: str = "us_per_task", unit: str = "µs/task") -> str:
     """Per workload and process role, the median of ``key`` (CPU µs per task, or fresh KiB per task)."""
     summary = data["summary"]
-    roles_order = ["client", "scheduler", "storage", "agent", "processor", "cluster supervisor", "worker manager",
-                   "nanny", "worker", "other"]  # fmt: skip
+    roles_order = ["client", "scheduler", "storage", "agent", "processor", "cluster supervisor", "monitor",
+                   "worker manager", "nanny", "worker", "other"]  # fmt: skip
     roles = []
     for workload in summary:
         for role in summary[workload].get(engine, {}).get("cpu", {}):
@@ -660,6 +668,9 @@ WORKLOAD_DESCRIPTIONS = {
     "graph_vs_map": "in one cluster, a no-op map of N tasks, then `client.get` of a reduction tree of about N nodes "
     "(as `graph`) and of a wide map-reduce of about N nodes (maps of one data node, a sum of each 100 maps, one "
     "total): each graph's nodes/s as a share of the map's tasks/s, and the scheduler's CPU per node",
+    "monitored_map": "in one cluster, a no-op map of N tasks with nothing watching, then with `scaler_ui` subscribed "
+    "(a viewer reading its page's event stream) and `client.performance_report` open, twice each, alternately: "
+    "the median throughput of each, and with everything on as a share of without (scaler only)",
     "queued_memory": "both workers held by a blocking task, then N tasks submitted through the batch call; peak RSS "
     "growth of the scheduler process and of the client process divided by N, once the scheduler's RSS stayed flat "
     "for 2 s. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one "

@@ -14,6 +14,7 @@ are needed here (psutil is installed in every engine's virtualenv).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -95,6 +96,10 @@ class Engine:
     def executor_map(self, fn: Callable, items: Iterable[Any], chunksize: Optional[int]) -> List[Any]:
         """The engine's `concurrent.futures.Executor.map` (or joblib's Parallel): chunksize None is the default."""
         raise Unsupported("no concurrent.futures.Executor interface")
+
+    def watched(self) -> contextlib.AbstractContextManager:
+        """While it is entered, what watches each task of a job: a live monitor with a viewer, and a report."""
+        raise Unsupported("no task stream to watch")
 
     def submit_in_background(self, fn: Callable, items: Iterator[Any]) -> None:
         """Start submitting fn(item) for every item without waiting for results (queued-memory workload)."""
@@ -331,6 +336,33 @@ def workload_graph_vs_map(engine: Engine, size: int):
     return metrics, size + len(tree) + len(wide)
 
 
+def workload_monitored_map(engine: Engine, size: int):
+    """In one cluster, a no-op map of ``size`` tasks with nothing watching, then with everything that watches each
+    task on (`Engine.watched`), twice each, alternately: the throughput with it on as a share of without, and the
+    CPU per task of each process role in each case (``on_monitor_us_per_task``...)."""
+    items = list(range(size))
+    rates: Dict[bool, List[float]] = {False: [], True: []}
+    cpu: Dict[bool, Dict[str, List[float]]] = {False: {}, True: {}}
+    seconds = 0.0
+    for watching in (False, True, False, True):
+        with engine.watched() if watching else contextlib.nullcontext():
+            before, start = cpu_snapshot(engine), time.perf_counter()
+            results = engine.map(bench_tasks.noop, items)
+            elapsed = time.perf_counter() - start
+            for role, entry in cpu_breakdown(before, cpu_snapshot(engine), size).items():
+                cpu[watching].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
+        _check(results == items, "map returned wrong results")
+        rates[watching].append(size / elapsed)
+        seconds += elapsed
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    metrics = {"off_per_s": off, "on_per_s": on, "on_vs_off": on / off, "seconds": seconds}
+    for watching, name in ((False, "off"), (True, "on")):
+        for role, values in cpu[watching].items():
+            metrics[f"{name}_{role}_us_per_task"] = statistics.median(values)
+        metrics[f"{name}_total_us_per_task"] = sum(statistics.median(values) for values in cpu[watching].values())
+    return metrics, 4 * size
+
+
 def workload_chain(engine: Engine, size: int):
     graph: Dict[str, Any] = {"zero": 0, "chain-0": (bench_tasks.inc, "zero")}
     for i in range(1, size):
@@ -418,6 +450,7 @@ WORKLOADS: Dict[str, Callable] = {
     "graph": workload_graph,
     "chain": workload_chain,
     "graph_vs_map": workload_graph_vs_map,
+    "monitored_map": workload_monitored_map,
     "queued_memory": workload_queued_memory,
     "executor_map": workload_executor_map,
 }

@@ -1,11 +1,22 @@
 """Runner for this project (installed from packages/ into benchmarks/.envs/scaler)."""
 
+import contextlib
+import json
 import logging
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
 
 import bench_common
 from bench_common import Engine, Unsupported
 
 from scaler import Client, SchedulerClusterCombo
+from scaler.protocol.addresses import default_monitor_address, free_tcp_port
+
+# a viewer of scaler_ui's page: it reads the live event stream, as a browser's page does, and drops it
+_VIEWER = "import sys, urllib.request\nfor _ in urllib.request.urlopen(sys.argv[1] + '/events'): pass"
 
 
 class ScalerEngine(Engine):
@@ -32,6 +43,32 @@ class ScalerEngine(Engine):
 
     def map(self, fn, items):
         return self.client.map(fn, ((item,) for item in items))
+
+    @contextlib.contextmanager
+    def watched(self):
+        """scaler_ui subscribed to the scheduler, a viewer reading its page's event stream, and a performance
+        report open (its file written when the block ends, outside what is timed)."""
+        port = free_tcp_port()
+        monitor = default_monitor_address(self.cluster.get_address())
+        ui = subprocess.Popen([sys.executable, "-m", "scaler.monitor.ui", monitor, "--port", str(port),
+                               "--logging-level", "WARNING"])  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        viewer = None
+        try:
+            deadline = time.monotonic() + 60
+            while not _serves_workers(url, self.workers):
+                if time.monotonic() > deadline or ui.poll() is not None:
+                    raise RuntimeError("scaler_ui did not show the workers within 60 s")
+                time.sleep(0.2)
+            viewer = subprocess.Popen([sys.executable, "-c", _VIEWER, url])
+            with tempfile.TemporaryDirectory() as directory:
+                with self.client.performance_report(f"{directory}/report.html"):
+                    yield
+        finally:
+            for process in (viewer, ui):
+                if process is not None:
+                    process.terminate()
+                    process.wait(10)
 
     def executor_map(self, fn, items, chunksize):
         with self.client.executor() as executor:
@@ -65,11 +102,22 @@ class ScalerEngine(Engine):
             return "storage"
         if "scaler.cluster" in cmdline:
             return "cluster supervisor"
+        if "scaler.monitor.ui" in cmdline:
+            return "monitor"
         if "scaler.worker.worker_main" in cmdline:
             return "agent"
         if "multiprocessing.spawn" in cmdline or "spawn_main" in cmdline:
             return "processor"
         return "other"
+
+
+def _serves_workers(url: str, workers: int) -> bool:
+    """Whether scaler_ui at ``url`` shows a snapshot with ``workers`` workers (it subscribed)."""
+    try:
+        snapshot = json.loads(urllib.request.urlopen(url + "/state.json", timeout=5).read())["snapshot"]
+    except OSError:
+        return False
+    return snapshot is not None and len(snapshot["workers"]) >= workers
 
 
 if __name__ == "__main__":

@@ -15,7 +15,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scaler.protocol import codec
 from scaler.protocol.addresses import free_tcp_port
-from scaler.protocol.messages import Counter, FunctionStats, StateSnapshot, WorkerHeartbeat, WorkerSnapshot
+from scaler.protocol.messages import (
+    Counter,
+    FunctionStats,
+    StateSnapshot,
+    TaskRuns,
+    TaskStatus,
+    WorkerHeartbeat,
+    WorkerSnapshot,
+)
 
 SCALER_UI = str(Path(sys.executable).parent / "scaler_ui")
 
@@ -136,6 +144,8 @@ def test_state_events_and_metrics_follow_the_feed(feed, ui):
     events = _events(stream)
     name, history = next(events)
     assert name == "history" and len(history) == 1
+    name, runs = next(events)
+    assert name == "stream" and runs["task"] == []  # the task stream of the last minutes: none ran
     name, state = next(events)
     assert name == "state"
     snapshot = state["snapshot"]
@@ -171,7 +181,7 @@ def test_state_events_and_metrics_follow_the_feed(feed, ui):
 def test_a_token_guards_the_page_the_events_and_the_metrics(feed):
     process, base = _start_ui(feed, "--token", "s3cret")
     try:
-        for path in ("/", "/events", "/metrics", "/state.json", "/dashboard.js"):
+        for path in ("/", "/events", "/metrics", "/state.json", "/tasks.json", "/dashboard.js", "/task_chart.js"):
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic !!!"}):
                 with pytest.raises(urllib.error.HTTPError) as refused:
                     _get(base + path, headers)
@@ -182,3 +192,42 @@ def test_a_token_guards_the_page_the_events_and_the_metrics(feed):
         assert _get(base + "/", {"Authorization": f"Basic {basic}"}).status == 200
     finally:
         _stop(process)
+
+
+def _runs(*failed_numbers: int, count: int = 5) -> TaskRuns:
+    """What a worker's heartbeat says of ``count`` ended runs of mod.f (those numbered ``failed_numbers`` failed)."""
+    return TaskRuns(
+        function_names=["mod.f"],
+        client_ids=[b"C|h|1|cc"],
+        task_ids=[bytes([n]) * 16 for n in range(count)],
+        functions=[0] * count,
+        clients=[0] * count,
+        queued_seconds=[0.5] * count,
+        run_seconds=[0.25] * count,
+        ended_seconds_ago=[0.125] * count,
+        failed_runs=list(failed_numbers),
+        failed_statuses=[TaskStatus.FAILED] * len(failed_numbers),
+        error_texts=[f"ValueError: number {n}" for n in failed_numbers],
+    )
+
+
+def test_the_task_runs_are_searched_as_json(feed, ui):
+    feed.wait_for_subscriber()
+    worker = _worker(b"W|a|1|aa", 5, 1.0)
+    worker.heartbeat.ended_runs = _runs(1, 3)
+    feed.publish(_snapshot(5, [worker]))
+    deadline = time.monotonic() + 20
+    while json.load(_get(ui + "/tasks.json"))["matched"] < 5:
+        assert time.monotonic() < deadline, "the runs did not reach the task log"
+        time.sleep(0.05)
+    found = json.load(_get(ui + "/tasks.json?function=MOD.&state=failed"))
+    assert found["matched"] == 2
+    assert [run["task_id"] for run in found["tasks"]] == [(bytes([n]) * 16).hex() for n in (3, 1)]  # newest first
+    run = found["tasks"][0]
+    assert run["error"] == "ValueError: number 3" and run["worker"] == "W|a|1|aa" and run["client"] == "C|h|1|cc"
+    assert run["ended"] - run["started"] == pytest.approx(0.25) and run["started"] - run["queued"] == pytest.approx(0.5)
+    assert json.load(_get(ui + "/tasks.json?task=0202&limit=1"))["matched"] == 1
+    assert json.load(_get(ui + "/tasks.json?limit=2"))["tasks"][0]["task_id"] == (b"\x04" * 16).hex()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get(ui + "/tasks.json?limit=many")
+    assert refused.value.code == 400

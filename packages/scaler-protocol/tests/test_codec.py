@@ -275,6 +275,15 @@ def test_routed_tasks_carry_what_routing_needs_and_copy_the_rest_through():
     assert routed.tasks[3].to_task() == expected[3]
 
 
+def test_a_routed_task_carries_how_long_it_waited_when_told():
+    task = messages.Task(task_id=b"c" * 16, function_id=b"f")
+    routed, _ = codec.decode_routed(codec.encode(messages.TaskBatch([task, messages.Task(task_id=b"d" * 16)])))
+    routed.tasks[0].queued_seconds = 2.5  # while workers record task runs
+    sent, _ = codec.decode(codec.encode(messages.TaskBatch(routed.tasks)))
+    assert [t.queued_seconds for t in sent.tasks] == [2.5, 0.0]
+    assert sent.tasks[0] == dataclasses.replace(task, queued_seconds=2.5)
+
+
 def test_graph_nodes_are_routed_and_the_scheduler_replaces_the_arguments_that_name_other_nodes():
     needed = messages.Task(task_id=b"a" * 16, function_id=b"f", arguments=[messages.Argument("x", data=b"1")])
     node = messages.Task(

@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "b8f548fe4df0258c7389fe5f0ff6d223d8a3c4640311864bf933b02830e049f3",
+    "1.8": "e82762907e7865e85c4670f3a1dcc613325df1c6cfdd55d430c2f328b68191e0",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -89,6 +89,17 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.ClientSnapshot, "stored_bytes"),
         (m.StateSnapshot, "client_task_quota"),
         (m.StateSnapshot, "client_memory_quota"),
+        (m.ClientHeartbeat, "report_tasks"),
+        (m.ClientHeartbeat, "functions"),
+        (m.ClientHeartbeatEcho, "record_tasks"),
+        (m.ClientHeartbeatEcho, "task_runs"),
+        (m.WorkerHeartbeat, "ended_runs"),
+        (m.WorkerHeartbeat, "current_runs"),
+        (m.WorkerHeartbeatEcho, "record_tasks"),
+        (m.Task, "queued_seconds"),
+        (m.ObjectResponse, "summary"),
+        (m.StateSnapshot, "events"),
+        (m.StateSnapshot, "object_summary"),
         (m.WorkerHeartbeat, "memory_limit_bytes"),
         (m.WorkerHeartbeat, "memory_kills"),
     ],
@@ -116,6 +127,26 @@ _MANAGER_HEARTBEAT = m.WorkerManagerHeartbeat(
     ],
     kind="slurm",
 )
+_TASK_RUNS = m.TaskRuns(
+    function_names=["module.square", "module.fail"],
+    client_ids=[_CLIENT_ID],
+    worker_ids=[_WORKER_ID],
+    task_ids=[_TASK_ID, _OTHER_TASK_ID],
+    functions=[0, 1],
+    clients=[0, 0],
+    workers=[0, 0],
+    queued_seconds=[0.25, 1.5],
+    run_seconds=[0.125, 2.0],
+    ended_seconds_ago=[0.5, 0.75],
+    failed_runs=[1],
+    failed_statuses=[m.TaskStatus.FAILED],
+    error_texts=["ValueError: raised in the task"],
+)
+_OBJECT_SUMMARY = m.ObjectSummary(
+    largest_ids=[b"object-id-0000001"],
+    largest_owners=[_CLIENT_ID],
+    largest_sizes=[2 << 20],
+)
 _HEARTBEAT = m.WorkerHeartbeat(
     agent_cpu=1.5,
     agent_rss_bytes=33_554_432,
@@ -129,6 +160,8 @@ _HEARTBEAT = m.WorkerHeartbeat(
     held_tasks=2,
     held_digest=0xFEDCBA9876543210,
     held_task_ids=[_TASK_ID, _OTHER_TASK_ID],
+    ended_runs=_TASK_RUNS,
+    current_runs=_TASK_RUNS,
     memory_limit_bytes=12_884_901_888,
     memory_kills=2,
 )
@@ -151,6 +184,7 @@ _TASK = m.Task(
     store_result=True,
     stream_output=True,
     scope_id=b"C|golden-host|4141|3a3b3c3d3e3f",
+    queued_seconds=0.5,
 )
 
 GOLDEN = [
@@ -179,10 +213,16 @@ GOLDEN = [
         client_quota=2 << 30,
     ),
     m.Refusal(version=_VERSION, reason="protocol version 2.0 is not compatible with protocol version 1.3"),
-    m.ClientHeartbeat(cpu=12.5, rss_bytes=123_456_789, pending_tasks=100_000),
-    m.ClientHeartbeatEcho(),
+    m.ClientHeartbeat(
+        cpu=12.5,
+        rss_bytes=123_456_789,
+        pending_tasks=100_000,
+        report_tasks=True,
+        functions=[m.Counter("module.square", 99_000)],
+    ),
+    m.ClientHeartbeatEcho(record_tasks=True, task_runs=_TASK_RUNS),
     _HEARTBEAT,
-    m.WorkerHeartbeatEcho(send_task_ids=True),
+    m.WorkerHeartbeatEcho(send_task_ids=True, record_tasks=True),
     m.TaskBatch(
         tasks=[_TASK, m.Task(task_id=_OTHER_TASK_ID, client_id=_CLIENT_ID, function_id=b"f", priority=1)], sequence=41
     ),
@@ -219,6 +259,7 @@ GOLDEN = [
         sizes=[10, 1 << 33, 0],
         reason="object o2 is larger than the limit",
         frame_counts=[2],
+        summary=_OBJECT_SUMMARY,
     ),
     m.ObjectInstruction(kind=m.ObjectInstructionKind.DELETE, owner_id=_CLIENT_ID, object_ids=[b"o1"]),
     m.DisconnectRequest(reason="client closed"),
@@ -267,6 +308,8 @@ GOLDEN = [
         ],
         client_task_quota=100_000,
         client_memory_quota=2 << 30,
+        events=[m.MonitorEvent(1.25, "worker joined", _WORKER_ID, "worker W|golden-host|4343 joined")],
+        object_summary=_OBJECT_SUMMARY,
     ),
     _MANAGER_HEARTBEAT,
     m.WorkerManagerCommand(

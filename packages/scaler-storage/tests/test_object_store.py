@@ -501,3 +501,17 @@ def test_the_scheduler_asks_what_each_owner_holds_and_no_client_may():
     store.handle(FromPeer(client, Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT)), 0.0)
     (refused,) = store.handle(FromPeer(client, ObjectRequest(5, ObjectRequestKind.USAGE, client, [b"C|b|2|bb"])), 0.0)
     assert type(refused.message) is Refusal and "usage) is not allowed to a client" in refused.message.reason
+
+
+def test_the_scheduler_asks_which_objects_are_the_largest_and_no_client_may():
+    store = greeted_store()
+    small, large, largest = ids.next_id(), ids.next_id(), ids.next_id()
+    put(store, [(small, b"x" * 10), (large, b"x" * 1000)])
+    put(store, [(largest, b"x" * 5000)], owner_id=OTHER_OWNER)
+    summary = response(request(store, ObjectRequestKind.SUMMARY), ObjectRequestKind.SUMMARY).summary
+    assert summary.largest_ids == [largest, large, small] and summary.largest_sizes == [5000, 1000, 10]
+    assert summary.largest_owners == [OTHER_OWNER, OWNER, OWNER]
+    client = b"C|host|3|client"
+    store.handle(FromPeer(client, Hello(version=PROTOCOL_VERSION, role=PeerRole.CLIENT)), 0.0)
+    (reply,) = store.handle(FromPeer(client, ObjectRequest(kind=ObjectRequestKind.SUMMARY, owner_id=client)), 0.0)
+    assert isinstance(reply.message, Refusal) and "summary) is not allowed to a client" in reply.message.reason

@@ -2,8 +2,8 @@ import functools
 import math
 
 from scaler.protocol import messages as m
+from scaler.protocol.task_runs import function_name
 from scaler.worker.function_stats import OTHER_FUNCTIONS, UNKNOWN_FUNCTION, FunctionStatsTable
-from scaler.worker.processor import _qualified_name
 
 
 def test_runs_are_summed_per_function():
@@ -31,7 +31,7 @@ def _local(x):
 
 
 def test_qualified_names():
-    assert _qualified_name(math.sqrt) == "math.sqrt"
-    assert _qualified_name(_local) == f"{__name__}._local"
-    assert _qualified_name(functools.partial(_local, 1)) == f"{__name__}._local"
-    assert _qualified_name(lambda: 0) == f"{__name__}.test_qualified_names.<locals>.<lambda>"
+    assert function_name(math.sqrt) == "math.sqrt"
+    assert function_name(_local) == f"{__name__}._local"
+    assert function_name(functools.partial(_local, 1)) == f"{__name__}._local"
+    assert function_name(lambda: 0) == f"{__name__}.test_qualified_names.<locals>.<lambda>"

@@ -46,6 +46,7 @@ from scaler.client.client_events import (
     TaskFailed,
     TaskPrinted,
     TaskResults,
+    TaskRunsArrived,
     ToScheduler,
     ToStorage,
 )
@@ -101,6 +102,8 @@ class ClientAgent:
         self._storage: Optional[zmq.Socket] = None
         self._storage_address = ""
         self.scheduler_version = Version(0, 0)  # once connected, the scheduler's protocol version
+        self.heartbeat_seconds = 1.0  # once connected, the heartbeat interval the scheduler gives its peers
+        self._task_streams: Tuple[Any, ...] = ()  # the open ones (task_stream.py), replaced whole under _lock
         self._watches: Dict[Any, Tuple[ConnectionWatch, bool]] = {}  # monitor socket -> (its watch, storage?)
         self._poller = zmq.Poller()
         self._perform: Dict[type, Callable[[Any], Any]] = {
@@ -108,6 +111,7 @@ class ClientAgent:
             ToStorage: self._send_to_storage,
             ConnectStorage: self._connect_storage,
             Heartbeat: self._send_heartbeat,
+            TaskRunsArrived: self._give_runs,
             TaskResults: self._give_results,
             TaskPrinted: lambda effect: self._printer.print(effect.outputs),
             TaskFailed: lambda effect: self._end_future(effect.task_id)._set_error(_fresh(effect.error)),
@@ -129,7 +133,9 @@ class ClientAgent:
         ready = self.ask(Connect)
         self._thread.start()
         try:
-            self.scheduler_version = ready.result(timeout=timeout_seconds + 5).version  # from its HelloAck
+            ack = ready.result(timeout=timeout_seconds + 5)
+            self.scheduler_version = ack.version
+            self.heartbeat_seconds = ack.heartbeat_interval_seconds or self.heartbeat_seconds
         except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             problem = f"no scheduler answered at {self._address} within {timeout_seconds:g}s"
             self.abort(DisconnectedError(problem))
@@ -190,6 +196,12 @@ class ClientAgent:
     def closed(self) -> bool:
         with self._lock:
             return self._closed_error is not None
+
+    def watch_tasks(self, stream: Any, watching: bool) -> None:
+        """Hand ``stream`` (task_stream.py) the runs and the ends of this client's tasks from now on, or no more."""
+        with self._lock:
+            others = tuple(each for each in self._task_streams if each is not stream)
+            self._task_streams = (*others, stream) if watching else others
 
     def in_agent_thread(self) -> bool:
         return threading.current_thread() is self._thread
@@ -298,8 +310,13 @@ class ClientAgent:
 
     def _send_heartbeat(self, effect: Heartbeat) -> None:
         cpu, rss = self._usage()
-        message = ClientHeartbeat(cpu=cpu, rss_bytes=rss, pending_tasks=effect.pending_tasks)
+        message = ClientHeartbeat(cpu, rss, effect.pending_tasks, effect.report_tasks, effect.functions)
         self._scheduler.send_multipart(codec.encode(message), copy=False)
+
+    def _give_runs(self, effect: TaskRunsArrived) -> None:
+        arrived = time.time()
+        for stream in self._task_streams:
+            stream.received(effect.runs, arrived)
 
     def _give_results(self, effect: TaskResults) -> None:
         futures = self._futures
@@ -308,6 +325,8 @@ class ClientAgent:
                 futures.pop(result.task_id)._set_task_result(result)
             except Exception:
                 logger.exception("Client: resolving a future failed")
+        for stream in self._task_streams:
+            stream.ended(effect.results)
 
     def _end_future(self, task_id: bytes) -> ScalerFuture:
         return self._futures.pop(task_id)

@@ -23,10 +23,12 @@ from scaler.client.graph_builder import (
     to_task_spec,
 )
 from scaler.client.object_reference import ObjectReference
+from scaler.client.performance_report import PerformanceReport
 from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import check_serializer, serialize_payload
 from scaler.client.shared_connection import ClientView, shared_connection
 from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
+from scaler.client.task_stream import TaskStream
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
 from scaler.protocol.errors import DisconnectedError, ShutdownRefusedError
@@ -449,6 +451,23 @@ class Client:
         """Cancel every task of this client and delete every object it sent; pending futures become cancelled."""
         self._builder.forget()
         self._wait(self._agent.ask(Clear), "the scheduler")
+
+    # --- seeing the tasks run --------------------------------------------------------------------------------
+
+    def task_stream(self) -> TaskStream:
+        """``with client.task_stream() as stream: ...``: ``stream.records`` lists the runs of this client's tasks
+        (and of the tasks of the Clients made in them) while the block ran, for a notebook to plot
+        (docs/monitoring.md).
+        `ProtocolError` with a scheduler older than protocol 1.8."""
+        if isinstance(self._agent, ClientView):
+            raise RuntimeError("a task stream is made by a Client outside a task, not by one inside a task")
+        return TaskStream(self._agent, self._timeout)
+
+    def performance_report(self, filename: str) -> PerformanceReport:
+        """``with client.performance_report("report.html"): ...`` writes, when the block ends, one HTML file that
+        opens offline: the task stream of the tasks the block ran, per-function totals, worker utilisation and
+        the time range (docs/monitoring.md)."""
+        return PerformanceReport(self.task_stream(), filename, show(self._client_id))
 
     # --- leaving -------------------------------------------------------------------------------------------
 

@@ -38,12 +38,14 @@ from scaler.client.client_events import (
     Release,
     Reply,
     ReplyError,
+    ReportTasks,
     Shutdown,
     Stopped,
     Submit,
     SubmitGraph,
     TaskFailed,
     TaskPrinted,
+    TaskRunsArrived,
     Tick,
     ToScheduler,
 )
@@ -59,6 +61,7 @@ from scaler.protocol.messages import (
     ClientHeartbeatEcho,
     ClientShutdownRequest,
     ClientShutdownResponse,
+    Counter,
     DisconnectRequest,
     DisconnectResponse,
     Hello,
@@ -132,7 +135,10 @@ class ClientCore:
         self._shutdown_commands: Deque[int] = collections.deque()
         self._heartbeats_sent = 0
         self._echoes_received = 0
-        self._echo_barriers: Deque[Tuple[int, int]] = collections.deque()  # (heartbeats sent, Clear command)
+        self._echo_barriers: Deque[Tuple[int, int]] = collections.deque()  # (heartbeats sent, command)
+        self._task_streams = 0  # open (task_stream.py): the heartbeats ask for the runs of this client's tasks
+        self._watched = False  # a monitor watches (the last echo said): the heartbeats count tasks per function
+        self._function_names: Dict[bytes, str] = {}  # function object ID -> module.qualname
 
         self._session_actions: Dict[SessionAction, Callable[[Any, float], None]] = {
             SessionAction.SAY_HELLO: self._say_hello,
@@ -180,7 +186,7 @@ class ClientCore:
 
         always: Dict[type, Callable[[Any, float], None]] = {
             Connect: lambda event, now: self._session(SessionEvent.CONNECT, event, now),
-            Release: lambda event, now: self._storage.release(event.object_ids, now),
+            Release: self._release,
             Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
             Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
             Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
@@ -193,9 +199,10 @@ class ClientCore:
         self._commands: Dict[type, Callable[[Any, float], None]] = {
             Submit: self._tasks.submit,
             SubmitGraph: self._tasks.graphs.submit,
-            PutObject: lambda event, now: self._storage.put_for_command(event.object_id, event.data, event.command_id),
+            PutObject: self._put,
             Clear: self._clear,
             Shutdown: self._shutdown,
+            ReportTasks: self._report_tasks,
         }
         reply_error = self._reply_error
         self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
@@ -204,6 +211,7 @@ class ClientCore:
             PutObject: reply_error,
             Clear: reply_error,
             Shutdown: reply_error,
+            ReportTasks: reply_error,
             Connect: reply_error,
         }
         # The dispatch table of each session state: what the commands do there is the SESSION table's
@@ -364,6 +372,22 @@ class ClientCore:
         self._heartbeat(now)
         self._echo_barriers.append((self._heartbeats_sent, clear.command_id))
 
+    def _report_tasks(self, report: ReportTasks, now: float) -> None:
+        """A task stream opens or closes, or asks for the runs so far: a heartbeat now; its echo replies."""
+        self._task_streams = max(0, self._task_streams + report.change)
+        self._heartbeat(now)
+        self._echo_barriers.append((self._heartbeats_sent, report.command_id))
+
+    def _put(self, put: PutObject, now: float) -> None:
+        if put.function_name:
+            self._function_names[put.object_id] = put.function_name
+        self._storage.put_for_command(put.object_id, put.data, put.command_id)
+
+    def _release(self, release: Release, now: float) -> None:
+        for object_id in release.object_ids:
+            self._function_names.pop(object_id, None)
+        self._storage.release(release.object_ids, now)
+
     def _shutdown(self, shutdown: Shutdown, now: float) -> None:
         self._out.append(ToScheduler(ClientShutdownRequest()))
         self._shutdown_commands.append(shutdown.command_id)
@@ -408,6 +432,9 @@ class ClientCore:
             self._session(_CONNECTION_EVENTS[event.change], None, now)
 
     def _on_heartbeat_echo(self, message: ClientHeartbeatEcho, now: float) -> None:
+        self._watched = message.record_tasks
+        if message.task_runs.task_ids:
+            self._out.append(TaskRunsArrived(message.task_runs))
         self._echoes_received += 1
         barriers = self._echo_barriers
         while barriers and barriers[0][0] <= self._echoes_received:
@@ -443,7 +470,13 @@ class ClientCore:
         self._tasks.flush()
 
     def _heartbeat(self, now: float) -> None:
-        self._out.append(Heartbeat(self._tasks.count))
+        functions: Dict[str, int] = {}
+        if self._watched:
+            for function_id, count in self._tasks.function_users.items():
+                name = self._function_names.get(function_id, "")
+                functions[name] = functions.get(name, 0) + count
+        counts = [Counter(name, count) for name, count in functions.items()]
+        self._out.append(Heartbeat(self._tasks.count, self._task_streams > 0, counts))
         self._heartbeats_sent += 1
         self._next_heartbeat = now + self._heartbeat_interval
 

@@ -11,10 +11,10 @@ One event per command or received message, never one per task: a `Submit` carrie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
-from scaler.protocol.messages import GraphTask, Task, TaskOutput, TaskResult
+from scaler.protocol.messages import Counter, GraphTask, Task, TaskOutput, TaskResult, TaskRuns
 
 # --- commands from the user threads ------------------------------------------------------------------------
 # ``command_id`` names the caller waiting for the reply (`Reply` or `ReplyError`); 0 means nobody waits.
@@ -60,6 +60,7 @@ class PutObject:
     command_id: int  # replied with the object ID once stored
     object_id: bytes
     data: Any  # a payload: a frame, or a list of frames
+    function_name: str = ""  # a function's module.qualname: its tasks are counted by it for monitors
 
 
 @dataclass(slots=True)
@@ -93,6 +94,15 @@ class Disconnect:
     """Leave the scheduler (bounded wait for its answer); replied once the client has stopped."""
 
     command_id: int
+
+
+@dataclass(slots=True)
+class ReportTasks:
+    """Open (``change`` +1) or close (-1) a task stream, or ask for what came so far (0): a heartbeat goes at once
+    (whether a stream is open, protocol 1.8), replied when its echo comes, with the runs gathered since the last."""
+
+    command_id: int
+    change: int
 
 
 @dataclass(slots=True)
@@ -143,7 +153,7 @@ class Tick:
 TICK = Tick()
 
 Event = Union[
-    Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, Disconnect, Abort,
+    Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, ReportTasks, Disconnect, Abort,
     FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
 ]  # fmt: skip
 
@@ -173,6 +183,16 @@ class Heartbeat:
     """Send a ClientHeartbeat; the agent adds its process's CPU share and resident memory."""
 
     pending_tasks: int
+    report_tasks: bool = False  # a task stream is open
+    functions: List[Counter] = field(default_factory=list)  # tasks in flight per function, while a monitor watches
+
+
+@dataclass(slots=True)
+class TaskRunsArrived:
+    """The runs of this client's tasks (and of the tasks they submitted) the scheduler gathered: for the task
+    streams open (`task_stream.py`)."""
+
+    runs: TaskRuns
 
 
 @dataclass(slots=True)
@@ -239,6 +259,6 @@ class Stopped:
 
 
 Effect = Union[
-    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskResults, TaskPrinted, TaskFailed, TaskCancelled,
-    CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
+    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted, TaskFailed,
+    TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
 ]  # fmt: skip

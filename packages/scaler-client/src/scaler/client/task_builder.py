@@ -20,6 +20,7 @@ from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.messages import Argument, ArgumentKind, Capability, Task
+from scaler.protocol.task_runs import function_name
 
 INLINE_ARGUMENT_LIMIT = 64 * 1024  # larger serialized arguments travel through object storage
 _FUNCTION_CACHE_LIMIT = 1024  # distinct function objects remembered per client
@@ -98,7 +99,7 @@ class TaskBuilder:
                 return entry[1]
             object_id = self.ids.next_id()
             # Queued under the lock: a task naming this function (from any thread) is queued after its put.
-            self.send(PutObject(0, object_id, cloudpickle.dumps(fn)))
+            self.send(PutObject(0, object_id, cloudpickle.dumps(fn), function_name(fn)))
             if len(self._functions) >= _FUNCTION_CACHE_LIMIT:  # forget the oldest; storage drops it once unused
                 _, evicted_id = self._functions.pop(next(iter(self._functions)))
                 self.send(Release([evicted_id]))

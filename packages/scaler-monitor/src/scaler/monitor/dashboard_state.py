@@ -3,7 +3,9 @@
 Each snapshot becomes one point of the charts (rates of tasks received, succeeded and failed per second from
 the scheduler's totals, queue depth, workers, scheduler CPU and memory), kept for the last `HISTORY_POINTS`
 snapshots, and the tables of the page (workers, worker managers and their groups, clients, functions, task states,
-messages), all as plain JSON-ready values.
+messages), all as plain JSON-ready values. The task runs the snapshots carry go to the task log (`task_log.py`:
+the task stream, the task table, the progress per function); what happened at the scheduler to the events log
+(the last `EVENTS_KEPT`); the storage server's summary becomes the objects view.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import json
 from typing import Any, Deque, Dict, Mapping, Optional, Tuple
 
 from scaler.monitor.managers_view import group_rows, manager_rows
+from scaler.monitor.task_log import ARRIVED_SHOWN, WINDOW_RUNS, TaskLog
 from scaler.protocol.ids import show
 from scaler.protocol.messages import FunctionStats, StateSnapshot
 from scaler.protocol.snapshot_metrics import FunctionTotals, tasks_received
+from scaler.protocol.task_chart import compact
 
 HISTORY_POINTS = 600  # ten minutes of chart at one snapshot per second
+EVENTS_KEPT = 1_000
+EVENTS_SHOWN = 200
 
 
 def _counters(snapshot_counters) -> Dict[str, int]:
@@ -34,6 +40,9 @@ class DashboardState:
         self.functions = FunctionTotals()
         self._function_totals: Dict[str, FunctionStats] = {}
         self._previous: Optional[Tuple[float, Dict[str, int]]] = None  # (time, totals) of the last snapshot
+        self.tasks = TaskLog()
+        self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=EVENTS_KEPT)
+        self._now = 0.0  # when the last snapshot came
         self.page_json = json.dumps(self.page())  # the page state, encoded once per snapshot for every viewer
 
     def on_snapshot(self, snapshot: StateSnapshot, now: float) -> Dict[str, float]:
@@ -65,6 +74,12 @@ class DashboardState:
         }
         self.history.append(point)
         self.snapshot = snapshot
+        self._now = now
+        self.tasks.on_snapshot(snapshot, now)
+        for event in snapshot.events:
+            subject = show(event.subject) if event.subject else ""
+            self.events.append({"time": now - event.seconds_ago, "kind": event.kind, "subject": subject,
+                                "text": event.text})  # fmt: skip
         self.functions.update(snapshot)
         self._function_totals = self.functions.totals()
         self.page_json = json.dumps(self.page())
@@ -103,8 +118,19 @@ class DashboardState:
                 "functions": [_function(stats) for stats in self._function_totals.values()],
                 "managers": manager_rows(snapshot),
                 "groups": group_rows(snapshot),
+                "stream": compact(self.tasks.arrived, self._now, ARRIVED_SHOWN),
+                "running": compact(self.tasks.current, self._now),
+                "progress": self.tasks.progress(),
+                "tasks_kept": self.tasks.kept,
+                "tasks_seen": self.tasks.ended_total,
+                "events": list(self.events)[: -EVENTS_SHOWN - 1 : -1],  # newest first
+                "objects": _objects(snapshot),
             },
         }
+
+    def stream_window(self) -> Dict[str, Any]:
+        """The task stream of the last minutes, for a page that opens."""
+        return compact(self.tasks.window(self._now), self._now, WINDOW_RUNS)
 
 
 def _worker(worker) -> Dict[str, Any]:
@@ -146,3 +172,21 @@ def _function(stats: FunctionStats) -> Dict[str, Any]:
         "failed": stats.failed,
         "mean_seconds": stats.seconds / runs if runs else 0.0,
     }
+
+
+def _objects(snapshot: StateSnapshot) -> Dict[str, Any]:
+    """The objects view: what each client's objects take in the storage server (which spills nothing to disk: its
+    spilled bytes are 0), and the largest objects."""
+    owners = [
+        {"owner": show(client.client_id), "bytes": client.stored_bytes, "spilled_bytes": 0}
+        for client in snapshot.client_snapshots
+        if client.stored_bytes
+    ]
+    summary = snapshot.object_summary
+    largest = [
+        {"object": object_id.hex(), "owner": show(owner), "bytes": size}
+        for object_id, owner, size in zip(
+            summary.largest_ids, summary.largest_owners, summary.largest_sizes, strict=False
+        )
+    ]
+    return {"owners": owners, "largest": largest, "bytes": sum(owner["bytes"] for owner in owners)}

@@ -1,4 +1,5 @@
-"""The web monitor's HTTP server: the page and its assets, the live feed (server-sent events) and ``/metrics``.
+"""The web monitor's HTTP server: the page and its assets, the live feed (server-sent events), ``/metrics``, and
+the task facts as JSON (``/tasks.json``: the task table's search).
 
 One thread receives the scheduler's snapshots (`SnapshotFeed`); the standard library's threading HTTP server
 answers each browser or scraper on a thread of its own. A viewer is sent the latest page state whenever a new
@@ -19,14 +20,17 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 from typing import Callable, Dict, Optional, Tuple
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from scaler.monitor.dashboard_state import DashboardState
 from scaler.monitor.subscription import SnapshotSubscription
+from scaler.monitor.task_log import KEPT_RUNS, SEARCH_LIMIT, search
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.snapshot_metrics import SnapshotCollector, snapshot_registry
+from scaler.protocol.task_chart import SCRIPT as TASK_CHART_SCRIPT
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +145,8 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
         route = _ROUTES.get(path)
         if route is not None:
             route(self)
+        elif path == "/task_chart.js":  # the chart the performance reports draw too (scaler.protocol)
+            self._send(200, TASK_CHART_SCRIPT.encode(), "text/javascript; charset=utf-8")
         elif path in STATIC_FILES:
             name, content_type = STATIC_FILES[path]
             self._send(200, _static(name), content_type)
@@ -171,8 +177,25 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
             body = feed.state.page_json.encode()
         self._send(200, body, "application/json")
 
+    def _tasks(self) -> None:
+        """The task runs kept (going on, then ended, newest first) that match the query's ``function`` (a part of
+        its name), ``state`` and ``task`` (the start of its ID), at most ``limit``: ``{"matched", "tasks"}``."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        first = {name: values[0] for name, values in query.items()}
+        try:
+            limit = max(0, min(int(first.get("limit", SEARCH_LIMIT)), KEPT_RUNS))
+        except ValueError:
+            self._send(400, b"limit is not a number\n", "text/plain; charset=utf-8")
+            return
+        feed = self.server.feed
+        with feed.changed:
+            arrivals = feed.state.tasks.newest_first()
+        found = search(arrivals, first.get("function", ""), first.get("state", ""), first.get("task", ""), limit)
+        self._send(200, json.dumps(found).encode(), "application/json")
+
     def _events(self) -> None:
-        """Server-sent events: ``history`` (the chart points so far) once, then ``state`` on each new snapshot."""
+        """Server-sent events: ``history`` (the chart points so far) and ``stream`` (the task runs of the last
+        minutes) once, then ``state`` on each new snapshot."""
         feed = self.server.feed
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -183,9 +206,11 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
         with feed.changed:
             version = feed.version
             history = json.dumps(list(feed.state.history))
+            stream = json.dumps(feed.state.stream_window())
             page = feed.state.page_json
         try:
             self._event("history", history)
+            self._event("stream", stream)
             self._event("state", page)
             while not feed.stopping:
                 current = feed.wait_for_change(version, KEEPALIVE_SECONDS)
@@ -212,4 +237,5 @@ _ROUTES: Dict[str, Callable[[DashboardRequestHandler], None]] = {
     "/events": DashboardRequestHandler._events,
     "/metrics": DashboardRequestHandler._metrics,
     "/state.json": DashboardRequestHandler._state,
+    "/tasks.json": DashboardRequestHandler._tasks,
 }

@@ -48,6 +48,7 @@ class ObjectRequestKind(enum.IntEnum):
     CLEAR_OWNER = 3
     USAGE = 4  # 1.8: the bytes each owner holds (the scheduler asks, for monitors)
     ADMIT = 5  # 1.8: the scheduler serves this client (docs/protocol.md, "Whose objects a task reads")
+    SUMMARY = 6  # 1.8: the largest objects (the scheduler asks, for monitors)
 
 
 class ObjectStatus(enum.IntEnum):
@@ -129,11 +130,33 @@ class ClientHeartbeat:
     cpu: float = 0.0
     rss_bytes: int = 0
     pending_tasks: int = 0
+    report_tasks: bool = False  # 1.8: send me the runs of my tasks
+    functions: List[Counter] = field(default_factory=list)  # 1.8: its tasks not done, per function
+
+
+@dataclass(slots=True)
+class TaskRuns:
+    """Task runs as columns (1.8): one entry per run in ``task_ids`` and each list after it (schema: TaskRuns)."""
+
+    function_names: List[str] = field(default_factory=list)
+    client_ids: List[bytes] = field(default_factory=list)
+    worker_ids: List[bytes] = field(default_factory=list)
+    task_ids: List[bytes] = field(default_factory=list)
+    functions: List[int] = field(default_factory=list)
+    clients: List[int] = field(default_factory=list)
+    workers: List[int] = field(default_factory=list)
+    queued_seconds: List[float] = field(default_factory=list)
+    run_seconds: List[float] = field(default_factory=list)
+    ended_seconds_ago: List[float] = field(default_factory=list)
+    failed_runs: List[int] = field(default_factory=list)
+    failed_statuses: List[TaskStatus] = field(default_factory=list)
+    error_texts: List[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class ClientHeartbeatEcho:
-    pass
+    record_tasks: bool = False  # 1.8: a monitor watches: say your tasks per function
+    task_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8: for a client that reports
 
 
 @dataclass(slots=True)
@@ -150,6 +173,8 @@ class WorkerHeartbeat:
     held_tasks: int = 0  # 1.3: tasks held, in any state
     held_digest: int = 0  # 1.3: digest of their IDs (scaler.protocol.held_tasks)
     held_task_ids: List[bytes] = field(default_factory=list)  # 1.3: only when the echo asked for them
+    ended_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, while the scheduler records task runs
+    current_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, idem
     memory_limit_bytes: int = 0  # 1.8: the worker's memory limit, 0: none
     memory_kills: int = 0  # 1.8: tasks stopped for going past it, since the worker started
 
@@ -165,6 +190,7 @@ class FunctionStats:
 @dataclass(slots=True)
 class WorkerHeartbeatEcho:
     send_task_ids: bool = False  # 1.3: answer at once with a heartbeat listing held_task_ids
+    record_tasks: bool = False  # 1.8: send task runs in the heartbeats
 
 
 @dataclass(slots=True)
@@ -190,6 +216,7 @@ class Task:
     store_result: bool = False
     stream_output: bool = False
     scope_id: bytes = b""  # 1.8, set by the scheduler: the client whose objects the task reads; b"": client_id
+    queued_seconds: float = 0.0  # 1.8: how long it waited in the scheduler (set while it records task runs)
 
 
 @dataclass(slots=True)
@@ -256,6 +283,13 @@ class ObjectRequest:
 
 
 @dataclass(slots=True)
+class ObjectSummary:
+    largest_ids: List[bytes] = field(default_factory=list)
+    largest_owners: List[bytes] = field(default_factory=list)
+    largest_sizes: List[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ObjectResponse:
     request_id: int = 0
     kind: ObjectRequestKind = ObjectRequestKind.GET
@@ -264,6 +298,7 @@ class ObjectResponse:
     sizes: List[int] = field(default_factory=list)
     reason: str = ""
     frame_counts: List[int] = field(default_factory=list)  # get: frames per found object; empty: one each
+    summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8: the answer to a summary
 
 
 @dataclass(slots=True)
@@ -345,6 +380,16 @@ class StateSnapshot:
     managers: List[ManagerSnapshot] = field(default_factory=list)  # 1.6
     client_task_quota: int = 0  # 1.8: the tasks a client may have queued at the scheduler (--max-client-tasks)
     client_memory_quota: int = 0  # 1.8: the bytes an owner may hold in storage (its --max-client-memory)
+    events: List[MonitorEvent] = field(default_factory=list)  # 1.8
+    object_summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8
+
+
+@dataclass(slots=True)
+class MonitorEvent:
+    seconds_ago: float = 0.0
+    kind: str = ""
+    subject: bytes = b""
+    text: str = ""
 
 
 @dataclass(slots=True)

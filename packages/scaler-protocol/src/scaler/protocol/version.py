@@ -22,7 +22,11 @@ from scaler.protocol.messages import Version
 # 1.8: limits and quotas: HelloAck.maxMessageSize, clientQuota, ObjectRequestKind.usage, ClientSnapshot.storedBytes,
 #      StateSnapshot.clientTaskQuota, clientMemoryQuota; a client's objects are its own, also through tasks:
 #      ObjectRequestKind.admit, ObjectRequest.scopeId, Task.scopeId, Hello.madeIn and madeInProof,
-#      WorkerInfo.delegationKey; memory limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
+#      WorkerInfo.delegationKey; seeing every task: TaskRuns in WorkerHeartbeat (endedRuns, currentRuns) and
+#      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
+#      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
+#      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -35,6 +39,7 @@ MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker m
 GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
 USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
 ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
+TASK_RUNS_VERSION = Version(major=1, minor=8)  # a scheduler that sends a client the runs of its tasks (TaskRuns)
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -19,7 +19,9 @@ It is made of:
   and the requests the scheduler sends it;
 - the worker managers (`worker_managers.py`, deciding with `scaling_policy.py`; the OpenGRIS webhook is one
   of them: `webhook_manager.py`): how many worker groups each should run, and which to drain and stop;
-- the monitor: a snapshot each second while someone is subscribed (`monitor_snapshot.py`).
+- the monitor (`monitor_snapshot.py`): a snapshot each second while someone is subscribed, with the task
+  runs the workers record meanwhile (`task_stream.py`, which also serves clients' performance reports) and
+  what happened (`monitor_events.py`, where what the core logs of its peers is noted too).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
-from scaler.scheduler.monitor_snapshot import state_snapshot
+from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox, add_confirms
 from scaler.scheduler.peer_connections import PeerConnections
 from scaler.scheduler.peers import Client, Silence, Worker
@@ -58,7 +60,6 @@ from scaler.scheduler.scheduler_events import (
     FromStorage,
     MonitorSubscription,
     PeerConnection,
-    Publish,
     Send,
     Shutdown,
     Start,
@@ -74,7 +75,6 @@ from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
 TICK_SECONDS = 0.5  # timeouts, queue expiry and balancing are looked at this often
 BUSY_SECONDS = 1.0  # after a burst that left messages waiting, the scheduler counts as busy this long
-SNAPSHOT_SECONDS = 1.0  # the monitor's snapshot period, while someone is subscribed
 
 logger = logging.getLogger(__name__)
 
@@ -122,10 +122,13 @@ class SchedulerCore:
             self._send_away, settings.adapter_webhook_url,
         )  # fmt: skip
         self._connections = PeerConnections()  # a peer whose connection closes is gone
-        self._subscribers = 0
+        self._monitoring = Monitoring(
+            self._workers, self._clients, self._routing, self._storage, self._managers,
+            settings.snapshot_every_second, settings.max_client_tasks,
+        )  # fmt: skip
+        self._events, self._stream = self._monitoring.events, self._monitoring.stream
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
-        self._next_snapshot = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
@@ -171,6 +174,7 @@ class SchedulerCore:
     def handle(self, event: Any, now: float) -> List[Any]:
         """Decide what ``event`` means at time ``now`` (seconds, monotonic); return the effects, in order."""
         out = Outbox()
+        self._events.now = now
         if type(event) is Burst:
             if event.more:
                 self._busy_until = now + BUSY_SECONDS
@@ -181,7 +185,7 @@ class SchedulerCore:
                     logger.exception(f"Scheduler: failed to handle {describe(each)}")
         else:
             self._handle(event, now, out)
-        self._routing.dispatch(out, now < self._busy_until)
+        self._routing.dispatch(out, now < self._busy_until, now)
         return out.effects()
 
     def _handle(self, event: Any, now: float, out: Outbox) -> None:
@@ -287,48 +291,40 @@ class SchedulerCore:
         one)."""
         worker = self._workers.get(peer_id)
         if worker is not None:
-            logger.warning(f"Scheduler: worker {show(peer_id)} disconnected (its connection closed)")
+            self._events.warning("worker died", peer_id, f"worker {show(peer_id)} disconnected (its connection closed)")
             self._remove_worker(worker, out)
             return
         client = self._clients.get(peer_id)
         if client is not None:
-            logger.warning(f"Scheduler: client {show(peer_id)} disconnected (its connection closed)")
+            self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
             self._remove_client(client, out, forget=True)
         self._managers.remove(peer_id, "its connection closed")
 
     def _on_monitor_subscription(self, event: MonitorSubscription, now: float, out: Outbox) -> None:
-        self._subscribers = max(0, self._subscribers + event.change)
+        self._monitoring.on_subscription(event.change, out)
 
     def _on_tick(self, event: Tick, now: float, out: Outbox) -> None:
         """Forget silent peers, reject tasks past their timeout, balance queued tasks onto idle workers."""
         self._next_tick = now + TICK_SECONDS
         self._storage.on_tick(now, out)
         for worker in self._silent_workers.silent(self._workers, now):
-            logger.warning(f"Scheduler: worker {show(worker.worker_id)} timed out")
+            self._events.warning("worker timed out", worker.worker_id, f"worker {show(worker.worker_id)} timed out")
             self._remove_worker(worker, out)
         for client in self._silent_clients.silent(self._clients, now):
-            logger.warning(f"Scheduler: client {show(client.client_id)} timed out")
+            self._events.warning("client timed out", client.client_id, f"client {show(client.client_id)} timed out")
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
-        self._routing.dispatch(out, now < self._busy_until)
+        self._routing.dispatch(out, now < self._busy_until, now)
         self._routing.balance(out)
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
-        if (self._subscribers > 0 or self.settings.snapshot_every_second) and now >= self._next_snapshot:
-            self._next_snapshot = now + SNAPSHOT_SECONDS
-            storage, counts = self._storage, self._routing.state_counts
-            snapshot = state_snapshot(self._workers, self._clients, counts, storage.stored_bytes, now)
-            snapshot.managers = self._managers.snapshots(now)
-            snapshot.client_task_quota = self.settings.max_client_tasks
-            snapshot.client_memory_quota = storage.client_memory_quota
-            storage.ask_usage(list(self._clients), out)  # for the next one
-            out.sends.append(Publish(snapshot, self._subscribers > 0))
+        self._monitoring.on_tick(now, out)
 
     # ----------------------------------------------------------------- peers
 
     def _on_hello(self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox) -> None:
         reason = incompatibility(hello.version)
         if reason is not None:
-            logger.warning(f"Scheduler: refused {show(source)}: {reason}")
+            self._events.warning("refused", source, f"refused {show(source)}: {reason}")
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT, m.PeerRole.WORKER_MANAGER):
@@ -354,7 +350,8 @@ class SchedulerCore:
             self._managers.on_worker_joined(worker, out)
             capabilities = ",".join(c.name for c in hello.worker_info.capabilities) or "none"
             group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
-            logger.info(f"Scheduler: worker {show(source)} connected, capabilities={capabilities}{group}")
+            joined = f"worker {show(source)} connected, capabilities={capabilities}{group}"
+            self._events.info("worker joined", source, joined)
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
             self._managers.on_hello(source, credential, now)
@@ -371,10 +368,12 @@ class SchedulerCore:
             self._clients[source] = client
             self._silent_clients.watch(source, now)
             stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
-            logger.info(f"Scheduler: client {show(source)} connected{stands_for}")
+            self._events.info("client joined", source, f"client {show(source)} connected{stands_for}")
             self._storage.admit(source, scope, ack, out)  # its HelloAck leaves once storage admitted it
             return
         out.sends.append(self._hello_ack(source, timeout))
+        if hello.role == m.PeerRole.WORKER:
+            self._monitoring.on_worker_hello(source, out)
 
     def _hello_ack(self, source: bytes, timeout: float) -> Send:
         ack = m.HelloAck(
@@ -454,20 +453,21 @@ class SchedulerCore:
         suppressed = self._refusals.should_log(credential.key, now)
         if suppressed is not None:
             more = f" ({suppressed} more refusals of this key since its last line)" if suppressed else ""
-            logger.warning(f"Scheduler: refused {show(source)}: {reason}{more}")
+            self._events.warning("refused", source, f"refused {show(source)}: {reason}{more}")
         out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
         self._clients[source].heartbeat = message
-        out.sends.append(Send(source, m.ClientHeartbeatEcho()))
+        self._monitoring.on_client_heartbeat(source, message, now, out)
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
         """Kept for monitors; what the worker says it holds is checked against what it was sent."""
         worker = self._workers[source]
         ask = worker.reconciles and self._routing.reconcile(worker, message, out)
         message.held_task_ids = []  # monitors need not see them
+        self._stream.on_worker_heartbeat(source, message, now)
         worker.heartbeat = message
-        out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask)))
+        out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))
 
     def _on_damaged_batch(self, source: bytes, message: codec.DamagedTaskBatch, now: float, out: Outbox) -> None:
         """A batch with tasks that cannot be read: the others are queued, each damaged one refused."""
@@ -475,23 +475,25 @@ class SchedulerCore:
         self._routing.reject_damaged(source, message.damaged, out)
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
-        logger.info(f"Scheduler: client {show(source)} disconnected")
+        self._events.info("client left", source, f"client {show(source)} disconnected")
         self._remove_client(self._clients[source], out, forget=True)
         out.sends.append(Send(source, m.DisconnectResponse()))
 
     def _on_worker_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
-        logger.info(f"Scheduler: worker {show(source)} disconnected: {message.reason or 'no reason given'}")
+        why = message.reason or "no reason given"
+        self._events.info("worker left", source, f"worker {show(source)} disconnected: {why}")
         self._remove_worker(self._workers[source], out)
         out.sends.append(Send(source, m.DisconnectResponse()))
 
     def _send_away(self, worker: Worker, why: str, out: Outbox) -> None:
         """Ask ``worker``, which holds no task, to leave, and forget it now: its connection's close is no news."""
-        logger.info(f"Scheduler: worker {show(worker.worker_id)} sent away: {why}")
+        self._events.info("worker sent away", worker.worker_id, f"worker {show(worker.worker_id)} sent away: {why}")
         out.sends.append(Send(worker.worker_id, m.DisconnectRequest(why)))
         self._remove_worker(worker, out)
 
     def _remove_worker(self, worker: Worker, out: Outbox) -> None:
         self._connections.forget(worker.worker_id)
+        self._stream.forget_worker(worker.worker_id)
         self._routing.remove_worker(worker, out)
         self._managers.on_worker_left(worker)
 
@@ -519,6 +521,7 @@ class SchedulerCore:
             del self._clients[client.client_id]
             self._connections.forget(client.client_id)
             self._storage.forget(client.client_id)
+            self._monitoring.forget_client(client.client_id, out)
         self._graphs.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)

@@ -8,8 +8,9 @@ workers (`StartServing`); if none answers in time, or it refuses, the scheduler 
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
 is back up the core says Hello again and sends them once it is answered. For monitors, it asks a server of
-protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes`), and keeps
-the quota of each client that the server's HelloAck states.
+protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes`) and which
+objects are the largest (`ask_summary`, answered into `object_summary`), and keeps the quota of each client that
+the server's HelloAck states.
 
 A server of protocol 1.8 admits the clients the scheduler serves (`admit`): each client's HelloAck waits until
 the server answered its admission, so no worker can put a result for a client, or read for a task's scope,
@@ -119,9 +120,10 @@ class StorageLink:
         self._held: List[Any] = []  # requests for storage made while the link was not ready
         self._history: List[LinkEvent] = []
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
-        self._answers_usage = False  # its version answers ObjectRequest(usage)
+        self._answers_usage = False  # its version answers ObjectRequest(usage) and ObjectRequest(summary)
         self.client_memory_quota = 0  # what one client's objects may take there (its HelloAck, 1.8; 0: not said)
         self.stored_bytes: Dict[bytes, int] = {}  # client ID -> what its objects take there, as last answered
+        self.object_summary = m.ObjectSummary()  # its largest objects, as last answered
         self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
             LinkAction.WAIT_BRIEFLY: self._wait_briefly,
@@ -179,6 +181,11 @@ class StorageLink:
         if self._answers_usage and self.state is LinkState.READY and client_ids:
             out.sends.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.USAGE, b"", client_ids)))
 
+    def ask_summary(self, out: Outbox) -> None:
+        """Ask which objects are the largest (a server that can answer, and is connected)."""
+        if self._answers_usage and self.state is LinkState.READY:
+            out.sends.append(Send(STORAGE, m.ObjectRequest(0, m.ObjectRequestKind.SUMMARY)))
+
     def send(self, message: Any, out: Outbox) -> None:
         """A request for the storage server: sent now, or held until the server answered Hello."""
         if self.state is LinkState.READY:
@@ -214,10 +221,12 @@ class StorageLink:
         self._unacknowledged.pop(client_id, None)
 
     def _on_response(self, response: m.ObjectResponse, out: Outbox) -> None:
-        """Answers to the scheduler's requests: an admission lets its client's HelloAck go, a usage is kept for
-        monitors; nothing waits for the others (deletes, clears)."""
+        """Answers to the scheduler's requests: an admission lets its client's HelloAck go, a usage and a summary
+        are kept for monitors; nothing waits for the others (deletes, clears)."""
         if response.kind == m.ObjectRequestKind.USAGE:
             self.stored_bytes = dict(zip(response.object_ids, response.sizes, strict=False))
+        elif response.kind == m.ObjectRequestKind.SUMMARY:
+            self.object_summary = response.summary
         elif response.kind == m.ObjectRequestKind.ADMIT:
             client_id = self._admitting.pop(response.request_id, None)
             ack = self._unacknowledged.pop(client_id, None) if client_id is not None else None

@@ -28,6 +28,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.protocol.security import RefusalLog
+from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
@@ -49,11 +50,14 @@ logger = logging.getLogger(__name__)
 
 
 class TaskRecord:
-    __slots__ = ("task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted")
+    __slots__ = (
+        "task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
+    )  # fmt: skip
 
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool) -> None:
+    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
         self.task = task  # a codec.RoutedTask (or an m.Task, from the graph layer)
         self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
+        self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
         self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
@@ -94,6 +98,9 @@ class TaskRouting:
         self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
         self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
+        self.recording = False  # workers record task runs: a task sent says how long it waited here
+        self.events = MonitorEvents()  # the core's, where it notes what monitors show
+        self._now = 0.0  # of the dispatch under way
         carry_out: Dict[TaskAction, _Action] = {
             TaskAction.SEND_TO_WORKER: self._send_to_worker,
             TaskAction.REQUEUE: self._requeue,
@@ -232,7 +239,7 @@ class TaskRouting:
             needs = None
             if task.capabilities and self._capability_policy:
                 needs = frozenset(c.name for c in task.capabilities)
-            record = TaskRecord(task, needs, submitted)
+            record = TaskRecord(task, needs, submitted, now)
             tasks[task_id] = record
             client.queued += submitted
             counts[TaskState.QUEUED] += 1
@@ -458,7 +465,7 @@ class TaskRouting:
 
     # ----------------------------------------------------------------- dispatch
 
-    def dispatch(self, out: Outbox, busy: bool = False) -> None:
+    def dispatch(self, out: Outbox, busy: bool = False, now: float = 0.0) -> None:
         """Send queued tasks to the least loaded workers that have room (and the capabilities they need): one
         at a time while there is about a task per worker, in runs of up to `MAX_RUN` while each worker's share
         of the tasks (here and on the workers) is larger, and in full runs while the scheduler is ``busy``
@@ -466,6 +473,7 @@ class TaskRouting:
         if not self._changed or not self._workers:
             return
         self._changed = False
+        self._now = now
         if not self._queue and not self._capability_queues:
             return
         loads = self._loads
@@ -514,6 +522,8 @@ class TaskRouting:
         """RETRY while the task has runs left, else RESULT_FAILED (saying so in the result if it killed its
         worker too often)."""
         if result.status == m.TaskStatus.WORKER_DIED:
+            story = f"task {record.task.task_id.hex()}: {result.error_text}"
+            self.events.add("processor died", record.worker_id or b"", story)
             record.deaths += 1
             if record.deaths < self._max_task_deaths:
                 return TaskEvent.RETRY
@@ -554,6 +564,8 @@ class TaskRouting:
     def _send_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         task = record.task
         task.attempt += 1
+        if self.recording:
+            task.queued_seconds = self._now - record.queued_at
         worker_id: bytes = record.worker_id  # type: ignore[assignment]
         worker = self._workers[worker_id]
         batch = out.tasks[worker_id]

@@ -28,6 +28,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.security import OPEN, Credential
+from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Worker
 from scaler.scheduler.scaling_policy import Decision, GroupLoad, ManagerLoad, ScalingPolicy, waiting_work
@@ -147,6 +148,7 @@ class WorkerManagers:
         self._groups: Dict[bytes, ManagedGroup] = {}
         self._members: Dict[bytes, Set[bytes]] = {}  # group -> its connected workers (known to a manager or not)
         self._idle_since: Dict[bytes, float] = {}  # group -> since when its workers hold no task
+        self.events = MonitorEvents()  # the core's, where a manager's new command is noted for monitors
         self._carry_out = {
             _A.DRAIN_WORKERS: self._drain_workers,
             _A.SEND_AWAY: self._send_away,
@@ -321,6 +323,10 @@ class WorkerManagers:
         )
         if only_if_changed and command == manager.sent:
             return
+        if command != manager.sent:
+            stop = f", stop {', '.join(show_group(g) for g in command.stop_groups)}" if command.stop_groups else ""
+            text = f"manager {show(manager.manager_id)}: {command.desired_groups} group(s){stop}"
+            self.events.add("scaling", manager.manager_id, text)
         manager.sent = command
         if manager.webhook is not None:
             out.sends.extend(manager.webhook.command(command))

@@ -29,15 +29,18 @@ spilled to disk and read back when asked for (`object_places`). A put is refused
 object by object: ``tooLarge`` when the payload is over ``max_object_size``,
 ``storageFull`` when holding it would take its owner's objects over
 ``max_client_memory`` (the owner's quota: half of ``max_memory``, and of the
-spill disk budget, by default, so that no client fills the server for everybody) or when it fits in neither the
-memory nor the disk budget; the reason says which, and the option that raises
-it. A refused put leaves any object already stored under that ID as it was. The
-scheduler asks how much each owner holds (``usage``), for monitors.
+spill disk budget, by default, so that no client fills the server for everybody)
+or when it fits in neither the memory nor the disk budget; the reason says which,
+and the option that raises it. A refused put leaves any object already stored
+under that ID as it was. The scheduler asks how much each owner holds
+(``usage``), and which objects are the largest (``summary``: a pass over every
+object, once a second while a monitor subscribes), for monitors.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -54,6 +57,7 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
+    ObjectSummary,
     PeerRole,
     Refusal,
 )
@@ -64,6 +68,7 @@ from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, 
 from scaler.storage.storage_events import FromPeer, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
+LARGEST_OBJECTS = 20  # listed in a summary
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +174,7 @@ class ObjectStore:
             ObjectRequestKind.CLEAR_OWNER: self._clear_owner,
             ObjectRequestKind.ADMIT: self._admit,
             ObjectRequestKind.USAGE: self._usage,
+            ObjectRequestKind.SUMMARY: self._summary,
         }
 
     @property
@@ -338,6 +344,17 @@ class ObjectStore:
             sizes=sizes,
             reason=reason,
         )
+        return [Reply(peer_id, response)]
+
+    def _summary(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
+        """The largest objects (the scheduler's question, for monitors)."""
+        largest = heapq.nlargest(LARGEST_OBJECTS, self._objects.items(), key=lambda item: item[1].size)
+        summary = ObjectSummary(
+            largest_ids=[object_id for object_id, _ in largest],
+            largest_owners=[stored.owner_id for _, stored in largest],
+            largest_sizes=[stored.size for _, stored in largest],
+        )
+        response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.SUMMARY, summary=summary)
         return [Reply(peer_id, response)]
 
     def _refuse_owner(self, peer_id: bytes, request: ObjectRequest) -> List[Reply]:

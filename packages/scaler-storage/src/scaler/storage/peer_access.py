@@ -5,7 +5,8 @@ claims), and only while its messages come with the key it said Hello with (`Peer
 reads, deletes and clears only its own objects (its identity is their owner); a worker puts new objects for
 clients (results belong to their client) and reads them, but replaces and deletes none; the scheduler
 deletes the objects of the owner it names, clears any owner, admits clients and asks what each owner's
-objects take (usage). Monitors and worker managers may say Hello and nothing else.
+objects take (usage) and which objects are the largest (summary). Monitors and worker managers may say Hello
+and nothing else.
 
 Whose objects a worker reads, and for whom it puts, is `Admissions`: a scheduler of protocol 1.8 admits each
 client it serves before it answers the client's Hello (naming its scope: the client itself, or for a Client

@@ -56,6 +56,7 @@ from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
 from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
+from scaler.protocol.task_runs import function_name
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.memory_limit import bound_data_segment, refused_allocation
 from scaler.worker.processor_protocol import (
@@ -70,7 +71,7 @@ from scaler.worker.processor_protocol import (
     ProcessorTask,
     TaskWaiting,
 )
-from scaler.worker.task_failure import failure_payload
+from scaler.worker.task_failure import error_line, failure_payload
 from scaler.worker.task_output import OutputCapture
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
@@ -101,16 +102,7 @@ class _Loaded:
             self.error = error
             self.traceback_text = traceback.format_exc()
         else:
-            self.name = _qualified_name(self.value)
-
-
-def _qualified_name(value: Any) -> str:
-    """``module.qualname`` of a function (of the function inside a ``functools.partial``), or of its type."""
-    if isinstance(value, functools.partial):
-        value = value.func
-    name = getattr(value, "__qualname__", None) or type(value).__qualname__
-    module = getattr(value, "__module__", None)
-    return f"{module}.{name}" if module else name
+            self.name = function_name(self.value)
 
 
 class _Accepted:
@@ -617,7 +609,8 @@ class _Processor:
             result = _failed(task.task_id, reported, _user_traceback(failure))._replace(over_memory=over_memory)
         else:
             result = _success(task.task_id, value, serializer, None)
-        return result._replace(seconds=time.perf_counter() - started.started, function=function.name)
+        seconds = time.perf_counter() - started.started
+        return result._replace(seconds=seconds, function=function.name, ended=time.monotonic())
 
     def _task_streams(self, task_id: bytes) -> Tuple[Any, Any]:
         """The ``sys.stdout`` and ``sys.stderr`` of a task that asked for its output: captured for it. They are
@@ -687,7 +680,7 @@ def _success(task_id: bytes, value: Any, serializer: Any, profiling) -> Processo
 
 def _failed(task_id: bytes, error: BaseException, traceback_text: str, profiling=None) -> ProcessorResult:
     payload, error_text = failure_payload(error, traceback_text)
-    return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling)
+    return ProcessorResult(task_id, TaskStatus.FAILED, payload, error_text, profiling, error_line=error_line(error))
 
 
 def _user_traceback(error: BaseException) -> str:

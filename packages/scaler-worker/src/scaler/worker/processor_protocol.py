@@ -130,6 +130,8 @@ class ProcessorResult(NamedTuple):
     profiling: Optional[Tuple[float, float, int]]  # duration seconds, CPU seconds, peak memory bytes
     seconds: float = 0.0  # how long the task took on the processor (wall time), profiled or not
     function: str = ""  # the task's function as module.qualname (for monitors); "" if it could not be loaded
+    error_line: str = ""  # a failure's exception in one line (``ValueError: ...``), for monitors and reports
+    ended: float = 0.0  # when it ended (time.monotonic(): the agent's clock too, on the same host); 0: not said
     over_memory: bool = False  # it failed for memory: an allocation past the worker's limit was refused
 
 

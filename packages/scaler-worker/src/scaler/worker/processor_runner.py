@@ -68,7 +68,7 @@ from scaler.worker.processor_protocol import (
     TaskWaiting,
     out_of_band,
 )
-from scaler.worker.task_failure import failure_payload
+from scaler.worker.task_failure import error_line, failure_payload
 from scaler.worker.task_runner import ReadyTask, RunnerOwner
 
 logger = logging.getLogger(__name__)
@@ -369,6 +369,8 @@ class ProcessorRunner:
             result.profiling,
             result.function,
             result.seconds,
+            result.error_line,
+            result.ended,
         )
 
     def _on_function_loaded(self, owner: RunnerOwner, loaded: FunctionLoaded, out: List[Any]) -> None:
@@ -551,7 +553,7 @@ class ProcessorRunner:
                 error = memory_failure(sent)
                 payload, text = failure_payload(error)
                 name = self._function_names.get(sent.function_id) or ""
-                owner.finished(sent.task_id, TaskStatus.FAILED, payload, text, None, name, 0.0)
+                owner.finished(sent.task_id, TaskStatus.FAILED, payload, text, None, name, 0.0, error_line(error))
             else:
                 owner.died(sent.task_id, running_reason if running_reason and sent in running else reason)
 

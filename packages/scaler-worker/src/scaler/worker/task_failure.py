@@ -24,3 +24,16 @@ def failure_payload(exception: BaseException, traceback_text: Optional[str] = No
     except Exception:
         return b"", f"{type(exception).__name__}: {exception}\n{traceback_text}"
     return payload, ""
+
+
+ERROR_LINE_CHARACTERS = 300  # of a failure's one-line summary in the task runs (monitors, reports)
+
+
+def error_line(exception: BaseException) -> str:
+    """``exception`` in one line (``ValueError: bad input``), cut to `ERROR_LINE_CHARACTERS`, for the task runs."""
+    try:
+        text = f"{type(exception).__name__}: {exception}"
+    except Exception:  # noqa: BLE001 - its __str__ raised
+        text = type(exception).__name__
+    lines = text.splitlines()
+    return (lines[0] if lines else "")[:ERROR_LINE_CHARACTERS]

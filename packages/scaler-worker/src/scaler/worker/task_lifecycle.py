@@ -159,10 +159,12 @@ _OBJECT_ARGUMENT = m.ArgumentKind.OBJECT
 class TaskEntry:
     """A task this worker holds, with its state in `TASK_LIFECYCLE`."""
 
-    __slots__ = ("task", "object_ids", "state", "history", "run", "confirms")
+    __slots__ = ("task", "object_ids", "state", "history", "run", "confirms", "received", "started")
 
-    def __init__(self, task: m.Task) -> None:
+    def __init__(self, task: m.Task, received: float = 0.0) -> None:
         self.task = task
+        self.received = received  # when it arrived here, and when the runner started it, for its run (task_runs)
+        self.started: Optional[float] = None
         self.object_ids: Sequence[bytes] = ()  # of its object-storage arguments
         for argument in task.arguments:
             if argument.kind == _OBJECT_ARGUMENT:

@@ -68,11 +68,15 @@ class RunnerOwner(Protocol):
         profiling: Optional[Tuple[float, float, int]],
         function: str,
         seconds: float,
+        error_line: str = "",
+        ended: float = 0.0,
     ) -> None:
         """Its result: ``status`` a `TaskStatus`, ``payload`` the serialized value (or the failure, see
         `task_failure`), ``profiling`` (duration seconds, CPU seconds, peak memory bytes) if it was profiled;
         ``function`` its function's ``module.qualname`` ("" if it could not be loaded) and ``seconds`` how long
-        it ran, for the per-function totals of the heartbeats."""
+        it ran, for the per-function totals of the heartbeats; ``error_line`` a failure's exception in one line
+        and ``ended`` when it ended on the core's clock (0: not known, when the core hears of it), for the task
+        runs (`task_runs`)."""
 
     def printed(self, task_id: bytes, stream: int, text: str) -> None:
         """Text the task printed (``stream`` an `OutputStream`), for a task that asked for it (``stream_output``):

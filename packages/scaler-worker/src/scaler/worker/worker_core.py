@@ -43,6 +43,7 @@ from scaler.worker.task_lifecycle import (
 )
 from scaler.worker.task_queue import TaskQueue
 from scaler.worker.task_runner import ReadyTask, TaskRunner
+from scaler.worker.task_runs import TaskRunRecorder
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
     EXIT_FAILURE,
@@ -104,6 +105,7 @@ class WorkerCore:
         self._storage = StorageRequests(identity.object_ids)
         self._answers = SchedulerAnswers(result_batch_seconds)
         self._function_stats = FunctionStatsTable()  # what ran, per function, for the heartbeats
+        self._task_runs = TaskRunRecorder()  # each run, for the heartbeats, while the scheduler asks (task_runs.py)
         self._deadlines: List[Tuple[float, int, bytes]] = []  # (when, run, task ID) of started tasks with a timeout
         self._runs = itertools.count(1)
         self._wake_at = math.inf  # the Tick asked of the shell
@@ -253,7 +255,9 @@ class WorkerCore:
             self._heartbeat([])
 
     def _on_heartbeat_echo(self, echo: m.WorkerHeartbeatEcho) -> None:
-        """The scheduler's view of what we hold differs from our heartbeat's: it asks for the IDs."""
+        """Whether to record task runs; and if the scheduler's view of what we hold differs from our heartbeat's,
+        it asks for the IDs."""
+        self._task_runs.recording = echo.record_tasks
         if echo.send_task_ids:
             self._heartbeat(list(self._tasks))
 
@@ -267,8 +271,12 @@ class WorkerCore:
         for task_id in self._tasks:
             digest ^= task_term(task_id)
         held = (self._last_batch, len(self._tasks), folded(digest), task_ids)
-        functions = self._function_stats.report()
-        self._out.append(self._session.heartbeat(self._usage, *counts, functions, held, runner.memory_kills))
+        current = []
+        if self._task_runs.recording:
+            current = [(e.task, e.received, e.started) for e in self._tasks.values() if e.started is not None]
+        runs = self._task_runs.heartbeat_runs(self._now, current)
+        report = self._function_stats.report()
+        self._out.append(self._session.heartbeat(self._usage, *counts, report, held, runs, runner.memory_kills))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
         """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a
@@ -308,7 +316,7 @@ class WorkerCore:
             if known is not None:
                 self._apply(known, _E.REASSIGNED, task.attempt)
                 continue
-            entry = TaskEntry(task)
+            entry = TaskEntry(task, self._now)
             tasks[task.task_id] = entry
             queue.push(entry)
 
@@ -436,6 +444,7 @@ class WorkerCore:
 
     def started(self, task_id: bytes) -> None:
         entry = self._tasks[task_id]
+        entry.started = self._now
         timeout = entry.task.timeout_seconds
         if timeout > 0:
             entry.run = next(self._runs)
@@ -450,6 +459,8 @@ class WorkerCore:
         profiling: Optional[Tuple[float, float, int]],
         function: str,
         seconds: float,
+        error_line: str = "",
+        ended: float = 0.0,
     ) -> None:
         self._function_stats.record(function, status == m.TaskStatus.SUCCESS, seconds)
         entry = self._tasks.get(task_id)
@@ -457,6 +468,9 @@ class WorkerCore:
             logger.warning(f"{self._name}: dropped result of task {task_id.hex()}: not known here")
             return
         task = entry.task
+        if self._task_runs.recording:
+            ended = min(ended, self._now) if ended else self._now
+            self._task_runs.ended(task, entry.received, ended, seconds, function, status, error_line or error_text)
         # a result of several frames (large buffers kept out of its pickle) never goes inline
         stored = task.store_result or type(payload) is list or len(payload) > self._session.inline_threshold
         event = _E.LARGE_RESULT if stored and status == m.TaskStatus.SUCCESS else _E.RESULT
@@ -477,6 +491,8 @@ class WorkerCore:
         if entry is None:
             logger.warning(f"{self._name}: dropped end of task {task_id.hex()}: not known here")
             return
+        if self._task_runs.recording and entry.started is not None:
+            self._task_runs.died(entry, self._now, reason)
         self._apply(entry, _E.DIED, reason)
 
     def waiting(self, task_id: bytes) -> None:

@@ -158,10 +158,11 @@ class WorkerSession:
         suspended: int,
         functions: List[m.FunctionStats],
         held: Tuple[int, int, int, List[bytes]],
+        runs: Tuple[m.TaskRuns, m.TaskRuns],
         memory_kills: int,
     ) -> SendToScheduler:
-        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, and
-        what the worker holds: (last TaskBatch sequence, count, digest, IDs or [])."""
+        """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, what
+        the worker holds: (last TaskBatch sequence, count, digest, IDs or []), and the task runs (ended, current)."""
         last_batch, held_tasks, held_digest, held_task_ids = held
         return SendToScheduler(
             m.WorkerHeartbeat(
@@ -177,6 +178,8 @@ class WorkerSession:
                 held_tasks=held_tasks,
                 held_digest=held_digest,
                 held_task_ids=held_task_ids,
+                ended_runs=runs[0],
+                current_runs=runs[1],
                 memory_limit_bytes=self._memory_limit,
                 memory_kills=memory_kills,
             )

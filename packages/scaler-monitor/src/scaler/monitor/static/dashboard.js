@@ -1,5 +1,6 @@
 // The Scaler web monitor: reads the server-sent events of /events and draws the page. No library: the charts
-// are drawn on canvases, the tables are plain DOM.
+// are drawn on canvases (the task stream by task_chart.js, which the performance reports share), the tables are
+// plain DOM, the task table asks /tasks.json.
 "use strict";
 
 const HISTORY_SECONDS = 600;
@@ -40,6 +41,15 @@ const points = [];  // chart history: one object per snapshot, oldest first
 const sortState = {};  // table id -> {key, ascending}
 let latest = null;  // the last page state
 
+const STREAM_SECONDS = 600;  // of ended runs kept for the task stream
+const STREAM_RUNS = 50000;  // at most
+const SEARCH_EVERY_MS = 2000;  // the task table follows the log this often
+const LARGEST_SHOWN = 10;  // of the largest objects the scheduler was told of
+let streamRuns = [];  // ended runs, oldest first
+let runningRuns = [];  // the runs going on, as of the last snapshot
+let taskChart = null;
+let lastSearch = 0;
+
 function formatNumber(value) {
   if (value === null || value === undefined) return "–";
   const abs = Math.abs(value);
@@ -75,16 +85,8 @@ const FORMATS = {
 function drawChart(id) {
   const canvas = document.getElementById(id);
   const chart = CHARTS[id];
-  const ratio = window.devicePixelRatio || 1;
   const width = canvas.clientWidth, height = canvas.clientHeight;
-  if (canvas.width !== width * ratio || canvas.height !== height * ratio) {
-    canvas.width = width * ratio;
-    canvas.height = height * ratio;
-  }
-  const g = canvas.getContext("2d");
-  g.setTransform(ratio, 0, 0, ratio, 0, 0);
-  g.clearRect(0, 0, width, height);
-  g.font = "11px system-ui, sans-serif";
+  const g = fitCanvas(canvas, width, height);  // task_chart.js
 
   const left = 56, right = chart.formatRight ? 64 : 12, top = 8, bottom = 20;
   const plotWidth = width - left - right, plotHeight = height - top - bottom;
@@ -270,6 +272,147 @@ function showState(state) {
   setText("managers-count", `(${snapshot.managers.length})`);
   fillTables(snapshot);
   drawCharts();
+  const now = snapshot.stream.origin;
+  addStreamRuns(snapshot.stream, now);
+  runningRuns = decodeTaskRuns(snapshot.running);
+  drawStream(now);
+  fillProgress(snapshot.progress);
+  fillEvents(snapshot.events);
+  fillObjects(snapshot.objects);
+  if (Date.now() - lastSearch >= SEARCH_EVERY_MS) searchTasks();
+}
+
+// ------------------------------------------------------------------ tasks
+
+function clock(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const date = new Date(seconds * 1000);
+  return date.toLocaleTimeString("en-GB", {hour12: false}) + "." + String(date.getMilliseconds()).padStart(3, "0");
+}
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function addStreamRuns(compact, now) {
+  streamRuns.push(...decodeTaskRuns(compact));
+  const since = now - STREAM_SECONDS;
+  let drop = 0;
+  while (drop < streamRuns.length && (streamRuns[drop].ended < since || streamRuns.length - drop > STREAM_RUNS)) drop++;
+  if (drop) streamRuns = streamRuns.slice(drop);
+}
+
+function drawStream(now) {
+  taskChart.setRuns([...streamRuns, ...runningRuns], now);
+  const legend = document.getElementById("stream-legend");
+  const names = (taskChart.canvas.dataset.functions || "").split("\n").filter((name) => name);
+  legend.replaceChildren(...names.slice(0, 24).map((name) => {
+    const item = document.createElement("span");
+    const mark = document.createElement("i");
+    mark.style.background = functionColor(name);
+    item.append(mark, name);
+    return item;
+  }));
+}
+
+function fillProgress(rows) {
+  const body = document.getElementById("progress").tBodies[0];
+  body.replaceChildren(...rows.map((row) => {
+    const tr = document.createElement("tr");
+    tr.dataset.function = row.function;
+    const total = Math.max(1, row.done + row.running + row.waiting);
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    for (const [kind, count] of [["done", row.done - row.failed], ["failed", row.failed], ["running", row.running],
+                                 ["waiting", row.waiting]]) {
+      const part = document.createElement("span");
+      part.className = kind;
+      part.style.width = (100 * count / total) + "%";
+      bar.append(part);
+    }
+    const barCell = document.createElement("td");
+    barCell.className = "bar-cell";
+    barCell.append(bar);
+    tr.append(cell(row.function || "(not named)", "text"), barCell, cell(formatNumber(row.done)),
+              cell(formatNumber(row.failed)), cell(formatNumber(row.running)), cell(formatNumber(row.waiting)));
+    return tr;
+  }));
+}
+
+function fillEvents(events) {
+  setText("events-count", `(${events.length})`);
+  const body = document.getElementById("events").tBodies[0];
+  body.replaceChildren(...events.map((event) => {
+    const tr = document.createElement("tr");
+    tr.dataset.subject = event.subject;
+    tr.append(cell(clock(event.time), "text"), cell(event.kind, "text"), cell(event.text, "wrap"));
+    return tr;
+  }));
+}
+
+function fillObjects(objects) {
+  setText("objects-total", `(${formatBytes(objects.bytes)}; nothing is spilled to disk)`);
+  const owners = document.getElementById("objects").tBodies[0];
+  owners.replaceChildren(...objects.owners.map((row) => {
+    const tr = document.createElement("tr");
+    tr.append(cell(row.owner, "text"), cell(formatBytes(row.bytes)), cell(formatBytes(row.spilled_bytes)));
+    return tr;
+  }));
+  const largest = document.getElementById("largest-objects").tBodies[0];
+  largest.replaceChildren(...objects.largest.slice(0, LARGEST_SHOWN).map((row) => {
+    const tr = document.createElement("tr");
+    tr.append(cell(row.object, "text id"), cell(row.owner, "text"), cell(formatBytes(row.bytes)));
+    return tr;
+  }));
+}
+
+async function searchTasks() {
+  lastSearch = Date.now();
+  const form = new FormData(document.getElementById("task-search"));
+  const query = new URLSearchParams(form).toString();
+  let found;
+  try {
+    const response = await fetch("tasks.json?" + query);
+    if (!response.ok) return;
+    found = await response.json();
+  } catch (error) {
+    return;
+  }
+  const kept = latest && latest.snapshot ? latest.snapshot.tasks_kept : 0;
+  setText("tasks-count", `(${formatNumber(found.matched)} match, ${formatNumber(found.tasks.length)} shown; ` +
+                         `the last ${formatNumber(kept)} runs are kept)`);
+  const body = document.getElementById("tasks").tBodies[0];
+  body.replaceChildren(...found.tasks.map((run) => {
+    const tr = document.createElement("tr");
+    tr.dataset.state = run.state;
+    const end = run.ended === null ? Date.now() / 1000 : run.ended;
+    tr.append(cell(run.function, "text"), cell(run.state, "text"), cell(run.client, "text"),
+              cell(run.worker, "text"), cell(clock(run.queued)), cell(clock(run.started)), cell(clock(run.ended)),
+              cell(formatSeconds(end - run.started)), cell(run.error, "text error"), cell(run.task_id, "text id"));
+    tr.cells[8].title = run.error;
+    return tr;
+  }));
+}
+
+function setupTasks() {
+  taskChart = new TaskChart(document.getElementById("task-stream"), {
+    live: true, window: 300, tooltip: document.getElementById("tooltip"),
+  });
+  for (const button of document.querySelectorAll("#stream-range button")) {
+    button.addEventListener("click", () => {
+      for (const other of document.querySelectorAll("#stream-range button")) other.classList.toggle("chosen", other === button);
+      taskChart.window = Number(button.dataset.seconds);
+      taskChart.view = null;
+      taskChart.draw();
+    });
+  }
+  let pending = null;
+  const form = document.getElementById("task-search");
+  form.addEventListener("input", () => { clearTimeout(pending); pending = setTimeout(searchTasks, 250); });
+  form.addEventListener("submit", (event) => { event.preventDefault(); searchTasks(); });
 }
 
 function connect() {
@@ -279,12 +422,18 @@ function connect() {
     for (const point of JSON.parse(event.data)) addPoint(point);
     drawCharts();
   });
+  events.addEventListener("stream", (event) => {
+    streamRuns = [];
+    const compact = JSON.parse(event.data);
+    addStreamRuns(compact, compact.origin);
+  });
   events.addEventListener("state", (event) => showState(JSON.parse(event.data)));
   events.onerror = () => setStatus("lost", "connection to scaler_ui lost, retrying");
 }
 
 drawLegends();
 setupSorting();
+setupTasks();
 drawCharts();
-window.addEventListener("resize", drawCharts);
+window.addEventListener("resize", () => { drawCharts(); taskChart.draw(); });
 connect();

@@ -71,10 +71,17 @@ struct ClientHeartbeat {
   cpu @0 :Float32;
   rssBytes @1 :UInt64;
   pendingTasks @2 :UInt32;
+  reportTasks @3 :Bool;                   # 1.8: send me the runs of my tasks (a performance report is open)
+  functions @4 :List(Counter);            # 1.8, while the scheduler records (the echo's recordTasks): its tasks
+                                          # not done yet, per function (name: module.qualname)
 }
 
 struct ClientHeartbeatEcho {
   unused @0 :Void;
+  recordTasks @1 :Bool;                   # 1.8: a monitor watches: say your tasks per function (functions)
+  taskRuns @2 :TaskRuns;                  # 1.8, to a client that reports: the runs of its tasks, and of the tasks
+                                          # of the Clients made in them, that the scheduler heard of since its last
+                                          # echo
 }
 
 struct WorkerHeartbeat {
@@ -91,8 +98,31 @@ struct WorkerHeartbeat {
   heldTasks @9 :UInt32;                   # tasks it holds, in any state (queued, running, storing a result)
   heldDigest @10 :UInt64;                 # the digest of their IDs (docs/protocol.md, "Liveness")
   heldTaskIds @11 :List(Data);            # their IDs: only in the answer to an echo that asks for them
-  memoryLimitBytes @12 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
-  memoryKills @13 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
+  # While the scheduler records task runs (WorkerHeartbeatEcho.recordTasks, 1.8):
+  endedRuns @12 :TaskRuns;                # the runs that ended since the last heartbeat
+  currentRuns @13 :TaskRuns;              # the runs going on now (no endedSecondsAgo, no failedRuns)
+  memoryLimitBytes @14 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
+  memoryKills @15 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
+}
+
+# Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each list after
+# it, in the same order (lists of columns, which cost far less to write and read than a struct per run).
+# Times are durations, each measured on one host; the receiver places them on its own clock, from when the
+# message that carries them left its sender (docs/monitoring.md, "Clocks").
+struct TaskRuns {
+  functionNames @0 :List(Text);           # the functions of these runs, each once (module.qualname)
+  clientIds @1 :List(Data);               # the clients of these runs, each once
+  workerIds @2 :List(Data);               # the workers of these runs, each once; empty from a worker (itself)
+  taskIds @3 :List(Data);
+  functions @4 :List(UInt32);             # a position in functionNames
+  clients @5 :List(UInt32);               # a position in clientIds
+  workers @6 :List(UInt32);               # a position in workerIds; empty from a worker
+  queuedSeconds @7 :List(Float64);        # from when the scheduler received the task to the run's start
+  runSeconds @8 :List(Float64);           # from the run's start to its end (a current run's: to now)
+  endedSecondsAgo @9 :List(Float64);      # how long before the message left the run ended (ended runs only)
+  failedRuns @10 :List(UInt32);           # the runs that did not succeed, as positions in taskIds (the others did)
+  failedStatuses @11 :List(TaskStatus);   # how each of those ended, in the order of failedRuns
+  errorTexts @12 :List(Text);             # the first line of each one's error, in the order of failedRuns
 }
 
 # What one worker ran of one function, for monitors.
@@ -106,6 +136,7 @@ struct FunctionStats {
 struct WorkerHeartbeatEcho {
   unused @0 :Void;
   sendTaskIds @1 :Bool;                   # answer at once with a heartbeat that lists heldTaskIds (1.5)
+  recordTasks @2 :Bool;                   # 1.8: someone watches: send your task runs in your heartbeats
 }
 
 enum ArgumentKind {
@@ -137,6 +168,8 @@ struct Task {
   streamOutput @12 :Bool;                 # send what the task prints to its client as it prints it (1.3)
   scopeId @13 :Data;                      # 1.8, set by the scheduler: the client whose objects the task reads (for
                                           # a client made inside a task, the client it stands for); empty: clientId
+  queuedSeconds @14 :Float64;             # 1.8, scheduler -> worker while it records task runs: how long the
+                                          # task waited in the scheduler (the worker adds its own wait)
 }
 
 # Client -> scheduler: submit. Scheduler -> worker: assign.
@@ -204,6 +237,7 @@ enum ObjectRequestKind {
   usage @4;                               # 1.8, scheduler -> storage: the bytes each owner of objectIds holds
   admit @5;                               # 1.8, scheduler only: ownerId is a client it serves (scopeId: whose
                                           # objects its tasks read); until the scheduler's clearOwner of ownerId
+  summary @6;                             # 1.8, scheduler only: the largest objects (ObjectResponse.summary)
 }
 
 struct ObjectRequest {
@@ -233,6 +267,14 @@ struct ObjectResponse {
   sizes @4 :List(UInt64);
   reason @5 :Text;
   frameCounts @6 :List(UInt32);           # get: how many frames make each found object, in order; empty: one each
+  summary @7 :ObjectSummary;              # 1.8: the answer to a summary request (the scheduler's)
+}
+
+# The largest objects of the storage server (1.8), for monitors (what each owner holds: ClientSnapshot.storedBytes).
+struct ObjectSummary {
+  largestIds @0 :List(Data);              # the largest objects (at most 20), largest first
+  largestOwners @1 :List(Data);           # the owner of each
+  largestSizes @2 :List(UInt64);          # the payload bytes of each
 }
 
 enum ObjectInstructionKind {
@@ -312,6 +354,17 @@ struct StateSnapshot {
   managers @9 :List(ManagerSnapshot);     # one per worker manager, the webhook's included (protocol 1.6)
   clientTaskQuota @10 :UInt64;            # the tasks a client may have queued at the scheduler (1.8)
   clientMemoryQuota @11 :UInt64;          # the bytes of objects an owner may hold in storage (1.8)
+  events @12 :List(MonitorEvent);         # 1.8: what happened since the last snapshot, oldest first
+  objectSummary @13 :ObjectSummary;       # 1.8: the storage server's largest objects, as last answered
+}
+
+# Something that happened at the scheduler (1.8), for monitors: a worker joined, left, died or timed out, a
+# task's processor died, a peer was refused, a worker manager was told to start or stop groups.
+struct MonitorEvent {
+  secondsAgo @0 :Float64;                 # before the snapshot was made
+  kind @1 :Text;                          # what happened, in a few words ("worker joined", "refused", ...)
+  subject @2 :Data;                       # whom it concerns: a worker, client or manager ID; empty: none
+  text @3 :Text;                          # the whole story, for people
 }
 
 # A worker manager as the scheduler sees it (1.6), for monitors.
