@@ -227,8 +227,8 @@ def test_send_object_gives_a_reference_usable_as_an_argument(running_client, exe
 
 
 def test_refused_put_raises_from_send_object_and_fails_submits(storage, scheduler, client):
-    storage.put_status = ObjectStatus.STORAGE_FULL
-    with pytest.raises(ObjectStorageRefusedError, match="storage_full"):
+    storage.put_status = ObjectStatus.TOO_LARGE
+    with pytest.raises(ObjectStorageRefusedError, match="too_large"):
         client.send_object(b"data")
     with pytest.raises(ObjectStorageRefusedError):
         client.submit(add, 1).result(timeout=10)
@@ -236,6 +236,17 @@ def test_refused_put_raises_from_send_object_and_fails_submits(storage, schedule
     future = client.submit(add, 2)
     (task,) = wait_until(lambda: tasks_sent(scheduler), what="the task")
     assert task.task_id == future.task_id
+
+
+def test_a_put_refused_by_a_full_storage_server_waits_for_room_instead_of_failing(storage, scheduler, client):
+    storage.put_status = ObjectStatus.STORAGE_FULL
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        sent = thread.submit(client.send_object, b"data")
+        wait_until(lambda: len(storage.put_acks) >= 3, what="the object put again while storage is full")
+        assert not sent.done()
+        storage.put_status = None  # room again
+        reference = sent.result(timeout=10)
+    assert reference.object_id in storage.objects
 
 
 class Doubler(Serializer):

@@ -86,7 +86,7 @@ def test_graph_leaves_whole_once_its_objects_are_stored_and_resolves_target_by_t
 def test_a_failed_put_fails_every_target_and_nothing_is_sent():
     core = connected()
     effects = acknowledge(core, run(core, 0.0, PutObject(0, FUNCTION, b"function"), graph_submission()),
-                          ObjectStatus.STORAGE_FULL)  # fmt: skip
+                          ObjectStatus.TOO_LARGE)  # fmt: skip
     assert graphs_sent(effects) == []
     found = outcomes(effects)
     assert {name for name in found} == {"task3", "task4"}
@@ -96,7 +96,7 @@ def test_a_failed_put_fails_every_target_and_nothing_is_sent():
 
 def test_a_graph_needing_an_object_whose_put_failed_fails_at_once_and_puts_nothing():
     core = connected()
-    acknowledge(core, run(core, 0.0, PutObject(0, FUNCTION, b"function")), ObjectStatus.STORAGE_FULL)
+    acknowledge(core, run(core, 0.0, PutObject(0, FUNCTION, b"function")), ObjectStatus.TOO_LARGE)
     effects = run(core, 0.2, graph_submission())
     found = outcomes(effects)
     assert set(found) == {"task3", "task4"} and all(o == ERROR for o, _ in found.values())
@@ -187,7 +187,7 @@ def test_a_failed_put_of_a_later_part_fails_the_targets_and_closes_the_graph():
     last.puts, last.requires, last.temporary_objects = [(BIG, b"big literal")], [BIG], [BIG]
     effects = run(core, 0.0, first, last)
     (sent,) = graphs_sent(effects)
-    effects = acknowledge(core, effects, ObjectStatus.STORAGE_FULL)
+    effects = acknowledge(core, effects, ObjectStatus.TOO_LARGE)
     assert {o for o, _ in outcomes(effects).values()} == {ERROR}
     assert graphs_sent(effects) == [GraphTask(graph_id=sent.graph_id, more=False)]
     assert core.pending_tasks == 0

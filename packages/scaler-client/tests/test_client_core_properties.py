@@ -226,7 +226,7 @@ class World:
             self.feed(put_ack(self.pick(self.puts, k), status))
 
     def refuse_put(self, k: int) -> None:
-        self.ack_put(k, ObjectStatus.STORAGE_FULL)
+        self.ack_put(k, ObjectStatus.TOO_LARGE)
 
     def answer_get(self, k: int, found: bool = True) -> None:
         if not self.gets:

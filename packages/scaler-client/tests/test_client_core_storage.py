@@ -11,6 +11,7 @@ from core_driver import (  # conftest puts this directory on sys.path
     REPLY,
     RESULT,
     STORAGE,
+    TIMEOUT,
     acknowledge_function,
     connected,
     large,
@@ -36,7 +37,7 @@ from scaler.client.client_events import (
     ToScheduler,
     ToStorage,
 )
-from scaler.client.storage_requests import RELEASE_GRACE_SECONDS
+from scaler.client.storage_requests import FULL_RETRY_SECONDS, RELEASE_GRACE_SECONDS
 from scaler.protocol.errors import (
     DisconnectedError,
     ObjectNotFoundError,
@@ -102,7 +103,7 @@ def test_a_held_task_whose_function_failed_meanwhile_fails_without_putting_its_a
     ((function_put, _),) = storage_requests(run(core, 0.0, PutObject(0, FUNCTION, b"f")), ObjectRequestKind.PUT)
     ((put, _),) = storage_requests(run(core, 0.0, submit_large(large(1, 6), large(2, 6))), ObjectRequestKind.PUT)
     assert put.object_ids == [b"a%015d" % 1]  # task 2 is held
-    effects = run(core, 0.0, put_ack(function_put, ObjectStatus.STORAGE_FULL))
+    effects = run(core, 0.0, put_ack(function_put, ObjectStatus.TOO_LARGE))
     # task 1 fails and its argument is deleted; that makes room for task 2, which fails at once, nothing put
     found = outcomes(effects)
     assert found["task1"][0] == found["task2"][0] == ERROR and isinstance(found["task2"][1], ObjectStorageRefusedError)
@@ -201,3 +202,36 @@ def test_released_function_waits_for_its_grace_period():
     effects = run(core, RELEASE_GRACE_SECONDS, FromScheduler(ClientHeartbeatEcho()))
     ((delete, _),) = storage_requests(effects, ObjectRequestKind.DELETE)
     assert delete.object_ids == [FUNCTION]
+
+
+def test_a_put_refused_by_a_full_server_goes_again_and_fails_only_once_refused_for_the_whole_timeout():
+    core = connected()
+    ((request, _),) = storage_requests(run(core, 0.0, PutObject(0, FUNCTION, b"f"), submit(1)), ObjectRequestKind.PUT)
+    effects = run(core, 0.0, put_ack(request, ObjectStatus.STORAGE_FULL))
+    assert outcomes(effects) == {} and storage_requests(effects, ObjectRequestKind.PUT) == []  # it waits
+    assert core.next_wakeup == FULL_RETRY_SECONDS
+    ((again, blobs),) = storage_requests(run(core, FULL_RETRY_SECONDS), ObjectRequestKind.PUT)
+    assert again.object_ids == [FUNCTION] and blobs == [b"f"]
+    assert outcomes(run(core, FULL_RETRY_SECONDS, put_ack(again, ObjectStatus.STORAGE_FULL))) == {}
+    # refused for the client's whole timeout since the first refusal: the task fails, saying storage is full
+    now = FULL_RETRY_SECONDS
+    while True:
+        now += FULL_RETRY_SECONDS
+        effects = run(core, now, FromScheduler(ClientHeartbeatEcho()))  # the scheduler is there all along
+        puts = storage_requests(effects, ObjectRequestKind.PUT)
+        if not puts:
+            break
+        ((again, _),) = puts
+        run(core, now, put_ack(again, ObjectStatus.STORAGE_FULL))
+    assert TIMEOUT <= now < TIMEOUT + 2 * FULL_RETRY_SECONDS
+    outcome, error = outcomes(effects)["task1"]
+    assert outcome == ERROR and isinstance(error, ObjectStorageRefusedError) and "is full" in str(error)
+
+
+def test_a_put_refused_by_a_full_server_is_stored_once_there_is_room():
+    core = connected()
+    ((request, _),) = storage_requests(run(core, 0.0, PutObject(0, FUNCTION, b"f"), submit(1)), ObjectRequestKind.PUT)
+    run(core, 0.0, put_ack(request, ObjectStatus.STORAGE_FULL))
+    ((again, _),) = storage_requests(run(core, FULL_RETRY_SECONDS), ObjectRequestKind.PUT)
+    effects = run(core, FULL_RETRY_SECONDS, put_ack(again, ObjectStatus.OK))
+    assert sent_tasks(effects) == [tid(1)]

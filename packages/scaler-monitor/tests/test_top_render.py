@@ -18,6 +18,8 @@ def _snapshot() -> StateSnapshot:
                     agent_rss_bytes=30 * 1024 * 1024,
                     processor_cpu=99.0,
                     processor_rss_bytes=20 * 1024 * 1024,
+                    memory_limit_bytes=12 << 30,
+                    memory_kills=2,
                     queued_tasks=3,
                     running_tasks=1,
                     suspended_tasks=2,
@@ -71,7 +73,9 @@ def test_worker_rows():
     rows = _rows(render(_snapshot()))
     assert set(rows) == {"W|busy|1|aa", "W|idle|2|bb"}
     busy = rows["W|busy|1|aa"].split()
-    assert busy == ["W|busy|1|aa", "1.5%", "30.0m", "99.0%", "20.0m", "1", "6", "3", "1", "2", "0.2s", "gpu=1"]
+    assert busy == [
+        "W|busy|1|aa", "1.5%", "30.0m", "99.0%", "20.0m", "2", "1", "6", "3", "1", "2", "0.2s", "gpu=1"
+    ]  # fmt: skip
 
 
 def test_workers_sorted_by_id_by_default_and_by_a_number_largest_first():
@@ -158,7 +162,7 @@ def test_every_line_fits_an_80_column_terminal():
     screen = render(snapshot, width=80, view=view, message_rows=7)
     assert max(len(line) for line in screen.splitlines()) <= 80
     assert "messages (7 of " in screen
-    assert "W|a-very-long-ho" in screen  # the worker column shrinks, its start stays readable
+    assert "W|a-very-lon" in screen  # the worker column shrinks, its start stays readable
 
 
 def test_waiting_screen_names_the_address():

@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "c44d10bee3fd3c2b50440ebe6e06150e7bebbcd4b2dc6494e9c2519ca9f12e90",
+    "1.8": "e82762907e7865e85c4670f3a1dcc613325df1c6cfdd55d430c2f328b68191e0",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -100,6 +100,8 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.ObjectResponse, "summary"),
         (m.StateSnapshot, "events"),
         (m.StateSnapshot, "object_summary"),
+        (m.WorkerHeartbeat, "memory_limit_bytes"),
+        (m.WorkerHeartbeat, "memory_kills"),
     ],
 }
 
@@ -160,6 +162,8 @@ _HEARTBEAT = m.WorkerHeartbeat(
     held_task_ids=[_TASK_ID, _OTHER_TASK_ID],
     ended_runs=_TASK_RUNS,
     current_runs=_TASK_RUNS,
+    memory_limit_bytes=12_884_901_888,
+    memory_kills=2,
 )
 _TASK = m.Task(
     task_id=_TASK_ID,

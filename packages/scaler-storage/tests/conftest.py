@@ -216,7 +216,9 @@ def small_storage(zmq_context: zmq.Context, tmp_path_factory: pytest.TempPathFac
     """A server with tiny limits: objects up to 1 KiB, 2 KiB in all (a client may take it all)."""
     start, started = _storage_starter(zmq_context, tmp_path_factory.mktemp("small-storage"))
     try:
-        yield start("--max-object-size", "1K", "--max-memory", "2K", "--max-client-memory", "2K")
+        yield start(
+            "--max-object-size", "1K", "--memory-limit", "2K", "--max-client-memory", "2K", "--spill-directory", "none"
+        )
     finally:
         for server in started:
             server.stop()

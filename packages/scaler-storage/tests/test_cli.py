@@ -51,7 +51,7 @@ def test_help(command: List[str]):
         (["http://127.0.0.1:1"], "invalid address 'http://127.0.0.1:1'"),
         (["tcp://127.0.0.1:99999"], "invalid address 'tcp://127.0.0.1:99999'"),
         (["tcp://127.0.0.1:1", "--max-object-size", "12Q"], "argument --max-object-size/-mos: invalid size '12Q'"),
-        (["tcp://127.0.0.1:1", "--max-memory", "0"], "argument --max-memory/-mm: invalid size '0'"),
+        (["tcp://127.0.0.1:1", "--max-memory", "0"], "argument --memory-limit/--max-memory/-mm: invalid size '0'"),
         (["tcp://127.0.0.1:1", "--event-loop", "tokio"], "argument --event-loop/-el: invalid choice: 'tokio'"),
         (["tcp://127.0.0.1:1", "--config", "/nonexistent/scaler.toml"], "cannot read config file"),
     ],
@@ -87,14 +87,14 @@ def test_config_file_section_sets_address_and_limits(start_storage, connect, tmp
     small, large, over_quota = ids.next_id(), ids.next_id(), ids.next_id()
     answer = peer.put(b"C|config|1|a", [(small, b"s" * 1024), (large, b"l" * 1025), (over_quota, b"q" * 1000)])
     assert answer.statuses == [ObjectStatus.OK, ObjectStatus.TOO_LARGE, ObjectStatus.STORAGE_FULL]
-    assert "max object size 1.0 KiB, max memory 4.0 KiB (a client's objects: 1.5 KiB)" in server.log()
+    assert "max object size 1.0 KiB, memory limit 4.0 KiB (a client's objects: 1.5 KiB)" in server.log()
 
 
 @pytest.mark.parametrize(
     "section, complaint",
     [
         ('colour = "blue"', "[object_storage_server] has unknown option 'colour'"),
-        ("max_memory = 0", "argument --max-memory: invalid size 0"),
+        ("max_memory = 0", "argument --memory-limit: invalid size 0"),
         ('max_object_size = "lots"', "invalid size 'lots'"),
     ],
 )

@@ -364,7 +364,7 @@ def test_storage_full_refuses_what_does_not_fit_and_accepts_what_still_fits():
     a, b, c, d = (ids.next_id() for _ in range(4))
     answer = put(store, [(a, b"a" * 60), (b, b"b" * 50), (c, b"c" * 40)])
     assert answer.statuses == [OK, STORAGE_FULL, OK]
-    assert "storage" in answer.reason and "maximum memory" in answer.reason
+    assert "storage" in answer.reason and "memory limit of 100 bytes (--memory-limit)" in answer.reason
     assert store.used_memory == 100
     assert put(store, [(d, b"d")]).statuses == [STORAGE_FULL]
     delete(store, [a])

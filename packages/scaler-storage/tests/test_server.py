@@ -122,7 +122,7 @@ def test_too_large_and_storage_full_are_refused_per_object(small_storage, connec
 
     answer = peer.put(me, [(c, b"c" * 100)])
     assert answer.statuses == [STORAGE_FULL]
-    assert "maximum memory" in answer.reason
+    assert "memory limit of 2.0 KiB (--memory-limit)" in answer.reason
 
     answer, blobs = peer.get([a, too_large, b, c])
     assert answer.statuses == [OK, NOT_FOUND, OK, NOT_FOUND]
@@ -261,7 +261,7 @@ def test_signal_stops_the_server_cleanly(start_storage, connect, signum: int):
 def test_log_lines_name_the_component_and_address(storage):
     log = storage.log()
     assert f"ObjectStorageServer: listen to address {storage.address}" in log
-    assert "ObjectStorageServer: max object size 128.0 MiB, max memory 256.0 MiB" in log
+    assert "ObjectStorageServer: max object size 128.0 MiB, memory limit 256.0 MiB" in log
 
 
 def test_response_is_an_object_response_for_every_kind(storage, connect):

@@ -21,6 +21,7 @@ from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.processor_memory import MeasureMemory, MemoryMeasured
 from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
 from scaler.worker.processor_runner import (
     ProcessorEnded,
@@ -102,11 +103,15 @@ class Harness:
         result_batch_seconds: float = 0.0,  # results leave at the end of each event; tests of batching say so
         connect: bool = True,
         max_message_size: int = 0,  # what the scheduler's HelloAck says it takes (0: an older one, not said)
+        memory_limit: int = 0,  # bytes, 0: none
     ) -> None:
         config = WorkerConfig(
-            SCHEDULER, task_inline_threshold=inline_threshold_bytes, worker_timeout_seconds=storage_timeout_seconds
+            SCHEDULER,
+            task_inline_threshold=inline_threshold_bytes,
+            worker_timeout_seconds=storage_timeout_seconds,
+            memory_limit=memory_limit or "none",
         )
-        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes)
+        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes, memory_limit)
         identity = WorkerIdentity(WORKER_ID, 1, "test", IDGenerator())
         self.core = WorkerCore(
             config, identity, self.runner, prefetch_tasks=prefetch_tasks, result_batch_seconds=result_batch_seconds
@@ -131,6 +136,7 @@ class Harness:
         self.to_scheduler: List[Any] = []
         self.to_storage: List[Any] = []  # other than object requests
         self.gets: List[m.ObjectRequest] = []
+        self.memory_requests: List[int] = []  # the processors whose memory the runner asked to measure (MeasureMemory)
         self.puts: List[Tuple[m.ObjectRequest, List[Any]]] = []
         self.handle(Start())
         if connect:
@@ -169,6 +175,8 @@ class Harness:
                 self.wake = effect.when
             elif kind is MeasureUsage:
                 self.perform(self.core.handle(UsageMeasured(1.0, 100, 2.0, 200), self.now))
+            elif kind is MeasureMemory:
+                self.memory_requests.append(effect.processor_id)
             elif kind is ConnectStorage:
                 self.storage_address = effect.address
             elif kind is Exit:
@@ -336,6 +344,11 @@ class Harness:
         self.waiting.remove(task)
         self.resumable.append(task)
         self.pump()
+
+    def measure(self, resident_bytes: int, processor: Optional[int] = None) -> None:
+        """The host measured the processor's memory (the current one's, unless ``processor``)."""
+        which = self.processor if processor is None else processor
+        self.handle(FromRunner(MemoryMeasured(which, resident_bytes)))
 
     def die(self, cause: str, last: Sequence[Any] = (), processor: Optional[int] = None) -> None:
         which = self.processor if processor is None else processor

@@ -10,6 +10,7 @@ import os
 import pickle
 import select
 import time
+import tracemalloc
 from typing import Any, Iterator, List
 
 import cloudpickle
@@ -20,7 +21,14 @@ from worker_harness import DEADLINE_SECONDS, wait_until
 from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
 from scaler.worker.processor_link import ProcessorLink
-from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
+from scaler.worker.processor_protocol import (
+    Drop,
+    Dropped,
+    FunctionLoaded,
+    ProcessorResult,
+    ProcessorTask,
+    TaskWaiting,
+)
 
 
 class Agent:
@@ -31,6 +39,7 @@ class Agent:
         self._numbers = itertools.count(1)
         self._sent_functions: set = set()
         self._unanswered: set = set()
+        self.loaded: set = set()
 
     def close(self) -> None:
         self.link.kill()
@@ -51,7 +60,15 @@ class Agent:
         return task_id
 
     def receive(self, timeout: float = DEADLINE_SECONDS) -> Any:
-        message = self.link.receive(timeout)
+        """The next message, but the names of the functions the processor loaded (kept in ``loaded``)."""
+        while True:
+            message = self.link.receive(timeout)
+            parts = message if type(message) is list else [message]
+            self.loaded.update(part for part in parts if isinstance(part, FunctionLoaded))
+            parts = [part for part in parts if not isinstance(part, FunctionLoaded)]
+            if parts:
+                break
+        message = parts if type(message) is list and len(parts) > 1 else parts[0]
         if isinstance(message, ProcessorResult):
             self._unanswered.discard(message.task_id)
         return message
@@ -80,11 +97,29 @@ def agent() -> Iterator[Agent]:
 def test_a_task_runs_and_answers(agent: Agent):
     task = agent.send(tasks.add, 40, 2)
     assert agent.expect_result(task) == 42
+    assert agent.loaded == {FunctionLoaded(b"add".ljust(16, b"_"), "worker_tasks.add")}  # once, with its name
+    assert agent.expect_result(agent.send(tasks.add, 1, 2)) == 3
+    assert len(agent.loaded) == 1
 
 
 def test_a_large_argument_and_a_large_result_cross_the_non_blocking_pipe(agent: Agent):
     big = b"x" * (8 << 20)  # far more than a Pipe holds: written and read in many pieces
     assert agent.expect_result(agent.send(tasks.add, big, b"y")) == big + b"y"
+
+
+def test_a_large_result_exists_once_in_the_agent_as_it_is_read(agent: Agent):
+    """Its out-of-band buffer is read straight into memory of its own, not first into the read buffer."""
+    size = 32 << 20
+    task = agent.send(tasks.add, b"x" * size, b"y")
+    tracemalloc.start()
+    try:
+        result = agent.receive()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(result, ProcessorResult) and result.task_id == task
+    assert deserialize_payload(DefaultSerializer(), result.payload) == b"x" * size + b"y"
+    assert size < peak < 1.1 * size
 
 
 def test_an_out_of_band_object_argument_arrives_whole_and_stays_cached(agent: Agent):

@@ -3,6 +3,8 @@ results, failures, cancels and balancing, timeouts, a processor's end."""
 
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 from core_harness import CLIENT, FUNCTION, Harness, load_failure, make_task, task_id
 
@@ -16,6 +18,7 @@ from scaler.protocol.errors import (
 )
 from scaler.protocol.lifecycle import TransitionError
 from scaler.worker.processor_protocol import FUNCTION_CACHE_CAPACITY, ProcessorResult
+from scaler.worker.storage_requests import FULL_RETRY_SECONDS
 from scaler.worker.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 from scaler.worker.worker_events import FromScheduler
 
@@ -290,6 +293,43 @@ def test_storage_refusing_a_result_fails_the_task():
     error, _ = load_failure(result)
     assert isinstance(error, ObjectStorageRefusedError)
     assert "too_large" in str(error) and "over the maximum object size" in str(error)
+
+
+def test_a_result_refused_by_a_full_storage_server_is_held_and_put_again_and_no_new_task_starts_meanwhile():
+    h = Harness(inline_threshold_bytes=0)
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.finish(payload=b"result 1")
+    h.answer_puts(m.ObjectStatus.STORAGE_FULL, reason="storage holds ...")
+    h.assign(make_task(2))
+    h.answer_gets()
+    assert h.results() == [] and h.running_task() is None  # held, and task 2 waits: nothing more is made
+    assert h.wake == FULL_RETRY_SECONDS
+    h.tick(FULL_RETRY_SECONDS)
+    [(request, blobs)] = h.puts
+    assert blobs == [b"result 1"]
+    h.answer_puts()
+    [result] = h.results()
+    assert result.status == m.TaskStatus.SUCCESS and h.storage[result.payload] == b"result 1"
+    assert h.running_task() == task_id(2)
+
+
+def test_a_result_refused_by_a_full_storage_server_for_the_whole_storage_timeout_fails_its_task():
+    h = Harness(inline_threshold_bytes=0, storage_timeout_seconds=2.0)
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.finish(payload=b"result 1")
+    now = 0.0
+    results: List[m.TaskResult] = []
+    while not results:
+        h.answer_puts(m.ObjectStatus.STORAGE_FULL, reason="storage holds ...")
+        now += FULL_RETRY_SECONDS
+        h.tick(now)
+        results = h.results()
+    assert 2.0 <= now < 3.0
+    [result] = results
+    error, _ = load_failure(result)
+    assert isinstance(error, ObjectStorageRefusedError) and "storage_full" in str(error)
 
 
 def test_missing_function_fails_the_task_and_the_next_one_runs():

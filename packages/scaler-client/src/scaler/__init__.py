@@ -26,6 +26,7 @@ from scaler.client import (  # noqa: E402
 )
 from scaler.protocol.errors import (  # noqa: E402
     DisconnectedError,
+    MemoryLimitError,
     ObjectNotFoundError,
     ObjectStorageRefusedError,
     ProtocolError,
@@ -64,6 +65,7 @@ __all__ = [
     "GraphCycleError",
     "GraphError",
     "GraphKeyError",
+    "MemoryLimitError",
     "ObjectNotFoundError",
     "ObjectReference",
     "ObjectStorageRefusedError",

@@ -16,6 +16,10 @@ forgot us: what waited fails, and Hello again.
 Requests leave in three kinds per turn of the agent's loop (`flush`): one put, one get, one delete. An object
 with a frame larger than the server takes (its HelloAck's ``maxMessageSize``) is refused here, unsent: the
 server would disconnect the client.
+
+Back-pressure: a put the server refuses because it is full (``storageFull``: past its memory and disk budgets,
+docs/memory.md) is not a failure yet: the object is put again every `FULL_RETRY_SECONDS`, as the server frees
+room, and fails only once it was refused for the client's whole timeout. Meanwhile the tasks that name it wait.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 RELEASE_GRACE_SECONDS = 10.0  # a released function may still be named by tasks built before its release
 RECONNECT_SECONDS = 5.0  # how long a request made while the server's connection is down waits for it
+FULL_RETRY_SECONDS = 0.5  # how long an object refused by a full server waits before it is put again
 
 PUTTING = object()  # the state of an object whose put is not acknowledged yet
 
@@ -60,6 +65,7 @@ class _Request:
     object_ids: List[bytes]
     deadline: float
     waited: float  # how long it may wait for its answer (the time between its making and its deadline)
+    payloads: Optional[Dict[bytes, Any]] = None  # a put's, kept to put again what a full server refused
 
 
 class StorageRequests:
@@ -82,14 +88,21 @@ class StorageRequests:
         self._request_ids = itertools.count(1)
         self._released: Dict[bytes, float] = {}  # function object ID -> when it may be deleted, if unused
         self._puts: List[Tuple[bytes, Any]] = []  # (object ID, payload: a frame or a list of frames)
+        # refused by a full server: (object ID, payload, the refusal), put again at _retry_at, failed at _give_up_at
+        self._full: List[Tuple[bytes, Any, Exception]] = []
+        self._retry_at = math.inf
+        self._give_up_at: Dict[bytes, float] = {}  # object ID -> when its refusals fail it
+        self._now = 0.0  # of the last flush: refusals are dated by it
         self._max_message_size = 0  # the largest frame the server takes (its HelloAck, 1.8); 0: not said
         self._gets: List[bytes] = []
         self._deletes: List[bytes] = []
 
     @property
     def next_deadline(self) -> float:
-        """The deadline of the oldest request awaiting an answer."""
-        return next(iter(self._requests.values())).deadline if self._requests else math.inf
+        """The deadline of the oldest request awaiting an answer, or when objects refused by a full server are put
+        again, whichever comes first."""
+        oldest = next(iter(self._requests.values())).deadline if self._requests else math.inf
+        return min(oldest, self._retry_at)
 
     @property
     def released(self) -> bool:
@@ -201,6 +214,12 @@ class StorageRequests:
         refused: List[Tuple[bytes, Exception]] = []
         for object_id in request.object_ids:
             status = statuses.get(object_id)
+            if status == ObjectStatus.STORAGE_FULL and request.payloads is not None and self.error is None:
+                reason = f"object storage server at {self.address} is full: {message.reason}"
+                self._full.append((object_id, request.payloads[object_id], ObjectStorageRefusedError(reason)))
+                self._give_up_at.setdefault(object_id, self._now + self._timeout)
+                self._retry_at = min(self._retry_at, self._now + FULL_RETRY_SECONDS)
+                continue
             if status != ObjectStatus.OK:
                 what = "gave no status" if status is None else f"answered {status.name.lower()}"
                 reason = f": {message.reason}" if message.reason else ""
@@ -208,6 +227,7 @@ class StorageRequests:
                 refused.append((object_id, ObjectStorageRefusedError(text)))
                 continue
             self.objects.pop(object_id, None)
+            self._give_up_at.pop(object_id, None)
             command_id = self._replies.pop(object_id, 0)
             if command_id:
                 self._out.append(Reply(command_id, object_id))
@@ -291,13 +311,17 @@ class StorageRequests:
                 self._deletes.append(object_id)
 
     def flush(self, now: float) -> None:
-        """Send what the turn decided: one put, one get, one delete request at most."""
+        """Send what the turn decided: one put, one get, one delete request at most (and the objects a full server
+        refused, once they waited)."""
+        self._now = now
+        if self._full and now >= self._retry_at:
+            self._put_refused_again(now)
         if self._puts:
             puts, self._puts = self._refuse_too_large(self._puts), []
             if puts:
                 object_ids = [object_id for object_id, _ in puts]
                 blobs, frame_counts = object_frames.pack([data for _, data in puts])
-                self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts)
+                self._request(ObjectRequestKind.PUT, object_ids, now, blobs, frame_counts, dict(puts))
         if self._gets:
             self._request(ObjectRequestKind.GET, self._gets, now)
             self._gets = []
@@ -307,6 +331,19 @@ class StorageRequests:
                 request = ObjectRequest(request_id, ObjectRequestKind.DELETE, self._client_id, self._deletes)
                 self._out.append(ToStorage(request))  # its answer is not awaited
             self._deletes = []
+
+    def _put_refused_again(self, now: float) -> None:
+        """The objects a full server refused go again, but those refused for the whole timeout, which fail."""
+        full, self._full = self._full, []
+        self._retry_at = math.inf
+        for object_id, data, refusal in full:
+            if self.objects.get(object_id) is not PUTTING:  # cleared, or failed meanwhile
+                self._give_up_at.pop(object_id, None)
+            elif now >= self._give_up_at[object_id]:
+                del self._give_up_at[object_id]
+                self._fail_puts([object_id], refusal)
+            else:
+                self._puts.append((object_id, data))
 
     def _refuse_too_large(self, puts: List[Tuple[bytes, Any]]) -> List[Tuple[bytes, Any]]:
         """The puts the server takes; those with a frame larger than its limit fail here (it would disconnect us)."""
@@ -326,16 +363,16 @@ class StorageRequests:
 
     def _request(
         self, kind: ObjectRequestKind, object_ids: List[bytes], now: float, blobs: Sequence[Any] = (),
-        frame_counts: Sequence[int] = (),
+        frame_counts: Sequence[int] = (), payloads: Optional[Dict[bytes, Any]] = None,
     ) -> None:  # fmt: skip
         request_id = next(self._request_ids)
         message = ToStorage(ObjectRequest(request_id, kind, self._client_id, object_ids, list(frame_counts)), blobs)
         if self._down:  # kept until the connection is back, for a while
             waited = min(self._timeout, RECONNECT_SECONDS)
-            self._requests[request_id] = _Request(kind, object_ids, now + waited, waited)
+            self._requests[request_id] = _Request(kind, object_ids, now + waited, waited, payloads)
             self._unsent.append((request_id, message))
             return
-        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout, self._timeout)
+        self._requests[request_id] = _Request(kind, object_ids, now + self._timeout, self._timeout, payloads)
         self._out.append(message)
 
     # --- the end of everything ---------------------------------------------------------------------------------
@@ -359,3 +396,6 @@ class StorageRequests:
         self.objects.clear()
         self._reads.clear()
         self._released.clear()
+        self._full.clear()
+        self._give_up_at.clear()
+        self._retry_at = math.inf

@@ -123,6 +123,7 @@ COLUMNS: Dict[str, Column] = {
     "rss": Column(
         "m", lambda w: _short_bytes(w.heartbeat.processor_rss_bytes), lambda w: w.heartbeat.processor_rss_bytes
     ),
+    "kills": Column("k", lambda w: f"{w.heartbeat.memory_kills:,}", lambda w: w.heartbeat.memory_kills),
     "slots": Column("s", lambda w: str(w.slots), lambda w: w.slots),
     "sent": Column("t", lambda w: f"{w.assigned_tasks:,}", lambda w: w.assigned_tasks),
     "queued": Column("u", lambda w: f"{w.heartbeat.queued_tasks:,}", lambda w: w.heartbeat.queued_tasks),
@@ -149,6 +150,7 @@ HELP_TEXT = [
     "  " + "  ".join(f"{column.key} {title}" for title, column in list(COLUMNS.items())[:6]),
     "  " + "  ".join(f"{column.key} {title}" for title, column in list(COLUMNS.items())[6:]),
     "Columns: agt_* the worker's agent; cpu, rss its processor, which runs the tasks;",
+    "  kills: tasks stopped for going over its memory limit (docs/memory.md);",
     "  sent: tasks the scheduler assigned it; queued, run: tasks queued and running",
     "  there; susp: tasks waiting for the tasks they submitted; seen: last heartbeat",
 ]

@@ -29,6 +29,11 @@ class WorkerDiedError(ScalerError):
     """The process running a task died before the task finished."""
 
 
+class MemoryLimitError(ScalerError):
+    """A task took its worker past the worker's memory limit and was stopped; its worker goes on. The message
+    names the function, the limit and the memory reached (docs/memory.md)."""
+
+
 class TaskCancelledError(ScalerError):
     """The task was cancelled."""
 

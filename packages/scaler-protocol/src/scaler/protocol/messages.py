@@ -175,6 +175,8 @@ class WorkerHeartbeat:
     held_task_ids: List[bytes] = field(default_factory=list)  # 1.3: only when the echo asked for them
     ended_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, while the scheduler records task runs
     current_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, idem
+    memory_limit_bytes: int = 0  # 1.8: the worker's memory limit, 0: none
+    memory_kills: int = 0  # 1.8: tasks stopped for going past it, since the worker started
 
 
 @dataclass(slots=True)

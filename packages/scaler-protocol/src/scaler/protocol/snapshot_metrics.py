@@ -97,6 +97,10 @@ def metric_families(snapshot: m.StateSnapshot, functions: Mapping[str, m.Functio
             "Resident memory of the worker's processors",
             lambda w: w.heartbeat.processor_rss_bytes,
         ),
+        "memory_limit_bytes": (
+            "The worker's memory limit (its processor and the processes it starts; 0: none)",
+            lambda w: w.heartbeat.memory_limit_bytes,
+        ),
         "slots": ("Tasks the worker runs at once", lambda w: w.slots),
         "assigned_tasks": ("Tasks the scheduler assigned to the worker and it holds", lambda w: w.assigned_tasks),
         "queued_tasks": ("Tasks waiting at the worker", lambda w: w.heartbeat.queued_tasks),
@@ -109,6 +113,10 @@ def metric_families(snapshot: m.StateSnapshot, functions: Mapping[str, m.Functio
         for worker in snapshot.workers:
             family.add_metric([show(worker.worker_id)], value(worker))
         yield family
+    kills = counter("worker_memory_kills", "Tasks the worker stopped for going over its memory limit", ("worker",))
+    for worker in snapshot.workers:
+        kills.add_metric([show(worker.worker_id)], worker.heartbeat.memory_kills)
+    yield kills
 
     client_tasks = gauge("client_tasks", "Tasks of the client in the scheduler (not finished)", ("client",))
     for client in snapshot.client_snapshots:

@@ -25,7 +25,8 @@ from scaler.protocol.messages import Version
 #      WorkerInfo.delegationKey; seeing every task: TaskRuns in WorkerHeartbeat (endedRuns, currentRuns) and
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
-#      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary)
+#      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 

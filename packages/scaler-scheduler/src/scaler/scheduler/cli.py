@@ -23,6 +23,13 @@ from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.scaling_policy import ScalingSettings
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 
+# options of the object storage server the scheduler starts (when none answers at port + 1): name -> its option
+STORAGE_OPTIONS = {
+    "max_object_size": "--max-object-size",
+    "storage_memory_limit": "--memory-limit",
+    "spill_directory": "--spill-directory",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -111,6 +118,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="each call to the webhook ends within this time; a call that does not is tried again later "
         "(default: %(default)s)",
     )  # fmt: skip
+    storage = parser.add_argument_group(
+        "the object storage server it starts", "without --object-storage-address, when none answers at port + 1"
+    )
+    storage.add_argument(
+        "--max-object-size", type=byte_size, default=None, metavar="SIZE",
+        help="largest object it accepts; suffixes K, M, G, T (default: the storage server's, 1 GiB)",
+    )  # fmt: skip
+    storage.add_argument(
+        "--storage-memory-limit", type=byte_size, default=None, metavar="SIZE",
+        help="memory it holds objects in, past which it spills them (default: the storage server's, half the host's)",
+    )  # fmt: skip
+    storage.add_argument(
+        "--spill-directory", default=None, metavar="DIR",
+        help="where it spills objects past its memory limit, or none (default: the storage server's, the temporary "
+        "directory)",
+    )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
     return parser
@@ -152,6 +175,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             adapter_webhook_timeout_seconds=args.adapter_webhook_timeout_seconds,
             max_message_size=args.max_message_size,
             max_client_tasks=args.max_client_tasks,
+            storage_arguments=[
+                f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))
+            ],
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)

@@ -37,7 +37,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import psutil
 import zmq
@@ -131,8 +131,10 @@ class SchedulerServer:
         adapter_webhook_timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
+        storage_arguments: Sequence[str] = (),
     ) -> None:
         self.address = check_address(address)
+        self._storage_arguments = tuple(storage_arguments)  # options of the storage server it starts, if it does
         if max_message_size < MIN_MAX_MESSAGE_SIZE:
             raise SchedulerStartError(
                 f"--max-message-size of {show_size(max_message_size)} is below the least the protocol needs, "
@@ -548,7 +550,7 @@ class SchedulerServer:
         # the scheduler's own keys: the server key pair and the authorized keys (paths; never a key)
         security = dataclasses.replace(self._security, server_key_file=None, monitor_clients=False, task_key_file=None)
         try:
-            self._storage_process = start_object_storage_process(effect.address, security)
+            self._storage_process = start_object_storage_process(effect.address, security, self._storage_arguments)
         except StorageStartError as error:
             self._start_failed(StartFailed(str(error)))
 

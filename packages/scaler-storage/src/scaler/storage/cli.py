@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from typing import Optional, Sequence
 
 from scaler.protocol.addresses import AddressError, check_address
@@ -16,6 +17,7 @@ from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE
 from scaler.storage.server import default_max_memory, run_object_storage_server
 
 CONFIG_SECTION = "object_storage_server"
+_OPTION_NAMES = {"max_memory": "memory-limit", "max_disk": "spill-disk-limit"}  # dest -> its option, where they differ
 
 
 def _address_argument(text: str) -> str:
@@ -45,13 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"largest object accepted, in bytes; suffixes K, M, G, T (default: {show_size(DEFAULT_MAX_OBJECT_SIZE)})",
     )
     parser.add_argument(
+        "--memory-limit",
         "--max-memory",
         "-mm",
+        dest="max_memory",
         type=byte_size,
         default=None,
         metavar="SIZE",
-        help="total payload bytes held before puts are refused; suffixes K, M, G, T "
+        help="payload bytes held in memory: past it the least recently used objects are spilled to "
+        "--spill-directory, or puts refused without one; suffixes K, M, G, T "
         f"(default: half of this host's memory, here {show_size(default_max_memory())})",
+    )
+    parser.add_argument(
+        "--spill-directory",
+        default=tempfile.gettempdir(),
+        metavar="DIR",
+        help="where objects go past --memory-limit (in a directory of their own made there, removed at exit), "
+        "or none: puts past it are refused (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--spill-disk-limit",
+        dest="max_disk",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="bytes spilled to disk at most: past both limits puts are refused (default: half the free space of "
+        "--spill-directory at the start)",
     )
     parser.add_argument(
         "--max-client-memory",
@@ -60,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SIZE",
         help="the payload bytes the objects of one client (their owner) may take, so that no client fills the "
-        "server for everybody; suffixes K, M, G, T (default: half of --max-memory)",
+        "server for everybody; suffixes K, M, G, T (default: half of --memory-limit and --spill-disk-limit together)",
     )
     add_security_arguments(parser, serves=True, connects=False)
     add_common_arguments(parser)
@@ -72,18 +93,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     die_with_parent_from_environment()
     parser = build_parser()
     args = parse_arguments(parser, CONFIG_SECTION, argv)
-    for option in ("max_object_size", "max_memory", "max_client_memory"):  # from --config: unconverted when not text
+    for option in ("max_object_size", "max_memory", "max_disk", "max_client_memory"):  # from --config: unconverted
         value = getattr(args, option)
         if value is not None:
             try:
                 setattr(args, option, parse_size(value))
             except ValueError as error:
-                parser.error(f"argument --{option.replace('_', '-')}: {error}")
+                name = _OPTION_NAMES.get(option, option.replace("_", "-"))
+                parser.error(f"argument --{name}: {error}")
     try:
         run_object_storage_server(
             args.address,
             max_object_size=args.max_object_size,
             max_memory=args.max_memory,
+            spill_directory=None if args.spill_directory == "none" else args.spill_directory,
+            max_disk=args.max_disk,
             max_client_memory=args.max_client_memory,
             event_loop=args.event_loop,
             logging_level=args.logging_level,

@@ -29,16 +29,18 @@ large payloads zero-copy. An object of several frames is only given to peers
 whose Hello says protocol 1.1 or later; an older peer gets ``notFound`` for it,
 with a reason that says so.
 
-Memory accounting counts payload bytes only, in all and per owner. A put is
-refused object by object: ``tooLarge`` when the payload is over
-``max_object_size``, ``storageFull`` when holding it would take its owner's
-objects over ``max_client_memory`` (the owner's quota: half of ``max_memory`` by
-default, so that no client fills the server for everybody) or the payload total
-over ``max_memory``; the reason says which, and the option that raises it. A
-refused put leaves any object already stored under that ID as it was. The
-scheduler asks how much each owner holds (``usage``), and which objects are the
-largest (``summary``: a pass over every object, once a second while a monitor
-subscribes), for monitors.
+Memory accounting counts payload bytes only, in all and per owner. Past
+``max_memory``, with a spill directory, the least recently used objects are
+spilled to disk and read back when asked for (`object_places`). A put is refused
+object by object: ``tooLarge`` when the payload is over ``max_object_size``,
+``storageFull`` when holding it would take its owner's objects over
+``max_client_memory`` (the owner's quota: half of ``max_memory``, and of the
+spill disk budget, by default, so that no client fills the server for everybody)
+or when it fits in neither the memory nor the disk budget; the reason says which,
+and the option that raises it. A refused put leaves any object already stored
+under that ID as it was. The scheduler asks how much each owner holds
+(``usage``), and which objects are the largest (``summary``: a pass over every
+object, once a second while a monitor subscribes), for monitors.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ from scaler.protocol.messages import (
 from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
+from scaler.storage.object_places import ObjectPlaces, SpillDirectory
 from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
 from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
@@ -125,11 +128,12 @@ del S, E, A, T
 
 
 class _StoredObject:
-    __slots__ = ("owner_id", "frames", "size")
+    __slots__ = ("owner_id", "frames", "frame_count", "size")
 
     def __init__(self, owner_id: bytes, frames: Sequence[Any], size: int) -> None:
         self.owner_id = owner_id
-        self.frames = frames
+        self.frames: Optional[Sequence[Any]] = frames  # None while it is spilled to disk
+        self.frame_count = len(frames)
         self.size = size
 
 
@@ -145,21 +149,20 @@ class ObjectStore:
 
     def __init__(
         self, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE, max_memory: int = 4 << 30,
-        max_client_memory: Optional[int] = None,
+        max_client_memory: Optional[int] = None, spill: Optional[SpillDirectory] = None, max_disk: int = 0,
     ) -> None:  # fmt: skip
-        if max_client_memory is None:
-            max_client_memory = max(1, max_memory // 2)
+        if max_client_memory is None:  # half of what it holds: of its memory, and of its spill disk if it has one
+            max_client_memory = max(1, (max_memory + (max_disk if spill is not None else 0)) // 2)
         limits = (("max_object_size", max_object_size), ("max_memory", max_memory))
         for name, value in (*limits, ("max_client_memory", max_client_memory)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
         self.max_object_size = max_object_size
-        self.max_memory = max_memory
+        self.places = ObjectPlaces(max_memory, spill, max_disk)  # memory, and the spill directory past it
         self.max_client_memory = max_client_memory  # what one owner's objects may take
         self._objects: Dict[bytes, _StoredObject] = {}
         self._objects_by_owner: Dict[bytes, Dict[bytes, None]] = {}  # dict as an insertion-ordered set
         self._bytes_by_owner: Dict[bytes, int] = {}  # what each owner's objects take
-        self._used_memory = 0
         self._greeted_peers: Dict[bytes, Peer] = {}
         self._admissions = Admissions()  # the clients the scheduler serves, and whose objects their tasks read
         self._connections = PeerConnections()  # the connection of each peer's last Hello
@@ -196,9 +199,13 @@ class ObjectStore:
         return len(self._objects)
 
     @property
+    def max_memory(self) -> int:
+        return self.places.max_memory
+
+    @property
     def used_memory(self) -> int:
-        """Total payload bytes held."""
-        return self._used_memory
+        """Payload bytes held in memory (not those spilled to disk)."""
+        return self.places.used_memory
 
     def __contains__(self, object_id: bytes) -> bool:
         return object_id in self._objects
@@ -412,28 +419,29 @@ class ObjectStore:
         if size > self.max_object_size:
             return (
                 ObjectStatus.TOO_LARGE,
-                f"{what} is over the maximum object size of {show_size(self.max_object_size)}",
+                f"{what} is over the maximum object size of {show_size(self.max_object_size)} (raise it with the "
+                "storage server's --max-object-size, the scheduler's that starts it, or SchedulerClusterCombo's "
+                "max_object_size=)",
             )
         previous = self._objects.get(object_id)
         freed = previous.size if previous is not None else 0
         replaced = freed if previous is not None and previous.owner_id == owner_id else 0
         held = self._bytes_by_owner.get(owner_id, 0) - replaced
-        if self.max_client_memory < self.max_memory and held + size > self.max_client_memory:
+        capacity = self.places.max_memory + self.places.max_disk
+        if self.max_client_memory < capacity and held + size > self.max_client_memory:
             return ObjectStatus.STORAGE_FULL, (
                 f"{what} does not fit in the quota of its owner {show(owner_id)}: it holds {show_size(held)} of "
                 f"{show_size(self.max_client_memory)} (scaler_object_storage_server --max-client-memory)"
             )
-        if self._used_memory - freed + size > self.max_memory:
-            return ObjectStatus.STORAGE_FULL, (
-                f"{what} does not fit: storage holds {show_size(self._used_memory)} of its maximum memory of "
-                f"{show_size(self.max_memory)} (scaler_object_storage_server --max-memory)"
-            )
+        full = self.places.refusal(object_id, size)
+        if full:
+            return ObjectStatus.STORAGE_FULL, f"{what} does not fit: {full}"
         if previous is not None:
             self._remove(object_id)
         self._objects[object_id] = _StoredObject(owner_id, frames, size)
         self._objects_by_owner.setdefault(owner_id, {})[object_id] = None
         self._bytes_by_owner[owner_id] = self._bytes_by_owner.get(owner_id, 0) + size
-        self._used_memory += size
+        self.places.add(object_id, size, self._objects)
         return ObjectStatus.OK, ""
 
     def _get(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
@@ -454,16 +462,17 @@ class ObjectStore:
                 or (scope is not None and scope_of(stored.owner_id) != scope)
             ):
                 stored = None  # another client's (or another scope's): as if it did not exist
-            if stored is None or (len(stored.frames) > 1 and not reads_frames):
+            if stored is None or (stored.frame_count > 1 and not reads_frames):
                 if stored is not None:
                     unreadable.append(object_id)
                 statuses.append(ObjectStatus.NOT_FOUND)
                 sizes.append(0)
             else:
+                frames = self.places.use(object_id, self._objects)
                 statuses.append(ObjectStatus.OK)
                 sizes.append(stored.size)
-                found.extend(stored.frames)
-                counts.append(len(stored.frames))
+                found.extend(frames)
+                counts.append(len(frames))
         reason = ""
         if unreadable:
             reason = (
@@ -561,7 +570,7 @@ class ObjectStore:
         if stored is None or (owner_id is not None and stored.owner_id != owner_id):
             return None
         del self._objects[object_id]
-        self._used_memory -= stored.size
+        self.places.remove(object_id)
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]
         if owned:
@@ -584,7 +593,7 @@ class ObjectStore:
         deleted: List[Tuple[bytes, int]] = []
         for object_id in owned:
             stored = self._objects.pop(object_id)
-            self._used_memory -= stored.size
+            self.places.remove(object_id)
             deleted.append((object_id, stored.size))
         return deleted
 

@@ -59,6 +59,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
+from scaler.storage.object_places import SpillDirectory
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
@@ -138,9 +139,15 @@ class ObjectStorageServer:
         logger.info(f"ObjectStorageServer: listen to address {self.address}")
         logger.info(
             f"ObjectStorageServer: max object size {show_size(self.store.max_object_size)}, "
-            f"max memory {show_size(self.store.max_memory)} (a client's objects: "
-            f"{show_size(self.store.max_client_memory)}), messages up to {show_size(limit)}"
+            f"memory limit {show_size(self.store.max_memory)} (a client's objects: "
+            f"{show_size(self.store.max_client_memory)}), messages up to {show_size(limit)}, {self._spilling()}"
         )
+
+    def _spilling(self) -> str:
+        places = self.store.places
+        if places.spill is None:
+            return "no spilling (no --spill-directory)"
+        return f"spilling to a directory in {places.spill.parent} up to {show_size(places.max_disk)}"
 
     async def serve(self) -> None:
         """Serve until `stop` is called; then close the socket (linger 0)."""
@@ -312,6 +319,8 @@ def run_object_storage_server(
     max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
     max_memory: Optional[int] = None,
     max_client_memory: Optional[int] = None,
+    spill_directory: Optional[str] = None,
+    max_disk: Optional[int] = None,
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
@@ -323,7 +332,10 @@ def run_object_storage_server(
     Blocking: call it as the target of a ``multiprocessing.Process`` (or from a CLI).
     ``max_object_size``, ``max_memory`` and ``max_client_memory`` (what one owner's objects may take) are bytes;
     ``max_memory=None`` means half of the host's memory, ``max_client_memory=None`` half of ``max_memory``.
-    ``logging_level=None`` leaves the logging configuration of the process as it is.
+    Past ``max_memory``, objects are spilled to a directory made inside ``spill_directory`` (None: not spilled,
+    refused), up to ``max_disk`` bytes (None: half the free space there at the start); the directory is removed
+    when the server stops (docs/memory.md). ``logging_level=None`` leaves the logging configuration of the
+    process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -335,10 +347,18 @@ def run_object_storage_server(
     check_exposure("the object storage server", [check_address(address)], security)
     keys = server_keys(security)
     reuse_payload_memory()
+    spill = SpillDirectory(spill_directory) if spill_directory is not None else None
+    if spill is not None and max_disk is None:
+        max_disk = max(spill.free_bytes() // 2, 1)
     store = ObjectStore(
         max_object_size=max_object_size,
         max_memory=default_max_memory() if max_memory is None else max_memory,
         max_client_memory=max_client_memory,
+        spill=spill,
+        max_disk=max_disk or 0,
     )
-    server = ObjectStorageServer(address, store, keys=keys)
-    run_event_loop(lambda: _serve_until_signalled(server), event_loop)
+    try:
+        server = ObjectStorageServer(address, store, keys=keys)
+        run_event_loop(lambda: _serve_until_signalled(server), event_loop)
+    finally:
+        store.places.close()

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Connect to a Scaler scheduler as one worker whose tasks run on IBM Spectrum Symphony, as tasks "
         "of a Symphony application running the Scaler service (requires Symphony's soamapi Python module).",
     )
-    add_worker_arguments(parser)
+    add_worker_arguments(parser, local_tasks=False)  # its tasks run on Symphony's hosts, under Symphony's limits
     parser.add_argument(
         "service_name",
         metavar="SERVICE",

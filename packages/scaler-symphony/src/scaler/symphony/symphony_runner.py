@@ -220,6 +220,10 @@ class SymphonyRunner:
     def suspended(self) -> int:
         return 0  # a task that waits in Symphony cannot be seen waiting from here
 
+    @property
+    def memory_kills(self) -> int:
+        return 0  # its tasks run under Symphony's limits, not the worker's
+
     # ------------------------------------------------------------------------- observation
 
     @property

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from scaler.protocol.command_line import setup_logging
 from scaler.protocol.process_control import die_with_parent, start_child
@@ -42,6 +42,7 @@ from scaler.worker import (
     WorkerConfig,
     parse_capabilities,
 )
+from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, NO_MEMORY_LIMIT, memory_limit_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ def run_cluster(
     die_with_parent_process: bool = True,
     security: SecurityConfig = NO_SECURITY,
     worker_group_id: str = "",
+    memory_limit: Union[str, int] = DEFAULT_MEMORY_LIMIT,
 ) -> int:
     """Keep ``n_workers`` workers of the scheduler at ``address`` alive until SIGTERM or SIGINT. Blocks.
 
@@ -94,6 +96,7 @@ def run_cluster(
         logging_config_file=logging_config_file,
         security=security,
         group_id=worker_group_id,
+        memory_limit=memory_limit_bytes(memory_limit, n_workers) or NO_MEMORY_LIMIT,  # each worker's, in bytes
     )
     peer_keys(security)  # the workers would fail alike: say why once, before starting them
     return ClusterSupervisor(config, n_workers).run()

@@ -64,6 +64,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             die_with_parent_process=False,  # a cluster started from a shell outlives the shell (nohup, &)
             security=security_from_arguments(args),
             worker_group_id=args.worker_group_id,
+            memory_limit=args.memory_limit,
         )
     except (ScalerError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

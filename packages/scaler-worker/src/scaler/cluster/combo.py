@@ -18,11 +18,13 @@ import zmq
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
+from scaler.protocol.command_line import parse_size
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.process_control import start_child, stop_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
+from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, memory_limit_bytes
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,12 @@ class SchedulerClusterCombo:
     ``combo.monitor_security``. The quotas of each client: ``max_client_memory``, the bytes its objects may take
     in the storage server (its ``--max-client-memory``; default: half of its memory), and ``max_client_tasks``,
     the tasks it may have queued at the scheduler (its ``--max-client-tasks``; default: 100,000).
+
+    Memory (docs/memory.md): ``memory_limit`` bounds each worker's tasks (``"auto"``: this host's memory
+    divided among the workers; a size in bytes or text, ``"2GiB"``; a share of the host for all the workers,
+    ``"80%"``; or ``"none"``); ``max_object_size`` is the largest object (argument, result) the storage server
+    takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's),
+    past which it spills them to ``spill_directory`` (default: the temporary directory; ``"none"``: it refuses them).
     """
 
     def __init__(
@@ -89,10 +97,21 @@ class SchedulerClusterCombo:
         security: bool = False,
         max_client_memory: Optional[int] = None,
         max_client_tasks: Optional[int] = None,
+        memory_limit: Union[int, str] = DEFAULT_MEMORY_LIMIT,
+        max_object_size: Union[int, str, None] = None,
+        storage_memory_limit: Union[int, str, None] = None,
+        spill_directory: Optional[str] = None,
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
         capabilities = format_capabilities(parse_capabilities(per_worker_capabilities))
+        memory_limit_bytes(memory_limit, n_workers)  # ValueError now, naming what is wrong
+        storage_options: List[str] = []
+        for option, size in (("--max-object-size", max_object_size), ("--memory-limit", storage_memory_limit)):
+            if size is not None:
+                storage_options += [option, str(parse_size(size))]
+        if spill_directory is not None:
+            storage_options += ["--spill-directory", spill_directory]
         self._address = check_address(address) if address else _free_local_address()
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
         self._processes: List[subprocess.Popen] = []
@@ -107,7 +126,9 @@ class SchedulerClusterCombo:
                 self._keys = write_cluster_keys(tempfile.mkdtemp(prefix="scaler-keys-"))
             server, probe = self._security("server"), self._security("monitor")
             quota = ["--max-client-memory", str(max_client_memory)] if max_client_memory is not None else []
-            self._start("scaler.storage", self._storage_address, *common, *server.to_arguments(), *quota)
+            self._start(
+                "scaler.storage", self._storage_address, *common, *server.to_arguments(), *quota, *storage_options
+            )
             _wait_for_hello(self._storage_address, self._processes[-1], "object storage server", probe)
             self._start(
                 "scaler.scheduler.cli", self._address, *common, *server.to_arguments(),
@@ -128,6 +149,7 @@ class SchedulerClusterCombo:
                 "--per-worker-queue-size", str(per_worker_queue_size),
                 "--heartbeat-interval-seconds", str(heartbeat_interval_seconds),
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
+                "--memory-limit", str(memory_limit),
                 *(["--per-worker-capabilities", capabilities] if capabilities else []),
             )  # fmt: skip
         except BaseException:

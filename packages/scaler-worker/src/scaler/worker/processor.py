@@ -58,12 +58,14 @@ from scaler.protocol.process_control import die_with_parent, reuse_payload_memor
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.protocol.task_runs import function_name
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
+from scaler.worker.memory_limit import bound_data_segment, refused_allocation
 from scaler.worker.processor_protocol import (
     RESULT_HOLD_LIMIT_SECONDS,
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
     Drop,
     Dropped,
+    FunctionLoaded,
     PipeEnd,
     ProcessorResult,
     ProcessorTask,
@@ -155,17 +157,22 @@ def run_processor(
     object_cache_bytes: int,
     environment: Optional[Dict[str, str]] = None,
     delegation_key: bytes = b"",
+    memory_limit: int = 0,
 ) -> None:
     """The processor's main function (the target of its multiprocessing.Process). ``environment``: variables for
-    the tasks (the keys of their Clients); ``delegation_key``: what their Clients prove their task with."""
+    the tasks (the keys of their Clients); ``delegation_key``: what their Clients prove their task with;
+    ``memory_limit``: the worker's, in bytes (0: none)."""
     die_with_parent(signal.SIGKILL, agent_pid)
+    bound_data_segment(memory_limit)
     reuse_payload_memory()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is for the agent, which then stops us
     os.environ[SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE] = scheduler_address
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
     os.environ.update(environment or {})
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
-    processor = _Processor(connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes)
+    processor = _Processor(
+        connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes, memory_limit
+    )
     context = TaskContext(scheduler_address, processor.wait, processor.running_task, delegation_key)
     set_task_context(context)
     signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(context))
@@ -202,8 +209,10 @@ class _Processor:
         function_cache_capacity: int,
         serializer_cache_capacity: int,
         object_cache_bytes: int,
+        memory_limit: int = 0,
     ) -> None:
         self._pipe = PipeEnd(connection)
+        self._memory_limit = memory_limit
         self._functions: LRUCache[bytes, _Loaded] = LRUCache(function_cache_capacity)
         self._serializers: LRUCache[bytes, _Loaded] = LRUCache(serializer_cache_capacity)
         self._objects: SizedLRUCache[bytes, Any] = SizedLRUCache(object_cache_bytes)  # ID -> payload
@@ -524,6 +533,8 @@ class _Processor:
         """Take what ``task`` needs from the caches, or put it there, as the agent's mirror of them assumes:
         when the task is read, whether it then runs or is dropped."""
         function = self._load(self._functions, task.function_id, task.function, "function")
+        if task.function is not None:  # the agent names the function of a task it stops for memory
+            self._hold(FunctionLoaded(task.function_id, function.name), time.perf_counter())
         serializer = None
         if task.serializer_id:
             serializer = self._load(self._serializers, task.serializer_id, task.serializer, "serializer")
@@ -593,7 +604,9 @@ class _Processor:
         if started.streams is not None:
             self._flush_output()  # before the result: the client prints the output, then the result arrives
         if failure is not None:
-            result = _failed(task.task_id, failure, _user_traceback(failure))
+            over_memory = isinstance(failure, MemoryError) and self._memory_limit > 0  # (bound_data_segment)
+            reported = refused_allocation(function.name, self._memory_limit) if over_memory else failure
+            result = _failed(task.task_id, reported, _user_traceback(failure))._replace(over_memory=over_memory)
         else:
             result = _success(task.task_id, value, serializer, None)
         seconds = time.perf_counter() - started.started
@@ -690,16 +703,3 @@ def _agent_gone() -> NoReturn:
     """The Pipe broke: the agent is gone (it would have stopped us otherwise), and so are we."""
     _flush_standard_streams()
     os._exit(1)
-
-
-def processor_exit_cause(exit_code: Optional[int]) -> str:
-    """Human-readable cause of a processor's end, from its multiprocessing exit code."""
-    if exit_code is None:
-        return "processor ended for an unknown reason"
-    if exit_code < 0:
-        try:
-            name = signal.Signals(-exit_code).name
-        except ValueError:
-            name = str(-exit_code)
-        return f"processor was killed by signal {name}"
-    return f"processor exited with code {exit_code}"

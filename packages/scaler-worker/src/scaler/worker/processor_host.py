@@ -1,10 +1,12 @@
 """The local processor's I/O half (`task_runner.RunnerHost`): start, feed, watch and stop the processor
 subprocess in the agent's event loop.
 
-It carries out `processor_runner`'s effects (`StartProcessor`: kill the old processor, start a new one;
-`SendToProcessor`: write to its Pipe without blocking, the rest once the Pipe is writable) and delivers,
-as `FromRunner` events, every whole message readable on the Pipe (`ProcessorOutput`, all of one read in one
-event) and the processor's end (`ProcessorEnded`, with the cause and what it wrote last). A processor that
+It carries out `processor_runner`'s effects (`StartProcessor`: kill the old processor and the processes it
+started, start a new one; `SendToProcessor`: write to its Pipe without blocking, the rest once the Pipe is
+writable; `MeasureMemory`) and delivers, as `FromRunner` events, every whole message readable on the Pipe
+(`ProcessorOutput`, all of one read in one event), the processor's end (`ProcessorEnded`, with the cause and
+what it wrote last) and, with a memory limit, the memory of the processor and of the processes it started,
+every `memory_limit.POLL_SECONDS` and when asked (`MemoryMeasured`). A processor that
 cannot be started is `Broken`: out of processes or memory, a fresh worker (from scaler_cluster) may fare better.
 """
 
@@ -16,9 +18,11 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from scaler.protocol.errors import DisconnectedError
+from scaler.worker.memory_limit import CHILDREN_POLL_SECONDS, POLL_SECONDS
 from scaler.worker.processor_link import ProcessorLink
+from scaler.worker.processor_memory import MeasureMemory, MemoryMeasured
 from scaler.worker.processor_runner import ProcessorEnded, ProcessorOutput, SendToProcessor, StartProcessor
-from scaler.worker.resource_usage import ProcessUsage
+from scaler.worker.resource_usage import ProcessUsage, TreeMemory, kill_descendants
 from scaler.worker.worker_events import Broken, FromRunner
 
 logger = logging.getLogger(__name__)
@@ -33,11 +37,15 @@ class ProcessorHost:
         worker_id: str,
         environment: Optional[Dict[str, str]] = None,
         delegation_key: bytes = b"",
+        memory_limit: int = 0,
     ) -> None:
         # told to the tasks (in their environment): a task may submit tasks to the same scheduler, with the
         # keys in ``environment`` (security.SecurityConfig.task_environment); its Clients prove the task they are
         # made in with ``delegation_key`` (scaler.protocol.delegation), given to the processor at its start
         self._scheduler_address = scheduler_address
+        self._memory_limit = memory_limit  # bytes, 0: none (then memory is not watched)
+        self._memory: Optional[TreeMemory] = None
+        self._memory_timer: Optional[asyncio.TimerHandle] = None
         self._worker_id = worker_id
         self._environment = environment or {}
         self._delegation_key = delegation_key
@@ -49,6 +57,7 @@ class ProcessorHost:
         self.effect_handlers: Dict[type, Callable[[Any], None]] = {
             StartProcessor: self._start,
             SendToProcessor: self._send,
+            MeasureMemory: self._measure_memory,
         }
 
     def open(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[Any], None]) -> None:
@@ -61,6 +70,7 @@ class ProcessorHost:
         if link is None:
             return
         self._unwatch(link)
+        self._watch_memory(None)
         link.terminate()
         deadline = time.monotonic() + _PROCESSOR_STOP_SECONDS
         while link.reap() is None and time.monotonic() < deadline:
@@ -80,12 +90,15 @@ class ProcessorHost:
         old, self._link = self._link, None
         if old is not None:  # it runs tasks that are over (cancelled, timed out): SIGKILL, user code may ignore less
             self._unwatch(old)
+            if old.pid is not None:
+                kill_descendants(old.pid)
             old.kill()
             self._reap_later(old)
             logger.debug(f"{self._worker_name}: stopped processor {old.processor_id} (pid {old.pid})")
         try:
             link = ProcessorLink.start(
-                effect.processor_id, self._scheduler_address, self._worker_id, self._environment, self._delegation_key
+                effect.processor_id, self._scheduler_address, self._worker_id, self._environment,
+                self._delegation_key, self._memory_limit,
             )
         except Exception as error:
             loop.call_soon(self._deliver, Broken(f"cannot start a processor: {type(error).__name__}: {error}"))
@@ -95,6 +108,7 @@ class ProcessorHost:
         loop.add_reader(link.sentinel, self._on_ended, link)
         if link.pid is not None:
             self._usage.watch(link.pid)
+        self._watch_memory(link)
         logger.debug(f"{self._worker_name}: started processor {effect.processor_id} (pid {link.pid})")
 
     def _send(self, effect: SendToProcessor) -> None:
@@ -107,7 +121,32 @@ class ProcessorHost:
         except DisconnectedError as error:
             logger.warning(f"{self._worker_name}: {error}; waiting for its end to be reported")
 
+    def _measure_memory(self, effect: MeasureMemory) -> None:
+        link, memory, loop = self._link, self._memory, self._loop
+        if link is None or memory is None or loop is None or link.processor_id != effect.processor_id:
+            return
+        loop.call_soon(self._deliver, FromRunner(MemoryMeasured(link.processor_id, memory.sample(time.monotonic()))))
+
     # ------------------------------------------------------------------------- the processor
+
+    def _watch_memory(self, link: Optional[ProcessorLink]) -> None:
+        """Measure the memory of ``link``'s processor from now on (None: of none)."""
+        if self._memory_timer is not None:
+            self._memory_timer.cancel()
+            self._memory_timer = None
+        self._memory = None
+        if link is None or link.pid is None or not self._memory_limit:
+            return
+        self._memory = TreeMemory(link.pid, CHILDREN_POLL_SECONDS)
+        assert self._loop is not None
+        self._memory_timer = self._loop.call_later(POLL_SECONDS, self._poll_memory, link)  # (never from an effect)
+
+    def _poll_memory(self, link: ProcessorLink) -> None:
+        memory, loop = self._memory, self._loop
+        if memory is None or loop is None or self._link is not link:
+            return
+        self._memory_timer = loop.call_later(POLL_SECONDS, self._poll_memory, link)
+        self._deliver(FromRunner(MemoryMeasured(link.processor_id, memory.sample(time.monotonic()))))
 
     def _on_writable(self, link: ProcessorLink) -> None:
         """The rest of a large message goes once the processor has read the start of it."""
@@ -143,6 +182,7 @@ class ProcessorHost:
             return
         last_messages = link.receive_left()  # results it wrote before it ended count
         self._unwatch(link)
+        self._watch_memory(None)
         self._link = None
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
         logger.warning(f"{self._worker_name}: {cause} (processor {link.processor_id}, pid {link.pid})")

@@ -11,7 +11,9 @@ MSG_DONTWAIT, whatever the event loop did to the descriptor's flags): messages a
 framed as `processor_protocol` says (large payloads out of band, written from
 where they lie), written as far as the Pipe takes them, the rest kept until it
 is writable again (`flush`), and read into a buffer from which every complete
-message is taken (`receive_all`).
+message is taken (`receive_all`); once a message's pickle has arrived, its
+out-of-band buffers (a large result) are read straight into memory of their
+own, so a result exists once in the agent, never also in the read buffer.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from scaler.protocol.errors import DisconnectedError
-from scaler.worker.processor import processor_exit_cause, run_processor
+from scaler.worker.processor import run_processor
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     HEADER,
@@ -57,6 +59,7 @@ class ProcessorLink:
         "_socket",
         "_out",
         "_in",
+        "_incoming",
         "_ready",
     )
 
@@ -71,6 +74,7 @@ class ProcessorLink:
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(self._fd))
         self._out: Deque[memoryview] = deque()  # bytes not written yet
         self._in = bytearray()  # bytes read, not yet a whole message
+        self._incoming: Optional[_Incoming] = None  # a message whose out-of-band buffers are being read
         self._ready: Deque[Any] = deque()  # messages read, not handed out yet (by `receive`)
 
     @classmethod
@@ -81,10 +85,12 @@ class ProcessorLink:
         worker_id: str,
         environment: Optional[Dict[str, str]] = None,
         delegation_key: bytes = b"",
+        memory_limit: int = 0,
     ) -> ProcessorLink:
         """Start a processor (non-daemonic, so that tasks may start processes of their own); ``environment``:
         variables set in it for its tasks; ``delegation_key``: what its tasks' Clients prove their task with (an
-        argument of the spawned process, never in its environment or on its command line)."""
+        argument of the spawned process, never in its environment or on its command line); ``memory_limit``:
+        the worker's (`memory_limit`), 0 for none."""
         agent_end, processor_end = _SPAWN.Pipe(duplex=True)
         process = _SPAWN.Process(
             target=run_processor,
@@ -98,6 +104,7 @@ class ProcessorLink:
                 OBJECT_CACHE_BYTES,
                 environment,
                 delegation_key,
+                memory_limit,
             ),
             name=f"Processor[{processor_id}]",
             daemon=False,
@@ -143,18 +150,31 @@ class ProcessorLink:
         buffer = self._in
         ended = False
         while True:
+            incoming = self._incoming
             try:
-                chunk = self._socket.recv(max(_READ_BYTES, self._missing_bytes()), socket.MSG_DONTWAIT)
+                if incoming is not None:
+                    with incoming.target() as target:
+                        read = self._socket.recv_into(target, len(target), socket.MSG_DONTWAIT)
+                else:
+                    chunk = self._socket.recv(_READ_BYTES, socket.MSG_DONTWAIT)
+                    read = len(chunk)
             except BlockingIOError:
                 break
             except OSError as error:
                 if messages:
                     break
                 raise DisconnectedError(f"processor {self.processor_id} closed its pipe: {error}") from None
-            if not chunk:
+            if not read:
                 ended = True
                 break
-            buffer += chunk
+            if incoming is not None:
+                incoming.advance(read)
+                if not incoming.complete:
+                    continue
+                self._incoming = None
+                messages.append(incoming.message())
+            else:
+                buffer += chunk
             self._take_messages(messages)
         self._take_messages(messages)
         if ended and not messages:
@@ -176,14 +196,9 @@ class ProcessorLink:
         except DisconnectedError:
             return []
 
-    def _missing_bytes(self) -> int:
-        """How many bytes the message at the head of the read buffer still lacks (0: unknown yet)."""
-        head = self._head()
-        return head[0] - len(self._in) if head else 0
-
-    def _head(self) -> Optional[Tuple[int, int, int, List[int]]]:
-        """The message at the head of the read buffer: (its whole size, where its pickle starts, the pickle's
-        length, the lengths of its out-of-band buffers); None while its header is incomplete."""
+    def _head(self) -> Optional[Tuple[int, int, List[int]]]:
+        """The message at the head of the read buffer: (where its pickle starts, the pickle's length, the lengths
+        of its out-of-band buffers); None while its header is incomplete."""
         buffer = self._in
         if len(buffer) < HEADER.size:
             return None
@@ -192,23 +207,23 @@ class ProcessorLink:
         if len(buffer) < start:
             return None
         sizes = [size & LENGTH_MASK for size in buffer_lengths(buffer, count)]
-        return start + length + sum(sizes), start, length, sizes
+        return start, length, sizes
 
     def _take_messages(self, messages: List[Any]) -> None:
+        """Every message whose pickle is in the read buffer: whole, or left to be read (`_incoming`)."""
         buffer = self._in
-        while True:
+        while self._incoming is None:
             head = self._head()
-            if head is None or len(buffer) < head[0]:
+            if head is None or len(buffer) < head[0] + head[1]:
                 return
-            end, start, length, sizes = head
-            with memoryview(buffer) as view:
-                buffers = []
-                position = start + length
-                for size in sizes:
-                    buffers.append(bytes(view[position : position + size]))
-                    position += size
-                messages.append(pickle.loads(view[start : start + length], buffers=buffers))
-            del buffer[:end]
+            start, length, sizes = head
+            incoming = _Incoming(bytes(buffer[start : start + length]), sizes)
+            del buffer[: start + length]
+            incoming.take_from(buffer)  # what was read of its buffers with the pickle
+            if incoming.complete:
+                messages.append(incoming.message())
+            else:
+                self._incoming = incoming
 
     def close(self) -> None:
         """Close the agent's end of the Pipe (the processor then exits on its own)."""
@@ -242,3 +257,56 @@ class ProcessorLink:
         self.close()
         self.process.close()
         return self._cause
+
+
+class _Incoming:
+    """A message whose pickle arrived: its out-of-band buffers, each read straight into a bytearray of its size."""
+
+    __slots__ = ("_pickle", "_buffers", "_index", "_filled")
+
+    def __init__(self, data: bytes, sizes: List[int]) -> None:
+        self._pickle = data
+        self._buffers = [bytearray(size) for size in sizes]
+        self._index = 0  # the buffer being read
+        self._filled = 0  # of it, the bytes read
+        self.advance(0)
+
+    @property
+    def complete(self) -> bool:
+        return self._index == len(self._buffers)
+
+    def target(self) -> memoryview:
+        """Where the next bytes go (release it before the next call)."""
+        return memoryview(self._buffers[self._index])[self._filled :]
+
+    def advance(self, count: int) -> None:
+        self._filled += count
+        buffers = self._buffers
+        while self._index < len(buffers) and self._filled == len(buffers[self._index]):
+            self._index += 1
+            self._filled = 0
+
+    def take_from(self, buffer: bytearray) -> None:
+        """Move what ``buffer`` starts with into the out-of-band buffers, as far as they take it."""
+        while buffer and not self.complete:
+            with self.target() as target:
+                count = min(len(target), len(buffer))
+                target[:count] = buffer[:count]
+            del buffer[:count]
+            self.advance(count)
+
+    def message(self) -> Any:
+        return pickle.loads(self._pickle, buffers=self._buffers)
+
+
+def processor_exit_cause(exit_code: Optional[int]) -> str:
+    """Human-readable cause of a processor's end, from its multiprocessing exit code."""
+    if exit_code is None:
+        return "processor ended for an unknown reason"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = str(-exit_code)
+        return f"processor was killed by signal {name}"
+    return f"processor exited with code {exit_code}"

@@ -36,7 +36,12 @@ Caches. A function, a serializer or an object-storage argument travels as bytes 
 processor needs it; afterwards its ID alone refers to the processor's cached copy (`lru_cache`). The
 processor updates its caches when it reads a task from the Pipe (not when it runs it), so the agent, which
 applies the same get/put sequence when it sends, mirrors them exactly, whatever order the tasks then run
-in and even if some are dropped.
+in and even if some are dropped. When the processor loads a function the agent sent, it says its name
+(``FunctionLoaded``, as it reads the task), which the agent needs should it have to stop that task for memory.
+
+Memory. With a memory limit, the processor bounds its data segment to it (`memory_limit`): an allocation of a
+task past it fails, and its result says so (``ProcessorResult.over_memory``): the agent recycles the processor
+before the next task.
 
 Nested tasks. When a task waits inside the Scaler client (on the tasks it submitted), the processor switches
 it out (each task runs in a greenlet of its own) and sends ``TaskWaiting(task_id, True)``: it holds no slot,
@@ -57,7 +62,10 @@ import socket
 import struct
 import threading
 from multiprocessing.connection import Connection
+from pickle import PickleBuffer
 from typing import Any, List, NamedTuple, Optional, Tuple
+
+from scaler.protocol.payload import OUT_OF_BAND_BYTES, writable_buffers
 
 FUNCTION_CACHE_CAPACITY = 128
 SERIALIZER_CACHE_CAPACITY = 16
@@ -124,6 +132,15 @@ class ProcessorResult(NamedTuple):
     function: str = ""  # the task's function as module.qualname (for monitors); "" if it could not be loaded
     error_line: str = ""  # a failure's exception in one line (``ValueError: ...``), for monitors and reports
     ended: float = 0.0  # when it ended (time.monotonic(): the agent's clock too, on the same host); 0: not said
+    over_memory: bool = False  # it failed for memory: an allocation past the worker's limit was refused
+
+
+class FunctionLoaded(NamedTuple):
+    """From the processor, when it loads a function the agent sent: its name, for the errors the agent makes
+    (a task stopped for memory names its function)."""
+
+    function_id: bytes
+    name: str  # module.qualname; "" if it could not be loaded
 
 
 class TaskOutputText(NamedTuple):
@@ -233,3 +250,22 @@ class PipeEnd:
                     raise EOFError("the agent closed the pipe")
                 done += read
         return buffer
+
+
+def out_of_band(payload: Any) -> Any:
+    """A payload as it goes to the processor: each large frame crosses the Pipe out of band, from the very buffer
+    storage's answer arrived in (`processor_protocol`), small ones inside the pickle. A frame that is only read
+    (a whole pickle, or a buffer the payload's pickle marks read-only) is marked read-only, so the processor
+    reads it into bytes, which a ``bytes`` value then is without a copy; the others into writable memory."""
+    if type(payload) is not list:
+        return PickleBuffer(memoryview(payload).toreadonly()) if len(payload) >= OUT_OF_BAND_BYTES else payload
+    frames: List[Any] = [payload[0]]
+    writable = writable_buffers(payload[0])
+    for index, frame in enumerate(payload[1:]):
+        if len(frame) < OUT_OF_BAND_BYTES:
+            frames.append(frame)
+        elif index < len(writable) and not writable[index]:
+            frames.append(PickleBuffer(memoryview(frame).toreadonly()))
+        else:
+            frames.append(PickleBuffer(frame))
+    return frames

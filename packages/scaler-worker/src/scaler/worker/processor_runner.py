@@ -44,13 +44,15 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from pickle import PickleBuffer
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
-from scaler.protocol.payload import OUT_OF_BAND_BYTES, writable_buffers
+from scaler.protocol.message_limits import show_size
+from scaler.protocol.messages import TaskStatus
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
+from scaler.worker.memory_limit import over_limit
 from scaler.worker.processor_lifecycle import PROCESSOR_TASK_LIFECYCLE, SentAction, SentEvent, SentState
+from scaler.worker.processor_memory import MeasureMemory, MemoryMeasured, MemoryWatch
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     OBJECT_CACHE_BYTES,
@@ -59,11 +61,14 @@ from scaler.worker.processor_protocol import (
     SERIALIZER_CACHE_CAPACITY,
     Drop,
     Dropped,
+    FunctionLoaded,
     ProcessorResult,
     ProcessorTask,
     TaskOutputText,
     TaskWaiting,
+    out_of_band,
 )
+from scaler.worker.task_failure import error_line, failure_payload
 from scaler.worker.task_runner import ReadyTask, RunnerOwner
 
 logger = logging.getLogger(__name__)
@@ -121,11 +126,12 @@ _CANCELLED = frozenset((SentState.DROPPING, SentState.STOPPING))  # still on the
 class _Sent:
     """A task the processor was given."""
 
-    __slots__ = ("task_id", "priority", "state", "history")
+    __slots__ = ("task_id", "priority", "function_id", "state", "history")
 
-    def __init__(self, task_id: bytes, priority: int, state: SentState) -> None:
+    def __init__(self, task_id: bytes, priority: int, function_id: bytes, state: SentState) -> None:
         self.task_id = task_id
         self.priority = priority
+        self.function_id = function_id
         self.state = state
         self.history: List[SentEvent] = []
 
@@ -135,7 +141,10 @@ class _Sent:
 
 class ProcessorRunner:
     def __init__(
-        self, pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH, object_cache_bytes: int = OBJECT_CACHE_BYTES
+        self,
+        pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH,
+        object_cache_bytes: int = OBJECT_CACHE_BYTES,
+        memory_limit: int = 0,
     ) -> None:
         self._pipeline_depth = max(0, pipeline_depth)
         self._quick = False  # the last task that ended while no other ran or waited was quick: send ahead
@@ -153,15 +162,19 @@ class ProcessorRunner:
         self._functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
         self._serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
         self._objects: SizedLRUCache[bytes, bool] = SizedLRUCache(object_cache_bytes)
+        self._function_names: LRUCache[bytes, str] = LRUCache(FUNCTION_CACHE_CAPACITY)  # for memory errors
+        self._memory = MemoryWatch(memory_limit)
         self._message_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
             ProcessorOutput: self._on_output,
             ProcessorEnded: self._on_ended,
+            MemoryMeasured: self._on_memory,
         }
         self._output_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
             ProcessorResult: self._on_result,
             TaskWaiting: self._on_waiting,
             Dropped: self._on_dropped,
             TaskOutputText: self._on_task_output,
+            FunctionLoaded: self._on_function_loaded,
         }
         A = SentAction
         self._actions: Dict[SentAction, Callable[[_Sent, RunnerOwner, List[Any]], None]] = {
@@ -188,13 +201,23 @@ class ProcessorRunner:
                 outranked = [sent for sent in inbox if sent.priority < best and sent.state is _SENT]
                 if outranked:
                     self._recall(outranked, owner, out)
+        memory = self._memory
+        if memory.checking:
+            return
+        if memory.suspect and not running and not inbox and not self._waiting:
+            if memory.must_recycle:
+                self._recycle(f"a task of it was refused memory, peak {show_size(memory.peak)}", out)
+            else:
+                memory.checking = True
+                out.append(MeasureMemory(self._processor_id))
+                return
         batch: Optional[List[ProcessorTask]] = None
         if not running and not inbox:
             ready = owner.next_ready(self._waiting > 0)
             if ready is not None:
                 batch = [self._to_processor(ready, False)]
                 self._run(owner, ready)
-        if len(running) == 1 and not self._waiting and self._quick:
+        if len(running) == 1 and not self._waiting and self._quick and not memory.suspect:
             depth = self._pipeline_depth
             if len(inbox) < depth and not (inbox and any(sent.state is _RECALLING for sent in inbox)):
                 while len(inbox) < depth:
@@ -205,7 +228,7 @@ class ProcessorRunner:
                         batch = []
                     batch.append(self._to_processor(ready, True))
                     task = ready.task
-                    sent = _Sent(task.task_id, task.priority, SentState.SENT)
+                    sent = _Sent(task.task_id, task.priority, task.function_id, SentState.SENT)
                     self._tasks[task.task_id] = sent
                     inbox.append(sent)
         if batch:
@@ -260,6 +283,11 @@ class ProcessorRunner:
     def suspended(self) -> int:
         """The tasks that wait on the processor for what they submitted."""
         return self._waiting
+
+    @property
+    def memory_kills(self) -> int:
+        """Tasks stopped for going over the memory limit since the worker started."""
+        return self._memory.kills
 
     # ------------------------------------------------------------------------- observation
 
@@ -324,6 +352,9 @@ class ProcessorRunner:
             return
         if not self._step(sent, SentEvent.RESULT, owner, out):
             return
+        self._memory.task_ran()
+        if result.over_memory:
+            self._memory.refused_allocation()
         if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
         self._leave(sent, owner, out)
@@ -341,6 +372,43 @@ class ProcessorRunner:
             result.error_line,
             result.ended,
         )
+
+    def _on_function_loaded(self, owner: RunnerOwner, loaded: FunctionLoaded, out: List[Any]) -> None:
+        self._function_names.put(loaded.function_id, loaded.name)
+
+    def _on_memory(self, owner: RunnerOwner, measured: MemoryMeasured, out: List[Any]) -> None:
+        """Past the limit: stop what runs (it fails for memory) or replace an idle processor; asked for, a fresh
+        measure of an idle processor decides whether it is recycled (`processor_memory`)."""
+        if measured.processor_id != self._processor_id:
+            return
+        memory = self._memory
+        memory.measured(measured.resident_bytes)
+        started = self._running or self._waiting
+        if memory.over_limit:
+            if not started:
+                self._recycle(f"{show_size(memory.latest)} while idle, over the limit", out)
+                return
+            reached = f"its processor (with the processes it started) reached {show_size(memory.peak)} and was stopped"
+            memory.kills += len(self._running)
+            names = self._function_names
+            self._stop(
+                owner,
+                f"its processor was stopped: it went over the worker's memory limit of {show_size(memory.limit)}",
+                out,
+                memory_failure=lambda sent: over_limit(
+                    names.get(sent.function_id) or "(function not loaded)", memory.limit, reached
+                ),
+            )
+            return
+        if memory.checking and not started and not self._inbox:
+            memory.checking = False
+            if memory.latest > memory.recycle_above:
+                self._recycle(f"{show_size(memory.latest)} between tasks, above {show_size(memory.recycle_above)}", out)
+
+    def _recycle(self, why: str, out: List[Any]) -> None:
+        """Replace the processor, which runs, waits for and was sent no task."""
+        logger.info(f"Worker: replaced processor {self._processor_id}: {why}")
+        self._new_processor(out)
 
     def _on_task_output(self, owner: RunnerOwner, output: TaskOutputText, out: List[Any]) -> None:
         owner.printed(output.task_id, output.stream, output.text)
@@ -442,7 +510,7 @@ class ProcessorRunner:
     def _run(self, owner: RunnerOwner, ready: ReadyTask) -> None:
         """``ready`` starts now: nothing runs on the processor and its FIFO is empty."""
         task = ready.task
-        sent = _Sent(task.task_id, task.priority, SentState.RUNNING)
+        sent = _Sent(task.task_id, task.priority, task.function_id, SentState.RUNNING)
         self._tasks[task.task_id] = sent
         self._running.append(sent)
         owner.started(task.task_id)
@@ -454,10 +522,18 @@ class ProcessorRunner:
         if sent.state is not _STOPPING:  # (a task whose cancel was confirmed is the core's no more)
             owner.started(sent.task_id)
 
-    def _stop(self, owner: RunnerOwner, reason: str, out: List[Any], running_reason: str = "") -> None:
+    def _stop(
+        self,
+        owner: RunnerOwner,
+        reason: str,
+        out: List[Any],
+        running_reason: str = "",
+        memory_failure: Optional[Callable[[_Sent], BaseException]] = None,
+    ) -> None:
         """Replace the processor: every task started there died (the running ones of ``running_reason`` if
-        given, the others of ``reason``); the tasks sent ahead had not started: they are returned. Nothing is
-        reported of those whose cancel was confirmed."""
+        given, the others of ``reason``), but that the running ones fail with ``memory_failure``'s error if
+        given; the tasks sent ahead had not started: they are returned. Nothing is reported of those whose
+        cancel was confirmed."""
         inbox, self._inbox = self._inbox, []
         running, self._running = self._running, []
         started = [sent for sent in self._tasks.values() if sent.state in _STARTED]
@@ -471,11 +547,19 @@ class ProcessorRunner:
         self._new_processor(out)
         self._end_returning(owner)
         for sent in started:
-            if sent.state is _DIED:
+            if sent.state is not _DIED:
+                continue
+            if memory_failure is not None and sent in running:
+                error = memory_failure(sent)
+                payload, text = failure_payload(error)
+                name = self._function_names.get(sent.function_id) or ""
+                owner.finished(sent.task_id, TaskStatus.FAILED, payload, text, None, name, 0.0, error_line(error))
+            else:
                 owner.died(sent.task_id, running_reason if running_reason and sent in running else reason)
 
     def _new_processor(self, out: List[Any]) -> None:
         self._processor_id = next(self._processor_ids)
+        self._memory.new_processor()
         self._functions.clear()
         self._serializers.clear()
         self._objects.clear()
@@ -502,7 +586,7 @@ class ProcessorRunner:
                     sent_arguments.append((name, data, object_id))
                 elif objects.get(object_id) is None:
                     objects.put(object_id, True, object_frames.size(data))
-                    sent_arguments.append((name, _out_of_band(data), object_id))
+                    sent_arguments.append((name, out_of_band(data), object_id))
                 else:
                     sent_arguments.append((name, None, object_id))
             arguments = sent_arguments
@@ -510,22 +594,3 @@ class ProcessorRunner:
             task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
             task.stream_output, sent_ahead, task.scope_id or task.client_id,
         )  # fmt: skip
-
-
-def _out_of_band(payload: Any) -> Any:
-    """A payload as it goes to the processor: each large frame crosses the Pipe out of band, from the very buffer
-    storage's answer arrived in (`processor_protocol`), small ones inside the pickle. A frame that is only read
-    (a whole pickle, or a buffer the payload's pickle marks read-only) is marked read-only, so the processor
-    reads it into bytes, which a ``bytes`` value then is without a copy; the others into writable memory."""
-    if type(payload) is not list:
-        return PickleBuffer(memoryview(payload).toreadonly()) if len(payload) >= OUT_OF_BAND_BYTES else payload
-    frames: List[Any] = [payload[0]]
-    writable = writable_buffers(payload[0])
-    for index, frame in enumerate(payload[1:]):
-        if len(frame) < OUT_OF_BAND_BYTES:
-            frames.append(frame)
-        elif index < len(writable) and not writable[index]:
-            frames.append(PickleBuffer(memoryview(frame).toreadonly()))
-        else:
-            frames.append(PickleBuffer(frame))
-    return frames

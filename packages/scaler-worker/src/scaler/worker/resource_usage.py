@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import psutil
 
@@ -38,3 +38,55 @@ class ProcessUsage:
             except psutil.Error:
                 pass
         return cpu, rss
+
+
+class TreeMemory:
+    """The resident memory of a process and of the processes it started, together: the process itself at each
+    sample, the processes it started as last found (they are looked for anew every ``children_seconds``: a walk
+    of every process of the host)."""
+
+    def __init__(self, pid: int, children_seconds: float) -> None:
+        self._pid = pid
+        self._children_seconds = children_seconds
+        self._children: List[psutil.Process] = []
+        self._children_at = 0.0
+        try:
+            self._process: Optional[psutil.Process] = psutil.Process(pid)
+        except psutil.Error:
+            self._process = None
+
+    def sample(self, now: float) -> int:
+        process = self._process
+        if process is None:
+            return 0
+        if now >= self._children_at:
+            self._children_at = now + self._children_seconds
+            self._children = descendants(process)
+        total = 0
+        for each in (process, *self._children):
+            try:
+                total += each.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+
+def descendants(process: psutil.Process) -> List[psutil.Process]:
+    """The processes ``process`` started, and theirs."""
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def kill_descendants(pid: int) -> None:
+    """SIGKILL every process ``pid`` started, and theirs (before ``pid`` itself ends: they would be orphans)."""
+    try:
+        process = psutil.Process(pid)
+    except psutil.Error:
+        return
+    for child in descendants(process):
+        try:
+            child.kill()
+        except psutil.Error:
+            pass

@@ -10,6 +10,11 @@ many IDs per `ObjectRequest` (one per scope per flush). Functions and serializer
 object argument is kept while a staged task needs it, then released. Large results are put in storage,
 owned by the task's client, one request per client per flush (a result with a frame larger than the server
 takes fails its task unsent). A request unanswered for the storage timeout fails its tasks.
+
+Back-pressure: a result the server refuses because it is full (``storageFull``: past its memory and disk
+budgets) is held and put again every `FULL_RETRY_SECONDS`; it fails only once refused for the storage timeout.
+While results wait for room (`waiting_for_room`), the core starts no new task, so what the worker holds stays
+bounded by the tasks it had started.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class _Grants:
         if len(scopes) > GRANTS_CAPACITY:
             del scopes[next(iter(scopes))]
 
+FULL_RETRY_SECONDS = 0.5  # how long a result refused by a full server waits before it is put again
+
 
 class StorageRequests:
     def __init__(self, object_ids: IDGenerator) -> None:
@@ -95,6 +102,10 @@ class StorageRequests:
         self._gets: Dict[int, Tuple[List[bytes], float, bytes]] = {}  # request -> its object IDs, when sent, scope
         self._to_put: List[Tuple[TaskEntry, bytes, Any, m.Profiling]] = []
         self._puts: Dict[int, Tuple[List[_Put], float]] = {}
+        self._payloads: Dict[bytes, Any] = {}  # the payload of each put in flight, by object ID: kept to put again
+        self._refused: List[Tuple[TaskEntry, bytes, Any, m.Profiling]] = []  # by a full server, to put again
+        self._give_up_at: Dict[bytes, float] = {}  # object ID -> when its refusals fail its task
+        self.retry_at = math.inf  # when the refused results are put again
         self._object_ids = object_ids
 
     # ------------------------------------------------------------------------- what tasks need
@@ -234,8 +245,11 @@ class StorageRequests:
                 self._objects[object_id] = data
         return failed
 
-    def on_put_response(self, response: m.ObjectResponse) -> List[Tuple[_Put, Optional[Exception]]]:
-        """The puts answered: each with None if stored, else why not."""
+    def on_put_response(
+        self, response: m.ObjectResponse, now: float, limit: float
+    ) -> List[Tuple[_Put, Optional[Exception]]]:
+        """The puts answered: each with None if stored, else why not; but those a full server refused, kept to be
+        put again (for ``limit`` seconds since their first refusal)."""
         request = self._puts.pop(response.request_id, None)
         if request is None:
             logger.warning(f"Worker: dropped storage response to unknown put request {response.request_id}")
@@ -243,8 +257,14 @@ class StorageRequests:
         statuses = dict(zip(response.object_ids, response.statuses, strict=False))
         answered: List[Tuple[_Put, Optional[Exception]]] = []
         for put in request[0]:
-            entry, object_id, size, _ = put
+            entry, object_id, size, profiling = put
             status = statuses.get(object_id)
+            payload = self._payloads.pop(object_id, None)
+            if status == m.ObjectStatus.STORAGE_FULL and now < self._give_up_at.setdefault(object_id, now + limit):
+                self._refused.append((entry, object_id, payload, profiling))
+                self.retry_at = min(self.retry_at, now + FULL_RETRY_SECONDS)
+                continue
+            self._give_up_at.pop(object_id, None)
             if status == m.ObjectStatus.OK:
                 answered.append((put, None))
                 continue
@@ -256,6 +276,17 @@ class StorageRequests:
             )
             answered.append((put, error))
         return answered
+
+    @property
+    def waiting_for_room(self) -> bool:
+        """Whether results refused by a full server wait to be put again."""
+        return bool(self._refused) or bool(self._give_up_at)
+
+    def put_refused_again(self) -> None:
+        """The results a full server refused go again at the next flush."""
+        self.retry_at = math.inf
+        self._to_put.extend(self._refused)
+        self._refused = []
 
     def waiting(self, request_id: int) -> bool:
         """Whether this request still waits for its answer (it did not time out)."""
@@ -283,6 +314,15 @@ class StorageRequests:
             if now - sent >= limit:
                 del self._puts[request_id]
                 puts.extend(put)
+        for _, object_id, _, _ in puts:
+            self._payloads.pop(object_id, None)
+            self._give_up_at.pop(object_id, None)
+        if limit == 0.0:  # every request fails (the connection closed): so do the results waiting for room
+            puts.extend((entry, object_id, object_frames.size(payload), profiling)
+                        for entry, object_id, payload, profiling in self._refused)  # fmt: skip
+            self._refused = []
+            self._give_up_at.clear()
+            self.retry_at = math.inf
         return fetches, puts
 
     # ------------------------------------------------------------------------- sending
@@ -316,6 +356,7 @@ class StorageRequests:
                 request_id = next(self._request_ids)
                 sizes = [(e, oid, object_frames.size(payload), p) for e, oid, payload, p in puts]
                 self._puts[request_id] = (sizes, now)
+                self._payloads.update((oid, payload) for _, oid, payload, _ in puts)
                 frames, counts = object_frames.pack([put[2] for put in puts])
                 object_ids = [put[1] for put in puts]
                 request = m.ObjectRequest(request_id, m.ObjectRequestKind.PUT, owner_id, object_ids, counts)

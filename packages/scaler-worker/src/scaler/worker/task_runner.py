@@ -135,6 +135,10 @@ class TaskRunner(Protocol):
     def suspended(self) -> int:
         """Tasks that wait for tasks they submitted."""
 
+    @property
+    def memory_kills(self) -> int:
+        """Tasks it stopped for going over the worker's memory limit, since the worker started."""
+
 
 class RunnerHost(Protocol):
     """The I/O half of a runner, in the worker agent's event loop."""

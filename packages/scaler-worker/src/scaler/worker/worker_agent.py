@@ -64,9 +64,13 @@ RunnerFactory = Callable[[WorkerConfig, str, bytes], Tuple[TaskRunner, RunnerHos
 
 def local_processor(config: WorkerConfig, worker_id: str, delegation_key: bytes) -> Tuple[TaskRunner, RunnerHost]:
     """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key, and
-    stand for the clients of the tasks they are made in."""
+    stand for the clients of the tasks they are made in; the processor is held to the worker's memory limit."""
+    memory_limit = config.memory_limit_bytes()
     environment = config.security.task_environment()
-    return ProcessorRunner(), ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key)
+    return (
+        ProcessorRunner(memory_limit=memory_limit),
+        ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key, memory_limit),
+    )
 
 
 class WorkerAgent:

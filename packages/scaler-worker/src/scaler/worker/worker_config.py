@@ -10,6 +10,7 @@ from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import non_negative_int, positive_float, positive_int
 from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
+from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, NO_MEMORY_LIMIT, memory_limit_bytes
 
 DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0
@@ -79,9 +80,13 @@ class WorkerConfig:
     logging_config_file: Optional[str] = None  # Python's fileConfig format: replaces level and paths
     security: SecurityConfig = NO_SECURITY  # its key pair, the server's public key, its tasks' client key
     group_id: str = ""  # the worker group a worker manager started it in (docs/scaling.md)
+    # as --memory-limit says it: "auto", "none", a share of the host's memory ("80%"), or a size (bytes, "2GiB");
+    # the command that runs the workers divides a share among them (`memory_limit.memory_limit_bytes`)
+    memory_limit: Union[str, int] = DEFAULT_MEMORY_LIMIT
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
+        memory_limit_bytes(self.memory_limit)  # ValueError now, naming what is wrong
         if self.queue_capacity < 1:
             raise ValueError(f"queue capacity must be at least 1, not {self.queue_capacity}")
         if self.heartbeat_interval_seconds <= 0:
@@ -107,7 +112,12 @@ class WorkerConfig:
             logging_config_file=args.logging_config_file,
             security=security_from_arguments(args),
             group_id=args.worker_group_id,
+            memory_limit=getattr(args, "memory_limit", NO_MEMORY_LIMIT),  # (not an option where tasks run elsewhere)
         )
+
+    def memory_limit_bytes(self, workers: int = 1) -> int:
+        """Each worker's memory limit in bytes (0: none) when one command runs ``workers`` of them."""
+        return memory_limit_bytes(self.memory_limit, workers)
 
     def to_arguments(self) -> List[str]:
         """Command-line arguments of scaler_worker that give back this configuration."""
@@ -123,6 +133,8 @@ class WorkerConfig:
             repr(float(self.worker_timeout_seconds)),
             "--task-inline-threshold",
             str(self.task_inline_threshold),
+            "--memory-limit",
+            str(self.memory_limit),
             "--event-loop",
             self.event_loop,
             "--logging-level",
@@ -142,6 +154,14 @@ def _address(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _memory_limit(text: str) -> str:
+    try:
+        memory_limit_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _capabilities(text: str) -> str:
     try:
         parse_capabilities(text)
@@ -150,9 +170,10 @@ def _capabilities(text: str) -> str:
     return text
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+def add_worker_arguments(parser: argparse.ArgumentParser, local_tasks: bool = True) -> None:
     """The options of every program that runs workers (scaler_worker, scaler_cluster, scaler_symphony_cluster):
-    an option every worker takes is added here, once."""
+    an option every worker takes is added here, once; those of workers whose tasks run on this host
+    (``--memory-limit``) only with ``local_tasks``."""
     parser.add_argument("address", type=_address, help="scheduler address, tcp://HOST:PORT or ipc://PATH")
     parser.add_argument(
         "--per-worker-capabilities",
@@ -196,6 +217,8 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="results larger than this go through object storage instead of travelling inline "
         f"(default: {DEFAULT_INLINE_THRESHOLD_BYTES})",
     )
+    if local_tasks:
+        _add_memory_limit_argument(parser)
     parser.add_argument(
         "--worker-group-id",
         default="",
@@ -203,3 +226,16 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="the worker group these workers belong to: set by the worker manager that starts them (docs/scaling.md)",
     )
     add_security_arguments(parser, worker=True)
+
+
+def _add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--memory-limit",
+        type=_memory_limit,
+        default=DEFAULT_MEMORY_LIMIT,
+        metavar="LIMIT",
+        help="the memory each worker's tasks may use (their processor and the processes it starts): a size in bytes "
+        "(suffixes K, M, G, T: 2GiB), a share of this host's memory for all the workers of this command (80%%), "
+        "auto (all of it: the host's memory divided among the workers) or none; a task past it fails with "
+        "MemoryLimitError and the worker goes on (docs/memory.md; default: %(default)s)",
+    )

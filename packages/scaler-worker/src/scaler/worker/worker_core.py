@@ -184,6 +184,8 @@ class WorkerCore:
             oldest = storage.oldest_request
             if oldest < when:  # (math.inf while no request waits: the usual case, told without more)
                 when = min(when, oldest + self._storage_limit)
+            if storage.retry_at < when:
+                when = storage.retry_at
             if self._deadlines and self._deadlines[0][0] < when:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
@@ -235,6 +237,8 @@ class WorkerCore:
         self._session.tick(now, self._out)
         if now >= self._storage.oldest_request + self._storage_limit:
             self._expire_storage_requests(now)
+        if now >= self._storage.retry_at:
+            self._storage.put_refused_again()
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
             _, run, task_id = heapq.heappop(deadlines)
@@ -271,7 +275,8 @@ class WorkerCore:
         if self._task_runs.recording:
             current = [(e.task, e.received, e.started) for e in self._tasks.values() if e.started is not None]
         runs = self._task_runs.heartbeat_runs(self._now, current)
-        self._out.append(self._session.heartbeat(self._usage, *counts, self._function_stats.report(), held, runs))
+        report = self._function_stats.report()
+        self._out.append(self._session.heartbeat(self._usage, *counts, report, held, runs, runner.memory_kills))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
         """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a
@@ -357,7 +362,9 @@ class WorkerCore:
             if failed:
                 self._fail_staged_needing(failed)
         elif response.kind == m.ObjectRequestKind.PUT:
-            for (entry, object_id, _, profiling), error in storage.on_put_response(response):
+            for (entry, object_id, _, profiling), error in storage.on_put_response(
+                response, self._now, self._storage_limit
+            ):
                 if error is None:
                     self._apply(entry, _E.STORED, (object_id, profiling))
                 else:
@@ -414,6 +421,8 @@ class WorkerCore:
     ) -> Optional[ReadyTask]:
         queue = self._queue
         storage = self._storage
+        if storage.waiting_for_room:  # back-pressure: results wait for room in storage, make no more
+            return None
         while True:
             if accept is None:
                 entry = queue.first(newest_first)

@@ -67,6 +67,7 @@ Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say Disc
 class WorkerSession:
     def __init__(self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave) -> None:
         self._config = config
+        self._memory_limit = config.memory_limit_bytes()  # told in each heartbeat
         self._name = name
         self._leave = leave
         self._hello = m.Hello(
@@ -158,6 +159,7 @@ class WorkerSession:
         functions: List[m.FunctionStats],
         held: Tuple[int, int, int, List[bytes]],
         runs: Tuple[m.TaskRuns, m.TaskRuns],
+        memory_kills: int,
     ) -> SendToScheduler:
         """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, what
         the worker holds: (last TaskBatch sequence, count, digest, IDs or []), and the task runs (ended, current)."""
@@ -178,6 +180,8 @@ class WorkerSession:
                 held_task_ids=held_task_ids,
                 ended_runs=runs[0],
                 current_runs=runs[1],
+                memory_limit_bytes=self._memory_limit,
+                memory_kills=memory_kills,
             )
         )
 

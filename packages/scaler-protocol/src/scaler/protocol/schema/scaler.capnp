@@ -101,6 +101,8 @@ struct WorkerHeartbeat {
   # While the scheduler records task runs (WorkerHeartbeatEcho.recordTasks, 1.8):
   endedRuns @12 :TaskRuns;                # the runs that ended since the last heartbeat
   currentRuns @13 :TaskRuns;              # the runs going on now (no endedSecondsAgo, no failedRuns)
+  memoryLimitBytes @14 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
+  memoryKills @15 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
 }
 
 # Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each list after

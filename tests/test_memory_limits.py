@@ -1,0 +1,130 @@
+"""A worker's memory limit (issue 28, docs/memory.md), with real allocations: real storage, scheduler and a
+cluster of two workers limited to 300 MiB each. A task past the limit fails alone with `MemoryLimitError`
+naming memory, the limit, what was reached and its function (whether it asked for it at once, leaked it bit
+by bit, or made processes of its own that hold it); the worker and the other tasks go on; ``retries=``
+applies; the scheduler hears of each kill (monitor snapshot, Prometheus metrics)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import List
+
+import psutil
+import pytest
+from cluster_processes import next_snapshot, wait_until, worker_count
+
+from scaler import Client, MemoryLimitError
+from scaler.protocol.addresses import default_monitor_address, default_storage_address
+from scaler.protocol.snapshot_metrics import metric_families
+
+MIB = 1 << 20
+LIMIT = "300MiB"
+LIMIT_TEXT = "memory limit of 300.0 MiB"
+
+
+def allocate(size: int) -> int:
+    return len(b"\x01" * size)
+
+
+def leak(step: int, pause: float) -> int:
+    """Takes ``step`` more bytes every ``pause`` seconds, for ever: it ends by going over the limit."""
+    held: List[bytes] = []
+    while True:
+        held.append(b"\x01" * step)
+        time.sleep(pause)
+
+
+def hold_in_children(count: int, size: int, pid_path: str) -> None:
+    """Starts ``count`` processes that each hold ``size`` bytes (every page written), and waits for them."""
+    program = f"import time; data = b'\\x01' * {size}; print('held', flush=True); time.sleep(120)"
+    children = [subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE) for _ in range(count)]
+    with open(pid_path, "w") as file:
+        file.write(" ".join(str(child.pid) for child in children))
+    for child in children:
+        assert child.stdout is not None
+        child.stdout.readline()
+        child.wait()
+
+
+def greedy_first_time(marker: str, size: int) -> str:
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        allocate(size)
+    return "second attempt"
+
+
+def square(value: int) -> int:
+    return value * value
+
+
+@pytest.fixture
+def limited(processes, address) -> str:
+    """A cluster of two workers of 300 MiB each; its scheduler's address."""
+    storage = default_storage_address(address)
+    processes.storage(storage)
+    processes.scheduler(address, "--object-storage-address", storage)
+    processes.cluster(address, 2, "--memory-limit", LIMIT)
+    wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
+    return address
+
+
+def worker_ids(address: str) -> List[bytes]:
+    snapshot = next_snapshot(default_monitor_address(address))
+    assert snapshot is not None
+    return sorted(worker.worker_id for worker in snapshot.workers)
+
+
+def test_tasks_past_the_limit_fail_alone_and_the_workers_and_other_tasks_go_on(limited, tmp_path):
+    workers = worker_ids(limited)
+    with Client(address=limited, timeout_seconds=60) as client:
+        others = client.map(square, [(i,) for i in range(200)])
+        at_once = client.submit(allocate, 1 << 30)  # far past the limit in one step
+        bit_by_bit = client.submit(leak, 16 * MIB, 0.005)
+        with pytest.raises(MemoryLimitError) as at_once_error:
+            at_once.result(timeout=60)
+        with pytest.raises(MemoryLimitError) as leak_error:
+            bit_by_bit.result(timeout=60)
+        assert others == [i * i for i in range(200)]
+        retried = client.submit_verbose(greedy_first_time, (str(tmp_path / "marker"), 1 << 30), retries=1)
+        assert retried.result(timeout=60) == "second attempt"  # retries= applies to a task stopped for memory
+        assert client.submit(square, 12).result(timeout=60) == 144
+    for error, function in ((at_once_error.value, "allocate"), (leak_error.value, "leak")):
+        assert f"task {__name__}.{function} went over its worker's {LIMIT_TEXT}" in str(error)
+        assert "its peak: " in str(error)
+    assert worker_ids(limited) == workers  # the same workers, never restarted
+
+    def kills_reported() -> bool:
+        snapshot = next_snapshot(default_monitor_address(limited))
+        return snapshot is not None and sum(w.heartbeat.memory_kills for w in snapshot.workers) == 3
+
+    wait_until(kills_reported, 30, "the three kills in the monitor's snapshot")
+    snapshot = next_snapshot(default_monitor_address(limited))
+    assert snapshot is not None
+    assert [w.heartbeat.memory_limit_bytes for w in snapshot.workers] == [300 * MIB, 300 * MIB]
+    [kills] = [f for f in metric_families(snapshot, {}) if f.name == "scaler_worker_memory_kills"]
+    assert sum(sample.value for sample in kills.samples) == 3
+
+
+def test_processes_a_task_started_count_and_are_stopped_with_it(limited, tmp_path):
+    pid_path = tmp_path / "pids"
+    with Client(address=limited, timeout_seconds=60) as client:
+        # 2 x 200 MiB: each process is under the limit, together they are past it
+        future = client.submit(hold_in_children, 2, 200 * MIB, str(pid_path))
+        with pytest.raises(MemoryLimitError) as error:
+            future.result(timeout=60)
+        assert client.submit(square, 3).result(timeout=60) == 9
+    text = str(error.value)
+    assert f"task {__name__}.hold_in_children went over its worker's {LIMIT_TEXT}" in text
+    assert "its processor (with the processes it started) reached " in text
+    children = [int(pid) for pid in pid_path.read_text().split()]
+
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_until(lambda: all(gone(pid) for pid in children), 10, "the task's processes to be stopped")
