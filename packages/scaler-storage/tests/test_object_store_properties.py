@@ -5,8 +5,9 @@ when too large, over their owner's quota or when memory is full), its memory acc
 never over the limit, and equals the payload bytes of the objects it holds, in all and per owner; the objects
 of each owner are exactly those it holds for that owner; a peer that did not say Hello (or said it with a bad
 version) is refused and changes nothing; and each peer does only what its role may: a client puts, reads,
-deletes and clears only its own objects, a worker reads anything and puts new objects only, the scheduler
-deletes the objects of the owner it names.
+deletes and clears only its own objects, a worker reads anything and puts new objects only (once a scheduler
+that admits clients said Hello: only for the clients it serves, none here, and reads only in the scope of the
+owner it names), the scheduler deletes the objects of the owner it names.
 """
 
 from __future__ import annotations
@@ -81,14 +82,19 @@ def _refused(model: Dict[bytes, Tuple[bytes, List[bytes]]], p: int, action: str,
     return False
 
 
-def _reachable(model: Dict[bytes, Tuple[bytes, List[bytes]]], p: int, action: str, owner: bytes, object_id: bytes):
+def _reachable(
+    model: Dict[bytes, Tuple[bytes, List[bytes]]], p: int, action: str, owner: bytes, object_id: bytes, admits: bool
+) -> bool:
     """Whether a get or delete of peer ``p`` reaches this object: a client's own; the scheduler deletes the
-    named owner's."""
+    named owner's; a worker reads anything, but once a scheduler that admits clients said Hello, only what is
+    in the scope of the owner it names (no client is admitted here: an owner's scope is itself)."""
     if object_id not in model:
         return False
     if ROLES[p] is PeerRole.CLIENT:
         return model[object_id][0] == PEERS[p]
     if ROLES[p] is PeerRole.SCHEDULER and action != "get":
+        return model[object_id][0] == owner
+    if ROLES[p] is PeerRole.WORKER and admits:
         return model[object_id][0] == owner
     return True
 
@@ -99,6 +105,7 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
     store = ObjectStore(max_object_size=MAX_OBJECT_SIZE, max_memory=MAX_MEMORY, max_client_memory=MAX_CLIENT_MEMORY)
     model: Dict[bytes, Tuple[bytes, List[bytes]]] = {}  # object ID -> (owner, frames)
     greeted = {PEERS[0]}
+    admits = False  # a scheduler of this version said Hello: the store keeps who it serves (no one, here)
     store.handle(FromPeer(PEERS[0], Hello(version=PROTOCOL_VERSION, role=ROLES[0])), 0.0)
 
     def used() -> int:
@@ -115,6 +122,7 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
             (reply,) = store.handle(FromPeer(peer, Hello(version=version, role=ROLES[p])), float(now))
             assert type(reply.message) is (HelloAck if compatible else Refusal)
             (greeted.add if compatible else greeted.discard)(peer)
+            admits = admits or (compatible and ROLES[p] is PeerRole.SCHEDULER)
             continue
         owner, rest = OWNERS[rest[0]], rest[1:]
         if action == "put":
@@ -138,6 +146,9 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
                 assert replies == []
             else:
                 assert [type(r.message) for r in replies] == [Refusal]
+        elif action == "put" and ROLES[p] is PeerRole.WORKER and admits:
+            (reply,) = replies  # for an owner the scheduler does not serve: nothing is stored
+            assert reply.message.statuses == [ObjectStatus.NOT_FOUND] * len(rest[0])
         elif action == "put":
             (reply,) = replies
             for (object_id, frames), status in zip(rest[0], reply.message.statuses, strict=True):
@@ -153,13 +164,13 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
                     model[object_id] = (owner, frames)
         elif action == "get":
             (reply,) = replies
-            seen = [i for i in rest[0] if _reachable(model, p, action, owner, i)]
+            seen = [i for i in rest[0] if _reachable(model, p, action, owner, i, admits)]
             assert reply.message.statuses == [ObjectStatus.OK if i in seen else ObjectStatus.NOT_FOUND for i in rest[0]]
             assert [bytes(b) for b in reply.blobs] == [f for i in seen for f in model[i][1]]
         elif action in ("delete", "delete_instruction"):
             expected = []
             for object_id in rest[0]:
-                reached = _reachable(model, p, action, owner, object_id)
+                reached = _reachable(model, p, action, owner, object_id, admits)
                 expected.append(ObjectStatus.OK if reached else ObjectStatus.NOT_FOUND)
                 if reached:
                     del model[object_id]
