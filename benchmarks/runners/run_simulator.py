@@ -33,9 +33,8 @@ from sim_peers import BATCH_TASKS, Loop, SimClient, SimWorker
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
-from scaler.protocol.process_control import start_child
+from scaler.protocol.process_control import start_child, stop_child
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.server import stop_process
 
 CONNECT_SECONDS_PER_PEER = 0.05  # bound on connecting peers: 10 s + this per peer
 RUN_TIMEOUT_SECONDS = 900.0
@@ -100,7 +99,7 @@ class Scheduler:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            stop_process(process)
+            stop_child(process, timeout=10.0)
 
 
 def _free_ports(count: int) -> int:
