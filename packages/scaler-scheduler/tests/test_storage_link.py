@@ -14,6 +14,7 @@ from scaler.scheduler.scheduler_events import (
     STORAGE,
     FromPeer,
     FromStorage,
+    MonitorSubscription,
     Send,
     Start,
     StartFailed,
@@ -182,3 +183,15 @@ def test_a_server_that_answers_again_admits_every_client_again_and_the_waiting_h
     assert {(a.kind, a.owner_id) for a in admits} == {(m.ObjectRequestKind.ADMIT, c) for c in (CLIENT, waiting, away)}
     effects = [e for admit in admits for e in scheduler.handle(admitted(admit), 2.2)]
     assert [(e.to, type(e.message)) for e in effects if type(e) is Send] == [(waiting, m.HelloAck)]
+
+
+def test_nothing_reaches_a_client_before_its_hello_ack_not_even_a_monitors_arrival():
+    scheduler = core()
+    scheduler.handle(Start(), 0.0)
+    scheduler.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION)), 0.0)
+    (admit,) = to_storage(client_hello(scheduler, CLIENT, 1.0))
+    assert answers(scheduler.handle(MonitorSubscription(1), 1.1), CLIENT) == []  # watching changed meanwhile
+    (ack,) = answers(scheduler.handle(admitted(admit), 1.2), CLIENT)
+    assert type(ack) is m.HelloAck
+    (echo,) = answers(scheduler.handle(MonitorSubscription(-1), 1.3), CLIENT)  # greeted: told at once
+    assert type(echo) is m.ClientHeartbeatEcho and not echo.record_tasks

@@ -87,10 +87,13 @@ class Monitoring:
         self._tell_recording(out)
 
     def _tell_recording(self, out: Outbox) -> None:
-        """Whether workers record task runs, or whether a monitor watches, changed: every peer is told at once."""
+        """Whether workers record task runs, or whether a monitor watches, changed: every peer is told at once
+        (a client whose HelloAck waits for its admission learns it from its first echo: nothing precedes a
+        HelloAck)."""
         if self.stream.changed():
             self._routing.recording = self.stream.recording
-            out.sends.extend(self.stream.announcements(self._workers, self._clients))
+            greeted = [client_id for client_id in self._clients if self._storage.acknowledged(client_id)]
+            out.sends.extend(self.stream.announcements(self._workers, greeted))
 
     def on_tick(self, now: float, out: Outbox) -> None:
         """The snapshot, when one is due."""

@@ -216,6 +216,10 @@ class StorageLink:
         else:
             out.sends.append(ack)
 
+    def acknowledged(self, client_id: bytes) -> bool:
+        """Whether the client's HelloAck has left (it waits while the server admits the client)."""
+        return client_id not in self._unacknowledged
+
     def forget(self, client_id: bytes) -> None:
         """The client left: no answer is due to it."""
         self._unacknowledged.pop(client_id, None)
