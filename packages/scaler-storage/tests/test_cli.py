@@ -86,7 +86,7 @@ def test_config_file_section_sets_address_and_limits(start_storage, connect, tmp
     peer = connect(server)
     small, large, over_quota = ids.next_id(), ids.next_id(), ids.next_id()
     answer = peer.put(b"C|config|1|a", [(small, b"s" * 1024), (large, b"l" * 1025), (over_quota, b"q" * 1000)])
-    assert answer.statuses == [ObjectStatus.OK, ObjectStatus.TOO_LARGE, ObjectStatus.STORAGE_FULL]
+    assert answer.statuses == [ObjectStatus.OK, ObjectStatus.TOO_LARGE, ObjectStatus.OVER_QUOTA]
     assert "max object size 1.0 KiB, memory limit 4.0 KiB (a client's objects: 1.5 KiB)" in server.log()
 
 

@@ -37,6 +37,7 @@ OK = ObjectStatus.OK
 NOT_FOUND = ObjectStatus.NOT_FOUND
 TOO_LARGE = ObjectStatus.TOO_LARGE
 STORAGE_FULL = ObjectStatus.STORAGE_FULL
+OVER_QUOTA = ObjectStatus.OVER_QUOTA
 
 ids = IDGenerator()
 
@@ -469,7 +470,9 @@ def test_random_workload_matches_a_dict_model_and_never_exceeds_memory(seed: int
                 replaced = freed if object_id in model and model[object_id][0] == owner else 0
                 if len(payload) > max_object_size:
                     assert status == TOO_LARGE
-                elif held - replaced + len(payload) > max_memory // 2 or used - freed + len(payload) > max_memory:
+                elif held - replaced + len(payload) > max_memory // 2:
+                    assert status == OVER_QUOTA
+                elif used - freed + len(payload) > max_memory:
                     assert status == STORAGE_FULL
                 else:
                     assert status == OK
@@ -507,7 +510,7 @@ def test_an_owner_at_its_quota_is_refused_naming_it_while_another_owner_still_st
     first, second, third = ids.next_id(), ids.next_id(), ids.next_id()
     assert put(store, [(first, b"g" * 100), (second, b"g" * 100)], owner_id=greedy).statuses == [OK, OK]
     answer = put(store, [(third, b"g" * 100)], owner_id=greedy)
-    assert answer.statuses == [STORAGE_FULL] and third not in store
+    assert answer.statuses == [OVER_QUOTA] and third not in store
     assert f"the quota of its owner {greedy.decode()}: it holds 200 bytes of 250 bytes" in answer.reason
     assert "(scaler_object_storage_server --max-client-memory)" in answer.reason
     assert put(store, [(ids.next_id(), b"o" * 100)], owner_id=other).statuses == [OK]
@@ -517,6 +520,15 @@ def test_an_owner_at_its_quota_is_refused_naming_it_while_another_owner_still_st
     delete(store, [first], owner_id=greedy)
     clear_owner(store, other)
     assert (store.bytes_of(greedy), store.bytes_of(other)) == (50, 0)
+
+
+def test_a_peer_before_1_8_is_told_storage_full_for_its_quota_as_it_reads_no_over_quota():
+    store = ObjectStore(max_object_size=100, max_memory=1000, max_client_memory=150)
+    before = Hello(version=Version(major=PROTOCOL_VERSION.major, minor=7), role=PeerRole.SCHEDULER)
+    assert isinstance(store.handle(FromPeer(PEER, before), 0.0)[0].message, HelloAck)
+    assert put(store, [(ids.next_id(), b"g" * 100)]).statuses == [OK]
+    answer = put(store, [(ids.next_id(), b"g" * 100)])
+    assert answer.statuses == [STORAGE_FULL] and "--max-client-memory" in answer.reason
 
 
 def test_the_default_quota_is_half_of_the_memory():

@@ -157,7 +157,9 @@ def test_random_requests_match_a_dict_model_and_memory_always_adds_up(steps):
                 replaced = freed if object_id in model and model[object_id][0] == owner else 0
                 if size > MAX_OBJECT_SIZE:
                     assert status == ObjectStatus.TOO_LARGE
-                elif held(owner) - replaced + size > MAX_CLIENT_MEMORY or used() - freed + size > MAX_MEMORY:
+                elif held(owner) - replaced + size > MAX_CLIENT_MEMORY:
+                    assert status == ObjectStatus.OVER_QUOTA
+                elif used() - freed + size > MAX_MEMORY:
                     assert status == ObjectStatus.STORAGE_FULL
                 else:
                     assert status == ObjectStatus.OK

@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 SCHEDULER_ADDRESS_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 MAP_CHUNK = 1000  # map() hands tasks to the agent this many at a time
 GRAPH_PART_SIZE = 10_000  # get() sends a larger graph in parts of this many tasks (to a scheduler of 1.7 on)
+# how much longer than its timeout the user thread waits for an answer of the agent thread: the agent's own
+# bounds (the timeout from the ask, a full storage server's retries every 0.5 s) end it first, with their own error
+ANSWER_MARGIN_SECONDS = 2.0
 
 
 class Client:
@@ -501,7 +504,7 @@ class Client:
 
     def _wait(self, reply: Any, peer: str) -> Any:
         try:
-            return reply.result(timeout=self._timeout)
+            return reply.result(timeout=self._timeout + ANSWER_MARGIN_SECONDS)
         except concurrent.futures.TimeoutError:  # not the builtin TimeoutError on 3.10
             raise DisconnectedError(f"{peer} did not answer within {self._timeout:g}s") from None
 

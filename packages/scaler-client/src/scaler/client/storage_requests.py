@@ -217,7 +217,7 @@ class StorageRequests:
             if status == ObjectStatus.STORAGE_FULL and request.payloads is not None and self.error is None:
                 reason = f"object storage server at {self.address} is full: {message.reason}"
                 self._full.append((object_id, request.payloads[object_id], ObjectStorageRefusedError(reason)))
-                self._give_up_at.setdefault(object_id, self._now + self._timeout)
+                self._give_up_at.setdefault(object_id, request.deadline - request.waited + self._timeout)  # from its ask
                 self._retry_at = min(self._retry_at, self._now + FULL_RETRY_SECONDS)
                 continue
             if status != ObjectStatus.OK:

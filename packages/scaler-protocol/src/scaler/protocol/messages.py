@@ -56,6 +56,7 @@ class ObjectStatus(enum.IntEnum):
     NOT_FOUND = 1
     TOO_LARGE = 2
     STORAGE_FULL = 3
+    OVER_QUOTA = 4  # 1.8
 
 
 class ObjectInstructionKind(enum.IntEnum):

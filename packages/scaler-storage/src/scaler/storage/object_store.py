@@ -368,6 +368,8 @@ class ObjectStore:
         for object_id, frames in zip(request.object_ids, objects, strict=True):
             size = sum(blob_size(frame) for frame in frames)
             status, refusal = self._store(request.owner_id, object_id, frames, size)
+            if status is ObjectStatus.OVER_QUOTA and not self._greeted_peers[peer_id].isolating:
+                status = ObjectStatus.STORAGE_FULL  # what a peer before 1.8 reads
             statuses.append(status)
             sizes.append(size)
             if refusal:
@@ -429,7 +431,7 @@ class ObjectStore:
         held = self._bytes_by_owner.get(owner_id, 0) - replaced
         capacity = self.places.max_memory + self.places.max_disk
         if self.max_client_memory < capacity and held + size > self.max_client_memory:
-            return ObjectStatus.STORAGE_FULL, (
+            return ObjectStatus.OVER_QUOTA, (
                 f"{what} does not fit in the quota of its owner {show(owner_id)}: it holds {show_size(held)} of "
                 f"{show_size(self.max_client_memory)} (scaler_object_storage_server --max-client-memory)"
             )

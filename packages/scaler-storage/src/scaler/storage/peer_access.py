@@ -41,15 +41,16 @@ INSTRUCTED = {
 
 class Peer:
     """A greeted peer: the role of its Hello, the credential it said it with, whether it reads objects of
-    several frames, whether it names the scope it reads for (a worker of 1.8)."""
+    several frames, whether it is of protocol 1.8 or later (``isolating``: a worker names the scope it reads for,
+    every peer reads ``overQuota``)."""
 
-    __slots__ = ("role", "credential", "reads_frames", "reads_for_scope")
+    __slots__ = ("role", "credential", "reads_frames", "isolating")
 
-    def __init__(self, role: PeerRole, credential: Credential, reads_frames: bool, reads_for_scope: bool) -> None:
+    def __init__(self, role: PeerRole, credential: Credential, reads_frames: bool, isolating: bool) -> None:
         self.role = role
         self.credential = credential
         self.reads_frames = reads_frames
-        self.reads_for_scope = reads_for_scope
+        self.isolating = isolating
 
     def rebind(self, credential: Credential) -> bool:
         """Whether a message may come with ``credential``, which is not the one of the Hello: the same key, still
@@ -115,6 +116,6 @@ class Admissions:
     def read_scope(self, peer: Peer, owner_id: bytes) -> Optional[bytes]:
         """The scope whose objects a get of ``peer`` naming ``owner_id`` reaches (None: any object's): a worker
         of 1.8 reads for the scope of the task it names, while the scheduler admits clients."""
-        if peer.role is PeerRole.WORKER and peer.reads_for_scope and self.kept:
+        if peer.role is PeerRole.WORKER and peer.isolating and self.kept:
             return self.scope_of(owner_id)
         return None

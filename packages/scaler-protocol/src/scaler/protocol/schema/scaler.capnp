@@ -254,7 +254,9 @@ enum ObjectStatus {
   ok @0;
   notFound @1;
   tooLarge @2;
-  storageFull @3;
+  storageFull @3;                         # fits in neither the memory nor the spill budget: put it again later
+  overQuota @4;                           # 1.8: over its owner's quota (--max-client-memory); older peers get
+                                          # storageFull
 }
 
 # frames 1..n hold the payloads of the found objects of a get, in order (an object of several frames, see
