@@ -40,7 +40,9 @@ def shared_cluster(processes, address):
 
 
 def test_a_client_at_its_storage_quota_is_refused_naming_it_and_another_client_goes_on(shared_cluster):
-    with Client(shared_cluster, timeout_seconds=30) as greedy, Client(shared_cluster, timeout_seconds=30) as other:
+    # the greedy client's put waits for room its whole timeout (its own tasks' ends would free some), then fails;
+    # a worker's result over the quota fails its task at once, so that no worker waits on one client's share
+    with Client(shared_cluster, timeout_seconds=5) as greedy, Client(shared_cluster, timeout_seconds=30) as other:
         kept: List[object] = []
         with pytest.raises(ObjectStorageRefusedError) as refused:
             for _ in range(64):  # 64 x 4 MiB would fill the whole server

@@ -138,12 +138,13 @@ def outcomes(effects) -> Dict[str, Tuple[str, Any]]:
     return found
 
 
-def put_ack(request: ObjectRequest, status: ObjectStatus = ObjectStatus.OK) -> FromStorage:
+def put_ack(request: ObjectRequest, status: ObjectStatus = ObjectStatus.OK, reason: str = "") -> FromStorage:
     response = ObjectResponse(
         request_id=request.request_id,
         kind=ObjectRequestKind.PUT,
         object_ids=list(request.object_ids),
         statuses=[status] * len(request.object_ids),
+        reason=reason,
     )
     return FromStorage(response, [])
 

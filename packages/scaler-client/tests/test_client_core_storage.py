@@ -3,6 +3,8 @@ arguments take there, tasks_in_flight.py), through `ClientCore.handle` alone: no
 
 from __future__ import annotations
 
+import pytest
+
 from core_driver import (  # conftest puts this directory on sys.path
     CANCELLED,
     ERROR,
@@ -204,16 +206,17 @@ def test_released_function_waits_for_its_grace_period():
     assert delete.object_ids == [FUNCTION]
 
 
-def test_a_put_refused_by_a_full_server_goes_again_and_fails_only_once_refused_for_the_whole_timeout():
+@pytest.mark.parametrize("no_room", [ObjectStatus.STORAGE_FULL, ObjectStatus.OVER_QUOTA])
+def test_a_put_refused_for_want_of_room_goes_again_and_fails_only_once_refused_for_the_whole_timeout(no_room):
     core = connected()
     ((request, _),) = storage_requests(run(core, 0.0, PutObject(0, FUNCTION, b"f"), submit(1)), ObjectRequestKind.PUT)
-    effects = run(core, 0.0, put_ack(request, ObjectStatus.STORAGE_FULL))
+    effects = run(core, 0.0, put_ack(request, no_room, reason="it holds 2.0 GiB of 2.0 GiB"))
     assert outcomes(effects) == {} and storage_requests(effects, ObjectRequestKind.PUT) == []  # it waits
     assert core.next_wakeup == FULL_RETRY_SECONDS
     ((again, blobs),) = storage_requests(run(core, FULL_RETRY_SECONDS), ObjectRequestKind.PUT)
     assert again.object_ids == [FUNCTION] and blobs == [b"f"]
-    assert outcomes(run(core, FULL_RETRY_SECONDS, put_ack(again, ObjectStatus.STORAGE_FULL))) == {}
-    # refused for the client's whole timeout since the first refusal: the task fails, saying storage is full
+    assert outcomes(run(core, FULL_RETRY_SECONDS, put_ack(again, no_room))) == {}
+    # refused for the client's whole timeout since the first refusal: the task fails, saying why
     now = FULL_RETRY_SECONDS
     while True:
         now += FULL_RETRY_SECONDS
@@ -222,10 +225,11 @@ def test_a_put_refused_by_a_full_server_goes_again_and_fails_only_once_refused_f
         if not puts:
             break
         ((again, _),) = puts
-        run(core, now, put_ack(again, ObjectStatus.STORAGE_FULL))
+        run(core, now, put_ack(again, no_room, reason="it holds 2.0 GiB of 2.0 GiB"))
     assert TIMEOUT <= now < TIMEOUT + 2 * FULL_RETRY_SECONDS
     outcome, error = outcomes(effects)["task1"]
-    assert outcome == ERROR and isinstance(error, ObjectStorageRefusedError) and "is full" in str(error)
+    assert outcome == ERROR and isinstance(error, ObjectStorageRefusedError)
+    assert f"had no room for it for {TIMEOUT:g}s: it holds 2.0 GiB of 2.0 GiB" in str(error)
 
 
 def test_a_put_refused_by_a_full_server_is_stored_once_there_is_room():

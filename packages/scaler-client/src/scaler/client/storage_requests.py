@@ -17,9 +17,10 @@ Requests leave in three kinds per turn of the agent's loop (`flush`): one put, o
 with a frame larger than the server takes (its HelloAck's ``maxMessageSize``) is refused here, unsent: the
 server would disconnect the client.
 
-Back-pressure: a put the server refuses because it is full (``storageFull``: past its memory and disk budgets,
-docs/memory.md) is not a failure yet: the object is put again every `FULL_RETRY_SECONDS`, as the server frees
-room, and fails only once it was refused for the client's whole timeout. Meanwhile the tasks that name it wait.
+Back-pressure: a put the server refuses for want of room (``storageFull``: past its memory and disk budgets;
+``overQuota``: past this client's share, docs/memory.md) is not a failure yet: the object is put again every
+`FULL_RETRY_SECONDS`, as the server, or this client's own tasks as they end, free room, and fails only once it
+was refused for the client's whole timeout. Meanwhile the tasks that name it wait.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 RELEASE_GRACE_SECONDS = 10.0  # a released function may still be named by tasks built before its release
 RECONNECT_SECONDS = 5.0  # how long a request made while the server's connection is down waits for it
+_NO_ROOM = (ObjectStatus.STORAGE_FULL, ObjectStatus.OVER_QUOTA)  # refusals that end once room is made
 FULL_RETRY_SECONDS = 0.5  # how long an object refused by a full server waits before it is put again
 
 PUTTING = object()  # the state of an object whose put is not acknowledged yet
@@ -214,8 +216,8 @@ class StorageRequests:
         refused: List[Tuple[bytes, Exception]] = []
         for object_id in request.object_ids:
             status = statuses.get(object_id)
-            if status == ObjectStatus.STORAGE_FULL and request.payloads is not None and self.error is None:
-                reason = f"object storage server at {self.address} is full: {message.reason}"
+            if status in _NO_ROOM and request.payloads is not None and self.error is None:
+                reason = f"object storage server at {self.address} had no room for it for {self._timeout:g}s: {message.reason}"
                 self._full.append((object_id, request.payloads[object_id], ObjectStorageRefusedError(reason)))
                 self._give_up_at.setdefault(object_id, request.deadline - request.waited + self._timeout)  # from its ask
                 self._retry_at = min(self._retry_at, self._now + FULL_RETRY_SECONDS)

@@ -26,7 +26,7 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
-#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
