@@ -277,7 +277,7 @@ FAULTS = [
         [
             (
                 f"{STORAGE}/peer_access.py",
-                "        if peer.role is PeerRole.WORKER and peer.reads_for_scope and self.kept:\n",
+                "        if peer.role is PeerRole.WORKER and peer.isolating and self.kept:\n",
                 "        if False:\n",
             ),
         ],
