@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 import pytest
 
@@ -32,17 +33,30 @@ def test_the_maximum_object_size_is_the_combos_and_its_refusal_names_it():
     assert "over the maximum object size of 1.0 MiB" in text and "max_object_size=" in text
 
 
-def test_a_result_of_more_than_a_gibibyte_flows_with_the_cap_raised():
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as status:
+        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
+    assert match is not None
+    return int(match.group(1)) * 1024
+
+
+def test_a_result_of_more_than_a_gibibyte_flows_with_the_cap_raised_and_the_client_holds_it_once():
     size = (1 << 30) + 64 * MIB
     combo = SchedulerClusterCombo(n_workers=1, max_object_size="2GiB", logging_paths=("/dev/null",))
     try:
         with Client(address=combo.get_address(), timeout_seconds=120) as client:
-            result = client.submit(make, size).result(timeout=300)
+            future = client.submit(make, size)
+            before = _status_bytes("VmRSS")
+            with open("/proc/self/clear_refs", "w") as clear:
+                clear.write("5")  # this process's peak (VmHWM) starts again from now
+            result = future.result(timeout=300)
+            peak = _status_bytes("VmHWM") - before
             assert len(result) == size and result[:1] == result[-1:] == b"\x01"
             assert result.count(0) == 0
             del result
     finally:
         combo.shutdown()
+    assert peak <= 1.1 * size  # the bytes is made out of the received frame, whose pages go as it is copied
 
 
 def digest(data: bytes) -> str:
