@@ -218,9 +218,13 @@ class StorageRequests:
         for object_id in request.object_ids:
             status = statuses.get(object_id)
             if status in _NO_ROOM and request.payloads is not None and self.error is None:
-                reason = f"object storage server at {self.address} had no room for it for {self._timeout:g}s: {message.reason}"
+                reason = (
+                    f"object storage server at {self.address} had no room for it for {self._timeout:g}s: "
+                    f"{message.reason}"
+                )
                 self._full.append((object_id, request.payloads[object_id], ObjectStorageRefusedError(reason)))
-                self._give_up_at.setdefault(object_id, request.deadline - request.waited + self._timeout)  # from its ask
+                asked = request.deadline - request.waited
+                self._give_up_at.setdefault(object_id, asked + self._timeout)  # from its ask
                 self._retry_at = min(self._retry_at, self._now + FULL_RETRY_SECONDS)
                 continue
             if status != ObjectStatus.OK:
@@ -248,8 +252,8 @@ class StorageRequests:
                 continue
             if payload is None:
                 self._lost(task_id, object_id, f"it answered {status.name.lower()}")
-            else:  # a frame (or a list of frames), deserialized from where it was received, but what becomes bytes
-                self.tasks.result_read(task_id, received_payloads.own(payload))
+            else:  # a frame (or a list of frames), deserialized where it was received; what becomes bytes is copied
+                self.tasks.result_read(task_id, received_payloads.own(payload))  # out of it first
         for object_id in request.object_ids:
             task_id = self._reads.pop(object_id, None)
             if task_id is not None:
