@@ -2,21 +2,25 @@
 cluster of two workers limited to 300 MiB each. A task past the limit fails alone with `MemoryLimitError`
 naming memory, the limit, what was reached and its function (whether it asked for it at once, leaked it bit
 by bit, or made processes of its own that hold it); the worker and the other tasks go on; ``retries=``
-applies; the scheduler hears of each kill (monitor snapshot, Prometheus metrics)."""
+applies; the scheduler hears of each kill (monitor snapshot, Prometheus metrics). A processor that keeps
+memory above 70 % of the limit between tasks is replaced before the next one; the limit reaches the worker
+from a TOML file and from `SchedulerClusterCombo`, and so do the combo's storage options."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
 import time
-from typing import List
+from pathlib import Path
+from typing import List, Tuple
 
 import psutil
 import pytest
 from cluster_processes import next_snapshot, wait_until, worker_count
 
-from scaler import Client, MemoryLimitError
+from scaler import Client, MemoryLimitError, SchedulerClusterCombo
 from scaler.protocol.addresses import default_monitor_address, default_storage_address
 from scaler.protocol.snapshot_metrics import metric_families
 
@@ -60,6 +64,22 @@ def square(value: int) -> int:
     return value * value
 
 
+def keep_in_a_module(size: int) -> int:
+    """Leaves ``size`` bytes in a module's global after it returns (a leak, as a cache that grows is); its
+    processor's pid."""
+    sys.modules["os"].held_by_a_task = b"\x01" * size  # type: ignore[attr-defined]
+    return os.getpid()
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def processor_state() -> Tuple[int, bool]:
+    """The processor's pid, and whether it holds what `keep_in_a_module` left."""
+    return os.getpid(), hasattr(sys.modules["os"], "held_by_a_task")
+
+
 @pytest.fixture
 def limited(processes, address) -> str:
     """A cluster of two workers of 300 MiB each; its scheduler's address."""
@@ -69,6 +89,13 @@ def limited(processes, address) -> str:
     processes.cluster(address, 2, "--memory-limit", LIMIT)
     wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
     return address
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def worker_ids(address: str) -> List[bytes]:
@@ -120,11 +147,67 @@ def test_processes_a_task_started_count_and_are_stopped_with_it(limited, tmp_pat
     assert f"task {__name__}.hold_in_children went over its worker's {LIMIT_TEXT}" in text
     assert "its processor (with the processes it started) reached " in text
     children = [int(pid) for pid in pid_path.read_text().split()]
-
-    def gone(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
     wait_until(lambda: all(gone(pid) for pid in children), 10, "the task's processes to be stopped")
+
+
+def test_a_processor_that_keeps_memory_between_tasks_is_replaced_before_the_next_task(processes, address, tmp_path):
+    """One worker of 300 MiB: a task that frees what it took leaves its processor in place; one that leaves
+    230 MiB in a module's global (above 70 % of the limit, 210 MiB) has the next task run in a new processor."""
+    storage = default_storage_address(address)
+    processes.storage(storage)
+    processes.scheduler(address, "--object-storage-address", storage)
+    log = tmp_path / "cluster.log"
+    processes.cluster(address, 1, "--memory-limit", LIMIT, "--logging-level", "INFO", log_path=str(log))
+    wait_until(lambda: worker_count(default_monitor_address(address)) == 1, 60, "the worker")
+    with Client(address=address, timeout_seconds=60) as client:
+        first, held = client.submit(processor_state).result(timeout=60)
+        assert client.submit(allocate, 230 * MIB).result(timeout=60) == 230 * MIB  # taken and given back
+        assert client.submit(processor_state).result(timeout=60) == (first, False)  # the same processor
+        assert client.submit(keep_in_a_module, 230 * MIB).result(timeout=60) == first
+        second, held = client.submit(processor_state).result(timeout=60)
+    assert second != first and not held  # a new processor, without the leak
+    wait_until(lambda: gone(first), 10, "the replaced processor to end")
+    text = log.read_text()
+    assert "replaced processor" in text and "between tasks, above 210.0 MiB" in text
+
+
+def test_the_limit_reaches_the_worker_from_a_toml_file(processes, address, tmp_path):
+    config = tmp_path / "scaler.toml"
+    config.write_text('[cluster]\nmemory_limit = "200MiB"\n')
+    storage = default_storage_address(address)
+    processes.storage(storage)
+    processes.scheduler(address, "--object-storage-address", storage)
+    processes.cluster(address, 1, "--config", str(config))
+    with Client(address=address, timeout_seconds=60) as client:
+        with pytest.raises(MemoryLimitError) as error:
+            client.submit(allocate, 1 << 30).result(timeout=60)
+    assert f"task {__name__}.allocate went over its worker's memory limit of 200.0 MiB" in str(error.value)
+
+
+def test_the_combos_memory_options_reach_its_worker_and_its_storage_server(tmp_path):
+    """``memory_limit=`` bounds the combo's worker; ``storage_memory_limit=`` and ``spill_directory=`` make its
+    storage server spill into that directory past 16 MiB, and read every object back right."""
+    spill = tmp_path / "spill"
+    combo = SchedulerClusterCombo(
+        n_workers=1, memory_limit="200MiB", storage_memory_limit="16MiB", spill_directory=str(spill),
+        logging_paths=("/dev/null",),
+    )  # fmt: skip
+    try:
+        with Client(address=combo.get_address(), timeout_seconds=60) as client:
+            with pytest.raises(MemoryLimitError) as error:
+                client.submit(allocate, 1 << 30).result(timeout=60)
+            objects = [bytes([index]) * (4 * MIB) for index in range(12)]  # 48 MiB: three times the budget
+            references = [client.send_object(data) for data in objects]
+            spilled = _spill_files(spill)
+            digests = client.map(digest, [(reference,) for reference in references])
+            assert digests == [hashlib.sha256(data).hexdigest() for data in objects]
+    finally:
+        combo.shutdown()
+    assert f"task {__name__}.allocate went over its worker's memory limit of 200.0 MiB" in str(error.value)
+    assert len(spilled) >= 8  # at most 4 of 4 MiB fit in 16 MiB: the others went to the directory given
+
+
+def _spill_files(directory: Path) -> List[str]:
+    """The files of the storage server's spill directory, made inside ``directory`` (`scaler-spill-*`)."""
+    [own] = os.listdir(directory)
+    return os.listdir(directory / own)

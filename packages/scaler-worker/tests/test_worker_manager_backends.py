@@ -1,5 +1,6 @@
 """What runs worker groups, alone: the Slurm commands the Slurm backend runs and how it reads their answers (a
-recorded ``run`` in place of Slurm: the real one is tests/test_slurm.py), and the webhook adapter's answers."""
+recorded ``run`` in place of Slurm: the real one is tests/test_slurm.py), and the webhook adapter's answers and
+the memory limit its groups get."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from typing import Any, List
 import pytest
 
 from scaler.worker import WorkerConfig
-from scaler.worker_manager.adapter import WorkerAdapter, serve
+from scaler.worker.memory_limit import memory_limit_bytes
+from scaler.worker_manager import native_groups
+from scaler.worker_manager.adapter import UNLIMITED_GROUPS, WorkerAdapter, serve
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackendError
+from scaler.worker_manager.native_groups import sharing_this_host
 from scaler.worker_manager.slurm_groups import SlurmGroups, SlurmOptions, time_limit_seconds
 
 CONFIG = WorkerConfig("tcp://127.0.0.1:2345")
@@ -132,3 +136,62 @@ def test_the_adapter_serves_post_and_answers_bad_requests_with_400():
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Started:
+    """What `start_child` returns, for a group that is recorded, not run."""
+
+    pid = 4321
+
+    def poll(self) -> int:
+        return 0
+
+    def wait(self, timeout: Any = None) -> int:
+        return 0
+
+
+def _started_groups(monkeypatch: Any) -> List[List[str]]:
+    """The command lines of the groups started from now on (recorded in place of starting them)."""
+    commands: List[List[str]] = []
+
+    def start_child(command: List[str], **options: Any) -> _Started:
+        commands.append(command)
+        return _Started()
+
+    monkeypatch.setattr(native_groups, "start_child", start_child)
+    return commands
+
+
+def _memory_limit(command: List[str]) -> str:
+    return command[command.index("--memory-limit") + 1]
+
+
+@pytest.mark.parametrize("spec", ["auto", "40%"])
+def test_the_adapter_divides_a_share_of_the_hosts_memory_among_all_the_workers_it_may_run(monkeypatch, spec):
+    commands = _started_groups(monkeypatch)
+    config = WorkerConfig("tcp://127.0.0.1:2345", memory_limit=spec)
+    adapter = WorkerAdapter(config, 3, 2)  # 3 groups of 2: 6 workers on this host
+    try:
+        assert adapter.answer({"action": "start_worker_group"})[0] == 200
+    finally:
+        adapter.close()
+    [command] = commands
+    assert command[command.index("-n") + 1] == "2"
+    assert _memory_limit(command) == str(memory_limit_bytes(spec, 6))  # each worker's size, not the group's share
+
+
+def test_a_size_or_none_is_each_workers_and_an_unbounded_adapter_leaves_the_share_to_each_group(monkeypatch):
+    commands = _started_groups(monkeypatch)
+    for spec, max_groups in (("2GiB", 3), ("none", 3), ("auto", UNLIMITED_GROUPS)):
+        adapter = WorkerAdapter(WorkerConfig("tcp://127.0.0.1:2345", memory_limit=spec), max_groups, 2)
+        try:
+            assert adapter.answer({"action": "start_worker_group"})[0] == 200
+        finally:
+            adapter.close()
+    assert [_memory_limit(command) for command in commands] == [str(2 << 30), "none", "auto"]
+
+
+def test_the_native_manager_divides_a_share_among_its_max_workers_too():
+    assert sharing_this_host(WorkerConfig("tcp://127.0.0.1:2345", memory_limit="50%"), 4).memory_limit == (
+        memory_limit_bytes("50%", 4)
+    )

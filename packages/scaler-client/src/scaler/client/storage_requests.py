@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from scaler.client import received_payloads
 from scaler.client.client_events import Effect, HandshakeFailed, ObjectsFailed, Reply, ReplyError, ToStorage
 from scaler.protocol import connection_events, object_frames
 from scaler.protocol.connection_events import closed_in_handshake, role_name
@@ -249,8 +250,8 @@ class StorageRequests:
                 continue
             if payload is None:
                 self._lost(task_id, object_id, f"it answered {status.name.lower()}")
-            else:  # a frame (or a list of frames), deserialized from where it was received
-                self.tasks.result_read(task_id, payload)
+            else:  # a frame (or a list of frames), deserialized where it was received; what becomes bytes is copied
+                self.tasks.result_read(task_id, received_payloads.own(payload))  # out of it first
         for object_id in request.object_ids:
             task_id = self._reads.pop(object_id, None)
             if task_id is not None:

@@ -207,7 +207,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser, local_tasks: bool = Tr
         default=DEFAULT_WORKER_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="a worker that hears nothing from the scheduler (or the storage server) for this long exits; one "
-        f"whose connection to the scheduler closes exits at once (default: {DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
+        "whose connection to the scheduler closes waits this long for it to come back (a healed partition, a "
+        "scheduler restarted on its address), then exits (default: "
+        f"{DEFAULT_WORKER_TIMEOUT_SECONDS:g})",
     )
     parser.add_argument(
         "--task-inline-threshold",

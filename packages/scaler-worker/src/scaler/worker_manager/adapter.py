@@ -12,7 +12,9 @@ One endpoint, ``POST /``, JSON in and out (docs/scaling.md, "The webhook"):
 - anything else -> 400 ``{"error": ...}``.
 
 Each group is local processes (`native_groups.NativeGroups`, as for ``scaler_worker_manager native``) whose
-workers connect to SCHEDULER with the worker options given here. The adapter decides nothing: the scheduler
+workers connect to SCHEDULER with the worker options given here; a ``--memory-limit`` that is a share of the
+host's memory (``auto``, the default, or ``80%``) is divided among all the workers it may run (``--max-workers``;
+unlimited, among each group's own: docs/memory.md). The adapter decides nothing: the scheduler
 calls it as its scaling decision says. It listens on loopback only, unless ``--insecure``: whoever reaches it
 starts and stops workers.
 """
@@ -35,7 +37,7 @@ from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import is_loopback_host
 from scaler.worker import WorkerConfig, add_worker_arguments
 from scaler.worker_manager.group_backend import ENDED, GroupBackendError
-from scaler.worker_manager.native_groups import NativeGroups
+from scaler.worker_manager.native_groups import NativeGroups, sharing_this_host
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ MAX_REQUEST_BYTES = 64 * 1024
 POLL_SECONDS = 0.5
 CLOSE_TIMEOUT_SECONDS = 15.0
 START_TIMEOUT_SECONDS = 30.0
+UNLIMITED_GROUPS = 2**31 - 1  # no --max-workers
 
 
 class WorkerAdapter:
@@ -53,7 +56,8 @@ class WorkerAdapter:
 
     def __init__(self, config: WorkerConfig, max_groups: int, workers_per_group: int) -> None:
         self._config = config
-        self._groups = NativeGroups(config)
+        max_workers = 0 if max_groups == UNLIMITED_GROUPS else max_groups * workers_per_group
+        self._groups = NativeGroups(sharing_this_host(config, max_workers))
         self._max_groups = max_groups
         self._workers_per_group = workers_per_group
         self._running: Dict[str, str] = {}  # group ID -> where it runs
@@ -172,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="the webhook's interface (default: %(default)s)")
     parser.add_argument("--port", type=_port, required=True, help="the webhook's port")
     parser.add_argument("--max-workers", type=int, default=-1, metavar="N",
-                        help="the most workers, in all groups (default: -1, unlimited)")  # fmt: skip
+                        help="the most workers, in all groups, among whom a --memory-limit that is a share of "
+                        "this host's memory is divided (default: -1, unlimited: each group divides it among its own "
+                        "workers)")  # fmt: skip
     parser.add_argument("--workers-per-group", type=int, default=1, metavar="K",
                         help="workers in each group (default: %(default)s)")  # fmt: skip
     parser.add_argument(
@@ -200,7 +206,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not (args.insecure or is_loopback_host(args.host)):
             raise ValueError(f"the adapter would listen at {args.host}, which other hosts reach: anyone who reaches "
                              "it starts and stops workers; pass --insecure on a network you trust")  # fmt: skip
-        max_groups = 2**31 - 1 if args.max_workers == -1 else args.max_workers // args.workers_per_group
+        max_groups = UNLIMITED_GROUPS if args.max_workers == -1 else args.max_workers // args.workers_per_group
         adapter = WorkerAdapter(config, max_groups, args.workers_per_group)
         server = serve(adapter, args.host, args.port)
     except OSError as error:

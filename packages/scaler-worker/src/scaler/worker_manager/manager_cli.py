@@ -10,7 +10,6 @@ options are read from its ``[native_worker_manager]`` or ``[slurm_worker_manager
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -27,7 +26,6 @@ from scaler.protocol.command_line import (
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.security import SecurityConfig, peer_keys
 from scaler.worker import WorkerConfig, add_worker_arguments, parse_capabilities
-from scaler.worker.memory_limit import NO_MEMORY_LIMIT
 
 PROGRAM = "scaler_worker_manager"
 KINDS = ("native", "slurm")
@@ -93,15 +91,14 @@ def build_parser(kind: str) -> argparse.ArgumentParser:
 
 
 def _native(args: Any, config: WorkerConfig) -> Tuple[Dict[str, Any], Any]:
-    from scaler.worker_manager.native_groups import NativeGroups
+    from scaler.worker_manager.native_groups import NativeGroups, sharing_this_host
 
     if args.max_workers < args.workers_per_group:
         raise ValueError(f"--max-workers {args.max_workers} is less than --workers-per-group {args.workers_per_group}")
-    limits = dict(workers_per_group=args.workers_per_group, max_groups=args.max_workers // args.workers_per_group,
+    max_groups = args.max_workers // args.workers_per_group
+    limits = dict(workers_per_group=args.workers_per_group, max_groups=max_groups,
                   retire_after_seconds=args.group_lifetime_seconds)  # fmt: skip
-    # every group runs on this host: a share of its memory is divided among all the workers the manager may run
-    memory_limit = config.memory_limit_bytes(args.max_workers) or NO_MEMORY_LIMIT
-    return limits, NativeGroups(dataclasses.replace(config, memory_limit=memory_limit))
+    return limits, NativeGroups(sharing_this_host(config, max_groups * args.workers_per_group))
 
 
 def _slurm(args: Any, config: WorkerConfig) -> Tuple[Dict[str, Any], Any]:

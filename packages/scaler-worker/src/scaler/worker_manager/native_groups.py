@@ -5,6 +5,7 @@ child."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import subprocess
@@ -15,9 +16,20 @@ from scaler.cluster.cluster import exit_cause
 from scaler.protocol.ids import show_group
 from scaler.protocol.process_control import start_child
 from scaler.worker import WorkerConfig
+from scaler.worker.memory_limit import NO_MEMORY_LIMIT
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackendError, cluster_command
 
 logger = logging.getLogger(__name__)
+
+
+def sharing_this_host(config: WorkerConfig, max_workers: int) -> WorkerConfig:
+    """``config`` for groups that all run on this host, ``max_workers`` workers at most in all (0: no bound): its
+    memory limit made each worker's size, a share of the host's memory (``auto``, ``80%``) divided among all the
+    workers the groups may run, not among one group's. Without a bound there is nothing to divide by: each
+    group's ``scaler_cluster`` divides the share among its own workers."""
+    if max_workers <= 0:
+        return config
+    return dataclasses.replace(config, memory_limit=config.memory_limit_bytes(max_workers) or NO_MEMORY_LIMIT)
 
 
 class NativeGroups:
