@@ -98,8 +98,15 @@ class Scene:
         return int(self.cluster.address.rpartition(":")[2]) + PORT_OFFSETS[target]
 
     def attacker_key(self, name: str) -> SecurityConfig:
-        """Another user's client key (with keys), or none."""
-        return another_client_key(self.cluster, self.directory, name) if self.secure else NO_SECURITY
+        """Another user's client key ``name`` (with keys: made at its first use in this process), or none."""
+        if not self.secure:
+            return NO_SECURITY
+        if name not in _client_keys:
+            _client_keys[name] = another_client_key(self.cluster, self.directory, name)
+        return _client_keys[name]
+
+
+_client_keys: Dict[str, SecurityConfig] = {}  # an attacker's process keeps its keys from round to round
 
 
 def prepare(client: Client, cluster: Cluster, directory: str) -> Tuple[Scene, Any, Any]:
