@@ -14,7 +14,8 @@ client's object, function and a task that waits), then measures the client: a ma
 run every attack of the scene runs round after round, each in a process of its own, from a few seconds before
 the first measurement until after the last; the attackers share the machine, so part of what they cost the
 client is the CPU they take. Quiet and attacked runs alternate, the order flipped each repetition. Writes
-results/hostile_neighbours.json and prints each run, the medians and the ratios (attacked / quiet).
+results/hostile_neighbours.json and prints each run, the medians and the ratios (attacked / quiet);
+--report-only prints them again from that file.
 """
 
 from __future__ import annotations
@@ -87,9 +88,33 @@ def one_run(attacked: bool, secure: bool, tasks: int, round_trips: int) -> Dict[
         "round_trip_ms_median": 1000 * statistics.median(trips),
         "round_trip_ms_p99": 1000 * percentile(trips, 0.99),
         "attack_rounds": {name: rounds for name, (rounds, _) in outcomes.items()},
-        "attacks_failed": failed,  # an attack that got through, or an attacker that broke: the run does not count
+        "attacks_failed": failed,  # an attack that got through, or an attacker that broke: its traceback
         "load_average_before": load_before,
     }
+
+
+def summary(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The medians of the quiet runs and of the attacked ones, each figure, and their ratio (every run counts: an
+    attacker that broke, or an attack that got through, is listed beside the run's figures, not left out)."""
+    figures: Dict[str, Any] = {}
+    for figure in ("tasks_per_second", "round_trip_ms_median", "round_trip_ms_p99"):
+        quiet = statistics.median(run[figure] for run in runs if not run["attacked"])
+        attacked = statistics.median(run[figure] for run in runs if run["attacked"])
+        figures[figure] = {"quiet": quiet, "attacked": attacked, "attacked_over_quiet": attacked / quiet}
+    return figures
+
+
+def report(data: Dict[str, Any]) -> None:
+    for index, run in enumerate(data["runs"]):
+        print(f"run {index + 1}, {'attacked' if run['attacked'] else 'quiet':>8}: {run['tasks_per_second']:7.0f} "
+              f"tasks/s, round trip median {run['round_trip_ms_median']:6.2f} ms, p99 {run['round_trip_ms_p99']:7.2f} "
+              f"ms (load average {run['load_average_before']:.2f} before)"
+              + (f"; attackers that failed: {', '.join(run['attacks_failed'])}" if run["attacks_failed"] else ""))
+    settings = data["settings"]
+    print(f"medians of {settings['repetitions']} runs each ({'with' if settings['keys'] else 'without'} keys):")
+    for figure, values in data["summary"].items():
+        print(f"  {figure:22} quiet {values['quiet']:9.2f}  attacked {values['attacked']:9.2f}  "
+              f"attacked / quiet {values['attacked_over_quiet']:.2f}")  # fmt: skip
 
 
 def main() -> int:
@@ -99,37 +124,25 @@ def main() -> int:
     parser.add_argument("--round-trips", type=int, default=500, help="tasks one at a time (default: %(default)s)")
     parser.add_argument("--without-keys", action="store_true", help="a cluster without keys (its attacks only)")
     parser.add_argument("--out", type=Path, default=RESULTS / "hostile_neighbours.json")
+    parser.add_argument("--report-only", action="store_true", help="print (and summarise again) --out, run nothing")
     args = parser.parse_args()
-    secure = not args.without_keys
-    machine = machine_description(f"installed in {sys.prefix}")
-    runs: List[Dict[str, Any]] = []
-    for repetition in range(args.repetitions):
-        for attacked in (False, True) if repetition % 2 == 0 else (True, False):
-            run = one_run(attacked, secure, args.tasks, args.round_trips)
-            runs.append(run)
-            print(f"repetition {repetition + 1}, {'attacked' if attacked else 'quiet':>8}: "
-                  f"{run['tasks_per_second']:7.0f} tasks/s, round trip median {run['round_trip_ms_median']:6.2f} ms, "
-                  f"p99 {run['round_trip_ms_p99']:6.2f} ms (load average {run['load_average_before']:.2f} before)"
-                  + (f"; FAILED: {', '.join(run['attacks_failed'])}" if run["attacks_failed"] else ""))  # fmt: skip
-    machine["load_average_at_end"] = float(Path("/proc/loadavg").read_text().split()[0])
-    summary: Dict[str, Any] = {}
-    counted = [run for run in runs if not run["attacks_failed"]]
-    if not any(run["attacked"] for run in counted):
-        print("no attacked run counts: in each, an attack got through or an attacker broke (see the JSON)")
-        counted = runs
-    for figure in ("tasks_per_second", "round_trip_ms_median", "round_trip_ms_p99"):
-        quiet = statistics.median(run[figure] for run in counted if not run["attacked"])
-        attacked = statistics.median(run[figure] for run in counted if run["attacked"])
-        summary[figure] = {"quiet": quiet, "attacked": attacked, "attacked_over_quiet": attacked / quiet}
-    settings = {"repetitions": args.repetitions, "tasks": args.tasks, "round_trips": args.round_trips,
-                "keys": secure, "workers": 2, "attacks": attacks(secure)}  # fmt: skip
+    if args.report_only:
+        data = json.loads(args.out.read_text())
+    else:
+        secure = not args.without_keys
+        machine = machine_description(f"installed in {sys.prefix}")
+        runs: List[Dict[str, Any]] = []
+        for repetition in range(args.repetitions):
+            for attacked in (False, True) if repetition % 2 == 0 else (True, False):
+                runs.append(one_run(attacked, secure, args.tasks, args.round_trips))
+        machine["load_average_at_end"] = float(Path("/proc/loadavg").read_text().split()[0])
+        settings = {"repetitions": args.repetitions, "tasks": args.tasks, "round_trips": args.round_trips,
+                    "keys": secure, "workers": 2, "attacks": attacks(secure)}  # fmt: skip
+        data = {"machine": machine, "settings": settings, "runs": runs}
+    data["summary"] = summary(data["runs"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "settings": settings, "runs": runs, "summary": summary},
-                                   indent=1) + "\n")  # fmt: skip
-    print(f"medians of {args.repetitions} runs each ({'with' if secure else 'without'} keys), attacked / quiet:")
-    for figure, values in summary.items():
-        print(f"  {figure:22} quiet {values['quiet']:9.2f}  attacked {values['attacked']:9.2f}  "
-              f"ratio {values['attacked_over_quiet']:.2f}")  # fmt: skip
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    report(data)
     print(f"written to {args.out}")
     return 0
 
