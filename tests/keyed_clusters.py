@@ -1,5 +1,6 @@
 """Clusters started from the command-line programs with or without keys, and raw peers that hold keys: what the
-security tests (`test_security.py`, `test_revocation.py`, `test_task_output_isolation.py`) attack.
+security tests (`test_security.py`, `test_revocation.py`, `test_task_output_isolation.py`, and those of
+`hostile_attacks.py`) attack.
 
 A raw peer is a pyzmq DEALER and the codec, no `Client`: it sends what no Scaler client or worker would."""
 
@@ -61,10 +62,16 @@ def start_cluster(
 
 def another_client_key(cluster: Cluster, tmp_path, name: str = "mallory") -> SecurityConfig:
     """A second authorized client key (another user of the same cluster)."""
+    return another_key(cluster, tmp_path, "clients", name, "client")[0]
+
+
+def another_key(cluster: Cluster, tmp_path, role_directory: str, name: str, role: str) -> Tuple[SecurityConfig, str]:
+    """The keys of ``role`` with a new key pair, authorized in ``role_directory``; and where its public file is."""
     assert cluster.keys is not None
     public, secret = write_key_pair(str(tmp_path), name)
-    os.replace(public, os.path.join(cluster.keys.server.authorized_keys, "clients", f"{name}.key"))
-    return replace(cluster.keys.client, key_file=secret)
+    authorized = os.path.join(cluster.keys.server.authorized_keys, role_directory, f"{name}.key")
+    os.replace(public, authorized)
+    return replace(cluster.security(role), key_file=secret), authorized
 
 
 class RawPeer:

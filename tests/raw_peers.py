@@ -14,6 +14,7 @@ import zmq
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.ids import IDGenerator
+from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 
 DEADLINE_SECONDS = 60.0
@@ -27,12 +28,14 @@ def identity(kind: str) -> bytes:
 
 
 class RawPeer:
-    """A DEALER at ``address`` under ``peer_id``; closed by `close` (the test's ``finally``)."""
+    """A DEALER at ``address`` under ``peer_id``, with the keys of ``security``; closed by `close` (the test's
+    ``finally``)."""
 
-    def __init__(self, context: zmq.Context, address: str, peer_id: bytes) -> None:
+    def __init__(
+        self, context: zmq.Context, address: str, peer_id: bytes, security: SecurityConfig = NO_SECURITY
+    ) -> None:
         self.peer_id = peer_id
-        self.socket = context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket = new_socket(context, zmq.DEALER, peer_keys(security))
         self.socket.setsockopt(zmq.IDENTITY, peer_id)
         self.socket.connect(address)
 
@@ -71,12 +74,15 @@ class RawPeer:
 
 
 class RawClient:
-    """A client made by hand: its tasks are built here (function put in storage, arguments pickled inline)."""
+    """A client made by hand: its tasks are built here (function put in storage, arguments pickled inline); with
+    the keys of ``security``."""
 
-    def __init__(self, context: zmq.Context, scheduler_address: str, storage_address: str) -> None:
+    def __init__(
+        self, context: zmq.Context, scheduler_address: str, storage_address: str, security: SecurityConfig = NO_SECURITY
+    ) -> None:
         self.peer_id = identity("C")
-        self.scheduler = RawPeer(context, scheduler_address, self.peer_id)
-        self.storage = RawPeer(context, storage_address, self.peer_id)
+        self.scheduler = RawPeer(context, scheduler_address, self.peer_id, security)
+        self.storage = RawPeer(context, storage_address, self.peer_id, security)
         self._ids = IDGenerator()
         self._functions: dict = {}
 

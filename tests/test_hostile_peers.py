@@ -8,7 +8,9 @@ each daemon stops on SIGTERM within two seconds. With keys and without: each chu
 
 One huge message: a raw peer's graph (or task batch) of 150,000 tasks in one message, while a client with a
 2 s timeout keeps submitting (the scheduler that took such a message whole was busy for seconds: its clients
-took it for lost, and it took them for silent).
+took it for lost, and it took them for silent). The graph's sender holds a client key on a cluster with keys.
+
+The attacks are written in `hostile_attacks.py`; `test_hostile_neighbours.py` runs them all at once.
 """
 
 from __future__ import annotations
@@ -20,28 +22,33 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Optional, Sequence
 
 import pytest
 import zmq
 from cluster_processes import free_address, wait_until, worker_count
+from hostile_attacks import (
+    ANSWER_SECONDS,
+    answered,
+    chain_graph,
+    churn_identity,
+    hello_then_close,
+    huge_message_sent,
+    waiting_batch,
+)
 from raw_peers import RawClient
 
 from scaler import Client
 from scaler.protocol import codec
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_monitor_address, default_storage_address
-from scaler.protocol.ids import IDGenerator
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, new_socket, peer_keys
 from scaler.protocol.version import PROTOCOL_VERSION
 
 CHURN = 10_000  # connections
 WAVE = 5_000  # of them open at once, then closed together: the issue's scheduler broke at about 5,000
-IN_FLIGHT = 500  # Hellos not answered yet, at most
-ANSWER_SECONDS = 30.0  # for each Hello's answer, for the next client's task
 STOP_SECONDS = 2.0  # for a daemon to end after SIGTERM
-ids = IDGenerator()
 
 
 @dataclass
@@ -73,8 +80,11 @@ def _descriptors_for_a_wave():
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-def start_daemons(processes, tmp_path, secure: bool, scheduler: bool) -> Daemons:
-    """A storage server, and a scheduler that uses it and one worker if ``scheduler``, with keys if ``secure``."""
+def start_daemons(
+    processes, tmp_path, secure: bool, scheduler: bool, scheduler_options: Sequence[str] = ()
+) -> Daemons:
+    """A storage server, and a scheduler (with ``scheduler_options``) that uses it and one worker if ``scheduler``,
+    with keys if ``secure``."""
     address = free_address()
     storage_address = default_storage_address(address)
     keys = write_cluster_keys(str(tmp_path / "keys")) if secure else None
@@ -84,57 +94,13 @@ def start_daemons(processes, tmp_path, secure: bool, scheduler: bool) -> Daemons
     daemons = Daemons(address, storage_address, keys, storage, None)
     if scheduler:
         daemons.scheduler = processes.scheduler(
-            address, "--object-storage-address", storage_address, *server, probe=probe,
+            address, "--object-storage-address", storage_address, *server, *scheduler_options, probe=probe,
             log_path=str(tmp_path / "scheduler.log"),
         )  # fmt: skip
         processes.cluster(address, 1, *daemons.security("worker").to_arguments())
         monitor = daemons.security("monitor")
         wait_until(lambda: worker_count(default_monitor_address(address), 5, monitor) == 1, 60, "the worker")
     return daemons
-
-
-def churn_identity(index: int) -> bytes:
-    return f"C|churn|{os.getpid()}|{index:06d}".encode()
-
-
-def hello_then_close(address: str, security: SecurityConfig, count: int = CHURN, wave: int = WAVE) -> None:
-    """``count`` raw client connections to ``address`` (identities `churn_identity`), each of which says Hello
-    and, once answered, waits for the rest of its wave of ``wave`` connections; then the wave closes at once."""
-    context = zmq.Context()
-    context.set(zmq.MAX_SOCKETS, wave + IN_FLIGHT + 1024)  # closed sockets count until ZeroMQ reaps them
-    keys = peer_keys(security)
-    hello = codec.encode(m.Hello(PROTOCOL_VERSION, m.PeerRole.CLIENT, os.getpid(), "churn", m.WorkerInfo()))
-    poller = zmq.Poller()
-    waiting: List[zmq.Socket] = []  # Hello sent, no answer yet
-    answered: List[zmq.Socket] = []  # the rest of the wave
-    started = 0
-    try:
-        while started < count or waiting:
-            while started < count and len(waiting) < IN_FLIGHT and len(waiting) + len(answered) < wave:
-                socket = new_socket(context, zmq.DEALER, keys)
-                socket.setsockopt(zmq.LINGER, 0)
-                socket.setsockopt(zmq.IDENTITY, churn_identity(started))
-                socket.connect(address)
-                socket.send_multipart(hello)
-                poller.register(socket, zmq.POLLIN)
-                waiting.append(socket)
-                started += 1
-            ready = dict(poller.poll(int(ANSWER_SECONDS * 1000)))
-            assert ready, f"{address} stopped answering Hellos after {started - len(waiting)} of {count}"
-            for socket in [each for each in waiting if each in ready]:
-                answer, _ = codec.decode(socket.recv_multipart())
-                assert type(answer) is m.HelloAck, answer
-                poller.unregister(socket)
-                waiting.remove(socket)
-                answered.append(socket)
-            if len(answered) == wave or (started == count and not waiting):
-                for socket in answered:
-                    socket.close()
-                answered.clear()
-    finally:
-        for socket in waiting + answered:
-            socket.close()
-        context.term()
 
 
 def stops_on_sigterm(process: subprocess.Popen) -> int:
@@ -148,7 +114,7 @@ def stops_on_sigterm(process: subprocess.Popen) -> int:
 
 def test_connection_churn_leaves_the_scheduler_serving_and_stoppable(processes, tmp_path, secure):
     daemons = start_daemons(processes, tmp_path, secure, scheduler=True)
-    hello_then_close(daemons.address, daemons.security("client"))
+    hello_then_close(daemons.address, daemons.security("client"), CHURN, WAVE)
     with Client(daemons.address, security=daemons.security("client"), timeout_seconds=ANSWER_SECONDS) as client:
         assert client.submit(pow, 2, 10).result(timeout=ANSWER_SECONDS) == 1024
     assert daemons.scheduler is not None
@@ -190,7 +156,7 @@ def test_connection_churn_leaves_the_storage_server_serving_and_forgetting_who_l
     live = StoragePeer(context, daemons.storage_address, b"C|live|1|000001", security)
     try:
         assert type(live.hello()) is m.HelloAck
-        hello_then_close(daemons.storage_address, security)
+        hello_then_close(daemons.storage_address, security, CHURN, WAVE)
         # the peer still connected is still served; those that left must say Hello again on a new connection
         assert type(live.get(b"nothing")) is m.ObjectResponse
         for index in random.Random(25).sample(range(CHURN), 100):
@@ -221,59 +187,29 @@ SHORT_TIMEOUT = 2.0  # seconds: the legitimate client's own, and the scheduler's
 HUGE = 150_000  # graph nodes or tasks in one message (~34 MB): a scheduler that took it whole was busy 4 s
 
 
-def chain_graph(raw: RawClient, nodes: int) -> m.GraphTask:
-    """A chain of ``nodes`` graph nodes in dependency order, whose first sleeps for an hour: nothing of it ends
-    while the test runs, and only its first node ever runs (on one of the workers)."""
-    first = raw.task(time.sleep, 3600)
-    tasks = [first]
-    for _ in range(nodes - 1):
-        needed = m.Argument("", m.ArgumentKind.TASK, tasks[-1].task_id)
-        tasks.append(m.Task(task_id=ids.next_id(), client_id=raw.peer_id, function_id=first.function_id,
-                            arguments=[needed]))  # fmt: skip
-    return m.GraphTask(graph_id=ids.next_id(), tasks=tasks, targets=[tasks[-1].task_id])
-
-
-def waiting_batch(raw: RawClient, count: int) -> m.TaskBatch:
-    """``count`` tasks that need a capability no worker has: under the capability policy they wait in the
-    scheduler's queue (nothing of them runs while the test does)."""
-    function_id = raw.task(len, ()).function_id
-    nowhere = [m.Capability("nowhere", 1)]
-    return m.TaskBatch([m.Task(task_id=ids.next_id(), client_id=raw.peer_id, function_id=function_id,
-                               capabilities=nowhere) for _ in range(count)])  # fmt: skip
-
-
-def answered(raw: RawClient) -> bool:
-    """Whether the scheduler answered the raw peer's first heartbeat (sent after its graph: the graph was taken
-    whole); nothing else comes before (a rejected graph would)."""
-    received = raw.scheduler.receive(timeout=0)
-    assert received is None or type(received[0]) is m.ClientHeartbeatEcho, received
-    return received is not None
-
-
-@pytest.mark.parametrize("huge", [chain_graph, waiting_batch], ids=["graph", "task batch"])
-def test_one_huge_message_from_one_peer_never_disconnects_another_client(processes, tmp_path, huge):
+@pytest.mark.parametrize(
+    "huge, secure",
+    [(chain_graph, False), (chain_graph, True), (waiting_batch, False)],
+    ids=["graph without keys", "graph with keys", "task batch without keys"],
+)
+def test_one_huge_message_from_one_peer_never_disconnects_another_client(processes, tmp_path, huge, secure):
     """A raw peer sends a graph of 150,000 nodes (or a batch of 150,000 tasks) in one message; meanwhile a
     client with a 2 s timeout (and the scheduler's 2 s for clients) keeps submitting: it is never taken for
     lost, on either side, and gets every result while the scheduler takes the message (the raw peer's heartbeat
     sent after it is answered once the scheduler has taken it whole: a peer's messages are handled in order)."""
-    address = free_address()
-    storage_address = default_storage_address(address)
-    processes.storage(storage_address)
-    processes.scheduler(address, "--object-storage-address", storage_address, "--client-timeout-seconds",
-                        str(SHORT_TIMEOUT), "--allocate-policy", "capability", "--max-client-tasks", str(2 * HUGE),
-                        log_path=str(tmp_path / "scheduler.log"))  # fmt: skip
-    processes.cluster(address, 2)  # one for the graph's sleeping node, one for the client
-    wait_until(lambda: worker_count(default_monitor_address(address)) == 2, 60, "the workers")
+    options = ("--client-timeout-seconds", str(SHORT_TIMEOUT), "--allocate-policy", "capability",
+               "--max-client-tasks", str(2 * HUGE))  # fmt: skip
+    daemons = start_daemons(processes, tmp_path, secure, scheduler=True, scheduler_options=options)
+    security = daemons.security("client")
     context = zmq.Context()
-    hostile = RawClient(context, address, storage_address)
+    hostile = RawClient(context, daemons.address, daemons.storage_address, security)
     try:
         assert type(hostile.storage.hello(m.PeerRole.CLIENT)) is m.HelloAck
-        frames = codec.encode(huge(hostile, HUGE))  # seconds: it says Hello to the scheduler after
-        with Client(address, timeout_seconds=SHORT_TIMEOUT) as client:
+        # seconds: it says Hello to the scheduler after
+        frames = codec.encode(huge(hostile.peer_id, hostile.task(len, ()).function_id, HUGE))
+        with Client(daemons.address, security=security, timeout_seconds=SHORT_TIMEOUT) as client:
             assert client.submit(pow, 2, 0).result(timeout=ANSWER_SECONDS) == 1
-            assert type(hostile.scheduler.hello(m.PeerRole.CLIENT)) is m.HelloAck
-            hostile.scheduler.send_frames(frames)
-            hostile.scheduler.send(m.ClientHeartbeat())
+            huge_message_sent(hostile, frames)
             rounds_while_busy = 0
             deadline = time.monotonic() + 180
             while not answered(hostile):

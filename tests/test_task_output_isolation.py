@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Dict
 
+from hostile_attacks import FORGED, forge_output
 from keyed_clusters import RawPeer
 
 from scaler.protocol import messages as m
@@ -92,16 +93,7 @@ def test_a_worker_prints_only_the_output_of_the_tasks_it_holds_to_their_own_clie
         client_id, task_id = bytes.fromhex(ids[1]), bytes.fromhex(ids[2])
         forger = RawPeer(any_cluster.address, m.PeerRole.WORKER, any_cluster.security("worker"), new_worker_id())
         assert type(forger.answer) is m.HelloAck
-        forged = [
-            m.TaskOutput(task_id, client_id, m.OutputStream.STDOUT, "FORGED on the client's own task\n"),
-            m.TaskOutput(os.urandom(16), client_id, m.OutputStream.STDOUT, "FORGED on no task\n"),
-            m.TaskOutput(task_id, client_id, m.OutputStream.STDERR, "\x1b[2JFORGED on stderr\n"),
-        ]
-        forger.send(m.TaskOutputBatch(forged))
-        # the scheduler handles a peer's messages in order: once this echo came, it was done with the forgery, and
-        # whatever it sent the client then leaves before the task's own next line
-        while type(forger.request(m.WorkerHeartbeat())) is not m.WorkerHeartbeatEcho:
-            pass
+        forge_output(forger, client_id, task_id)  # then its output leaves before the task's own next line
         go.touch()
         printed.wait_for("result done")
         assert process.wait(DEADLINE_SECONDS) == 0
@@ -113,7 +105,7 @@ def test_a_worker_prints_only_the_output_of_the_tasks_it_holds_to_their_own_clie
             process.wait(DEADLINE_SECONDS)
         printed.close()
     assert "task goes on" in printed.text  # the task's own output, after the forgery, came
-    assert "FORGED" not in printed.text
+    assert FORGED not in printed.text
     assert "dropped 2 output(s) from worker" in any_cluster.log()  # and, silently, the one of no task
     # the task's control sequences are shown, escaped, and none reached the terminal
     assert "\\x1b]0;title set by a task\\x07\\x1b[2Jtask started\n" in printed.text
