@@ -16,6 +16,10 @@ from scaler.client.serializer import DefaultSerializer, deserialize_payload
 
 MIB = 1 << 20
 SIZE = 128 * MIB
+# what a peak must stay under: a copy made whole before its frame is freed adds SIZE; a chunk at a time adds
+# CHUNK_BYTES, and what else this process's threads allocate meanwhile (an earlier test's agent thread ending,
+# on a busy machine) adds its own, measured up to 15 MiB more
+HELD_TWICE = SIZE // 2
 
 
 @pytest.fixture
@@ -76,7 +80,7 @@ def test_a_top_level_bytes_or_bytearray_result_exists_once_while_it_is_copied(pa
     result = deserialize_payload(DefaultSerializer(), owned)
     assert type(result) is kind and len(result) == SIZE and result.count(b"\x01") == SIZE
     assert result is owned[1]  # made once, here, not copied again by the pickle
-    assert peak <= received_payloads.CHUNK_BYTES + 8 * MIB  # the frame's copy held twice only a chunk at a time
+    assert peak < HELD_TWICE  # the frame's copy held twice only a chunk at a time
 
 
 def test_a_serializer_of_the_users_gets_its_single_frame_as_bytes_held_once(pair):
@@ -86,7 +90,7 @@ def test_a_serializer_of_the_users_gets_its_single_frame_as_bytes_held_once(pair
     peak = _peak_over(before)
     del frame
     assert type(owned) is bytes and owned == b"\x02" * SIZE
-    assert peak <= received_payloads.CHUNK_BYTES + 8 * MIB
+    assert peak < HELD_TWICE
 
 
 class Writable:
