@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from scaler.protocol.command_line import (
     add_common_arguments,
@@ -176,12 +176,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             max_message_size=args.max_message_size,
             max_client_tasks=args.max_client_tasks,
             storage_arguments=[
-                f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))
+                *(f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))),
+                *_logging_arguments(args),
             ],
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)
         sys.exit(1)
+
+
+def _logging_arguments(args: argparse.Namespace) -> List[str]:
+    """The scheduler's logging options, for the object storage server it starts: it logs as the scheduler does."""
+    if args.logging_config_file:
+        return ["--logging-config-file", args.logging_config_file]
+    return ["--logging-level", args.logging_level, "--logging-paths", *args.logging_paths]
 
 
 if __name__ == "__main__":

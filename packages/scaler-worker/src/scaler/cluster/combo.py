@@ -17,7 +17,13 @@ import zmq
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
-from scaler.protocol.addresses import check_address, default_storage_address, free_tcp_port
+from scaler.protocol.addresses import (
+    address_in_use,
+    check_address,
+    default_monitor_address,
+    default_storage_address,
+    free_tcp_port,
+)
 from scaler.protocol.command_line import parse_size
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
@@ -54,8 +60,12 @@ class SchedulerClusterCombo:
     The children are the command-line programs (``python -m ...``), so the
     caller's script is never imported again in them and needs no
     ``if __name__ == "__main__"`` guard. ``address=None`` picks a free local
-    port. `shutdown` stops everything and is idempotent; it also runs at
-    interpreter exit, and the children die with this process if it is killed.
+    port; an address in use (the scheduler's, its storage server's or its
+    monitor's) raises `ClusterStartError` naming it. `shutdown` stops everything
+    and is idempotent; it also runs at interpreter exit, and the children die
+    with this process if it is killed. The children run in a session of their
+    own: Ctrl-C in a terminal (or a notebook's interrupt) raises
+    `KeyboardInterrupt` in this process only, and the cluster goes on serving.
 
     ``protected`` (the default, as in the earlier engine) makes the scheduler refuse a client's
     `Client.shutdown`: the cluster belongs to this object. ``per_worker_task_queue_size`` is the
@@ -73,6 +83,10 @@ class SchedulerClusterCombo:
     ``"80%"``; or ``"none"``); ``max_object_size`` is the largest object (argument, result) the storage server
     takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's),
     past which it spills them to ``spill_directory`` (default: the temporary directory; ``"none"``: it refuses them).
+
+    Logging: every process it starts logs at ``logging_level`` (default ``"WARNING"``: a combo that works prints
+    nothing; ``"INFO"`` shows each process's start, its peers and its end) to ``logging_paths`` (default this
+    process's stdout), or as ``logging_config_file`` says.
     """
 
     def __init__(
@@ -90,7 +104,7 @@ class SchedulerClusterCombo:
         heartbeat_interval_seconds: float = 1.0,
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
-        logging_level: str = "INFO",
+        logging_level: str = "WARNING",
         logging_paths: Sequence[str] = ("/dev/stdout",),
         logging_config_file: Optional[str] = None,
         per_worker_task_queue_size: Optional[int] = None,
@@ -114,6 +128,16 @@ class SchedulerClusterCombo:
             storage_options += ["--spill-directory", spill_directory]
         self._address = check_address(address) if address else _free_local_address()
         self._storage_address = check_address(object_storage_address or default_storage_address(self._address))
+        for what, place in (
+            ("scheduler", self._address),
+            ("object storage server", self._storage_address),
+            ("scheduler's monitor", check_address(monitor_address or default_monitor_address(self._address))),
+        ):
+            if address_in_use(place):
+                raise ClusterStartError(
+                    f"cannot start the {what} at {place}: the address is in use (another cluster runs there?); "
+                    "choose another address, or address=None for a free one"
+                )
         self._processes: List[subprocess.Popen] = []
         self._stopped = False
         self._keys: Optional[ClusterKeys] = None
@@ -191,7 +215,12 @@ class SchedulerClusterCombo:
         self.shutdown()
 
     def _start(self, module: str, *arguments: str) -> None:
-        process = start_child([sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL)
+        # a session of its own: the terminal's Ctrl-C (SIGINT to its foreground process group) and a notebook's
+        # interrupt reach this process alone, whose user gets KeyboardInterrupt with the cluster intact; the
+        # child still ends with this process (start_child)
+        process = start_child(
+            [sys.executable, "-m", module, *arguments], stdin=subprocess.DEVNULL, start_new_session=True
+        )
         self._processes.append(process)
 
 

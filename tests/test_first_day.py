@@ -1,0 +1,150 @@
+"""A Dask or Ray user's first day: a local cluster that is quiet, that refuses a busy address, that survives
+Ctrl-C, and the calls such a user expects (docs/interfaces.md, "Coming from Dask", "Coming from Ray")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import nbclient
+import nbformat
+import pytest
+from cluster_processes import hello_answered, wait_until, worker_count
+
+from scaler import Client, SchedulerClusterCombo
+from scaler.cluster.combo import ClusterStartError
+from scaler.protocol.addresses import default_monitor_address, default_storage_address
+
+
+def _start_program(code: str) -> subprocess.Popen:
+    """``code`` as a Python program in a process group of its own (as a terminal runs one), its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _finish(program: subprocess.Popen, timeout: float = 120) -> tuple:
+    try:
+        out, err = program.communicate(timeout=timeout)
+    finally:
+        if program.poll() is None:
+            os.killpg(program.pid, signal.SIGKILL)
+            program.wait(30)
+    return program.returncode, out, err
+
+
+# ----------------------------------------------------------------------------------------------------------- quiet
+
+
+def test_a_combo_and_its_clients_print_nothing_but_the_programs_own_output():
+    program = _start_program("""
+        from scaler import Client, SchedulerClusterCombo
+        combo = SchedulerClusterCombo(n_workers=2)
+        with Client(combo.get_address()) as client:
+            print(client.submit(abs, -3).result(timeout=60))
+            print(sum(client.map(abs, [(-i,) for i in range(10)])))
+        with Client(combo.get_address()) as client:
+            print(client.get({"a": 1, "b": (abs, "a")}, keys=["b"]))
+        combo.shutdown()
+    """)
+    assert _finish(program) == (0, "3\n45\n{'b': 1}\n", "")
+
+
+def test_the_storage_server_a_scheduler_starts_logs_at_the_schedulers_level(processes, address, tmp_path):
+    log = tmp_path / "scheduler.log"
+    scheduler = processes.scheduler(address, "--logging-level", "WARNING", log_path=str(log))
+    assert hello_answered(default_storage_address(address))  # the one it started
+    processes.kill_group(scheduler, signal.SIGTERM)
+    scheduler.wait(30)
+    assert "[INFO]" not in log.read_text()  # the storage server's lines (listening, sizes, stopping) are not written
+
+
+def test_in_a_notebook_a_combos_start_use_and_shutdown_show_only_the_users_output(monkeypatch):
+    """A real Jupyter kernel runs the cells; what its child processes write lands in whichever cell runs then, so
+    a cell runs after the shutdown too."""
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # the kernel shows what its children write, as it does for users
+    cells = [
+        "from scaler import Client, SchedulerClusterCombo\ncombo = SchedulerClusterCombo(n_workers=2)",
+        "client = Client(combo.get_address())\nprint(client.submit(abs, -7).result(timeout=60))",
+        "client.map(abs, [(-i,) for i in range(5)])",
+        "client.disconnect()\ncombo.shutdown()",
+        "print('done')",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    outputs = [
+        [output.get("text") or output.get("data", {}).get("text/plain") for output in cell.outputs]
+        for cell in notebook.cells
+    ]
+    assert outputs == [[], ["7\n"], ["[0, 1, 2, 3, 4]"], [], ["done\n"]]
+
+
+# ------------------------------------------------------------------------------------------------- a busy address
+
+
+def test_a_second_combo_on_a_busy_address_raises_naming_the_address(cluster):
+    address = cluster.get_address()
+    with pytest.raises(ClusterStartError, match=f"scheduler at {address}: the address is in use"):
+        SchedulerClusterCombo(n_workers=1, address=address)
+    storage = default_storage_address(address)
+    with pytest.raises(ClusterStartError, match=f"object storage server at {storage}: the address is in use"):
+        SchedulerClusterCombo(n_workers=1, object_storage_address=storage)
+    monitor = default_monitor_address(address)
+    with pytest.raises(ClusterStartError, match=f"monitor at {monitor}: the address is in use"):
+        SchedulerClusterCombo(n_workers=1, monitor_address=monitor)
+    with Client(address) as client:  # the first one is untouched, and no worker of a second one joined it
+        assert client.submit(abs, -1).result(timeout=60) == 1
+    wait_until(lambda: worker_count(monitor) == 2, 30, "the first combo's two workers")
+
+
+# ---------------------------------------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_in_a_terminal_interrupts_the_program_and_leaves_its_cluster_serving():
+    """SIGINT to the program's whole process group, as a terminal's Ctrl-C sends it, reaches the program alone:
+    its user gets KeyboardInterrupt where they wait, and the cluster goes on serving."""
+    program = _start_program("""
+        import time
+        from scaler import Client, SchedulerClusterCombo
+        combo = SchedulerClusterCombo(n_workers=1)
+        client = Client(combo.get_address())
+        future = client.submit(time.sleep, 60)
+        try:
+            print("waiting", flush=True)
+            future.result(timeout=90)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        future.cancel()
+        print(client.submit(abs, -5).result(timeout=60), flush=True)
+        client.disconnect()
+        combo.shutdown()
+    """)
+    try:
+        assert program.stdout.readline() == "waiting\n"
+        os.killpg(program.pid, signal.SIGINT)
+    finally:
+        code, out, err = _finish(program)
+    assert (code, out, err) == (0, "interrupted\n5\n", "")
+
+
+def test_a_combo_stopped_by_ctrl_c_in_its_program_leaves_nothing_behind(address):
+    """A program that lets the KeyboardInterrupt end it stops its cluster as it exits."""
+    program = _start_program(f"""
+        import time
+        from scaler import SchedulerClusterCombo
+        combo = SchedulerClusterCombo(n_workers=1, address={address!r})
+        print("ready", flush=True)
+        time.sleep(90)
+    """)
+    try:
+        assert program.stdout.readline() == "ready\n"
+        assert hello_answered(address)
+        os.killpg(program.pid, signal.SIGINT)
+    finally:
+        code, out, err = _finish(program)
+    assert code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt")
+    wait_until(lambda: not hello_answered(address, timeout=0.2), 30, "the combo's scheduler to stop")
