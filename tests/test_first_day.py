@@ -17,6 +17,7 @@ from cluster_processes import hello_answered, wait_until, worker_count
 from scaler import Client, SchedulerClusterCombo
 from scaler.cluster.combo import ClusterStartError
 from scaler.protocol.addresses import default_monitor_address, default_storage_address
+from scaler.protocol.errors import TaskRejectedError
 
 
 def _start_program(code: str) -> subprocess.Popen:
@@ -148,3 +149,23 @@ def test_a_combo_stopped_by_ctrl_c_in_its_program_leaves_nothing_behind(address)
         code, out, err = _finish(program)
     assert code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt")
     wait_until(lambda: not hello_answered(address, timeout=0.2), 30, "the combo's scheduler to stop")
+
+
+# ---------------------------------------------------------------------------------------------------- capabilities
+
+
+def test_a_task_never_runs_on_a_worker_without_the_capabilities_it_needs_under_the_default_policy(client):
+    """The shared cluster's workers offer nothing: the task waits, and its queue timeout rejects it."""
+    future = client.submit_verbose(abs, (-1,), {}, capabilities={"gpu": -1}, timeout_seconds=2)
+    with pytest.raises(TaskRejectedError, match="no worker with capabilities gpu took the task within"):
+        future.result(timeout=60)
+    assert client.submit(abs, -2).result(timeout=60) == 2
+
+
+def test_with_missing_capabilities_fail_a_task_no_worker_can_run_fails_naming_them():
+    with SchedulerClusterCombo(n_workers=1, per_worker_capabilities="linux", missing_capabilities="fail") as combo:
+        with Client(combo.get_address()) as client:
+            assert client.submit_verbose(abs, (-1,), {}, capabilities={"linux": -1}).result(timeout=60) == 1
+            future = client.submit_verbose(abs, (-1,), {}, capabilities={"gpu": -1, "linux": -1})
+            with pytest.raises(TaskRejectedError, match=r"no worker offers the capabilities it needs \(gpu,linux\)"):
+                future.result(timeout=60)

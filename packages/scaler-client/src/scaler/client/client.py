@@ -198,8 +198,9 @@ class Client:
     ) -> ScalerFuture:
         """`submit` with explicit arguments and scheduling options.
 
-        ``capabilities``: what a worker must offer to run the task (with the scheduler's
-        ``--allocate-policy capability``), e.g. ``{"gpu": -1}``. ``priority``: higher runs first.
+        ``capabilities``: what a worker must offer to run the task, e.g. ``{"gpu": -1}`` (it waits for such a
+        worker, or fails with `TaskRejectedError` if the scheduler was so told: docs/scheduling.md).
+        ``priority``: higher runs first.
         ``timeout_seconds``: the task fails with `TaskTimeoutError` if it runs longer, or is rejected if no
         worker takes it in that time (0: no limit). ``retries``: how many times to run it again if it raises.
         """

@@ -20,6 +20,7 @@ from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE, show_size
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
+from scaler.scheduler.missing_capabilities import CHOICES, GRACE_SECONDS
 from scaler.scheduler.scaling_policy import ScalingSettings
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 
@@ -53,8 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
-        help="even: least loaded worker; capability: also only workers with the capabilities a task needs "
-        "(default: %(default)s)",
+        help="even: the least loaded worker that has the capabilities a task needs; capability: the same (the "
+        "earlier engine's name) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--missing-capabilities", choices=CHOICES, default="wait",
+        help=f"a task whose capabilities no worker offers (nor a worker manager can start) for {GRACE_SECONDS:g}s: "
+        "wait for one to join, with a warning, or fail (TaskRejectedError) (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--max-task-deaths", type=int, default=3,
@@ -163,6 +169,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             metrics_host=args.metrics_host,
             protected=args.protected,
             allocate_policy=args.allocate_policy,
+            missing_capabilities=args.missing_capabilities,
             max_task_deaths=args.max_task_deaths,
             graph_sorter=args.graph_sorter,
             graph_inline_bytes=args.graph_inline_bytes,

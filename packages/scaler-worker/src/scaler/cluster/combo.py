@@ -78,6 +78,10 @@ class SchedulerClusterCombo:
     in the storage server (its ``--max-client-memory``; default: half of its memory), and ``max_client_tasks``,
     the tasks it may have queued at the scheduler (its ``--max-client-tasks``; default: 100,000).
 
+    A task runs only on a worker that offers the capabilities it needs (``submit_verbose(capabilities=...)``;
+    the workers': ``per_worker_capabilities``); one that no worker offers waits for one with a warning, or, with
+    ``missing_capabilities="fail"``, fails with `TaskRejectedError` (docs/scheduling.md).
+
     Memory (docs/memory.md): ``memory_limit`` bounds each worker's tasks (``"auto"``: this host's memory
     divided among the workers; a size in bytes or text, ``"2GiB"``; a share of the host for all the workers,
     ``"80%"``; or ``"none"``); ``max_object_size`` is the largest object (argument, result) the storage server
@@ -98,6 +102,7 @@ class SchedulerClusterCombo:
         monitor_address: Optional[str] = None,
         protected: bool = True,
         allocate_policy: str = "even",
+        missing_capabilities: str = "wait",
         max_task_deaths: int = 3,
         per_worker_capabilities: Union[str, Mapping[str, int]] = "",
         per_worker_queue_size: int = 1000,
@@ -161,6 +166,7 @@ class SchedulerClusterCombo:
                 "--client-timeout-seconds", str(client_timeout_seconds),
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
                 "--allocate-policy", allocate_policy,
+                "--missing-capabilities", missing_capabilities,
                 "--max-task-deaths", str(max_task_deaths),
                 *(["--monitor-address", monitor_address] if monitor_address else []),
                 *(["--protected"] if protected else []),
