@@ -3,11 +3,15 @@ Ctrl-C, and the calls such a user expects (docs/interfaces.md, "Coming from Dask
 
 from __future__ import annotations
 
+import concurrent.futures
+import graphlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 
 import nbclient
 import nbformat
@@ -169,3 +173,105 @@ def test_with_missing_capabilities_fail_a_task_no_worker_can_run_fails_naming_th
             future = client.submit_verbose(abs, (-1,), {}, capabilities={"gpu": -1, "linux": -1})
             with pytest.raises(TaskRejectedError, match=r"no worker offers the capabilities it needs \(gpu,linux\)"):
                 future.result(timeout=60)
+
+
+# ------------------------------------------------------------------------------------ Dask's calls on the Client
+
+
+def identity(value):
+    return value
+
+
+def add_all(values, offset=0):
+    return sum(values) + offset
+
+
+def test_gather_takes_futures_in_nested_collections(client):
+    futures = [client.submit(abs, -i) for i in range(3)]
+    assert client.gather(futures) == [0, 1, 2]
+    assert client.gather({"a": futures, "b": (futures[2], "text")}) == {"a": [0, 1, 2], "b": (2, "text")}
+    failing = client.submit(divmod, 1, 0)
+    with pytest.raises(ZeroDivisionError):
+        client.gather([futures[0], failing])
+    assert client.gather([futures[0], failing], errors="skip") == [0]
+
+
+def test_scattered_data_and_references_inside_lists_tuples_and_dicts_reach_tasks_as_their_objects(client):
+    ten, twenty = client.scatter([10, 20])
+    assert client.submit(add_all, [ten, twenty]).result(timeout=60) == 30
+    assert client.submit(add_all, (ten,), offset=twenty).result(timeout=60) == 30  # a top-level one, as before
+    by_name = client.scatter({"x": [1, 2], "y": "text"})
+    nested = {"deep": [(by_name["x"], {"y": by_name["y"]})], "plain": [1, 2]}
+    assert client.submit(identity, nested).result(timeout=60) == {"deep": [([1, 2], {"y": "text"})], "plain": [1, 2]}
+    assert client.map(add_all, [([ten, twenty],), ([ten],)]) == [30, 10]
+    assert client.submit(len, client.scatter(b"x" * 100_000)).result(timeout=60) == 100_000
+
+
+def test_scheduler_info_names_the_workers_and_no_dashboard_runs_unless_asked(client, cluster):
+    address = cluster.get_address()
+    wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "the cluster's two workers")
+    info = client.scheduler_info()
+    assert info["address"] == address and info["monitor_address"] == default_monitor_address(address)
+    assert {worker["host"] for worker in info["workers"].values()} == {os.uname().nodename}
+    assert all(worker["pid"] > 0 and worker["capabilities"] == {} for worker in info["workers"].values())
+    assert info["clients"] >= 1 and info["dashboard_link"] is None and client.dashboard_link is None
+
+
+def test_a_combo_asked_for_a_dashboard_serves_its_page_and_its_clients_know_the_link():
+    with SchedulerClusterCombo(n_workers=1, dashboard_address=":0") as combo:
+        assert combo.dashboard_link.startswith("http://127.0.0.1:")
+        with Client(combo.get_address()) as client:
+            assert client.dashboard_link == combo.dashboard_link
+            assert client.scheduler_info()["dashboard_link"] == combo.dashboard_link
+        with urllib.request.urlopen(combo.dashboard_link, timeout=30) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+
+
+def test_the_joblib_backend_uses_the_current_client_when_given_none(cluster, monkeypatch):
+    import joblib
+
+    import scaler.compat.joblib  # noqa: F401  (registers the backend)
+
+    monkeypatch.delenv("SCALER_SCHEDULER_ADDRESS", raising=False)
+    with Client(cluster.get_address()) as client:
+        assert Client.current() is client
+        with joblib.parallel_config(backend="scaler", n_jobs=2):
+            assert joblib.Parallel()(joblib.delayed(abs)(-i) for i in range(10)) == list(range(10))
+        assert client.connected  # it was borrowed, not the backend's to disconnect
+
+
+# -------------------------------------------------------------------------------- the earlier engine's behaviour
+
+
+def test_a_call_that_cannot_bind_raises_type_error_at_submit(client):
+    with pytest.raises(TypeError, match="missing a required argument"):
+        client.submit(divmod, 1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bad'"):
+        client.submit_verbose(identity, (1,), {"bad": 2})
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        client.map(abs, [(1,), (1, 2)])
+
+
+def test_futures_pending_when_a_client_leaves_its_with_block_end_cancelled(cluster):
+    with Client(cluster.get_address()) as client:
+        pending = client.submit(time.sleep, 60)
+        finished = client.submit(abs, -1)
+        assert finished.result(timeout=60) == 1
+    assert pending.cancelled() and not finished.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        pending.result(timeout=10)
+
+
+def test_graph_cycles_duplicate_keys_early_profiling_and_refused_shutdowns_raise_as_before(cluster):
+    with Client(cluster.get_address(), profiling=True) as client:
+        with pytest.raises(graphlib.CycleError) as cycle:
+            client.get({"a": (abs, "b"), "b": (abs, "a")}, keys=["a"])
+        assert set(cycle.value.args[1]) == {"a", "b"}
+        with pytest.raises(KeyError, match="requested more than once"):
+            client.get({"a": 1, "b": (abs, "a")}, keys=["b", "b"])
+        running = client.submit(time.sleep, 60)
+        with pytest.raises(ValueError, match="has not ended"):
+            running.profiling_info()
+        running.cancel()
+        with pytest.raises(ValueError, match="refused to shut down"):  # the combo's scheduler is protected
+            client.shutdown()

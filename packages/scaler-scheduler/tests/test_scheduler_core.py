@@ -653,3 +653,15 @@ def test_a_scope_a_client_writes_into_its_own_tasks_is_never_sent_on():
     core = delegating_core()
     (forged,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(2, scope_id=OTHER_CLIENT))), 2.0))
     assert (forged.client_id, forged.scope_id) == (CLIENT, b"")
+
+
+def test_a_client_that_asks_is_told_the_workers_its_addresses_and_only_itself_of_the_clients():
+    core = core_with(capacity=5, monitor_address="tcp://127.0.0.1:2347", dashboard_link="http://127.0.0.1:8081/")
+    connect_client(core, OTHER_CLIENT)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)])), 1.0)
+    (info,) = sent(core.handle(FromPeer(CLIENT, m.SchedulerInfoRequest()), 2.0), to=CLIENT, kind=m.SchedulerInfo)
+    assert info.monitor_address == "tcp://127.0.0.1:2347" and info.dashboard_link == "http://127.0.0.1:8081/"
+    snapshot = info.snapshot
+    assert [(w.worker_id, w.assigned_tasks) for w in snapshot.workers] == [(WORKER_A, 1)]
+    assert snapshot.clients == 2 and [c.client_id for c in snapshot.client_snapshots] == [CLIENT]
+    assert {c.name: c.value for c in snapshot.task_states}["queued"] == 1

@@ -26,7 +26,8 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
-#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota; what a scheduler
+#      serves, for its clients: SchedulerInfoRequest, SchedulerInfo
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -40,6 +41,7 @@ GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a grap
 USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
 ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
 TASK_RUNS_VERSION = Version(major=1, minor=8)  # a scheduler that sends a client the runs of its tasks (TaskRuns)
+SCHEDULER_INFO_VERSION = Version(major=1, minor=8)  # a scheduler that answers SchedulerInfoRequest
 
 
 def knows(theirs: Version, since: Version) -> bool:

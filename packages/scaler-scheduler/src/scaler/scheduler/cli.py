@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
+        "--dashboard-link", default="", metavar="URL",
+        help="the page of a web monitor (scaler_ui) of this scheduler, told to clients that ask "
+        "(Client.dashboard_link, Client.scheduler_info) (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
         help="even: the least loaded worker that has the capabilities a task needs; capability: the same (the "
         "earlier engine's name) (default: %(default)s)",
@@ -170,6 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             protected=args.protected,
             allocate_policy=args.allocate_policy,
             missing_capabilities=args.missing_capabilities,
+            dashboard_link=args.dashboard_link,
             max_task_deaths=args.max_task_deaths,
             graph_sorter=args.graph_sorter,
             graph_inline_bytes=args.graph_inline_bytes,

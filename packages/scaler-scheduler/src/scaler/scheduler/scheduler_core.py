@@ -107,6 +107,8 @@ class SchedulerSettings:
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
     max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
+    monitor_address: str = ""  # where monitors subscribe, told to clients that ask (SchedulerInfo)
+    dashboard_link: str = ""  # the web monitor's page, told to clients that ask (--dashboard-link)
 
 
 class SchedulerCore:
@@ -165,6 +167,7 @@ class SchedulerCore:
             m.ObjectInstruction: self._on_object_instruction,
             m.ClientShutdownRequest: self._on_shutdown_request,
             m.DisconnectRequest: self._on_client_disconnect,
+            m.SchedulerInfoRequest: self._on_info_request,
         }
         self._worker_handlers: Dict[type, _PeerHandler] = {
             m.WorkerHeartbeat: self._on_worker_heartbeat,
@@ -506,6 +509,14 @@ class SchedulerCore:
         self._stream.on_worker_heartbeat(source, message, now)
         worker.heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))
+
+    def _on_info_request(self, source: bytes, message: m.SchedulerInfoRequest, now: float, out: Outbox) -> None:
+        """What this scheduler serves, for ``source`` (`Client.scheduler_info`): its state as monitors see it, of
+        the clients only ``source``."""
+        settings = self.settings
+        info = m.SchedulerInfo(self._monitoring.snapshot_for(source, now), settings.monitor_address,
+                               settings.dashboard_link)  # fmt: skip
+        out.sends.append(Send(source, info))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         self._events.info("client left", source, f"client {show(source)} disconnected")

@@ -133,6 +133,7 @@ class SchedulerServer:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         storage_arguments: Sequence[str] = (),
+        dashboard_link: str = "",
     ) -> None:
         self.address = check_address(address)
         self._storage_arguments = tuple(storage_arguments)  # options of the storage server it starts, if it does
@@ -175,6 +176,8 @@ class SchedulerServer:
                 adapter_webhook_url=adapter_webhook_url,
                 max_message_size=max_message_size,
                 max_client_tasks=max_client_tasks,
+                monitor_address=self.monitor_address,
+                dashboard_link=dashboard_link,
             )
         )
         self._webhook_url = adapter_webhook_url
