@@ -15,8 +15,9 @@ import urllib.request
 
 import nbclient
 import nbformat
+import psutil
 import pytest
-from cluster_processes import hello_answered, wait_until, worker_count
+from cluster_processes import BIN, hello_answered, wait_until, worker_count
 
 from scaler import Client, SchedulerClusterCombo
 from scaler.cluster.combo import ClusterStartError
@@ -275,3 +276,77 @@ def test_graph_cycles_duplicate_keys_early_profiling_and_refused_shutdowns_raise
         running.cancel()
         with pytest.raises(ValueError, match="refused to shut down"):  # the combo's scheduler is protected
             client.shutdown()
+
+
+# -------------------------------------------------------------------------------------------------------- scaler_up
+
+
+def _start_up(tmp_path, address: str) -> subprocess.Popen:
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        textwrap.dedent(f"""
+        [scheduler]
+        address = "{address}"
+        logging-level = "WARNING"
+
+        [object_storage_server]
+        logging-level = "WARNING"
+
+        [ui]
+        port = 0
+        logging-level = "WARNING"
+
+        [cluster]
+        num-of-workers = 2
+        logging-level = "WARNING"
+    """)
+    )
+    return subprocess.Popen(
+        [os.path.join(BIN, "scaler_up"), str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _read_until_running(up: subprocess.Popen) -> dict:
+    """What scaler_up printed of each program (name -> line), once it says it runs."""
+    lines = {}
+    for line in up.stdout:
+        if line.startswith("scaler_up: running"):
+            return lines
+        lines[line.split(" at ")[0].removeprefix("scaler_up: ")] = line
+    raise AssertionError(f"scaler_up ended before running: {up.stderr.read()}")
+
+
+def test_scaler_up_starts_a_whole_cluster_from_one_file_and_ctrl_c_stops_it_all(tmp_path, address):
+    up = _start_up(tmp_path, address)
+    try:
+        printed = _read_until_running(up)
+        link = printed["dashboard"].split(" at ")[1].split(" ")[0]
+        assert f"scheduler at {address}" in printed["scheduler"]
+        assert f"object storage server at {default_storage_address(address)}" in printed["object storage server"]
+        tree = psutil.Process(up.pid).children(recursive=True)
+        with Client(address) as client:
+            assert client.submit(abs, -4).result(timeout=60) == 4
+            assert client.dashboard_link == link
+            wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "scaler_up's two workers")
+        with urllib.request.urlopen(link, timeout=30) as page:
+            assert page.status == 200
+        up.send_signal(signal.SIGINT)
+    finally:
+        code, out, err = _finish(up)
+    assert (code, err) == (0, "") and "received SIGINT: stopped every program" in out
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == []
+
+
+def test_scaler_up_stops_the_tree_when_one_of_its_programs_dies(tmp_path, address):
+    up = _start_up(tmp_path, address)
+    try:
+        scheduler_pid = int(_read_until_running(up)["scheduler"].rsplit("(pid ", 1)[1].rstrip(")\n"))
+        tree = psutil.Process(up.pid).children(recursive=True)
+        os.kill(scheduler_pid, signal.SIGKILL)
+    finally:
+        code, out, err = _finish(up)
+    assert code == 1 and f"the scheduler (pid {scheduler_pid}) was killed by signal SIGKILL; stopping" in err
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == []
