@@ -514,6 +514,8 @@ class Client(DaskCalls):
                 pass
             self._agent.join(self._bounded_wait)
 
+    close = disconnect  # Dask's name
+
     def shutdown(self) -> bool:
         """Ask the scheduler to shut down (with its workers); True once it accepted. `ShutdownRefusedError` when
         it refuses (a scheduler started with ``--protected``); the client stays connected then."""

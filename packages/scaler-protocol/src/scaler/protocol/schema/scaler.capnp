@@ -449,6 +449,7 @@ struct WaitingTasks {
 # scheduler answers with a SchedulerInfo; a scheduler of 1.7 or before cannot read it (the client does not ask
 # one).
 struct SchedulerInfoRequest {
+  unused @0 :Void;
 }
 
 # Scheduler -> client (1.8): the answer to a SchedulerInfoRequest.
