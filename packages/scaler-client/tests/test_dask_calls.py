@@ -11,12 +11,14 @@ import pytest
 
 from scaler.client import current_client
 from scaler.client.call_check import CallChecks
+from scaler.client.dask_calls import DaskCalls
 from scaler.client.gather_scatter import gather, scatter
 from scaler.client.graph_evaluation import evaluate_graph_node
 from scaler.client.nested_references import lift
 from scaler.client.object_reference import ObjectReference
 from scaler.client.scheduler_info import info_dict
 from scaler.protocol import messages as m
+from scaler.protocol.errors import ProtocolError
 
 
 def done(value=None, error=None, cancelled=False) -> concurrent.futures.Future:
@@ -129,3 +131,17 @@ def test_the_schedulers_info_reads_as_a_plain_dict():
             "group": None, "draining": False, "last_seen_seconds_ago": 0.5,
         }
     }  # fmt: skip
+
+
+def test_a_scheduler_older_than_1_8_has_no_info_to_give_and_no_dashboard_link():
+    class OldScheduler(DaskCalls):
+        _address = "tcp://h:1"
+        _dashboard_link = None
+
+        class _agent:
+            scheduler_version = m.Version(1, 7)
+
+    with pytest.raises(ProtocolError, match="scheduler_info needs a scheduler of protocol 1.8 or later; this one "
+                       "speaks 1.7"):  # fmt: skip
+        OldScheduler().scheduler_info()
+    assert OldScheduler().dashboard_link is None

@@ -12,9 +12,8 @@ from scaler.client.client_events import AskInfo
 from scaler.client.gather_scatter import gather, scatter
 from scaler.client.object_reference import ObjectReference
 from scaler.client.scheduler_info import info_dict
-from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import SchedulerInfo
-from scaler.protocol.version import SCHEDULER_INFO_VERSION, knows, show_version
+from scaler.protocol.version import SCHEDULER_INFO_VERSION, knows, require_scheduler
 
 
 class DaskCalls:
@@ -63,10 +62,5 @@ class DaskCalls:
         return self._dashboard_link or None
 
     def _ask_info(self) -> SchedulerInfo:
-        version = self._agent.scheduler_version
-        if not knows(version, SCHEDULER_INFO_VERSION):
-            raise ProtocolError(
-                f"scheduler_info needs a scheduler of protocol {show_version(SCHEDULER_INFO_VERSION)} or later; the "
-                f"one at {self._address} speaks {show_version(version)}"
-            )
+        require_scheduler(self._agent.scheduler_version, SCHEDULER_INFO_VERSION, "scheduler_info")
         return self._wait(self._agent.ask(AskInfo), "the scheduler")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import Version
 
 # 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
@@ -47,6 +48,16 @@ SCHEDULER_INFO_VERSION = Version(major=1, minor=8)  # a scheduler that answers S
 def knows(theirs: Version, since: Version) -> bool:
     """Whether a peer of version ``theirs`` reads what was added in ``since`` (same major as ours)."""
     return theirs.major == since.major and theirs.minor >= since.minor
+
+
+def require_scheduler(theirs: Version, since: Version, what: str) -> None:
+    """`ProtocolError` unless a scheduler of version ``theirs`` reads what was added in ``since``, which ``what``
+    needs."""
+    if not knows(theirs, since):
+        raise ProtocolError(
+            f"{what} needs a scheduler of protocol {show_version(since)} or later; this one speaks "
+            f"{show_version(theirs)}"
+        )
 
 
 def show_version(version: Version) -> str:
