@@ -99,6 +99,22 @@ def test_a_call_that_cannot_bind_raises_type_error_at_once_and_each_shape_binds_
     checks.check(print, (1, 2), {"sep": ""})
 
 
+def test_a_callable_that_may_hold_data_is_not_kept_by_the_call_checks():
+    class Batch:  # as joblib's: a callable object holding its calls' arguments
+        def __init__(self, data):
+            self.data = data
+
+        def __call__(self):
+            return len(self.data)
+
+    checks = CallChecks()
+    for _ in range(3):
+        checks.check(Batch(bytearray(1000)), (), {})
+    assert checks._passed == {}
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        checks.check(Batch(b""), (1,), {})
+
+
 def test_the_current_client_is_the_innermost_entered_else_the_last_made_while_connected():
     class Fake:
         connected = True

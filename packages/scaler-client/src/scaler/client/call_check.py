@@ -4,14 +4,18 @@ A call that cannot bind (a required argument missing, one too many, an unknown k
 `TypeError` Python would raise, at ``submit`` in the caller's thread, rather than as the task's failure on a
 worker, as the earlier engine did. Whether a call binds depends only on how many positional arguments it has
 and which keywords, so each shape is checked once per function (`CallChecks`): ``map`` of a million tasks binds
-once. Callables without a signature Python can read (some builtins, C extensions) are not checked.
+once. Only functions and classes are remembered (other callables, a bound method, a partial, joblib's batch,
+may hold data, and are bound each time). Callables without a signature Python can read (some builtins, C
+extensions) are not checked.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+_REMEMBERED = (types.FunctionType, types.BuiltinFunctionType, type)  # light, and the same object call after call
 _MAX_SHAPES = 4096  # the checks a client remembers (then it forgets them all: a few more binds, no unbounded memory)
 
 
@@ -21,12 +25,9 @@ class CallChecks:
 
     def check(self, fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """`TypeError` when ``fn(*args, **kwargs)`` cannot bind, as the call itself would say."""
-        try:
-            shape = (fn, len(args), tuple(kwargs))
-            if shape in self._passed:
-                return
-        except TypeError:  # an unhashable callable: bound every time
-            shape = None
+        shape = (fn, len(args), tuple(kwargs)) if type(fn) in _REMEMBERED else None
+        if shape in self._passed:
+            return
         signature = _signature(fn)
         if signature is not None:
             try:
