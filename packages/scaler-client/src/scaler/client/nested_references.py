@@ -10,7 +10,7 @@ nested references is left as it is, and costs a look at each argument's type.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Tuple
 
 import cloudpickle
 
@@ -25,12 +25,19 @@ def lift(
 ) -> Tuple[Callable[..., Any], Tuple[Any, ...], Mapping[str, Any]]:
     """``(fn, args, kwargs)`` as they are when no container of theirs holds a reference, else the evaluator's
     call that rebuilds them on the worker with each reference's object."""
-    if not any(type(value) in _CONTAINERS and _holds_reference(value) for value in (*args, *kwargs.values())):
+    if not _any_holds(args) and not (kwargs and _any_holds(kwargs.values())):  # the path of every submit
         return fn, args, kwargs
     references: List[ObjectReference] = []
     template = Call(apply_call, [fn, [_template(value, references) for value in args],
                                  {name: _template(value, references) for name, value in kwargs.items()}])  # fmt: skip
     return evaluate_graph_node, (cloudpickle.dumps(template), *references), {}
+
+
+def _any_holds(values: Iterable[Any]) -> bool:
+    for value in values:
+        if type(value) in _CONTAINERS and _holds_reference(value):
+            return True
+    return False
 
 
 def _holds_reference(value: Any) -> bool:
