@@ -179,7 +179,7 @@ class SchedulerClusterCombo:
                 *(["--dashboard-link", self.dashboard_link] if self.dashboard_link else []),
             )  # fmt: skip
             wait_for_hello(self._address, self._processes[-1], "scheduler", probe)
-            if dashboard is not None and self.dashboard_link is not None:
+            if dashboard is not None and self.dashboard_link:
                 self._start(*web_monitor_arguments(monitor, *dashboard, *logs, *probe.to_arguments()))
                 wait_for_page(self.dashboard_link, self._processes[-1])
             self._start(

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from typing import Optional, Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union
 
 import zmq
 
@@ -89,16 +89,13 @@ def dashboard_link(host: str, port: int) -> str:
     return f"http://{host if ':' not in host else f'[{host}]'}:{port}/"
 
 
-def wait_for_page(
-    url: str, process: subprocess.Popen, token: Optional[str] = None, timeout: float = START_TIMEOUT_SECONDS
-) -> None:
+def wait_for_page(url: str, process: subprocess.Popen, timeout: float = START_TIMEOUT_SECONDS) -> None:
     """Until ``url`` answers (any HTTP status: it serves), or `ClusterStartError`."""
     deadline = time.monotonic() + timeout
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while time.monotonic() < deadline:
         _check_running(process, "web monitor", url)
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=1.0):
+            with urllib.request.urlopen(url, timeout=1.0):
                 return
         except urllib.error.HTTPError:
             return  # it answered
