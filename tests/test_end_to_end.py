@@ -246,7 +246,8 @@ def test_a_custom_serializer_carries_arguments_and_results(cluster):
 @pytest.mark.parametrize("event_loop", ["builtin", "auto"])
 def test_every_event_loop_choice_runs_a_cluster(tmp_path, event_loop):
     log = tmp_path / "cluster.log"
-    with SchedulerClusterCombo(n_workers=1, event_loop=event_loop, logging_paths=(str(log),)) as combo:
+    options = dict(event_loop=event_loop, logging_level="INFO", logging_paths=(str(log),))
+    with SchedulerClusterCombo(n_workers=1, **options) as combo:
         with Client(address=combo.get_address(), timeout_seconds=30) as client:
             assert client.map(square, [(i,) for i in range(100)]) == [i * i for i in range(100)]
             # larger than a pipe's buffer: the agent writes it to its processor in more than one go

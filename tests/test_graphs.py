@@ -11,7 +11,7 @@ import pytest
 from cluster_processes import next_snapshot, wait_until
 
 import scaler.client.client
-from scaler import Client, DisconnectedError, GraphCycleError, GraphKeyError, SchedulerClusterCombo
+from scaler import Client, GraphCycleError, GraphKeyError, SchedulerClusterCombo
 from scaler.protocol.addresses import default_monitor_address
 from scaler.scheduler.graph_index import graphblas_available
 
@@ -272,7 +272,7 @@ def test_a_client_that_leaves_takes_its_graph_with_it(cluster):
     futures = client.get(graph, keys=["total"], block=False)
     wait_until(lambda: _running_tasks(monitor) >= 2, 30, "slow nodes running")
     client.disconnect()
-    with pytest.raises(DisconnectedError):
+    with pytest.raises(concurrent.futures.CancelledError):  # given up by leaving, as the earlier engine ends them
         futures["total"].result(timeout=30)
     wait_until(lambda: _running_tasks(monitor) == 0, 30, "the departed client's nodes cancelled")
     with Client(address=cluster.get_address()) as other:

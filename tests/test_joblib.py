@@ -118,6 +118,7 @@ def test_address_and_environment_variable(cluster, monkeypatch):
 
 def test_a_backend_without_a_cluster_says_what_it_needs(monkeypatch):
     monkeypatch.delenv("SCALER_SCHEDULER_ADDRESS", raising=False)
+    monkeypatch.setattr("scaler.client.current_client.current", lambda: None)  # no Client made in this process
     with joblib.parallel_config(backend="scaler", n_jobs=2):
         with pytest.raises(ValueError, match="needs a cluster"):
             joblib.Parallel()(joblib.delayed(square)(i) for i in range(3))

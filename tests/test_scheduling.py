@@ -112,7 +112,7 @@ def test_a_task_running_past_its_timeout_fails_clearly(client):
 
 
 def test_capability_task_waits_for_a_worker_that_joins_later(processes, address):
-    processes.scheduler(address, "--allocate-policy", "capability")
+    processes.scheduler(address)  # the default policy honours capabilities too
     processes.cluster(address, 1)
     with Client(address=address) as client:
         gpu = client.submit_verbose(square, (7,), {}, capabilities={"gpu": -1})

@@ -44,8 +44,8 @@ INTERVAL = 1.0
 FUNCTION = b"f" * 16
 SERIALIZER = b"s" * 16
 # command IDs, named in `outcomes`
-READY, PUT, BYE, CLEAR, SHUTDOWN = 1, 2, 3, 4, 5
-COMMANDS = {READY: "ready", PUT: "put", BYE: "bye", CLEAR: "clear", SHUTDOWN: "shutdown"}
+READY, PUT, BYE, CLEAR, SHUTDOWN, INFO = 1, 2, 3, 4, 5, 6
+COMMANDS = {READY: "ready", PUT: "put", BYE: "bye", CLEAR: "clear", SHUTDOWN: "shutdown", INFO: "info"}
 RESULT, ERROR, CANCELLED, CANCEL_REFUSED, REPLY, REPLY_ERROR = (
     "result", "error", "cancelled", "cancel_refused", "reply", "reply_error"
 )  # fmt: skip

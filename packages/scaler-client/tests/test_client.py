@@ -353,7 +353,8 @@ def test_profiling_info(scheduler, storage):
         result = TaskResult(future.task_id, 0, TaskStatus.SUCCESS, PayloadKind.INLINE, cloudpickle.dumps(3))
         result.profiling = measured
         answer(scheduler, profiling, result)
-        assert future.profiling_info(timeout=10) == measured
+        assert future.result(timeout=10) == 3
+        assert future.profiling_info() == measured
     with Client(scheduler.address) as plain:
         future = plain.submit(add, 1)
         with pytest.raises(ValueError, match="profiling=True"):
@@ -477,13 +478,15 @@ def test_heartbeats_are_sent(scheduler, client):
     scheduler.wait_for(ClientHeartbeat, count=2)
 
 
-def test_disconnect_fails_pending_futures_and_later_calls(scheduler, storage):
+def test_disconnect_cancels_pending_futures_and_fails_later_calls(scheduler, storage):
+    """As the earlier engine: what the client gave up by leaving ends cancelled."""
     leaving = Client(scheduler.address)
     future = _submitted(scheduler, leaving)
     leaving.disconnect()
     scheduler.wait_for(DisconnectRequest)
-    with pytest.raises(DisconnectedError):
+    with pytest.raises(concurrent.futures.CancelledError):
         future.result(timeout=10)
+    assert future.cancelled()
     with pytest.raises(DisconnectedError):
         leaving.submit(add, 1)
     leaving.disconnect()

@@ -15,6 +15,7 @@ from core_driver import (  # conftest puts this directory on sys.path
     CLIENT_ID,
     ERROR,
     FUNCTION,
+    INFO,
     INTERVAL,
     PUT,
     READY,
@@ -43,6 +44,7 @@ from core_driver import (  # conftest puts this directory on sys.path
 from scaler.client.client_events import (
     TICK,
     Abort,
+    AskInfo,
     Cancel,
     Clear,
     Connect,
@@ -80,6 +82,8 @@ from scaler.protocol.messages import (
     PayloadKind,
     PeerRole,
     Refusal,
+    SchedulerInfo,
+    SchedulerInfoRequest,
     Task,
     TaskBatch,
     TaskCancel,
@@ -423,3 +427,13 @@ def test_shutdown_reply_carries_the_answer(accepted):
     assert isinstance(to_scheduler(run(core, 0.0, Shutdown(SHUTDOWN)))[0], ClientShutdownRequest)
     effects = run(core, 0.0, FromScheduler(ClientShutdownResponse(accepted=accepted, reason="protected")))
     assert outcomes(effects)["shutdown"] == (REPLY, (accepted, "protected"))
+
+
+def test_asking_what_the_scheduler_serves_is_answered_with_its_info_and_fails_when_the_client_stops():
+    core = connected()
+    assert to_scheduler(run(core, 0.0, AskInfo(INFO))) == [SchedulerInfoRequest()]
+    info = SchedulerInfo(monitor_address="tcp://127.0.0.1:2347", dashboard_link="http://127.0.0.1:8081/")
+    assert outcomes(run(core, 0.1, FromScheduler(info)))["info"] == (REPLY, info)
+    run(core, 0.2, AskInfo(INFO))
+    found = outcomes(run(core, 0.3, Abort(DisconnectedError("gone"))))
+    assert found["info"][0] == REPLY_ERROR

@@ -4,6 +4,7 @@ import pytest
 
 from scaler.protocol.addresses import (
     AddressError,
+    address_in_use,
     check_address,
     default_monitor_address,
     default_storage_address,
@@ -54,3 +55,22 @@ def test_free_tcp_port_can_be_bound():
     assert 0 < port < 65536
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_an_address_is_in_use_while_a_process_listens_there(tmp_path):
+    port = free_tcp_port()
+    assert not address_in_use(f"tcp://127.0.0.1:{port}")
+    with socket.socket() as listening:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen()
+        assert address_in_use(f"tcp://127.0.0.1:{port}")
+        assert address_in_use(f"tcp://*:{port}")
+    assert not address_in_use(f"tcp://127.0.0.1:{port}")  # left: free again at once, as ZeroMQ binds it
+    path = str(tmp_path / "scheduler.sock")
+    assert not address_in_use(f"ipc://{path}")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(path)
+        listening.listen()
+        assert address_in_use(f"ipc://{path}")
+    assert not address_in_use(f"ipc://{path}")  # the path of a process gone: ZeroMQ takes it over

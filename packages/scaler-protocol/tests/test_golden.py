@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "e82762907e7865e85c4670f3a1dcc613325df1c6cfdd55d430c2f328b68191e0",
+    "1.8": "f147de39c79513199c5e5e6193e7a57c84b07fdbaf713bd97e3f24f4b3b56c04",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -102,6 +102,8 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.StateSnapshot, "object_summary"),
         (m.WorkerHeartbeat, "memory_limit_bytes"),
         (m.WorkerHeartbeat, "memory_kills"),
+        (m.SchedulerInfoRequest, None),
+        (m.SchedulerInfo, None),
     ],
 }
 
@@ -187,6 +189,50 @@ _TASK = m.Task(
     queued_seconds=0.5,
 )
 
+_STATE_SNAPSHOT = m.StateSnapshot(
+    scheduler_cpu=37.5,
+    scheduler_rss_bytes=38_797_312,
+    task_states=[m.Counter("running", 3), m.Counter("success", 200_000)],
+    messages_sent=[m.Counter("TaskBatch", 2_000)],
+    messages_received=[m.Counter("TaskResultBatch", 1_999)],
+    workers=[
+        m.WorkerSnapshot(
+            worker_id=_WORKER_ID,
+            heartbeat=_HEARTBEAT,
+            slots=4,
+            assigned_tasks=9,
+            capabilities=_CAPABILITIES,
+            last_seen_seconds_ago=0.5,
+            group_id=_GROUP_ID,
+            draining=True,
+        )
+    ],
+    clients=2,
+    objects=11,
+    client_snapshots=[
+        m.ClientSnapshot(
+            client_id=_CLIENT_ID,
+            heartbeat=m.ClientHeartbeat(cpu=0.5, rss_bytes=50_331_648, pending_tasks=1_000),
+            tasks=990,
+            last_seen_seconds_ago=1.5,
+            stored_bytes=3 << 30,
+        )
+    ],
+    managers=[
+        m.ManagerSnapshot(
+            manager_id=_MANAGER_ID,
+            heartbeat=_MANAGER_HEARTBEAT,
+            desired_groups=3,
+            draining_groups=[_GROUP_ID],
+            last_seen_seconds_ago=0.25,
+        )
+    ],
+    client_task_quota=100_000,
+    client_memory_quota=2 << 30,
+    events=[m.MonitorEvent(1.25, "worker joined", _WORKER_ID, "worker W|golden-host|4343 joined")],
+    object_summary=_OBJECT_SUMMARY,
+)
+
 GOLDEN = [
     m.Hello(
         version=_VERSION,
@@ -268,49 +314,7 @@ GOLDEN = [
     m.ClientShutdownResponse(accepted=True, reason="shutting down"),
     m.BalanceRequest(count=17),
     m.BalanceResponse(task_ids=[_TASK_ID]),
-    m.StateSnapshot(
-        scheduler_cpu=37.5,
-        scheduler_rss_bytes=38_797_312,
-        task_states=[m.Counter("running", 3), m.Counter("success", 200_000)],
-        messages_sent=[m.Counter("TaskBatch", 2_000)],
-        messages_received=[m.Counter("TaskResultBatch", 1_999)],
-        workers=[
-            m.WorkerSnapshot(
-                worker_id=_WORKER_ID,
-                heartbeat=_HEARTBEAT,
-                slots=4,
-                assigned_tasks=9,
-                capabilities=_CAPABILITIES,
-                last_seen_seconds_ago=0.5,
-                group_id=_GROUP_ID,
-                draining=True,
-            )
-        ],
-        clients=2,
-        objects=11,
-        client_snapshots=[
-            m.ClientSnapshot(
-                client_id=_CLIENT_ID,
-                heartbeat=m.ClientHeartbeat(cpu=0.5, rss_bytes=50_331_648, pending_tasks=1_000),
-                tasks=990,
-                last_seen_seconds_ago=1.5,
-                stored_bytes=3 << 30,
-            )
-        ],
-        managers=[
-            m.ManagerSnapshot(
-                manager_id=_MANAGER_ID,
-                heartbeat=_MANAGER_HEARTBEAT,
-                desired_groups=3,
-                draining_groups=[_GROUP_ID],
-                last_seen_seconds_ago=0.25,
-            )
-        ],
-        client_task_quota=100_000,
-        client_memory_quota=2 << 30,
-        events=[m.MonitorEvent(1.25, "worker joined", _WORKER_ID, "worker W|golden-host|4343 joined")],
-        object_summary=_OBJECT_SUMMARY,
-    ),
+    _STATE_SNAPSHOT,
     _MANAGER_HEARTBEAT,
     m.WorkerManagerCommand(
         kind=m.WorkerManagerCommandKind.STOP_WORKERS,
@@ -326,6 +330,10 @@ GOLDEN = [
         ]
     ),
     m.WaitingTasks(task_ids=[_TASK_ID, _OTHER_TASK_ID], waiting=[True, False]),
+    m.SchedulerInfoRequest(),
+    m.SchedulerInfo(
+        snapshot=_STATE_SNAPSHOT, monitor_address="tcp://127.0.0.1:2347", dashboard_link="http://127.0.0.1:8081/"
+    ),
 ]
 
 

@@ -97,8 +97,7 @@ def test_the_minimum_is_started_without_work_and_nothing_retires_while_work_wait
 def test_waiting_work_counts_tasks_queued_here_and_tasks_beyond_a_workers_slots():
     queued = {NEEDS_NOTHING: 3, GPU: 2}
     workers = [(frozenset({"linux"}), 5, 1), (NEEDS_NOTHING, 1, 1), (GPU, 0, 1)]
-    assert waiting_work(queued, workers, capability_policy=True) == {NEEDS_NOTHING: 3, GPU: 2, frozenset({"linux"}): 4}
-    assert waiting_work(queued, workers, capability_policy=False) == {NEEDS_NOTHING: 9}
+    assert waiting_work(queued, workers) == {NEEDS_NOTHING: 3, GPU: 2, frozenset({"linux"}): 4}
 
 
 # ----------------------------------------------------------------------------- a property test

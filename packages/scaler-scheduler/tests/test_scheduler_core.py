@@ -199,8 +199,9 @@ def test_protected_scheduler_refuses_shutdown():
     assert sent(effects, to=WORKER_A, kind=m.DisconnectRequest)
 
 
-def test_capability_tasks_wait_for_a_capable_worker():
-    core = core_with(allocate_policy="capability")
+@pytest.mark.parametrize("policy", ["even", "capability"])
+def test_capability_tasks_wait_for_a_capable_worker_under_every_policy(policy):
+    core = core_with(allocate_policy=policy)
     effects = core.handle(
         FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)])), 1.0
     )
@@ -214,7 +215,7 @@ def test_capability_tasks_wait_for_a_capable_worker():
 
 
 def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
-    core = core_with(allocate_policy="capability")
+    core = core_with()
     core.handle(
         FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)], timeout_seconds=5.0)])), 1.0
     )
@@ -223,6 +224,41 @@ def test_a_task_no_worker_can_run_is_rejected_after_its_timeout():
     (rejected,) = batch.results
     assert rejected.status == m.TaskStatus.REJECTED and "gpu" in rejected.error_text and "5s" in rejected.error_text
     assert core.task_count == 0
+
+
+def test_a_task_whose_capabilities_no_worker_offers_waits_with_a_warning_by_default(caplog):
+    core = core_with()
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)])])), 1.0)
+    core.handle(Tick(), 1.5)
+    assert "gpu" not in caplog.text  # a capable worker may be starting: not yet
+    for now in (4.5, 5.0, 5.5):
+        assert sent(core.handle(Tick(), now), to=CLIENT, kind=m.TaskResultBatch) == []
+    (line,) = [record.getMessage() for record in caplog.records if "gpu" in record.getMessage()]  # once a minute
+    assert "1 task(s) wait for a worker that offers capabilities gpu: no worker has them" in line
+    (batch,) = sent(
+        core.handle(FromPeer(b"W|host|9|gpu", hello(m.PeerRole.WORKER, caps=("gpu",))), 6.0), kind=m.TaskBatch
+    )
+    assert [t.task_id for t in batch.tasks] == [task(1).task_id]
+
+
+def test_a_task_whose_capabilities_no_worker_offers_fails_if_so_chosen():
+    core = core_with(missing_capabilities="fail")
+    gpu_and_linux = [m.Capability("gpu", -1), m.Capability("linux", -1)]
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=gpu_and_linux), task(2)])), 1.0)
+    for now in (1.5, 3.5):  # a capable worker may be starting
+        assert sent(core.handle(Tick(), now), to=CLIENT, kind=m.TaskResultBatch) == []
+    (batch,) = sent(core.handle(Tick(), 4.5), to=CLIENT, kind=m.TaskResultBatch)
+    (rejected,) = batch.results
+    assert rejected.task_id == task(1).task_id and rejected.status == m.TaskStatus.REJECTED
+    assert "no worker offers the capabilities it needs (gpu,linux)" in rejected.error_text
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(3, capabilities=gpu_and_linux)])), 5.0)
+    (batch,) = sent(core.handle(Tick(), 5.5), to=CLIENT, kind=m.TaskResultBatch)  # no grace again: none came
+    assert [result.task_id for result in batch.results] == [task(3).task_id]
+    core.handle(FromPeer(b"W|host|9|gpu", hello(m.PeerRole.WORKER, caps=("gpu", "linux", "big"))), 6.0)
+    effects = core.handle(FromPeer(CLIENT, m.TaskBatch([task(4, capabilities=gpu_and_linux)])), 6.5)
+    effects += core.handle(Tick(), 10.0)
+    assert [t.task_id for b in sent(effects, kind=m.TaskBatch) for t in b.tasks] == [task(4).task_id]
+    assert sent(effects, to=CLIENT, kind=m.TaskResultBatch) == []
 
 
 NEEDS = [(), ("gpu",), ("gpu", "big"), ("big",)]
@@ -234,7 +270,7 @@ def test_the_queued_tasks_by_what_they_need_are_what_the_queue_holds_whatever_ha
     """The scaling decision reads how many queued tasks need each set of capabilities, a count kept as tasks
     enter and leave the queue (`TaskRouting.queued_by_needs`): after any submits, cancels, workers of any
     capabilities joining and leaving, results and timeouts, it is what the queued tasks need."""
-    core = core_with(workers=(), allocate_policy="capability", worker_timeout_seconds=1e9)
+    core = core_with(workers=(), worker_timeout_seconds=1e9)
     held: Dict[bytes, List[m.Task]] = {}  # worker -> the tasks sent to it
     now = 1.0
 
@@ -617,3 +653,15 @@ def test_a_scope_a_client_writes_into_its_own_tasks_is_never_sent_on():
     core = delegating_core()
     (forged,) = sent_tasks(core.handle(FromPeer(CLIENT, routed(task(2, scope_id=OTHER_CLIENT))), 2.0))
     assert (forged.client_id, forged.scope_id) == (CLIENT, b"")
+
+
+def test_a_client_that_asks_is_told_the_workers_its_addresses_and_only_itself_of_the_clients():
+    core = core_with(capacity=5, monitor_address="tcp://127.0.0.1:2347", dashboard_link="http://127.0.0.1:8081/")
+    connect_client(core, OTHER_CLIENT)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(1, capabilities=[m.Capability("gpu", -1)]), task(2)])), 1.0)
+    (info,) = sent(core.handle(FromPeer(CLIENT, m.SchedulerInfoRequest()), 2.0), to=CLIENT, kind=m.SchedulerInfo)
+    assert info.monitor_address == "tcp://127.0.0.1:2347" and info.dashboard_link == "http://127.0.0.1:8081/"
+    snapshot = info.snapshot
+    assert [(w.worker_id, w.assigned_tasks) for w in snapshot.workers] == [(WORKER_A, 1)]
+    assert snapshot.clients == 2 and [c.client_id for c in snapshot.client_snapshots] == [CLIENT]
+    assert {c.name: c.value for c in snapshot.task_states}["queued"] == 1

@@ -118,7 +118,7 @@ def test_a_retiring_group_gives_back_what_it_has_not_started_and_stops_only_once
 
 
 def test_a_capability_routed_task_grows_the_manager_that_offers_the_capability():
-    core = core_with(workers=(), scaling=SCALING, allocate_policy="capability", **NO_TIMEOUTS)
+    core = core_with(workers=(), scaling=SCALING, **NO_TIMEOUTS)
     other = b"M|host|8|bb"
     core.handle(FromPeer(other, manager_hello()), 0.0)
     core.handle(FromPeer(MANAGER, manager_hello()), 0.0)

@@ -92,6 +92,7 @@ class ClientAgent:
         self._wake_pending = False
         self._closed_error: Optional[Exception] = None
         self._stopped: Optional[Stopped] = None
+        self._leaving = False  # the user disconnects: what its tasks still wait for is given up, they end cancelled
         self._usage = _ProcessUsage()
         self._context = zmq.Context()
         self._wake_address = f"inproc://scaler-client-wake-{os.urandom(8).hex()}"
@@ -114,7 +115,7 @@ class ClientAgent:
             TaskRunsArrived: self._give_runs,
             TaskResults: self._give_results,
             TaskPrinted: lambda effect: self._printer.print(effect.outputs),
-            TaskFailed: lambda effect: self._end_future(effect.task_id)._set_error(_fresh(effect.error)),
+            TaskFailed: self._fail_future,
             TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
             CancelRefused: self._tell_cancel_refused,
             Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
@@ -174,7 +175,9 @@ class ClientAgent:
         return reply
 
     def disconnect(self) -> concurrent.futures.Future:
-        """Ask for a graceful disconnect; resolves when done (at once when already closed)."""
+        """Ask for a graceful disconnect; resolves when done (at once when already closed). The futures still
+        pending end cancelled."""
+        self._leaving = True
         try:
             return self.ask(Disconnect)
         except DisconnectedError:
@@ -327,6 +330,13 @@ class ClientAgent:
                 logger.exception("Client: resolving a future failed")
         for stream in self._task_streams:
             stream.ended(effect.results)
+
+    def _fail_future(self, effect: TaskFailed) -> None:
+        future = self._end_future(effect.task_id)
+        if self._leaving and isinstance(effect.error, DisconnectedError):
+            future._set_cancelled()  # as the earlier engine ends them: the user gave the task up
+        else:
+            future._set_error(_fresh(effect.error))
 
     def _end_future(self, task_id: bytes) -> ScalerFuture:
         return self._futures.pop(task_id)

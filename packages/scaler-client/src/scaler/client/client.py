@@ -9,8 +9,11 @@ import os
 import weakref
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from scaler.client import current_client
 from scaler.client.agent import ClientAgent, close_unreferenced
+from scaler.client.call_check import CallChecks
 from scaler.client.client_events import Cancel, Clear, PutObject, Shutdown, Submit, SubmitGraph
+from scaler.client.dask_calls import DaskCalls
 from scaler.client.executor import ScalerExecutor
 from scaler.client.future import FutureBatch, ScalerFuture
 from scaler.client.graph_builder import (
@@ -22,6 +25,8 @@ from scaler.client.graph_builder import (
     pack_results,
     to_task_spec,
 )
+from scaler.client.graph_parser import GraphKeyError
+from scaler.client.nested_references import lift
 from scaler.client.object_reference import ObjectReference
 from scaler.client.performance_report import PerformanceReport
 from scaler.client.progress_bar import ProgressOption, start_progress
@@ -48,7 +53,7 @@ GRAPH_PART_SIZE = 10_000  # get() sends a larger graph in parts of this many tas
 ANSWER_MARGIN_SECONDS = 2.0
 
 
-class Client:
+class Client(DaskCalls):
     """A connection to a Scaler scheduler.
 
     ``address`` defaults to the ``SCALER_SCHEDULER_ADDRESS`` environment
@@ -77,6 +82,8 @@ class Client:
     task, with the keys of that processor (its worker's task key): there
     `disconnect` stops only that Client, and `clear` cancels only the tasks
     submitted through it.
+
+    Dask's ``gather``, ``scatter``, ``scheduler_info``, ``dashboard_link`` and ``current`` come from `DaskCalls`.
     """
 
     def __init__(
@@ -112,8 +119,11 @@ class Client:
         self._custom_serializer = serializer
         self._stream_output = bool(stream_output)
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
+        self._calls = CallChecks()  # a call that cannot bind fails at submit
+        self._dashboard_link: Optional[str] = None  # once asked: the scheduler's answer, "" for none
         if context is not None:
             self._share(context, self._profiling)
+            current_client.made(self)
             return
 
         self._client_id = new_client_id()
@@ -127,6 +137,7 @@ class Client:
         builder.send = self._agent.send
         self._agent.connect(self._timeout, self._bounded_wait)
         weakref.finalize(self, close_unreferenced, self._agent)
+        current_client.made(self)
         logger.debug(f"Client: {show(self._client_id)} connected to {address}")
 
     def _share(self, context: TaskContext, profiling: bool) -> None:
@@ -154,9 +165,11 @@ class Client:
         return not self._agent.closed
 
     def __enter__(self) -> Client:
+        current_client.entered(self)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
+        current_client.exited(self)
         self.disconnect()
 
     def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
@@ -179,9 +192,11 @@ class Client:
     # --- tasks -------------------------------------------------------------------------------------------------
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ScalerFuture:
-        """Run ``fn(*args, **kwargs)`` on a worker; returns its future."""
+        """Run ``fn(*args, **kwargs)`` on a worker; returns its future. A call that cannot bind raises `TypeError`
+        here."""
+        self._calls.check(fn, args, kwargs)
         puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
-        task = self._builder.build(fn, args, kwargs, [], puts)
+        task = self._builder.build(*lift(fn, args, kwargs), [], puts)
         future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
         self._agent.send(Submit([task], puts), {task.task_id: future})
         return future
@@ -198,15 +213,17 @@ class Client:
     ) -> ScalerFuture:
         """`submit` with explicit arguments and scheduling options.
 
-        ``capabilities``: what a worker must offer to run the task (with the scheduler's
-        ``--allocate-policy capability``), e.g. ``{"gpu": -1}``. ``priority``: higher runs first.
+        ``capabilities``: what a worker must offer to run the task, e.g. ``{"gpu": -1}`` (it waits for such a
+        worker, or fails with `TaskRejectedError` if the scheduler was so told: docs/scheduling.md).
+        ``priority``: higher runs first.
         ``timeout_seconds``: the task fails with `TaskTimeoutError` if it runs longer, or is rejected if no
         worker takes it in that time (0: no limit). ``retries``: how many times to run it again if it raises.
         """
         if timeout_seconds < 0 or retries < 0:
             raise ValueError("timeout_seconds and retries must not be negative")
+        self._calls.check(fn, args, kwargs or {})
         puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
-        task = self._builder.build(fn, tuple(args), kwargs or {}, _capabilities(capabilities), puts)
+        task = self._builder.build(*lift(fn, tuple(args), kwargs or {}), _capabilities(capabilities), puts)
         task.priority = priority
         task.timeout_seconds = float(timeout_seconds)
         task.retries = retries
@@ -242,6 +259,7 @@ class Client:
         batch = FutureBatch()  # the map waits on this one condition, not on each future
         bar = start_progress(progress, "map")
         build, serializer, profiling, wait = self._builder.build, self._serializer, self._profiling, self._bounded_wait
+        check = self._calls.check
         try:
             for arguments in iterable:
                 if not isinstance(arguments, (tuple, list)):
@@ -250,7 +268,8 @@ class Client:
                         f"got an element of type {type(arguments).__name__}. For single values, as in the "
                         f"built-in map(f, values), use client.executor().map(f, values)"
                     )
-                task = build(fn, tuple(arguments), {}, needs, puts)
+                check(fn, arguments, {})
+                task = build(*lift(fn, tuple(arguments), {}), needs, puts)
                 future = ScalerFuture(task.task_id, self, serializer, profiling, wait, batch)
                 chunk.append(task)
                 futures.append(future)
@@ -361,7 +380,7 @@ class Client:
         Classic tuple tasks and task-spec nodes are both accepted; Dask's other options are ignored.
         ``progress=True`` shows a bar (``functools.partial(client.dask_get, progress=True)`` as the scheduler).
         """
-        flat = flatten_keys(keys)
+        flat = list(dict.fromkeys(flatten_keys(keys)))  # dask.compute(x, x) asks for x's keys twice
         values = self.get(to_task_spec(dsk), flat, progress=progress)
         return pack_results(keys, values)
 
@@ -442,13 +461,23 @@ class Client:
     # --- objects ---------------------------------------------------------------------------------------------
 
     def send_object(self, obj: Any, name: Optional[str] = None) -> ObjectReference:
-        """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object."""
-        data = serialize_payload(self._serializer, obj)
-        object_id = self._builder.ids.next_id()
-        self._wait(self._agent.ask(PutObject, object_id, data), "the object storage server")
-        return ObjectReference(
-            object_id=object_id, name=name if name is not None else type(obj).__name__, size=object_frames.size(data)
-        )
+        """Put ``obj`` in object storage once; pass the reference as a task argument instead of the object (also
+        inside the lists, tuples and dicts of an argument). It lives until this client leaves or clears."""
+        (reference,) = self._put_all([obj], name)
+        return reference
+
+    def _put_all(self, values: List[Any], name: Optional[str] = None) -> List[ObjectReference]:
+        """Put each of ``values`` in object storage, all the requests at once; their references."""
+        references, replies = [], []
+        for value in values:
+            data = serialize_payload(self._serializer, value)
+            object_id = self._builder.ids.next_id()
+            replies.append(self._agent.ask(PutObject, object_id, data))
+            label = name if name is not None else type(value).__name__
+            references.append(ObjectReference(object_id=object_id, name=label, size=object_frames.size(data)))
+        for reply in replies:
+            self._wait(reply, "the object storage server")
+        return references
 
     def clear(self) -> None:
         """Cancel every task of this client and delete every object it sent; pending futures become cancelled."""
@@ -475,7 +504,8 @@ class Client:
     # --- leaving -------------------------------------------------------------------------------------------
 
     def disconnect(self) -> None:
-        """Leave the scheduler (it cancels this client's tasks); pending futures fail with DisconnectedError."""
+        """Leave the scheduler (it cancels this client's tasks); pending futures end cancelled (as leaving a
+        ``with`` block does)."""
         reply = self._agent.disconnect()
         if not self._agent.in_agent_thread():
             try:
@@ -483,6 +513,8 @@ class Client:
             except Exception:
                 pass
             self._agent.join(self._bounded_wait)
+
+    close = disconnect  # Dask's name
 
     def shutdown(self) -> bool:
         """Ask the scheduler to shut down (with its workers); True once it accepted. `ShutdownRefusedError` when
@@ -532,14 +564,20 @@ def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]
 
 
 def _requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
-    """``keys`` as a list without repeats: a list (or other iterable) of keys, or one key of the graph."""
+    """``keys`` as a list: a list (or other iterable) of keys, or one key of the graph. A key given twice is a
+    `GraphKeyError` (a `KeyError`, as in the earlier engine): the answer, a dict, could hold it only once."""
     single = isinstance(keys, (str, bytes, tuple)) or not isinstance(keys, Iterable)
     if isinstance(keys, tuple):
         try:
             single = keys in graph
         except TypeError:
             single = False
-    return list(dict.fromkeys([keys] if single else keys))
+    distinct: Dict[Hashable, None] = {}
+    for key in [keys] if single else keys:
+        if key in distinct:
+            raise GraphKeyError(f"key {key!r} is requested more than once in keys")
+        distinct[key] = None
+    return list(distinct)
 
 
 def _unpickle_client(

@@ -23,6 +23,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from scaler.client.client_events import (
     Abort,
+    AskInfo,
     Cancel,
     Clear,
     Connect,
@@ -72,6 +73,8 @@ from scaler.protocol.messages import (
     ObjectResponse,
     PeerRole,
     Refusal,
+    SchedulerInfo,
+    SchedulerInfoRequest,
     TaskCancelConfirm,
     TaskOutputBatch,
     TaskResultBatch,
@@ -136,6 +139,7 @@ class ClientCore:
         self._hello_lost = False  # the connection dropped while waiting for the HelloAck
         self._disconnect_command = 0
         self._shutdown_commands: Deque[int] = collections.deque()
+        self._info_commands: Deque[int] = collections.deque()  # waiting for a SchedulerInfo, in order
         self._heartbeats_sent = 0
         self._echoes_received = 0
         self._echo_barriers: Deque[Tuple[int, int]] = collections.deque()  # (heartbeats sent, command)
@@ -205,6 +209,7 @@ class ClientCore:
             PutObject: self._put,
             Clear: self._clear,
             Shutdown: self._shutdown,
+            AskInfo: self._ask_info,
             ReportTasks: self._report_tasks,
         }
         reply_error = self._reply_error
@@ -214,6 +219,7 @@ class ClientCore:
             PutObject: reply_error,
             Clear: reply_error,
             Shutdown: reply_error,
+            AskInfo: reply_error,
             ReportTasks: reply_error,
             Connect: reply_error,
         }
@@ -238,6 +244,7 @@ class ClientCore:
             TaskCancelConfirm: self._tasks.on_cancel_confirm,
             TaskOutputBatch: lambda message, now: self._out.append(TaskPrinted(message.outputs)),
             ClientShutdownResponse: self._on_shutdown_response,
+            SchedulerInfo: self._on_scheduler_info,
             DisconnectResponse: lambda message, now: self._session(SessionEvent.DISCONNECT_RESPONSE, message, now),
             DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),
         }
@@ -355,12 +362,14 @@ class ClientCore:
         self._tasks.stop(error)
         self._storage.stop(error)
         out = self._out
-        waiting = [self._ready_command, *self._shutdown_commands, *(command for _, command in self._echo_barriers)]
+        waiting = [self._ready_command, *self._shutdown_commands, *self._info_commands]
+        waiting += [command for _, command in self._echo_barriers]
         out.extend(ReplyError(command_id, error) for command_id in waiting if command_id)
         if self._disconnect_command:
             out.append(Reply(self._disconnect_command, None))
         self._ready_command = self._disconnect_command = 0
         self._shutdown_commands.clear()
+        self._info_commands.clear()
         self._echo_barriers.clear()
         self._silent_after = self._next_heartbeat = self._closing_deadline = math.inf
         out.append(Stopped(self._error))
@@ -395,6 +404,10 @@ class ClientCore:
     def _shutdown(self, shutdown: Shutdown, now: float) -> None:
         self._out.append(ToScheduler(ClientShutdownRequest()))
         self._shutdown_commands.append(shutdown.command_id)
+
+    def _ask_info(self, ask: AskInfo, now: float) -> None:
+        self._out.append(ToScheduler(SchedulerInfoRequest()))
+        self._info_commands.append(ask.command_id)
 
     # --- messages and time ------------------------------------------------------------------------------------
 
@@ -454,6 +467,12 @@ class ClientCore:
         command_id = self._shutdown_commands.popleft()
         if command_id:
             self._out.append(Reply(command_id, (message.accepted, message.reason)))
+
+    def _on_scheduler_info(self, message: SchedulerInfo, now: float) -> None:
+        if not self._info_commands:
+            logger.warning(f"Client: dropped unexpected SchedulerInfo from scheduler {self._address}")
+            return
+        self._out.append(Reply(self._info_commands.popleft(), message))
 
     def _on_tick(self, tick: Tick, now: float) -> None:
         """The deadlines that passed, then the batches of the turn."""

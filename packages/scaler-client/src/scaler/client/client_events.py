@@ -90,6 +90,13 @@ class Shutdown:
 
 
 @dataclass(slots=True)
+class AskInfo:
+    """Ask the scheduler what it serves (protocol 1.8); replied with its `SchedulerInfo`."""
+
+    command_id: int
+
+
+@dataclass(slots=True)
 class Disconnect:
     """Leave the scheduler (bounded wait for its answer); replied once the client has stopped."""
 
@@ -153,8 +160,8 @@ class Tick:
 TICK = Tick()
 
 Event = Union[
-    Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, ReportTasks, Disconnect, Abort,
-    FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
+    Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, AskInfo, ReportTasks, Disconnect,
+    Abort, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------

@@ -337,13 +337,16 @@ class ScalerFuture(concurrent.futures.Future):
     def profiling_info(self, timeout: Optional[float] = None) -> Profiling:
         """The task's duration, CPU time and peak memory, measured on the worker.
 
-        Waits for the task like `result` does. Raises ValueError when the client
-        was created without ``profiling=True`` or when the task never ran.
+        Raises ValueError when the client was created without ``profiling=True``, when the task never ran, or
+        when it has not ended (as the earlier engine does); with ``timeout``, it first waits that long for the
+        task to end, as `result` does.
         """
         if not self._profiling_enabled:
             raise ValueError("profiling is off for this task: create the Client with profiling=True")
-        if self._state not in _DONE_STATES:
+        if self._state not in _DONE_STATES and timeout is not None:
             self._wait(wait_with_hook(self.done, timeout, self.notify))
+        if self._state not in _DONE_STATES:
+            raise ValueError(f"task {show(self._task_id)} has not ended: its profiling comes with its result")
         with _LOCK:
             profiling = self._profiling
         if profiling is None:

@@ -208,7 +208,7 @@ class _Encoder:
             following = parsed(chain[-1])[0].key
             if following in chain:
                 cycle = chain[chain.index(following) :] + [following]
-                raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(k) for k in cycle))
+                raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(k) for k in cycle), cycle)
             chain.append(following)
         self._resolved[key] = chain[-1]
         return chain[-1]

@@ -8,7 +8,9 @@ which the worker fetches like any other arguments. The template is a tree of
 plain lists, tuples and dicts holding `Slot` (the value of argument i), `Call`
 (call a function on evaluated arguments), `Quote` (a literal container, returned
 as it is) and, at the top, `SpecNode` (a Dask task-spec node, called with the
-values of its dependencies).
+values of its dependencies). A task submitted with object references inside
+its arguments' lists, tuples or dicts runs the same way: its template is a
+`Call` of `apply_call`, the references its slots (`nested_references.py`).
 """
 
 from __future__ import annotations
@@ -89,3 +91,9 @@ def evaluate(template: Any, values: Sequence[Any]) -> Any:
         dependencies: Dict[Any, Any] = dict(zip(template.keys, values, strict=True))
         return template.node(dependencies)
     return template
+
+
+def apply_call(function: Callable[..., Any], arguments: Sequence[Any], keywords: Dict[str, Any]) -> Any:
+    """``function(*arguments, **keywords)``: the top of a submitted call's template whose arguments hold object
+    references inside lists, tuples or dicts (`nested_references.py`)."""
+    return function(*arguments, **keywords)

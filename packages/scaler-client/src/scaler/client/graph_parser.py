@@ -19,6 +19,7 @@ only when Dask is already loaded. `graph_builder.py` encodes what this reads.
 
 from __future__ import annotations
 
+import graphlib
 import sys
 from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Sequence, Tuple
 
@@ -39,8 +40,12 @@ class GraphKeyError(GraphError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class GraphCycleError(GraphError):
-    """Keys of the graph depend on each other in a cycle."""
+class GraphCycleError(GraphError, graphlib.CycleError):
+    """Keys of the graph depend on each other in a cycle: also a `graphlib.CycleError` (as the earlier engine's
+    and the standard library's sorters raise), whose ``args[1]`` is the cycle's keys."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 # ----------------------------------------------------------------------------- parsed nodes and expressions
@@ -244,7 +249,7 @@ class GraphReader:
                 mark = state.get(dependency)
                 if mark == 1:
                     cycle = path[path.index(dependency) :] + [dependency]
-                    raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(key) for key in cycle))
+                    raise GraphCycleError("the graph has a cycle: " + " -> ".join(repr(key) for key in cycle), cycle)
                 if mark is None:
                     state[dependency] = 1
                     path.append(dependency)

@@ -9,10 +9,8 @@ from scaler.protocol.ids import show
 
 @dataclass(frozen=True)
 class ObjectReference:
-    """Pass it as a task argument (positional or keyword): the task receives the object itself.
-
-    Only a top-level argument is replaced by its object; a reference inside a
-    list or dict reaches the task as the reference.
+    """Pass it as a task argument (positional or keyword), or inside an argument's lists, tuples and dicts at any
+    depth: the task receives the object itself (`nested_references.py`).
     """
 
     object_id: bytes

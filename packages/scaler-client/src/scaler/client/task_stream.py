@@ -21,9 +21,9 @@ from typing import Any, List, Optional, Set
 
 from scaler.client.client_events import ReportTasks
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.task_runs import Arrival, TaskRun
-from scaler.protocol.version import TASK_RUNS_VERSION, knows, show_version
+from scaler.protocol.version import TASK_RUNS_VERSION, require_scheduler
 
 POLL_SECONDS = 0.1  # how often closing asks for the runs so far
 _SUCCESS = m.TaskStatus.SUCCESS
@@ -51,12 +51,7 @@ class TaskStream:
         self.missing = 0  # tasks that succeeded while it was open whose run did not come before it closed
 
     def __enter__(self) -> TaskStream:
-        version = self._agent.scheduler_version
-        if not knows(version, TASK_RUNS_VERSION):
-            raise ProtocolError(
-                f"a task stream needs a scheduler of protocol {show_version(TASK_RUNS_VERSION)} or later; this one "
-                f"speaks {show_version(version)}"
-            )
+        require_scheduler(self._agent.scheduler_version, TASK_RUNS_VERSION, "a task stream")
         self.opened = time.time()
         self._agent.watch_tasks(self, True)
         self._ask(+1)

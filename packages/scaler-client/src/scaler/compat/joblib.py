@@ -4,7 +4,9 @@
     with joblib.parallel_config(backend="scaler", n_jobs=8, client=client):
         GridSearchCV(model, grid, n_jobs=-1).fit(X, y)
 
-Without ``client=``, the backend connects its own client for each ``Parallel`` call, to ``address=`` or to the
+Without ``client=``, the backend uses the current client (`Client.current`: the one of the innermost ``with
+Client(...)`` block, else the last one made, as Dask's backend does); with ``address=``, or without a current
+client, it connects its own client for each ``Parallel`` call, to that address or to the
 ``SCALER_SCHEDULER_ADDRESS`` environment variable, and disconnects it when the call ends. joblib (and its
 automatic batching) decides the batches; each batch is one task. Nested ``Parallel`` calls inside a task run
 sequentially in that task's worker.
@@ -25,6 +27,7 @@ except ImportError as error:
         "scaler.compat.joblib needs joblib: pip install joblib (or scaler-client[joblib])", name="joblib"
     ) from error
 
+from scaler.client import current_client
 from scaler.client.client import SCHEDULER_ADDRESS_VARIABLE, Client
 from scaler.client.executor import cancel_without_waiting
 from scaler.client.future import ScalerFuture
@@ -66,6 +69,7 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         self._cluster_size = cluster_size
         self._task_options = task_options
         self._client: Optional[Client] = client
+        self._current: Optional[Client] = None  # the current client it uses for this Parallel call, if it does
         self._callbacks: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()  # guards _running
         self._running: Set[ScalerFuture] = set()
@@ -84,12 +88,15 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def configure(self, n_jobs: Optional[int] = 1, parallel: Any = None, **backend_kwargs: Any) -> int:
         self.parallel = parallel
+        if self._client is None and self._address is None:
+            self._client = self._current = current_client.current()  # not ours to disconnect
         if self._client is None:
             address = self._address or os.environ.get(SCHEDULER_ADDRESS_VARIABLE)
             if not address:
                 raise ValueError(
                     "the scaler joblib backend needs a cluster: parallel_config(backend='scaler', client=client) "
-                    f"or address='tcp://HOST:PORT', or the {SCHEDULER_ADDRESS_VARIABLE} environment variable"
+                    f"or address='tcp://HOST:PORT', a connected Client, or the {SCHEDULER_ADDRESS_VARIABLE} "
+                    "environment variable"
                 )
             self._client = Client(address=address)
         return self.effective_n_jobs(n_jobs)
@@ -129,7 +136,9 @@ class ScalerBackend(AutoBatchingMixin, ParallelBackendBase):
         callbacks, self._callbacks = self._callbacks, None
         if callbacks is not None:
             callbacks.shutdown(wait=False)
-        if self._given_client is None and self._client is not None:
+        if self._current is not None:  # the next call uses the client current then
+            self._client = self._current = None
+        elif self._given_client is None and self._client is not None:
             client, self._client = self._client, None
             client.disconnect()
         self.reset_batch_stats()

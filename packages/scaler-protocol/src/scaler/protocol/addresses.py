@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import random
 import socket
 from typing import Tuple
@@ -54,6 +55,34 @@ def free_tcp_port(host: str = "127.0.0.1", count: int = 1) -> int:
         if all(_bindable(host, port + offset) for offset in range(count)):
             return port
     raise AddressError(f"no {count} consecutive free TCP port(s) found on {host}")
+
+
+def address_in_use(address: str) -> bool:
+    """Whether a process listens at ``address`` now: a TCP port that cannot be bound as ZeroMQ binds it
+    (``SO_REUSEADDR``: a port a process just left is free), or an ``ipc://`` path that a connection is accepted at
+    (ZeroMQ would take over the path of a live one). An unknown host is not in use here: binding it will say why."""
+    check_address(address)
+    if address.startswith("ipc://"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            try:
+                sock.connect(address[len("ipc://") :])
+            except OSError:
+                return False
+        return True
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    host = "" if host in ("*", "0.0.0.0") else host.strip("[]")
+    try:
+        family, kind, protocol, _, place = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]  # fmt: skip
+    except socket.gaierror:
+        return False
+    with socket.socket(family, kind, protocol) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(place)
+        except OSError as error:
+            return error.errno == errno.EADDRINUSE
+    return False
 
 
 def _ephemeral_range() -> Tuple[int, int]:

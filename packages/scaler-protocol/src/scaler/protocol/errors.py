@@ -21,8 +21,9 @@ class DisconnectedError(ScalerError):
     """The peer (scheduler, storage server) is gone or never answered."""
 
 
-class ShutdownRefusedError(ScalerError):
-    """The scheduler refused a client's shutdown request (it runs with ``--protected``)."""
+class ShutdownRefusedError(ScalerError, ValueError):
+    """The scheduler refused a client's shutdown request (it runs with ``--protected``); a `ValueError` too, as
+    the earlier engine raised."""
 
 
 class WorkerDiedError(ScalerError):

@@ -437,6 +437,18 @@ class WaitingTasks:
     waiting: List[bool] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class SchedulerInfoRequest:
+    pass
+
+
+@dataclass(slots=True)
+class SchedulerInfo:
+    snapshot: StateSnapshot = field(default_factory=StateSnapshot)  # of the clients, only the one that asked
+    monitor_address: str = ""
+    dashboard_link: str = ""  # the web monitor's page, when the scheduler was told of one
+
+
 # The members of the `Message` union, in schema order.
 class OutputStream(enum.IntEnum):
     STDOUT = 0
@@ -483,4 +495,6 @@ MESSAGE_TYPES = (
     WorkerManagerCommand,
     TaskOutputBatch,
     WaitingTasks,
+    SchedulerInfoRequest,
+    SchedulerInfo,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from scaler.protocol.errors import ProtocolError
 from scaler.protocol.messages import Version
 
 # 1.1: objects of several frames (ObjectRequest/ObjectResponse.frameCounts)
@@ -26,7 +27,8 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
-#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota; what a scheduler
+#      serves, for its clients: SchedulerInfoRequest, SchedulerInfo
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -40,11 +42,22 @@ GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a grap
 USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
 ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
 TASK_RUNS_VERSION = Version(major=1, minor=8)  # a scheduler that sends a client the runs of its tasks (TaskRuns)
+SCHEDULER_INFO_VERSION = Version(major=1, minor=8)  # a scheduler that answers SchedulerInfoRequest
 
 
 def knows(theirs: Version, since: Version) -> bool:
     """Whether a peer of version ``theirs`` reads what was added in ``since`` (same major as ours)."""
     return theirs.major == since.major and theirs.minor >= since.minor
+
+
+def require_scheduler(theirs: Version, since: Version, what: str) -> None:
+    """`ProtocolError` unless a scheduler of version ``theirs`` reads what was added in ``since``, which ``what``
+    needs."""
+    if not knows(theirs, since):
+        raise ProtocolError(
+            f"{what} needs a scheduler of protocol {show_version(since)} or later; this one speaks "
+            f"{show_version(theirs)}"
+        )
 
 
 def show_version(version: Version) -> str:

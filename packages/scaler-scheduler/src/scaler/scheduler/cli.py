@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 from scaler.protocol.command_line import (
     add_common_arguments,
@@ -20,6 +20,7 @@ from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE, show_size
 from scaler.protocol.process_control import die_with_parent_from_environment, stop_on_signals
 from scaler.protocol.security import add_security_arguments, security_from_arguments
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
+from scaler.scheduler.missing_capabilities import CHOICES, GRACE_SECONDS
 from scaler.scheduler.scaling_policy import ScalingSettings
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 
@@ -52,9 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--protected", "-p", action="store_true", help="refuse shutdown requests from clients")
     parser.add_argument(
+        "--dashboard-link", default="", metavar="URL",
+        help="the page of a web monitor (scaler_ui) of this scheduler, told to clients that ask "
+        "(Client.dashboard_link, Client.scheduler_info) (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
         "--allocate-policy", "-ap", choices=("even", "capability"), default="even",
-        help="even: least loaded worker; capability: also only workers with the capabilities a task needs "
-        "(default: %(default)s)",
+        help="even: the least loaded worker that has the capabilities a task needs; capability: the same (the "
+        "earlier engine's name) (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--missing-capabilities", choices=CHOICES, default="wait",
+        help=f"a task whose capabilities no worker offers (nor a worker manager can start) for {GRACE_SECONDS:g}s: "
+        "wait for one to join, with a warning, or fail (TaskRejectedError) (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(
         "--max-task-deaths", type=int, default=3,
@@ -163,6 +174,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             metrics_host=args.metrics_host,
             protected=args.protected,
             allocate_policy=args.allocate_policy,
+            missing_capabilities=args.missing_capabilities,
+            dashboard_link=args.dashboard_link,
             max_task_deaths=args.max_task_deaths,
             graph_sorter=args.graph_sorter,
             graph_inline_bytes=args.graph_inline_bytes,
@@ -176,12 +189,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             max_message_size=args.max_message_size,
             max_client_tasks=args.max_client_tasks,
             storage_arguments=[
-                f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))
+                *(f"{option}={value}" for name, option in STORAGE_OPTIONS.items() if (value := getattr(args, name))),
+                *_logging_arguments(args),
             ],
         )
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)
         sys.exit(1)
+
+
+def _logging_arguments(args: argparse.Namespace) -> List[str]:
+    """The scheduler's logging options, for the object storage server it starts: it logs as the scheduler does."""
+    if args.logging_config_file:
+        return ["--logging-config-file", args.logging_config_file]
+    return ["--logging-level", args.logging_level, "--logging-paths", *args.logging_paths]
 
 
 if __name__ == "__main__":

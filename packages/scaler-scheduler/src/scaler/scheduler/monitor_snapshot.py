@@ -95,6 +95,19 @@ class Monitoring:
             greeted = [client_id for client_id in self._clients if self._storage.acknowledged(client_id)]
             out.sends.extend(self.stream.announcements(self._workers, greeted))
 
+    def snapshot_for(self, client_id: bytes, now: float) -> m.StateSnapshot:
+        """The state a client may see (`SchedulerInfo`): workers, worker managers, task counts and quotas; of the
+        clients, their number and only that one."""
+        storage = self._storage
+        snapshot = state_snapshot(
+            self._workers, {client_id: self._clients[client_id]}, self._routing.state_counts, storage.stored_bytes, now
+        )
+        snapshot.clients = len(self._clients)
+        snapshot.managers = self._managers.snapshots(now)
+        snapshot.client_task_quota = self._client_task_quota
+        snapshot.client_memory_quota = storage.client_memory_quota
+        return snapshot
+
     def on_tick(self, now: float, out: Outbox) -> None:
         """The snapshot, when one is due."""
         watched = self._subscribers > 0

@@ -64,21 +64,17 @@ class Decision:
     retire: List[bytes]  # idle groups to drain and stop
 
 
-def waiting_work(
-    queued: Mapping[FrozenSet[str], int], workers: List[tuple], capability_policy: bool
-) -> Dict[FrozenSet[str], int]:
+def waiting_work(queued: Mapping[FrozenSet[str], int], workers: List[tuple]) -> Dict[FrozenSet[str], int]:
     """The tasks that wait for a processor, keyed by the capabilities a worker needs to take them over:
     ``queued`` (at the scheduler, by the capabilities they need), and for each ``(capabilities, load, slots)``
     of a worker that is not draining, what it holds beyond its slots (keyed by its capabilities)."""
     waiting: Dict[FrozenSet[str], int] = {}
     for needs, count in queued.items():
-        key = needs if capability_policy else NEEDS_NOTHING
-        waiting[key] = waiting.get(key, 0) + count
+        waiting[needs] = waiting.get(needs, 0) + count
     for capabilities, load, slots in workers:
         excess = load - max(1, slots)
         if excess > 0:
-            key = capabilities if capability_policy else NEEDS_NOTHING
-            waiting[key] = waiting.get(key, 0) + excess
+            waiting[capabilities] = waiting.get(capabilities, 0) + excess
     return waiting
 
 

@@ -51,6 +51,7 @@ from scaler.protocol.version import (
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
 from scaler.scheduler.message_slices import MessageSlices
+from scaler.scheduler.missing_capabilities import MissingCapabilities
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Silence, Worker
@@ -96,7 +97,8 @@ class SchedulerSettings:
     client_timeout_seconds: float = 60.0
     worker_timeout_seconds: float = 60.0
     protected: bool = False
-    allocate_policy: str = "even"  # or "capability": tasks go only to workers with the capabilities they need
+    allocate_policy: str = "even"  # or "capability", the same: tasks go only to workers with the capabilities they need
+    missing_capabilities: str = "wait"  # tasks whose capabilities no worker has: "wait" (with a warning) or "fail"
     max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
     graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
     graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
@@ -105,6 +107,8 @@ class SchedulerSettings:
     adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
     max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
+    monitor_address: str = ""  # where monitors subscribe, told to clients that ask (SchedulerInfo)
+    dashboard_link: str = ""  # the web monitor's page, told to clients that ask (--dashboard-link)
 
 
 class SchedulerCore:
@@ -117,16 +121,16 @@ class SchedulerCore:
         sorter = {"auto": None, "graphblas": True, "python": False}[settings.graph_sorter]
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._routing = TaskRouting(
-            self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
-            settings.max_client_tasks, self._graphs.nodes,
+            self._workers, self._clients, settings.max_task_deaths, settings.max_client_tasks, self._graphs.nodes,
         )  # fmt: skip
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
         )
         self._managers = WorkerManagers(
-            self._workers, self._routing, ScalingPolicy(settings.scaling), settings.allocate_policy == "capability",
-            self._send_away, settings.adapter_webhook_url,
+            self._workers, self._routing, ScalingPolicy(settings.scaling), self._send_away,
+            settings.adapter_webhook_url,
         )  # fmt: skip
+        self._missing = MissingCapabilities(settings.missing_capabilities, self._routing, self._managers.offers)
         self._connections = PeerConnections()  # a peer whose connection closes is gone
         self._monitoring = Monitoring(
             self._workers, self._clients, self._routing, self._storage, self._managers,
@@ -163,6 +167,7 @@ class SchedulerCore:
             m.ObjectInstruction: self._on_object_instruction,
             m.ClientShutdownRequest: self._on_shutdown_request,
             m.DisconnectRequest: self._on_client_disconnect,
+            m.SchedulerInfoRequest: self._on_info_request,
         }
         self._worker_handlers: Dict[type, _PeerHandler] = {
             m.WorkerHeartbeat: self._on_worker_heartbeat,
@@ -339,6 +344,7 @@ class SchedulerCore:
             self._events.warning("client timed out", client.client_id, f"client {show(client.client_id)} timed out")
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
+        self._missing.on_tick(now, out)
         self._routing.dispatch(out, now < self._busy_until, now)
         self._routing.balance(out)
         self._managers.on_tick(now, self.settings.worker_timeout_seconds, out)
@@ -503,6 +509,14 @@ class SchedulerCore:
         self._stream.on_worker_heartbeat(source, message, now)
         worker.heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))
+
+    def _on_info_request(self, source: bytes, message: m.SchedulerInfoRequest, now: float, out: Outbox) -> None:
+        """What this scheduler serves, for ``source`` (`Client.scheduler_info`): its state as monitors see it, of
+        the clients only ``source``."""
+        settings = self.settings
+        info = m.SchedulerInfo(self._monitoring.snapshot_for(source, now), settings.monitor_address,
+                               settings.dashboard_link)  # fmt: skip
+        out.sends.append(Send(source, info))
 
     def _on_client_disconnect(self, source: bytes, message: m.DisconnectRequest, now: float, out: Outbox) -> None:
         self._events.info("client left", source, f"client {show(source)} disconnected")

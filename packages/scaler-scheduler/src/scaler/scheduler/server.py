@@ -120,6 +120,7 @@ class SchedulerServer:
         client_timeout_seconds: float = 60.0,
         worker_timeout_seconds: float = 60.0,
         allocate_policy: str = "even",
+        missing_capabilities: str = "wait",
         max_task_deaths: int = 3,
         graph_sorter: str = "auto",
         graph_inline_bytes: int = DEFAULT_INLINE_BUDGET,
@@ -132,6 +133,7 @@ class SchedulerServer:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         storage_arguments: Sequence[str] = (),
+        dashboard_link: str = "",
     ) -> None:
         self.address = check_address(address)
         self._storage_arguments = tuple(storage_arguments)  # options of the storage server it starts, if it does
@@ -165,6 +167,7 @@ class SchedulerServer:
                 worker_timeout_seconds=worker_timeout_seconds,
                 protected=protected,
                 allocate_policy=allocate_policy,
+                missing_capabilities=missing_capabilities,
                 max_task_deaths=max_task_deaths,
                 graph_sorter=graph_sorter,
                 graph_inline_bytes=graph_inline_bytes,
@@ -173,6 +176,8 @@ class SchedulerServer:
                 adapter_webhook_url=adapter_webhook_url,
                 max_message_size=max_message_size,
                 max_client_tasks=max_client_tasks,
+                monitor_address=self.monitor_address,
+                dashboard_link=dashboard_link,
             )
         )
         self._webhook_url = adapter_webhook_url

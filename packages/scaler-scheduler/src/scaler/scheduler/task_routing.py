@@ -1,9 +1,10 @@
 """The scheduler's tasks: what it holds of each, where each goes, and every change of a task's state.
 
 `TaskRouting` keeps a record per task the scheduler holds, the queue of tasks waiting for a worker (a
-priority heap, and one per set of capabilities under the capability policy) and the queue timeouts. Every
-event a task receives goes through `_step`, which looks the pair up in `task_lifecycle.TASK_LIFECYCLE` and
-carries out the actions of the answer; what is sent is gathered in the event's `Outbox`.
+priority heap, and one per set of capabilities that tasks need, under every allocation policy) and the queue
+timeouts. Every event a task receives goes through `_step`, which looks the pair up in
+`task_lifecycle.TASK_LIFECYCLE` and carries out the actions of the answer; what is sent is gathered in the
+event's `Outbox`.
 
 The handlers take one message (a batch of tasks, results, cancels, confirms...) from one peer; the
 scheduler core calls them through its dispatch table. `dispatch` runs after every event the core handles:
@@ -75,7 +76,6 @@ class TaskRouting:
         self,
         workers: Dict[bytes, Worker],
         clients: Dict[bytes, Client],
-        capability_policy: bool,
         max_task_deaths: int,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         graph_nodes: Container[bytes] = frozenset(),
@@ -86,7 +86,6 @@ class TaskRouting:
         self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
         self._loads = WorkerLoads()
         self._clients = clients
-        self._capability_policy = capability_policy
         self._max_task_deaths = max_task_deaths
         self._tasks: Dict[bytes, TaskRecord] = {}
         self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
@@ -159,11 +158,28 @@ class TaskRouting:
             out.sends.append(Send(worker.worker_id, m.BalanceRequest(len(worker.tasks))))
 
     def queued_by_needs(self) -> Dict[FrozenSet[str], int]:
-        """The tasks queued here, by the capabilities they need (frozenset() for those that need none, and for
-        every task under the even policy)."""
+        """The tasks queued here, by the capabilities they need (frozenset() for those that need none)."""
         needing = {needs: count for needs, count in self._queued_needing.items() if count > 0}
         plain = self.state_counts[TaskState.QUEUED] - sum(needing.values())
         return {frozenset(): plain, **needing} if plain > 0 else needing
+
+    def offers(self, needs: FrozenSet[str]) -> bool:
+        """Whether a connected worker offers every capability in ``needs`` (with room or not)."""
+        return self._loads.offers(needs)
+
+    def reject_queued(self, needs: FrozenSet[str], reason: str, out: Outbox) -> int:
+        """Reject every task queued here that needs ``needs`` (no worker can run them), saying ``reason``; how
+        many."""
+        rejected = 0
+        for _, seq, task_id in self._capability_queues.pop(needs, ()):
+            record = self._tasks.get(task_id)
+            if record is not None and record.queue_seq == seq and record.state is _QUEUED:
+                result = m.TaskResult(
+                    task_id, record.task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason
+                )
+                self._step(record, TaskEvent.EXPIRED, out, result)
+                rejected += 1
+        return rejected
 
     def withdraw(self, client: Client, out: Outbox) -> None:
         """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
@@ -236,9 +252,7 @@ class TaskRouting:
             task.client_id = source
             if task.scope_id != scope:  # only a Client made in a task has one, and no client sets its own
                 task.scope_id = scope
-            needs = None
-            if task.capabilities and self._capability_policy:
-                needs = frozenset(c.name for c in task.capabilities)
+            needs = frozenset(c.name for c in task.capabilities) if task.capabilities else None
             record = TaskRecord(task, needs, submitted, now)
             tasks[task_id] = record
             client.queued += submitted

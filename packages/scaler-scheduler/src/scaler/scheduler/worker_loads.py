@@ -14,6 +14,7 @@ is filed again once (`touch`, then `refresh` before the next pick).
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from typing import Dict, FrozenSet, Iterator, List, Optional, Set
 
 from scaler.scheduler.peers import Worker
@@ -53,13 +54,14 @@ class _Buckets:
 class WorkerLoads:
     """Every connected worker, filed by load (see the module's description)."""
 
-    __slots__ = ("_room", "_balanced", "_eligible", "_touched", "total_load", "balanced_count")
+    __slots__ = ("_room", "_balanced", "_eligible", "_touched", "_offered", "total_load", "balanced_count")
 
     def __init__(self) -> None:
         self._room: Dict[FrozenSet[str], _Buckets] = {}  # by capabilities: the workers with room
         self._balanced = _Buckets()  # every worker but the draining ones
         self._eligible: Dict[Optional[FrozenSet[str]], List[_Buckets]] = {}  # needs -> the room of capable workers
         self._touched: Dict[bytes, Worker] = {}  # workers whose load changed since they were filed
+        self._offered: Counter = Counter()  # the sets of capabilities of the workers connected: how many offer each
         self.total_load = 0  # of the workers balanced
         self.balanced_count = 0  # the workers balanced: not draining
 
@@ -67,11 +69,19 @@ class WorkerLoads:
         if worker.capabilities not in self._room:
             self._room[worker.capabilities] = _Buckets()
             self._eligible.clear()  # a new set of capabilities: which workers can take what, again
+        self._offered[worker.capabilities] += 1
         self._file(worker)
 
     def remove(self, worker: Worker) -> None:
         self._unfile(worker)
         self._touched.pop(worker.worker_id, None)
+        self._offered[worker.capabilities] -= 1
+        if not self._offered[worker.capabilities]:
+            del self._offered[worker.capabilities]
+
+    def offers(self, needs: FrozenSet[str]) -> bool:
+        """Whether a connected worker (with room or not) offers every capability in ``needs``."""
+        return any(needs <= capabilities for capabilities in self._offered)
 
     def drain(self, worker: Worker) -> None:
         """``worker`` takes no new task (capacity 0) and is balanced no more: it gives back all it holds."""

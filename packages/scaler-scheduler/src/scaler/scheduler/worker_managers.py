@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
@@ -135,7 +135,6 @@ class WorkerManagers:
         workers: Dict[bytes, Worker],
         routing: TaskRouting,
         policy: ScalingPolicy,
-        capability_policy: bool,
         leave: Callable[[Worker, str, Outbox], None],
         webhook_url: str = "",
     ) -> None:
@@ -143,7 +142,6 @@ class WorkerManagers:
         self._leave = leave  # the core asks a worker that holds no task to leave, and forgets it
         self._routing = routing
         self._policy = policy
-        self._capability_policy = capability_policy
         self._managers: Dict[bytes, Manager] = {}  # in the order they connected: the first takes work first
         self._groups: Dict[bytes, ManagedGroup] = {}
         self._members: Dict[bytes, Set[bytes]] = {}  # group -> its connected workers (known to a manager or not)
@@ -265,7 +263,6 @@ class WorkerManagers:
             waiting = waiting_work(
                 self._routing.queued_by_needs(),
                 [(w.capabilities, w.load, w.info.slots) for w in self._workers.values() if not w.draining],
-                self._capability_policy,
             )
             decisions = self._policy.decide(loads, waiting, now)
             for manager in managers:
@@ -285,6 +282,13 @@ class WorkerManagers:
                 self._step(group, _E.DRAIN if busy else _E.EMPTIED, out)
         for manager in managers:
             self._send_command(manager, out, only_if_changed=manager.manager_id != answer)
+
+    def offers(self, needs: FrozenSet[str]) -> bool:
+        """Whether a worker manager can start workers that offer every capability in ``needs``."""
+        return any(
+            manager.heartbeat is not None and needs <= {c.name for c in manager.heartbeat.capabilities}
+            for manager in self._managers.values()
+        )
 
     def _idle_from(self, group_id: bytes, now: float, empty_is_idle: bool) -> Optional[float]:
         """Since when none of the group's workers has held a task, as seen by the checks (None: one holds one

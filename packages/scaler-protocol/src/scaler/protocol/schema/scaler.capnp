@@ -445,6 +445,21 @@ struct WaitingTasks {
   waiting @1 :List(Bool);                 # true: it waits now; false: it runs again
 }
 
+# Client -> scheduler (1.8): what the scheduler serves (Client.scheduler_info, Client.dashboard_link). The
+# scheduler answers with a SchedulerInfo; a scheduler of 1.7 or before cannot read it (the client does not ask
+# one).
+struct SchedulerInfoRequest {
+  unused @0 :Void;
+}
+
+# Scheduler -> client (1.8): the answer to a SchedulerInfoRequest.
+struct SchedulerInfo {
+  snapshot @0 :StateSnapshot;             # its workers, worker managers and task counts, as monitors see them;
+                                          # of the clients, only the one that asked (clientSnapshots)
+  monitorAddress @1 :Text;                # where monitors subscribe to its snapshots (scaler_top, scaler_ui)
+  dashboardLink @2 :Text;                 # the web monitor's page it was told of (--dashboard-link); empty: none
+}
+
 struct Message {
   union {
     hello @0 :Hello;
@@ -473,5 +488,7 @@ struct Message {
     workerManagerCommand @23 :WorkerManagerCommand;
     taskOutputBatch @24 :TaskOutputBatch;
     waitingTasks @25 :WaitingTasks;
+    schedulerInfoRequest @26 :SchedulerInfoRequest;
+    schedulerInfo @27 :SchedulerInfo;
   }
 }
