@@ -61,27 +61,28 @@ CI_ENVS = [
     "py313-client",
     "py311-integration",
     "client-alone",  # after py311-integration: it runs the cluster from that environment
+    "py311-system",  # the integration suites that need root and Debian packages
     "crossversion",
     "thirdparty",
     "lint",
     "mutants",
 ]
 # The CI selection runs in two lanes at once, a tox process each: the integration suite with client-alone (which
-# runs the cluster of its environment), whose output streams as it runs, and every other environment, whose output
-# is printed when the lane ends. On the 2-core CI machine most of the integration suite's minutes are spent
-# waiting on real processes (timeouts, cut links, sleeping tasks), so the other lane costs it little; one after
-# the other the selection no longer fits CI's 30 minutes (docs/testing.md has the count).
+# runs the cluster of its environment), whose output streams as it runs, and every other environment (the system
+# suites among them), whose output is printed when the lane ends. On the 2-core CI machine most of the integration
+# suites' minutes are spent waiting on real processes (timeouts, cut links, sleeping tasks), so the lanes cost
+# each other little; one after the other the selection no longer fits CI's 30 minutes (docs/testing.md).
 STREAMED_LANE = ["py311-integration", "client-alone"]
 
 TOX_REQUIREMENT = "tox>=4.11,<5"  # tox.ini is written for tox 4
 
 # What tests need from the machine beyond Python, by the factor of the tox environments that run them (the
-# `integration` of py311-integration): Debian packages, each known by the programs the tests run from it (a
+# `system` of py311-system): Debian packages, each known by the programs the tests run from it (a
 # name on PATH or an absolute path), and root. `dev.py test` installs what is missing when it runs as root
 # where apt-get is (CI does), and otherwise stops at once, naming what is missing and the command that
 # installs it. The other environments need none of this.
 SYSTEM_PACKAGES = {
-    "integration": {
+    "system": {
         "chromium": ["chromium"],  # tests/test_monitoring.py: scaler_ui in a headless browser
         "chromium-driver": ["chromedriver"],  # ... driven through Selenium
         "slurm-wlm": ["sbatch", "/usr/sbin/slurmctld", "/usr/sbin/slurmd"],  # tests/test_slurm.py: a real Slurm
@@ -89,7 +90,7 @@ SYSTEM_PACKAGES = {
         "iproute2": ["/usr/sbin/ip"],  # tests/network_hosts.py: hosts made of network namespaces
     },
 }
-NEEDS_ROOT = {"integration": "Slurm's daemons (tests/test_slurm.py) and network namespaces (tests/network_hosts.py)"}
+NEEDS_ROOT = {"system": "Slurm's daemons (tests/test_slurm.py) and network namespaces (tests/network_hosts.py)"}
 MUNGE_KEY = "/etc/munge/munge.key"  # munged refuses to start without it; the package does not always make one
 APT_LOCK_SECONDS = 600  # how long apt-get waits for another apt (e.g. an unattended upgrade) to finish
 
@@ -333,7 +334,7 @@ def _generated_regions() -> dict[Path, dict[str, list[str]]]:
         ROOT / "tox.ini": {
             "environments": [
                 f"    py{{{versions}}}-{{{','.join(shorts)}}}",
-                f"    py{{{versions}}}-integration",
+                f"    py{{{versions}}}-{{integration,system}}",
             ],
             "dists": [f"{_short(name)} = {' '.join(install)}" for name, install in installs.items()]
             + [f"all = {' '.join(every)}"],

@@ -48,14 +48,16 @@ def test_as_root_with_apt_the_missing_packages_are_installed_and_munges_key_made
 def test_without_root_it_stops_naming_the_packages_root_and_the_commands() -> None:
     plan = dev.plan_system(dev.CI_ENVS, _present({"chromium", "chromedriver"}), False, True, COMMAND)
     assert plan.packages == [] and not plan.make_munge_key
-    assert "py311-integration needs the Debian packages slurm-wlm, munge, iproute2" in plan.problem
+    assert "py311-system needs the Debian packages slurm-wlm, munge, iproute2" in plan.problem
     assert "apt-get install -y slurm-wlm munge iproute2" in plan.problem
     assert "root, for Slurm's daemons" in plan.problem and f"`sudo {COMMAND}`" in plan.problem
     # everything installed, but not root: root is still needed (Slurm's daemons, network namespaces)
-    plan = dev.plan_system(["py312-integration"], _present(_everything()), False, True, COMMAND)
-    assert "py312-integration needs root" in plan.problem and "apt-get" not in plan.problem
+    plan = dev.plan_system(["py312-system"], _present(_everything()), False, True, COMMAND)
+    assert "py312-system needs root" in plan.problem and "apt-get" not in plan.problem
+    # the integration suite without them runs anywhere
+    assert dev.plan_system(["py312-integration"], _present(set()), False, False, COMMAND) == dev.SystemPlan()
 
 
 def test_as_root_without_apt_it_names_the_packages() -> None:
-    plan = dev.plan_system(["py311-integration"], _present(set()), True, False, COMMAND)
+    plan = dev.plan_system(["py311-system"], _present(set()), True, False, COMMAND)
     assert "No apt-get here" in plan.problem and "chromium, chromium-driver, slurm-wlm, munge, iproute2" in plan.problem
