@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "e82762907e7865e85c4670f3a1dcc613325df1c6cfdd55d430c2f328b68191e0",
+    "1.8": "0e2dd80992fc76b12781c05d7d63a22f7c9a56a1416258f6cb15ec155cf206c8",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -102,6 +102,9 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.StateSnapshot, "object_summary"),
         (m.WorkerHeartbeat, "memory_limit_bytes"),
         (m.WorkerHeartbeat, "memory_kills"),
+        (m.Hello, "reconnect_seconds"),
+        (m.WorkerInfo, "held_tasks"),
+        (m.GraphTask, "again"),
     ],
 }
 
@@ -199,9 +202,14 @@ GOLDEN = [
             capabilities=_CAPABILITIES,
             group_id=_GROUP_ID,
             delegation_key=bytes(range(32)),
+            held_tasks=[
+                m.HeldTask(_TASK_ID, _CLIENT_ID, b"C|golden-host|4141|3a3b3c3d3e3f", attempt=2, waiting=True),
+                m.HeldTask(_OTHER_TASK_ID, _CLIENT_ID, attempt=1),
+            ],
         ),
         made_in=_OTHER_TASK_ID,
         made_in_proof=bytes(range(64, 96)),
+        reconnect_seconds=60.0,
     ),
     m.HelloAck(
         version=_VERSION,
@@ -242,7 +250,7 @@ GOLDEN = [
     ),
     m.TaskCancel(task_ids=[_TASK_ID, _OTHER_TASK_ID]),
     m.TaskCancelConfirm(task_ids=[_TASK_ID, _OTHER_TASK_ID], cancelled=[True, False]),
-    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID], more=True),
+    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID], more=True, again=True),
     m.ObjectRequest(
         request_id=2**40 + 5,
         kind=m.ObjectRequestKind.PUT,
