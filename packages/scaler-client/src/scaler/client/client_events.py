@@ -172,6 +172,12 @@ class ToStorage:
 
 
 @dataclass(slots=True)
+class RenewConnection:
+    """Close the connection to the scheduler and connect a new socket to it: nothing sent on the lost one (still
+    queued in ZeroMQ) may reach the scheduler before the client's next Hello."""
+
+
+@dataclass(slots=True)
 class ConnectStorage:
     """Connect to the object storage server at this address (before the `ToStorage` effects that follow)."""
 

@@ -39,7 +39,7 @@ class SharedConnection:
 
     def __init__(
         self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float,
-        made_in: bytes = b"", delegation_key: bytes = b"",
+        made_in: bytes = b"", delegation_key: bytes = b"", reconnect_seconds: float = 0.0,
     ) -> None:  # fmt: skip
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
@@ -49,7 +49,7 @@ class SharedConnection:
             self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait,
             on_objects_failed=functools.partial(_forget, self._builders),
             keys=peer_keys(SecurityConfig.from_environment()),  # the worker's task key, when the cluster has keys
-            made_in=(made_in, proof),
+            made_in=(made_in, proof), reconnect_seconds=reconnect_seconds,
         )  # fmt: skip
         self.agent.connect(timeout_seconds, wait)
         weakref.finalize(self, close_unreferenced, self.agent)
@@ -75,7 +75,9 @@ def _forget(builders: Dict[bool, TaskBuilder], object_ids: Any) -> None:
         builder.forget(object_ids)
 
 
-def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float) -> SharedConnection:
+def shared_connection(
+    context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float, reconnect_seconds: float = 0.0
+) -> SharedConnection:
     """The processor's connection for the scope of the task whose code asks (outside a task's own code: one that
     stands for itself), connected by the first Client of that scope that asks (with its options), or again after
     it closed (the scheduler went away or refused it)."""
@@ -85,7 +87,9 @@ def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: f
         connection = context.connections.get(scope)
         if connection is None or connection.agent.closed:
             address = context.scheduler_address
-            connection = SharedConnection(address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key)
+            connection = SharedConnection(
+                address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key, reconnect_seconds
+            )
             context.connections[scope] = connection
         context.last_connection = connection  # the others live as long as Clients hold them
         return connection
