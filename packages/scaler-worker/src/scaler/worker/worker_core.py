@@ -92,7 +92,7 @@ class WorkerCore:
     ) -> None:
         self._name = f"Worker {show(identity.worker_id)}"
         self._runner = runner
-        self._session = WorkerSession(config, identity, self._name, self._leave)
+        self._session = WorkerSession(config, identity, self._name, self._leave, self._held_tasks)
         self._storage_timeout = config.worker_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
 
@@ -144,8 +144,8 @@ class WorkerCore:
             A.ASK_RUNNER: self._ask_runner,
             A.ABORT: self._abort,
             A.NEW_ATTEMPT: self._new_attempt,
-            A.TELL_WAITING: answers.tell_waiting,
-            A.TELL_RESUMED: answers.tell_resumed,
+            A.TELL_WAITING: self._tell_waiting,
+            A.TELL_RESUMED: self._tell_resumed,
             A.SEND_RESULT: answers.send_result,
             A.SEND_STORED: answers.send_stored,
             A.SEND_FAILURE: answers.send_failure,
@@ -175,11 +175,12 @@ class WorkerCore:
             self._stage_ahead()
             answers = self._answers
             storage = self._storage
-            if answers.pending or storage.has_requests:
+            answering = answers.pending and not self._session.rejoining  # (held while the scheduler is away)
+            if answering or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
             when = self._session.wake_time
-            if answers.send_by < when:
+            if answering and answers.send_by < when:
                 when = answers.send_by
             oldest = storage.oldest_request
             if oldest < when:  # (math.inf while no request waits: the usual case, told without more)
@@ -592,6 +593,23 @@ class WorkerCore:
         """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
         self._to_runner.append(entry.task.task_id)
 
+    def _tell_waiting(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = True
+        self._answers.tell_waiting(entry, detail)
+
+    def _tell_resumed(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = False
+        self._answers.tell_resumed(entry, detail)
+
+    def _held_tasks(self) -> List[m.HeldTask]:
+        """What a Hello said again names: every task held here, and every task whose result waits to be sent."""
+        held = [
+            m.HeldTask(task.task_id, task.client_id, task.scope_id, task.attempt, entry.waiting)
+            for entry in self._tasks.values()
+            for task in (entry.task,)
+        ]
+        return held + self._answers.held()
+
     def _new_attempt(self, entry: TaskEntry, attempt: Detail) -> None:
         logger.warning(
             f"{self._name}: task {entry.task.task_id.hex()} assigned again (attempt {entry.task.attempt} -> "
@@ -608,8 +626,8 @@ class WorkerCore:
         refused = self._storage.requests(self._now, requests, session.storage_max_message_size)
         for (entry, _, _, profiling), error in refused:  # results larger than the storage server takes
             self._apply(entry, _E.FAIL, (error, profiling))
-        # dropped while rejoining: the scheduler forgot those tasks
-        self._answers.send(out if not session.rejoining else [], session.max_message_size)
+        if not session.rejoining:  # held while the scheduler is away: it hears of them once it answered again
+            self._answers.send(out, session.max_message_size)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
         """Send what is left, and unless the scheduler sent us away, tell it we leave (our tasks then go

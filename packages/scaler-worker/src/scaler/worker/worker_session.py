@@ -16,13 +16,15 @@ Liveness: a heartbeat every interval once connected (its resource numbers are me
 `MeasureUsage`; its task counts, what it holds and its per-function totals are the core's). The connection
 is the session: when the connection to the scheduler closes (its socket monitor says so, within
 milliseconds of the scheduler's death, or seconds after its host vanished: `connection_liveness`), the
-scheduler, which sees the same close, has forgotten this worker and queued its tasks again. The worker then
-waits up to the worker timeout for the connection to come back (a partition that heals, a scheduler
-restarted on its address): it says Hello again when it is back and goes on as a new worker of that
-scheduler, or exits (1) past the timeout, and `scaler_cluster` replaces it. Meanwhile it sends the
-scheduler nothing (the core drops its answers: they answer tasks the scheduler gave to others) and takes a
-`Refusal` for the refusal of something sent before the connection closed; what it still holds when it is
-back is settled by its heartbeats (the scheduler cancels here what it no longer gave this worker). A
+scheduler, which sees the same close, has forgotten this worker and queued its tasks again (or it died). The
+worker then waits up to the worker timeout for the connection to come back (a partition that heals, a
+scheduler restarted on its address), its tasks running on: it says Hello again when it is back, naming the
+tasks it holds and those whose results it holds (``WorkerInfo.heldTasks``, protocol 1.8: a scheduler that
+restarted takes them for this worker's, docs/protocol.md "Reconnecting"), and sends those results once
+answered; or it exits (1) past the timeout, and `scaler_cluster` replaces it. Meanwhile it sends the
+scheduler nothing (the core holds its answers) and takes a `Refusal` for the refusal of something sent
+before the connection closed; what it still holds when it is back is settled by its heartbeats (the
+scheduler cancels here what it no longer gave this worker). A
 scheduler silent for longer than the worker timeout counts as gone too (1). A scheduler that refuses us
 after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a
 stop signal, ends the worker (0); leaving on our own, the worker first says `DisconnectRequest`, so that its
@@ -36,6 +38,7 @@ nobody).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any, Callable, Dict, List, Tuple
@@ -65,8 +68,12 @@ Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say Disc
 
 
 class WorkerSession:
-    def __init__(self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave) -> None:
+    def __init__(
+        self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave,
+        held: Callable[[], List[m.HeldTask]] = list,
+    ) -> None:  # fmt: skip
         self._config = config
+        self._held = held  # what the worker holds, for a Hello said again
         self._memory_limit = config.memory_limit_bytes()  # told in each heartbeat
         self._name = name
         self._leave = leave
@@ -194,7 +201,7 @@ class WorkerSession:
         if change == connection_events.UP:
             if self._hello_lost:
                 self._hello_lost = False
-                out.append(SendToScheduler(self._hello))
+                out.append(SendToScheduler(self._resuming_hello() if self.rejoining else self._hello))
         elif change == connection_events.REFUSED:
             if not self.connected:
                 self._leave(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"), False)
@@ -204,11 +211,19 @@ class WorkerSession:
             timeout = self._config.worker_timeout_seconds
             self._hello_deadline = now + timeout
             logger.warning(
-                f"{self._name}: lost the connection to scheduler {address}; its tasks run elsewhere now, and this "
-                f"worker waits up to {timeout:g} seconds for the scheduler to be reachable again"
+                f"{self._name}: lost the connection to scheduler {address}; this worker goes on with its tasks and "
+                f"waits up to {timeout:g} seconds for the scheduler to be reachable again"
             )
         else:
             self._hello_lost = True
+
+    def _resuming_hello(self) -> m.Hello:
+        """The Hello said again after the connection was lost: the tasks it holds, for the scheduler to take."""
+        held = self._held()
+        info = dataclasses.replace(self._hello.worker_info, held_tasks=held)
+        logger.info(f"{self._name}: scheduler {self._config.scheduler_address} is reachable again; saying Hello, "
+                    f"holding {len(held)} task(s)")  # fmt: skip
+        return dataclasses.replace(self._hello, worker_info=info)
 
     # ------------------------------------------------------------------------- the scheduler
 
