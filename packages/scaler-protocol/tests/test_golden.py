@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "0e2dd80992fc76b12781c05d7d63a22f7c9a56a1416258f6cb15ec155cf206c8",
+    "1.8": "47b406ddc58a78e90f513f793df9b46c7d20d5b59f8341a0fea50825788517a3",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -103,6 +103,7 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerHeartbeat, "memory_limit_bytes"),
         (m.WorkerHeartbeat, "memory_kills"),
         (m.Hello, "reconnect_seconds"),
+        (m.Hello, "resuming"),
         (m.WorkerInfo, "held_tasks"),
         (m.GraphTask, "again"),
     ],
@@ -210,6 +211,7 @@ GOLDEN = [
         made_in=_OTHER_TASK_ID,
         made_in_proof=bytes(range(64, 96)),
         reconnect_seconds=60.0,
+        resuming=True,
     ),
     m.HelloAck(
         version=_VERSION,

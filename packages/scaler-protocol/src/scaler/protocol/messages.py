@@ -120,6 +120,7 @@ class Hello:
     made_in: bytes = b""  # 1.8: the task a client was made in (scaler.protocol.delegation)
     made_in_proof: bytes = b""  # 1.8: that it was
     reconnect_seconds: float = 0.0  # 1.8, a client: how long it waits for its scheduler to come back, then resumes
+    resuming: bool = False  # 1.8, a client: said again after it lost its scheduler
 
 
 @dataclass(slots=True)

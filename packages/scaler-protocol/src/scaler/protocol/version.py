@@ -27,7 +27,7 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
 #      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota; reconnecting to a
-#      scheduler that restarted: Hello.reconnectSeconds, WorkerInfo.heldTasks (HeldTask), GraphTask.again
+#      scheduler that restarted: Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks (HeldTask), GraphTask.again
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 

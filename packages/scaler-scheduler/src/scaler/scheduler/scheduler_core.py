@@ -16,6 +16,9 @@ It is made of:
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`; large messages a slice at a time, each peer's messages in
   order (`message_slices.py`);
+- peers that come back (`reconnections.py`): a client whose connection closed is kept for the wait it said,
+  what it would be sent kept for it; workers saying Hello again name the tasks they hold (after a restart,
+  this scheduler takes them as theirs); a Client made in a task waits for a worker to hold that task;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
   before they reach a client;
 - the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
@@ -54,6 +57,7 @@ from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Silence, Worker
+from scaler.scheduler.reconnections import Reconnections
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
     AuthorizedKeysRead,
@@ -118,7 +122,7 @@ class SchedulerCore:
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._routing = TaskRouting(
             self._workers, self._clients, settings.allocate_policy == "capability", settings.max_task_deaths,
-            settings.max_client_tasks, self._graphs.nodes,
+            settings.max_client_tasks, self._graphs.nodes, claim_seconds=settings.client_timeout_seconds,
         )  # fmt: skip
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
@@ -133,6 +137,9 @@ class SchedulerCore:
             settings.snapshot_every_second, settings.max_client_tasks,
         )  # fmt: skip
         self._events, self._stream = self._monitoring.events, self._monitoring.stream
+        self._returns = Reconnections(
+            self._clients, self._routing, self._events, settings.client_timeout_seconds, self._delete_objects
+        )
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
@@ -198,10 +205,14 @@ class SchedulerCore:
             if type(event) is FromPeer:  # read alone: nothing else waited
                 self._caught_up_at = now
             self._handle(event, now, out)
+        returns = self._returns
+        if returns.hellos_may_be_ready:
+            for source, hello, credential in returns.ready_hellos(now):
+                self._on_hello(source, hello, credential, now, out, deferred=True)
         self._routing.dispatch(out, now < self._busy_until, now)
         if self._slices:
             out.sends.append(MoreToDo())
-        return out.effects()
+        return returns.divert(out.effects()) if returns.any_away else out.effects()
 
     def _handle(self, event: Any, now: float, out: Outbox) -> None:
         if type(event) is FromPeer:  # the hot path, inline: a client's or worker's message to its handler
@@ -302,9 +313,9 @@ class SchedulerCore:
     def _on_connection_closed(self, event: ConnectionClosed, now: float, out: Outbox) -> None:
         gone = self._connections.on_closed(event.connection)
         if gone is not None:
-            self._connection_gone(gone, out)
+            self._connection_gone(gone, now, out)
 
-    def _connection_gone(self, peer_id: bytes, out: Outbox) -> None:
+    def _connection_gone(self, peer_id: bytes, now: float, out: Outbox) -> None:
         """The connection on which ``peer_id`` said Hello closed: it is gone (it does not come back on a new
         one)."""
         worker = self._workers.get(peer_id)
@@ -314,6 +325,9 @@ class SchedulerCore:
             return
         client = self._clients.get(peer_id)
         if client is not None:
+            if self._returns.client_gone(client, now):  # it said it comes back: it is kept meanwhile
+                self._connections.forget(peer_id)
+                return
             self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
             self._remove_client(client, out, forget=True)
         self._managers.remove(peer_id, "its connection closed")
@@ -336,7 +350,11 @@ class SchedulerCore:
             self._events.warning("worker timed out", worker.worker_id, f"worker {show(worker.worker_id)} timed out")
             self._remove_worker(worker, out)
         for client in self._silent_clients.silent(self._clients, heard_until):
+            if client.away_until:  # its connection closed: it is waited for as long as it said
+                continue
             self._events.warning("client timed out", client.client_id, f"client {show(client.client_id)} timed out")
+            self._remove_client(client, out, forget=True)
+        for client in self._returns.on_tick(now, out):
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
         self._routing.dispatch(out, now < self._busy_until, now)
@@ -355,7 +373,9 @@ class SchedulerCore:
             return self._client_handlers
         return self._worker_handlers if peer_id in self._workers else None
 
-    def _on_hello(self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox) -> None:
+    def _on_hello(
+        self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox, deferred: bool = False
+    ) -> None:
         reason = incompatibility(hello.version)
         if reason is not None:
             self._events.warning("refused", source, f"refused {show(source)}: {reason}")
@@ -387,6 +407,13 @@ class SchedulerCore:
             group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
             joined = f"worker {show(source)} connected, capabilities={capabilities}{group}"
             self._events.info("worker joined", source, joined)
+            if hello.worker_info.held_tasks:  # it lost its scheduler (maybe this one, before a restart)
+                taken, cancelled = self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)
+                self._events.info(
+                    "worker resumed", source,
+                    f"worker {show(source)} holds {taken + cancelled} task(s) from before it lost its scheduler: "
+                    f"{taken} kept there, {cancelled} cancelled there (their client has them, or another worker)",
+                )  # fmt: skip
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
             self._managers.on_hello(source, credential, now)
@@ -396,10 +423,18 @@ class SchedulerCore:
             client = self._clients.get(source)
             if client is not None:
                 client.last_seen = now
+                client.reconnect = hello.reconnect_seconds
+                self._returns.client_back(client)
+                self._silent_clients.watch(source, now)
                 self._storage.acknowledge(source, ack, out)
                 return
+            if not deferred and hello.made_in and self._awaits_holder(hello):
+                self._returns.defer(hello.made_in, (source, hello, credential), now)
+                return
             scope = self._scope_of(source, hello)
-            client = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope)
+            client = Client(
+                source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope, hello.reconnect_seconds
+            )
             self._clients[source] = client
             self._silent_clients.watch(source, now)
             stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
@@ -429,15 +464,26 @@ class SchedulerCore:
             return source
         holder = self._routing.holder(hello.made_in)
         if holder is not None:
-            worker, parent = self._workers.get(holder[0]), self._clients.get(holder[1])
-            if worker is not None and parent is not None:
+            worker, scope = self._workers.get(holder[0]), holder[1]
+            if worker is not None:
                 if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
-                    return parent.scope
+                    return scope
         logger.warning(
             f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
             "holding that task proves: its tasks read its own objects only"
         )
         return source
+
+    def _awaits_holder(self, hello: m.Hello) -> bool:
+        """Whether a Client made in a task should wait for a worker to hold that task: the task is queued here,
+        or only a worker's word says it holds it, or the client says Hello again (the worker running the task may
+        not have said Hello again yet, after a restart)."""
+        if self._routing.holder(hello.made_in) is not None:
+            return False
+        return hello.resuming or self._routing.awaited(hello.made_in)
+
+    def _delete_objects(self, owner: bytes, object_ids: List[bytes], out: Outbox) -> None:
+        self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, owner, object_ids), out)
 
     def _readmit(self, out: Outbox) -> None:
         """The storage server answers again (maybe a new one): it is told of every client again."""
@@ -492,7 +538,10 @@ class SchedulerCore:
         out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
-        self._clients[source].heartbeat = message
+        client = self._clients[source]
+        client.heartbeat = message
+        if not client.resent:  # its first since its Hello: it sent again all it waits for
+            self._returns.client_resent(client, self._graphs.nodes, out)
         self._monitoring.on_client_heartbeat(source, message, now, out)
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
@@ -538,6 +587,9 @@ class SchedulerCore:
         out.sends.append(Send(source, m.ClientShutdownResponse(True, "")))
         for worker_id in self._workers:
             out.sends.append(Send(worker_id, m.DisconnectRequest("scheduler shutting down")))
+        for client_id in self._clients:  # they need not wait for it to come back
+            if client_id != source:
+                out.sends.append(Send(client_id, m.DisconnectRequest("the scheduler was shut down by a client")))
         out.sends.append(Shutdown(f"requested by client {show(source)}"))
 
     def _on_object_instruction(self, source: bytes, message: m.ObjectInstruction, now: float, out: Outbox) -> None:
@@ -550,6 +602,7 @@ class SchedulerCore:
         """The client left (``forget``) or cleared: its graphs and tasks are dropped, its objects cleared."""
         if forget:
             del self._clients[client.client_id]
+            self._returns.forget(client.client_id)
             self._connections.forget(client.client_id)
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)

@@ -14,6 +14,12 @@ no room, so a worker whose every task waits takes more, and nested tasks never d
 Nothing here looks at every worker or every task for one event: the workers are filed by load
 (`worker_loads.WorkerLoads`), the queue and the queue timeouts are heaps, and what each worker holds is kept
 with its digest, so a heartbeat is checked against the few tasks sent since its last batch (`reconcile`).
+
+After a restart (docs/scheduling.md, "Restarts"): a worker that says Hello again names the tasks it holds
+(`adopt`), each taken as assigned to it, ADOPTED until its client sends it again; a task its client sends again
+that the scheduler holds is not queued twice (SENT_AGAIN), and one whose result is kept (`kept_results.py`)
+is answered with it. ADOPTED tasks nobody claims are withdrawn (cancelled on their worker) when their client
+says it sent everything again (`client_resent`), or after ``claim_seconds``.
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.protocol.security import RefusalLog
+from scaler.scheduler.kept_results import KeptResults
 from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
+from scaler.scheduler.graph_record import whole_result
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
 from scaler.scheduler.worker_loads import WorkerLoads
 
@@ -45,6 +53,7 @@ DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
 _QUEUED = TaskState.QUEUED
+DEFAULT_CLAIM_SECONDS = 60.0  # how long a task a worker said it held waits for its client to send it again
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +88,13 @@ class TaskRouting:
         max_task_deaths: int,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         graph_nodes: Container[bytes] = frozenset(),
+        claim_seconds: float = DEFAULT_CLAIM_SECONDS,
     ) -> None:
         self._workers = workers  # shared with the core, which adds and removes peers
+        self.kept = KeptResults()  # results kept for clients that will send their tasks again
+        self._claim_seconds = claim_seconds
+        self._unclaimed: Dict[bytes, float] = {}  # ADOPTED task -> when it is withdrawn if its client has not claimed it
+        self.held_again: List[bytes] = []  # tasks a worker now holds that no worker held (ADOPT, claims): for the core
         self._max_client_tasks = max_client_tasks
         self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
         self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
@@ -109,6 +123,10 @@ class TaskRouting:
             TaskAction.CONFIRM_CANCELLED: self._confirm_cancelled,
             TaskAction.CONFIRM_NOT_CANCELLED: self._confirm_not_cancelled,
             TaskAction.FINISH: self._finish,
+            TaskAction.NOTE_HELD: self._note_held,
+            TaskAction.CANCEL_ON_REPORTER: self._cancel_on_reporter,
+            TaskAction.TAKE_TASK: self._take_task,
+            TaskAction.KEEP_RESULT: self._keep_result,
         }
         # the table with the actions bound to this object
         self._plans: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, Tuple[_Action, ...]]] = {
@@ -123,12 +141,28 @@ class TaskRouting:
     def knows(self, task_id: bytes) -> bool:
         return task_id in self._tasks
 
-    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
-        """The worker that holds the task now, and the task's client (None: no worker holds it)."""
+    def knows_for_another(self, task_id: bytes, client_id: bytes) -> bool:
+        """Whether the scheduler holds a task with this ID of another client than ``client_id``."""
         record = self._tasks.get(task_id)
-        if record is None or record.worker_id is None:
+        return record is not None and record.task.client_id != client_id
+
+    def keep_for(self, client_id: bytes, results: List[Any], now: float) -> None:
+        """Results to keep for the tasks the client sends again (graph nodes not released yet)."""
+        for result in results:
+            self.kept.keep(client_id, result, now + self._claim_seconds)
+
+    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
+        """The worker that holds the task now, and the task's scope (None: no worker holds it, or only a worker's
+        word says so: an ADOPTED task is proof of nothing until its client sends it again)."""
+        record = self._tasks.get(task_id)
+        if record is None or record.worker_id is None or record.state is TaskState.ADOPTED:
             return None
-        return record.worker_id, record.task.client_id
+        return record.worker_id, record.task.scope_id or record.task.client_id
+
+    def awaited(self, task_id: bytes) -> bool:
+        """Whether a worker may come to hold the task soon: queued here, or a worker's word says it holds it."""
+        record = self._tasks.get(task_id)
+        return record is not None and (record.worker_id is None or record.state is TaskState.ADOPTED)
 
     # ----------------------------------------------------------------- peers
 
@@ -165,6 +199,56 @@ class TaskRouting:
         plain = self.state_counts[TaskState.QUEUED] - sum(needing.values())
         return {frozenset(): plain, **needing} if plain > 0 else needing
 
+    def adopt(self, worker: Worker, held_tasks: List[m.HeldTask], now: float, out: Outbox) -> Tuple[int, int]:
+        """``worker`` said Hello again, holding these tasks (it lost its scheduler; this one may have restarted):
+        each is taken as assigned to it. One this scheduler holds queued is its (ADOPT); one it does not hold is
+        ADOPTED, until its client sends it again, unless its client is here and has sent everything again
+        already, or another worker has it: then it is cancelled there. Returns (taken, cancelled there)."""
+        tasks, clients = self._tasks, self._clients
+        before = len(out.cancels.get(worker.worker_id, ()))
+        for held in held_tasks:
+            task_id = held.task_id
+            record = tasks.get(task_id)
+            if record is not None:
+                if record.task.client_id == held.client_id:
+                    self._step(record, TaskEvent.ADOPT, out, (worker, held))
+                else:
+                    out.cancels[worker.worker_id].append(task_id)
+                continue
+            client = clients.get(held.client_id)
+            if not held.client_id or (client is not None and client.resent) or task_id in self._graph_nodes:
+                out.cancels[worker.worker_id].append(task_id)  # its client has all it wants (or it is nobody's)
+                continue
+            task = m.Task(task_id, held.client_id, attempt=held.attempt, scope_id=held.scope_id)
+            record = TaskRecord(task, None, False, now)
+            record.state = TaskState.ADOPTED
+            record.worker_id = worker.worker_id
+            tasks[task_id] = record
+            self.state_counts[TaskState.ADOPTED] += 1
+            self._unclaimed[task_id] = now + self._claim_seconds
+            self._hold(worker, task_id, held.waiting)
+        self._loads.touch(worker)
+        self._changed = True
+        cancelled = len(out.cancels.get(worker.worker_id, ())) - before
+        return len(held_tasks) - cancelled, cancelled
+
+    def client_resent(self, client_id: bytes, keep: Container[bytes], out: Outbox) -> None:
+        """The client has sent again everything it waits for (its first heartbeat after its Hello): the tasks a
+        worker said it held that the client did not claim are withdrawn (but the graph nodes in ``keep``, which
+        its graphs may release later)."""
+        unclaimed = [task_id for task_id in self._unclaimed if task_id not in keep]
+        tasks = self._tasks
+        for task_id in unclaimed:
+            record = tasks[task_id]
+            if record.task.client_id == client_id:
+                self._step(record, TaskEvent.WITHDRAW, out)
+
+    def expire_claims(self, now: float, out: Outbox) -> None:
+        """Tasks a worker said it held that no client claimed in time: withdrawn (cancelled on their worker)."""
+        due = [task_id for task_id, deadline in self._unclaimed.items() if deadline <= now]
+        for task_id in due:
+            self._step(self._tasks[task_id], TaskEvent.WITHDRAW, out)
+
     def withdraw(self, client: Client, out: Outbox) -> None:
         """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
         for task_id in list(client.tasks):
@@ -179,8 +263,13 @@ class TaskRouting:
         tasks = message.tasks
         room = max(0, self._max_client_tasks - client.queued)
         if len(tasks) > room:
-            self._reject_over_quota(source, tasks[room:], now, out)
-            message = m.TaskBatch(tasks[:room])
+            known = self._tasks  # a task sent again that the scheduler holds takes no more room
+            fresh = [task for task in tasks if task.task_id not in known]
+            if len(fresh) > room:
+                over = fresh[room:]
+                self._reject_over_quota(source, over, now, out)
+                refused = {task.task_id for task in over}
+                message = m.TaskBatch([task for task in tasks if task.task_id not in refused])
         self.on_task_batch(source, message, now, out)
 
     def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
@@ -204,35 +293,46 @@ class TaskRouting:
     def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
         """Tasks client ``source`` submitted within its quota: queued. A task whose ID the scheduler holds already,
         as another client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of
-        its own tasks sent again is ignored."""
+        its own tasks sent again (after a reconnect) is not queued twice (`queue`)."""
         tasks = self._tasks
         graph_nodes = self._graph_nodes
         fresh = []
-        duplicates = 0
         for task in message.tasks:
             task_id = task.task_id
             if task_id in tasks or task_id in graph_nodes:
                 holder = tasks.get(task_id)
                 if holder is not None and holder.task.client_id == source:
-                    duplicates += 1
+                    fresh.append(task)
                 else:
                     self._refuse_taken(source, task, out)
                 continue
             fresh.append(task)
-        if duplicates:
-            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
-        self.queue(source, fresh, now, submitted=True)
+        self.queue(source, fresh, now, out, submitted=True)
 
-    def queue(self, source: bytes, new_tasks: List[Any], now: float, submitted: bool = False) -> None:
-        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch` (``submitted``: within
-        its quota, `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope
-        (empty for a client that stands for itself)."""
+    def queue(self, source: bytes, new_tasks: List[Any], now: float, out: Outbox, submitted: bool = False) -> None:
+        """Queue tasks of client ``source``: checked by `on_task_batch` (``submitted``: within its quota,
+        `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope (empty for a
+        client that stands for itself). A task the scheduler holds for that client already (it resumed, and sent
+        it again) is not queued twice (SENT_AGAIN), and one whose result is kept is answered with it."""
         client = self._clients[source]
         scope = client.scope if client.scope != source else b""
         tasks = self._tasks
         counts = self.state_counts
+        kept = self.kept
+        again = 0
         for task in new_tasks:
             task_id = task.task_id
+            held = tasks.get(task_id)
+            if held is not None:
+                again += 1
+                self._step(held, TaskEvent.SENT_AGAIN, out, (task, scope, submitted))
+                continue
+            if kept:
+                result = kept.take(task_id, source)
+                if result is not None:
+                    again += 1
+                    out.results[source].append(result)
+                    continue
             task.client_id = source
             if task.scope_id != scope:  # only a Client made in a task has one, and no client sets its own
                 task.scope_id = scope
@@ -249,6 +349,8 @@ class TaskRouting:
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
+        if again:
+            logger.info(f"Scheduler: client {show(source)} sent again {again} task(s) held or ended here: not run again")
 
     def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
         """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
@@ -602,6 +704,8 @@ class TaskRouting:
     def _finish(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         task_id = record.task.task_id
         del self._tasks[task_id]
+        if self._unclaimed:
+            self._unclaimed.pop(task_id, None)
         client = self._clients.get(record.task.client_id)
         if client is not None:
             client.tasks.discard(task_id)
@@ -610,6 +714,49 @@ class TaskRouting:
             if worker is not None:
                 self._release(worker, task_id)
                 self._changed = True  # room on that worker
+
+    def _note_held(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
+        """A worker that said Hello again holds this task, queued here: it is that worker's, at its attempt."""
+        worker, held = detail
+        record.worker_id = worker.worker_id
+        record.queue_seq = -1  # its entry in the queue is stale: the dispatch passes it by
+        record.task.attempt = held.attempt
+        self._hold(worker, record.task.task_id, held.waiting)
+        self.held_again.append(record.task.task_id)
+
+    def _cancel_on_reporter(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
+        worker, held = detail
+        out.cancels[worker.worker_id].append(held.task_id)
+
+    def _take_task(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
+        """Its client sent the task again: its copy is the task now (at the attempt its worker holds)."""
+        task, scope, submitted = detail
+        task_id = task.task_id
+        task.client_id = record.task.client_id
+        task.attempt = record.task.attempt
+        if task.scope_id != scope:
+            task.scope_id = scope
+        record.task = task
+        record.submitted = submitted
+        if task.capabilities and self._capability_policy:
+            record.needs = frozenset(c.name for c in task.capabilities)
+        del self._unclaimed[task_id]
+        client = self._clients.get(task.client_id)
+        if client is not None:
+            client.tasks.add(task_id)
+        self.held_again.append(task_id)
+
+    def _keep_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
+        """The result of a task its client has not sent again yet: kept for it (`kept_results.py`)."""
+        task_id = record.task.task_id
+        self.kept.keep(record.task.client_id, whole_result(result), self._unclaimed.pop(task_id, self._now))
+
+    def _hold(self, worker: Worker, task_id: bytes, waiting: bool) -> None:
+        """``worker`` holds the task, as its Hello said (not sent in a batch: sequence 0)."""
+        worker.tasks[task_id] = 0
+        worker.digest ^= task_term(task_id)
+        if waiting:
+            worker.waiting.add(task_id)
 
     def _release(self, worker: Worker, task_id: bytes) -> None:
         """``worker`` no longer holds the task."""

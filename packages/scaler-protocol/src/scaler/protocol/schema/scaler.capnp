@@ -59,6 +59,7 @@ struct Hello {
   reconnectSeconds @7 :Float64;           # 1.8, a client: how long it waits for its scheduler to come back after
                                           # losing the connection, then says Hello again and sends again what has
                                           # not ended; 0: it does not wait (docs/protocol.md, "Reconnecting")
+  resuming @8 :Bool;                      # 1.8, a client: this Hello is said again after it lost its scheduler
 }
 
 # Answer to an accepted Hello.

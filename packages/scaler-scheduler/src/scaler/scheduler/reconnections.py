@@ -1,0 +1,167 @@
+"""Peers that come back: what the scheduler keeps for them, and for how long (sans-I/O, part of the core).
+
+A client of protocol 1.8 says in its Hello how long it waits for a lost scheduler (``reconnectSeconds``), and
+sends again, once answered, every task and graph it has not seen end (docs/protocol.md, "Reconnecting").
+Workers say Hello again naming what they hold (`task_routing.TaskRouting.adopt`). So:
+
+- a client whose connection closes is *away*, not gone, for the wait it said (and `AWAY_MARGIN_SECONDS`): its
+  tasks run on, its objects stay in storage, and what the scheduler would send it (`divert`) is kept: its
+  results (`kept_results.py`, which answer the tasks it sends again), nothing else (cancel confirms, outputs:
+  the client settles those itself). It comes back with a Hello from the same identity and key, or is removed
+  as a client that left (tasks cancelled, objects cleared) once the wait is over;
+- its first heartbeat after its Hello says it sent again all it waits for (`client_resent`): what was kept
+  for it and not claimed is dropped (a result's object deleted), and tasks a worker said it held for it that
+  it did not send again are cancelled there;
+- a Client made inside a task (nested) that says Hello again may do so before the worker running its task
+  said Hello again: its Hello waits (`defer`), at most the client timeout, until a worker holds that task
+  (the only proof of whose objects its tasks read), then is answered.
+
+What the scheduler does not know survives nowhere: the results it kept in memory for graphs and those sent
+on a connection that was lost run again (docs/scheduling.md, "Restarts").
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Container, Dict, List, Tuple
+
+from scaler.protocol import messages as m
+from scaler.protocol.ids import show
+from scaler.protocol.security import Credential
+from scaler.scheduler.graph_record import whole_result
+from scaler.scheduler.kept_results import stored_objects
+from scaler.scheduler.monitor_events import MonitorEvents
+from scaler.scheduler.outbox import Outbox
+from scaler.scheduler.peers import Client
+from scaler.scheduler.scheduler_events import Send
+from scaler.scheduler.task_routing import TaskRouting
+
+AWAY_MARGIN_SECONDS = 10.0  # an away client is kept this much longer than it waits: it may notice the loss later
+
+logger = logging.getLogger(__name__)
+
+_Hello = Tuple[bytes, m.Hello, Credential]
+DeleteObjects = Callable[[bytes, List[bytes], Outbox], None]
+
+
+class Reconnections:
+    def __init__(
+        self, clients: Dict[bytes, Client], routing: TaskRouting, events: MonitorEvents, defer_seconds: float,
+        delete_objects: DeleteObjects,
+    ) -> None:  # fmt: skip
+        self._clients = clients
+        self._routing = routing
+        self._events = events
+        self._defer_seconds = defer_seconds
+        self._delete_objects = delete_objects  # (owner, object IDs, out): a delete request to the storage server
+        self._away: Dict[bytes, Client] = {}  # clients whose connection closed, kept for them to come back
+        self._deferred: Dict[bytes, List[Tuple[float, _Hello]]] = {}  # task ID -> Hellos made in it, waiting
+
+    @property
+    def any_away(self) -> bool:
+        return bool(self._away)
+
+    @property
+    def hellos_may_be_ready(self) -> bool:
+        return bool(self._deferred or self._routing.held_again)
+
+    # ----------------------------------------------------------------- clients away
+
+    def client_gone(self, client: Client, now: float) -> bool:
+        """The client's connection closed: whether it is kept, away, for it to come back (it said it would)."""
+        if client.reconnect <= 0:
+            return False
+        client.away_until = now + client.reconnect + AWAY_MARGIN_SECONDS
+        self._away[client.client_id] = client
+        self._events.warning(
+            "client away", client.client_id,
+            f"client {show(client.client_id)} lost its connection; its tasks run on, kept for it up to "
+            f"{client.reconnect + AWAY_MARGIN_SECONDS:g}s",
+        )  # fmt: skip
+        return True
+
+    def client_back(self, client: Client) -> None:
+        """The client said Hello again (the same identity and key): it sends again what it waits for."""
+        client.resent = False
+        if self._away.pop(client.client_id, None) is not None:
+            client.away_until = 0.0
+            self._events.info("client back", client.client_id, f"client {show(client.client_id)} is back")
+
+    def forget(self, client_id: bytes) -> None:
+        self._away.pop(client_id, None)
+
+    def client_resent(self, client: Client, graph_nodes: Container[bytes], out: Outbox) -> None:
+        """Its first heartbeat since its Hello: it sent again all it waits for. What was kept for it and not
+        claimed goes (but for the nodes of its graphs, released later)."""
+        client.resent = True
+        routing = self._routing
+        routing.client_resent(client.client_id, graph_nodes, out)
+        if routing.kept:
+            dropped = routing.kept.drop_client(client.client_id, graph_nodes.__contains__)
+            objects = stored_objects(dropped)
+            if objects:
+                self._delete_objects(client.client_id, objects, out)
+
+    def divert(self, effects: List[Any]) -> List[Any]:
+        """The effects, but what goes to a client away: its results kept for it, the rest dropped."""
+        away, kept = self._away, self._routing.kept
+        sent = []
+        for effect in effects:
+            client = away.get(effect.to) if type(effect) is Send else None
+            if client is None:
+                sent.append(effect)
+            elif type(effect.message) is m.TaskResultBatch:
+                for result in effect.message.results:
+                    kept.keep(client.client_id, whole_result(result), client.away_until)
+        return sent
+
+    # ----------------------------------------------------------------- Clients made in tasks
+
+    def defer(self, task_id: bytes, hello: _Hello, now: float) -> None:
+        """The Hello of a Client made in ``task_id``, which no worker holds yet: it waits for one to."""
+        self._deferred.setdefault(task_id, []).append((now + self._defer_seconds, hello))
+
+    def ready_hellos(self, now: float) -> List[_Hello]:
+        """The deferred Hellos to answer now: their task is held by a worker, or they waited long enough."""
+        held_again, self._routing.held_again = self._routing.held_again, []
+        if not self._deferred:
+            return []
+        ready: List[_Hello] = []
+        for task_id in held_again:
+            ready.extend(hello for _, hello in self._deferred.pop(task_id, ()))
+        for task_id, waiting in list(self._deferred.items()):
+            due = [hello for deadline, hello in waiting if deadline <= now]
+            if due:
+                ready.extend(due)
+                left = [each for each in waiting if each[0] > now]
+                if left:
+                    self._deferred[task_id] = left
+                else:
+                    del self._deferred[task_id]
+        return ready
+
+    # ----------------------------------------------------------------- time
+
+    def on_tick(self, now: float, out: Outbox) -> List[Client]:
+        """What the passing time ends: kept results past their deadline (objects deleted), tasks a worker holds
+        that no client claimed (cancelled there); returns the away clients whose wait is over."""
+        routing = self._routing
+        if routing.kept:
+            for client_id, result in routing.kept.due(now):
+                objects = stored_objects([result])
+                if objects:
+                    self._delete_objects(client_id, objects, out)
+        routing.expire_claims(now, out)
+        over = [client for client in self._away.values() if client.away_until <= now]
+        for client in over:
+            del self._away[client.client_id]
+            self._events.warning(
+                "client left", client.client_id,
+                f"client {show(client.client_id)} did not come back within {client.reconnect:g}s",
+            )  # fmt: skip
+        return over
+
+    def away(self, client_id: bytes) -> bool:
+        return client_id in self._away
+
+
