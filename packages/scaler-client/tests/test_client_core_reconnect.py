@@ -36,6 +36,7 @@ from test_client_core_properties import ACTIONS, World
 
 from scaler.client.client_events import (
     Cancel,
+    ToScheduler,
     Clear,
     ConnectionChanged,
     Disconnect,
@@ -226,6 +227,10 @@ class ReconnectingWorld(World):
 
     def absorb(self, effect):
         if isinstance(effect, RenewConnection):
+            return
+        if isinstance(effect, ToScheduler) and isinstance(effect.message, TaskCancel):
+            # a cancel whose confirm was lost goes again: whether it reached the scheduler is not known
+            self.cancels_sent.update(effect.message.task_ids)
             return
         super().absorb(effect)
 

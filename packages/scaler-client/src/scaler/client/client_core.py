@@ -131,7 +131,7 @@ class ClientCore:
             reconnect_seconds=reconnect_seconds,
         )  # fmt: skip
 
-        self._hello_again = dataclasses.replace(self._hello, resuming=True)  # said after the scheduler was lost
+        self._resuming_hello = dataclasses.replace(self._hello, resuming=True)  # said after the scheduler was lost
         self._out: List[Effect] = []  # what the event being handled decided
         self._storage = StorageRequests(client_id, self._hello, timeout_seconds, self._out)
         self._tasks = TasksInFlight(
@@ -286,7 +286,7 @@ class ClientCore:
         kind = type(effect)
         if kind is Heartbeat:
             return False
-        if kind is not ToScheduler or effect.message is self._hello_again:  # type: ignore[union-attr]
+        if kind is not ToScheduler or effect.message is self._resuming_hello:  # type: ignore[union-attr]
             return True
         if type(effect.message) is ObjectInstruction:  # type: ignore[union-attr]
             self._after_rejoin.append(effect.message)  # type: ignore[union-attr]
@@ -396,7 +396,7 @@ class ClientCore:
     def _hello_on_return(self, detail: Any, now: float) -> None:
         """Reachable again: Hello again, answered within the wait, or within the timeout if that is later."""
         self._silent_after = max(self._away_until, now + self._timeout)
-        self._out.append(ToScheduler(self._hello_again))
+        self._out.append(ToScheduler(self._resuming_hello))
 
     def _rejoin(self, message: HelloAck, now: float) -> None:
         """The scheduler answered again: what may not have reached it, or what it may have lost (it restarted),
