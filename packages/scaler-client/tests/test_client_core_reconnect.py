@@ -41,6 +41,7 @@ from scaler.client.client_events import (
     ConnectionChanged,
     Disconnect,
     FromScheduler,
+    HandshakeFailed,
     Heartbeat,
     RenewConnection,
     Shutdown,
@@ -157,6 +158,16 @@ def test_a_refusal_of_the_hello_said_again_stops_the_client_with_its_reason():
     kind, error = outcomes(effects)["task1"]
     assert kind == ERROR and isinstance(error, ProtocolError) and "not compatible" in str(error)
     assert core.state is SessionState.STOPPED
+
+
+def test_a_handshake_refused_while_the_scheduler_restarts_is_waited_out_and_named_if_the_wait_ends():
+    core, _ = lost(now=1.0)
+    refused = HandshakeFailed("the CurveZMQ handshake with the scheduler failed", from_storage=False)
+    assert outcomes(run(core, 2.0, refused)) == {} and core.state is SessionState.RECONNECTING
+    run(core, 3.0, scheduler(UP))
+    assert core.state is SessionState.RESUMING  # (it was a restart: the next handshake goes through)
+    kind, error = outcomes(run(core, 45.0))["task1"]
+    assert kind == ERROR and "its last handshake: the CurveZMQ handshake with the scheduler failed" in str(error)
 
 
 def test_a_connection_lost_again_while_resuming_is_waited_for_on_another_new_connection():

@@ -12,7 +12,14 @@ from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.worker_core import RECONNECT_SECONDS
-from scaler.worker.worker_events import EXIT_FAILURE, EXIT_REFUSED, ConnectionChanged, FromScheduler, Tick
+from scaler.worker.worker_events import (
+    EXIT_FAILURE,
+    EXIT_REFUSED,
+    ConnectionChanged,
+    FromScheduler,
+    HandshakeFailed,
+    Tick,
+)
 
 
 def digest(*numbers: int) -> int:
@@ -140,6 +147,16 @@ def test_a_task_that_waits_for_its_children_is_named_waiting_when_the_worker_say
     h.handle(ConnectionChanged(False, UP))
     (hello,) = h.take(m.Hello)
     assert [(held.task_id, held.waiting) for held in hello.worker_info.held_tasks] == [(task_id(1), True)]
+
+
+def test_a_handshake_refused_while_the_scheduler_restarts_is_waited_out():
+    h = Harness()
+    h.handle(ConnectionChanged(False, UP))
+    h.handle(ConnectionChanged(False, DOWN))
+    h.handle(HandshakeFailed("the CurveZMQ handshake with the scheduler failed", False))
+    assert h.exit_code is None
+    h.handle(ConnectionChanged(False, UP))
+    assert len(h.take(m.Hello)) == 1
 
 
 def test_the_first_hello_names_nothing_held():

@@ -152,6 +152,7 @@ class ClientCore:
         self._withheld = False  # the scheduler is away: nothing goes to it but the Hello (RECONNECTING, RESUMING)
         self._after_rejoin: List[Any] = []  # instructions made while it was away (clear, delete): sent first
         self._away_until = math.inf  # when the wait for it ends
+        self._last_refusal = ""  # of a handshake while it was away
         self._disconnect_command = 0
         self._shutdown_commands: Deque[int] = collections.deque()
         self._heartbeats_sent = 0
@@ -206,6 +207,7 @@ class ClientCore:
             SessionAction.REJOIN: self._rejoin,
             SessionAction.STOP_GONE: lambda detail, now: self._stop(DisconnectedError(self._gone())),
             SessionAction.LEAVE_AWAY: self._leave_away,
+            SessionAction.NOTE_REFUSAL: self._note_refusal,
         }
 
         always: Dict[type, Callable[[Any, float], None]] = {
@@ -403,6 +405,7 @@ class ClientCore:
         goes again; it ignores what it holds. Then the heartbeats, whose first says the resending is over."""
         self._withheld = False
         self._away_until = math.inf
+        self._last_refusal = ""
         out = self._out
         out.extend(ToScheduler(instruction) for instruction in self._after_rejoin)
         self._after_rejoin = []
@@ -427,9 +430,15 @@ class ClientCore:
         self._disconnect_command = disconnect.command_id
         self._stop(DisconnectedError("the client disconnected before the task finished"), cause=False)
 
+    def _note_refusal(self, refusal: HandshakeFailed, now: float) -> None:
+        self._last_refusal = refusal.reason
+
     def _gone(self) -> str:
         lost = f"lost the connection to the scheduler at {self._address}"
-        return f"{lost}, which did not come back within {self._reconnect:g}s" if self._reconnect > 0 else lost
+        if self._reconnect <= 0:
+            return lost
+        refused = f" (its last handshake: {self._last_refusal})" if self._last_refusal else ""
+        return f"{lost}, which did not come back within {self._reconnect:g}s{refused}"
 
     def _say_goodbye(self, disconnect: Disconnect, now: float) -> None:
         """Send DisconnectRequest and wait (bounded) for DisconnectResponse; then fail what is left."""
@@ -520,7 +529,7 @@ class ClientCore:
         if event.from_storage:
             self._storage.on_refusal(event, ())
         else:
-            self._session(SessionEvent.REFUSED, event, now)
+            self._session(SessionEvent.KEYS_REFUSED, event, now)
 
     def _on_hello_ack(self, message: HelloAck, now: float) -> None:
         """A HelloAck says who answered (protocol 1.5): a storage server's port given by mistake says so."""

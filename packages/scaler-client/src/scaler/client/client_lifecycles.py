@@ -48,6 +48,7 @@ class SessionEvent(enum.Enum):
     CONNECTION_UP = "connection_up"  # the socket monitor: connected, handshake done
     CONNECTION_LOST = "connection_lost"  # the socket monitor: the connection closed
     HANDSHAKE_REFUSED = "handshake_refused"  # the socket monitor: closed during the ZeroMQ handshake
+    KEYS_REFUSED = "keys_refused"  # the socket monitor: the handshake failed over keys (CurveZMQ)
     WRONG_PEER = "wrong_peer"  # a HelloAck from a peer that is not a scheduler (an object storage server)
 
     __hash__ = object.__hash__
@@ -79,6 +80,7 @@ class SessionAction(enum.Enum):
     REJOIN = "rejoin"  # HelloAck again: send again every task and graph not done, resume heartbeats
     STOP_GONE = "stop_gone"  # the scheduler did not come back within reconnect_seconds
     LEAVE_AWAY = "leave_away"  # a disconnect while the scheduler is away: done at once
+    NOTE_REFUSAL = "note_refusal"  # a handshake refused while the scheduler restarts: told if the wait ends
 
     __hash__ = object.__hash__
 
@@ -129,7 +131,7 @@ def _session_table():
     table[(S.RESUMING, E.CONNECTION_LOST)] = Transition(S.RECONNECTING, (A.RENEW_CONNECTION,))
     table[(S.RESUMING, E.WRONG_PEER)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
     table[(S.RESUMING, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_REFUSED,))  # the answer to the new Hello
-    table[(S.RECONNECTING, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))  # its keys, in the handshake
+    table[(S.RECONNECTING, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))
     for state in (S.RECONNECTING, S.RESUMING):
         table[(state, E.SILENT)] = Transition(S.STOPPED, (A.STOP_GONE,))
         table[(state, E.COMMAND)] = Transition(state, (A.RUN_COMMAND,))  # held, and sent when the scheduler is back
@@ -141,6 +143,13 @@ def _session_table():
     for event in (E.HELLO_ACK, E.WRONG_PEER, E.CONNECTION_LOST):
         table[(S.RECONNECTING, event)] = Transition(S.RECONNECTING)  # of the lost connection: nothing to do
     table[(S.RESUMING, E.CONNECTION_UP)] = Transition(S.RESUMING)
+    # a handshake refused over keys: the scheduler's answer, but while it restarts, a handshake may fail on its way
+    table[(S.IDLE, E.KEYS_REFUSED)] = Transition(S.IDLE)
+    table[(S.CONNECTING, E.KEYS_REFUSED)] = Transition(S.STOPPED, (A.STOP_REFUSED,))
+    for state in (S.READY, S.CLOSING):
+        table[(state, E.KEYS_REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))
+    for state in (S.RECONNECTING, S.RESUMING):
+        table[(state, E.KEYS_REFUSED)] = Transition(state, (A.NOTE_REFUSAL,))
     return table
 
 

@@ -302,6 +302,11 @@ class WorkerCore:
         self._leave(EXIT_FAILURE, event.reason, True)
 
     def _on_handshake_failed(self, event: HandshakeFailed) -> None:
+        session = self._session
+        if session.storage_down if event.from_storage else session.rejoining:
+            # a peer that restarts may fail a handshake on its way: waited out (the worker timeout bounds it)
+            logger.warning(f"{self._name}: {event.reason}; waiting for it to come back")
+            return
         # refused by the storage server: the scheduler is told, so our tasks move at once
         self._leave(EXIT_REFUSED, event.reason, event.from_storage)
 
