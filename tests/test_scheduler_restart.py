@@ -148,9 +148,12 @@ def test_a_scheduler_killed_twice_under_every_kind_of_work_loses_none_and_delive
     assert "from before it lost its scheduler" in second  # the workers said what they held
 
 
-def test_with_keys_clients_and_workers_come_back_with_the_same_keys(processes, address, tmp_path, dropped):
+def test_with_keys_clients_and_workers_come_back_with_the_same_keys_and_a_client_waits_at_most_its_bound(
+    processes, address, tmp_path, dropped
+):
     cluster = start(processes, address, tmp_path, secure=True)
-    with Client(address=address, timeout_seconds=30, security=cluster.keys.client) as client:
+    keys = cluster.keys.client
+    with Client(address=address, timeout_seconds=30, security=keys) as client:
         data = client.send_object(b"y" * 100_000)
         futures = [client.submit(square, i) for i in range(100)] + [client.submit(length, data) for _ in range(10)]
         futures += [client.submit(fan_out, 5)]
@@ -159,15 +162,9 @@ def test_with_keys_clients_and_workers_come_back_with_the_same_keys(processes, a
         restart(processes, cluster, 2)
         assert [f.result(timeout=120) for f in futures] == [i * i for i in range(100)] + [100_000] * 10 + [30]
     assert dropped.count == 0
-
-
-def test_a_client_waits_for_the_scheduler_at_most_its_reconnect_seconds_then_fails_naming_the_address(
-    processes, address, tmp_path
-):
-    start(processes, address, tmp_path)
-    with Client(address=address, timeout_seconds=30, reconnect_seconds=2) as client:
+    with Client(address=address, timeout_seconds=30, security=keys, reconnect_seconds=2) as client:
         future = client.submit(time.sleep, 3600)
-        kill_scheduler(processes)
+        kill_scheduler(processes)  # and not started again
         error = future.exception(timeout=60)
     assert str(error) == f"lost the connection to the scheduler at {address}, which did not come back within 2s"
 
@@ -194,10 +191,10 @@ def test_a_storage_server_with_a_directory_keeps_its_objects_when_it_restarts(pr
     directory = ["--object-directory", str(tmp_path / "objects")]
     storage, process = storage_and_scheduler(processes, address, tmp_path, *directory)
     with Client(address=address, timeout_seconds=30) as client:
-        data = client.send_object(b"z" * 300_000)
-        assert client.submit(length, data).result(timeout=60) == 300_000
+        assert client.submit(square, 5).result(timeout=60) == 25
+        data = client.send_object(b"z" * 300_000)  # in storage, not read by any worker yet
         restart_storage(processes, storage, process, tmp_path, *directory)
-        assert client.submit(length, data).result(timeout=60) == 300_000  # its function, and data, kept there
+        assert client.submit(length, data).result(timeout=60) == 300_000  # kept there, and its function
         assert client.submit(square, 7).result(timeout=60) == 49
 
 
@@ -206,8 +203,8 @@ def test_a_storage_server_without_a_directory_restarts_empty_and_tasks_that_need
 ):
     storage, process = storage_and_scheduler(processes, address, tmp_path)
     with Client(address=address, timeout_seconds=30) as client:
-        data = client.send_object(b"w" * 300_000)
-        assert client.submit(length, data).result(timeout=60) == 300_000
+        assert client.submit(square, 5).result(timeout=60) == 25
+        data = client.send_object(b"w" * 300_000)  # in storage, not read by any worker yet
         restart_storage(processes, storage, process, tmp_path)
         error = client.submit(length, data).exception(timeout=60)
         assert isinstance(error, ObjectNotFoundError) and data.object_id.hex() in str(error), error

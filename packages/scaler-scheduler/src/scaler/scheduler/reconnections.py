@@ -4,11 +4,13 @@ A client of protocol 1.8 says in its Hello how long it waits for a lost schedule
 sends again, once answered, every task and graph it has not seen end (docs/protocol.md, "Reconnecting").
 Workers say Hello again naming what they hold (`task_routing.TaskRouting.adopt`). So:
 
-- a client whose connection closes is *away*, not gone, for the wait it said (and `AWAY_MARGIN_SECONDS`): its
-  tasks run on, its objects stay in storage, and what the scheduler would send it (`divert`) is kept: its
-  results (`kept_results.py`, which answer the tasks it sends again), nothing else (cancel confirms, outputs:
-  the client settles those itself). It comes back with a Hello from the same identity and key, or is removed
-  as a client that left (tasks cancelled, objects cleared) once the wait is over;
+- a client whose connection closes is *away*, not gone, for the wait it said (and `AWAY_MARGIN_SECONDS`): the
+  scheduler cannot tell a client that died from one cut off by the network, so its tasks are cancelled on their
+  workers at once (a dead client's work stops), but its session and its objects in storage are kept, and
+  what the scheduler would send it (`divert`) is kept: its results (`kept_results.py`: those that crossed the
+  cancel answer the tasks it sends again), nothing else (cancel confirms, outputs: the client settles those
+  itself). It comes back with a Hello from the same identity and key and sends its tasks again, which run
+  again; or it is removed as a client that left (objects cleared) once the wait is over;
 - its first heartbeat after its Hello says it sent again all it waits for (`client_resent`): what was kept
   for it and not claimed is dropped (a result's object deleted), and tasks a worker said it held for it that
   it did not send again are cancelled there;
@@ -75,8 +77,8 @@ class Reconnections:
         self._away[client.client_id] = client
         self._events.warning(
             "client away", client.client_id,
-            f"client {show(client.client_id)} lost its connection; its tasks run on, kept for it up to "
-            f"{client.reconnect + AWAY_MARGIN_SECONDS:g}s",
+            f"client {show(client.client_id)} lost its connection: its tasks are cancelled, its session and objects "
+            f"kept for it up to {client.reconnect + AWAY_MARGIN_SECONDS:g}s",
         )  # fmt: skip
         return True
 

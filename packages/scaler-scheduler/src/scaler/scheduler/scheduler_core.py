@@ -16,8 +16,8 @@ It is made of:
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`; large messages a slice at a time, each peer's messages in
   order (`message_slices.py`);
-- peers that come back (`reconnections.py`): a client whose connection closed is kept for the wait it said,
-  what it would be sent kept for it; workers saying Hello again name the tasks they hold (after a restart,
+- peers that come back (`reconnections.py`): a client whose connection closed is kept for the wait it said
+  (its tasks cancelled, its objects kept), what it would be sent kept for it; workers saying Hello again name the tasks they hold (after a restart,
   this scheduler takes them as theirs); a Client made in a task waits for a worker to hold that task;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
   before they reach a client;
@@ -325,8 +325,10 @@ class SchedulerCore:
             return
         client = self._clients.get(peer_id)
         if client is not None:
-            if self._returns.client_gone(client, now):  # it said it comes back: it is kept meanwhile
+            if self._returns.client_gone(client, now):  # it said it comes back: kept meanwhile, its tasks stopped
                 self._connections.forget(peer_id)
+                self._graphs.forget_client(peer_id)
+                self._routing.withdraw(client, out)
                 return
             self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
             self._remove_client(client, out, forget=True)
