@@ -34,8 +34,10 @@ def test_the_releases_scheduler_replaced_by_the_current_one_under_a_running_job_
 ):
     storage = default_storage_address(address)
     processes.storage(storage, log_path=str(tmp_path / "storage.log"))
-    previous = processes.start(os.path.join(peer_bin("previous"), "scaler_scheduler"), address,
-                               "--object-storage-address", storage, log_path=str(tmp_path / "previous.log"))  # fmt: skip
+    previous_scheduler = os.path.join(peer_bin("previous"), "scaler_scheduler")
+    previous = processes.start(
+        previous_scheduler, address, "--object-storage-address", storage, log_path=str(tmp_path / "previous.log")
+    )
     start_workers(processes, "current", address, 2, str(tmp_path / "cluster.log"))
     wait_for_workers(address, 2)
     dropped = []

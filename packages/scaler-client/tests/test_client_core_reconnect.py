@@ -36,7 +36,6 @@ from test_client_core_properties import ACTIONS, World
 
 from scaler.client.client_events import (
     Cancel,
-    ToScheduler,
     Clear,
     ConnectionChanged,
     Disconnect,
@@ -46,6 +45,7 @@ from scaler.client.client_events import (
     RenewConnection,
     Shutdown,
     SubmitGraph,
+    ToScheduler,
 )
 from scaler.client.client_lifecycles import SessionState
 from scaler.protocol.connection_events import DOWN, UP

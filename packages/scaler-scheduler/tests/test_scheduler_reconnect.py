@@ -49,7 +49,8 @@ CLAIM = 60.0  # the client timeout: how long a task a worker holds waits for its
 
 def restarted(workers=()) -> SchedulerCore:
     """A scheduler that just started: nobody said Hello yet."""
-    core = serving(SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", worker_timeout_seconds=600)))
+    settings = SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", worker_timeout_seconds=600)
+    core = serving(SchedulerCore(settings))
     for worker in workers:
         core.handle(FromPeer(worker, hello(m.PeerRole.WORKER)), 0.0)
     return core

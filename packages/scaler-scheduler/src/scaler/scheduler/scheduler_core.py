@@ -17,8 +17,9 @@ It is made of:
   state through the table of `task_lifecycle.py`; large messages a slice at a time, each peer's messages in
   order (`message_slices.py`);
 - peers that come back (`reconnections.py`): a client whose connection closed is kept for the wait it said
-  (its tasks cancelled, its objects kept), what it would be sent kept for it; workers saying Hello again name the tasks they hold (after a restart,
-  this scheduler takes them as theirs); a Client made in a task waits for a worker to hold that task;
+  (its tasks cancelled, its objects kept), what it would be sent kept for it; workers saying Hello again name
+  the tasks they hold (after a restart, this scheduler takes them as theirs); a Client made in a task waits
+  for a worker to hold that task;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
   before they reach a client;
 - the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
@@ -37,7 +38,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -53,6 +53,7 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
+from scaler.scheduler.hello_checks import awaits_holder, credential_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox
@@ -391,7 +392,7 @@ class SchedulerCore:
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         known = self._clients.get(source) or self._workers.get(source) or self._managers.get(source)
-        reason = _credential_problem(source, hello.role, credential, known)
+        reason = credential_problem(source, hello.role, credential, known)
         if reason is not None:
             self._refuse(source, credential, reason, now, out)
             return
@@ -410,12 +411,7 @@ class SchedulerCore:
             joined = f"worker {show(source)} connected, capabilities={capabilities}{group}"
             self._events.info("worker joined", source, joined)
             if hello.worker_info.held_tasks:  # it lost its scheduler (maybe this one, before a restart)
-                taken, cancelled = self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)
-                self._events.info(
-                    "worker resumed", source,
-                    f"worker {show(source)} holds {taken + cancelled} task(s) from before it lost its scheduler: "
-                    f"{taken} kept there, {cancelled} cancelled there (their client has them, or another worker)",
-                )  # fmt: skip
+                self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
             self._managers.on_hello(source, credential, now)
@@ -430,10 +426,10 @@ class SchedulerCore:
                 self._silent_clients.watch(source, now)
                 self._storage.acknowledge(source, ack, out)
                 return
-            if not deferred and hello.made_in and self._awaits_holder(hello):
+            if not deferred and hello.made_in and awaits_holder(hello, self._routing):
                 self._returns.defer(hello.made_in, (source, hello, credential), now)
                 return
-            scope = self._scope_of(source, hello)
+            scope = scope_of(source, hello, self._routing, self._workers)
             client = Client(
                 source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope, hello.reconnect_seconds
             )
@@ -458,31 +454,6 @@ class SchedulerCore:
             client_quota=self.settings.max_client_tasks,
         )
         return Send(source, ack)
-
-    def _scope_of(self, source: bytes, hello: m.Hello) -> bytes:
-        """Whose objects a new client's tasks read: its own; for a Client made inside a task (1.8), whose objects
-        that task's client's tasks read, if the worker that holds the task proves it (`delegation`)."""
-        if not hello.made_in:
-            return source
-        holder = self._routing.holder(hello.made_in)
-        if holder is not None:
-            worker, scope = self._workers.get(holder[0]), holder[1]
-            if worker is not None:
-                if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
-                    return scope
-        logger.warning(
-            f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
-            "holding that task proves: its tasks read its own objects only"
-        )
-        return source
-
-    def _awaits_holder(self, hello: m.Hello) -> bool:
-        """Whether a Client made in a task should wait for a worker to hold that task: the task is queued here,
-        or only a worker's word says it holds it, or the client says Hello again (the worker running the task may
-        not have said Hello again yet, after a restart)."""
-        if self._routing.holder(hello.made_in) is not None:
-            return False
-        return hello.resuming or self._routing.awaited(hello.made_in)
 
     def _delete_objects(self, owner: bytes, object_ids: List[bytes], out: Outbox) -> None:
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, owner, object_ids), out)
@@ -626,14 +597,3 @@ def describe(event: Any) -> str:
 def _peer_id(peer: Any) -> bytes:
     kind = type(peer)
     return peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
-
-
-def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:
-    """Why a Hello as ``role`` with ``credential`` is refused (None: it is not): its key is not authorized as
-    that role, or the identity is already bound to another key."""
-    if role not in credential.roles:
-        held = ", ".join(sorted(r.name.lower() for r in credential.roles)) or "nothing (unknown or revoked)"
-        return f"{credential.name()} is authorized as {held}, not as a {role.name.lower()}"
-    if known is not None and known.credential.key != credential.key:
-        return f"{show(source)} is connected with another key"
-    return None

@@ -1,9 +1,8 @@
-"""The scheduler's tasks: what it holds of each, where each goes, and every change of a task's state.
+"""The scheduler's tasks: where each goes, and what each message of a peer does to them.
 
-`TaskRouting` keeps a record per task the scheduler holds, the queue of tasks waiting for a worker (a
-priority heap, and one per set of capabilities under the capability policy) and the queue timeouts. Every
-event a task receives goes through `_step`, which looks the pair up in `task_lifecycle.TASK_LIFECYCLE` and
-carries out the actions of the answer; what is sent is gathered in the event's `Outbox`.
+`TaskRouting` is `task_records.TaskRecords` (a record per task, the queues, every change of a task's state
+through `task_lifecycle.TASK_LIFECYCLE` and its actions) with the queue timeouts, the client quotas, and the
+handlers of the peers' messages. What is sent is gathered in the event's `Outbox`.
 
 The handlers take one message (a batch of tasks, results, cancels, confirms...) from one peer; the
 scheduler core calls them through its dispatch table. `dispatch` runs after every event the core handles:
@@ -25,61 +24,28 @@ says it sent everything again (`client_resent`), or after ``claim_seconds``.
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
-from collections import Counter
-from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.protocol.security import RefusalLog
-from scaler.scheduler.kept_results import KeptResults
-from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
-from scaler.scheduler.graph_record import whole_result
-from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
-from scaler.scheduler.worker_loads import WorkerLoads
+from scaler.scheduler.task_lifecycle import TaskEvent, TaskState
+from scaler.scheduler.task_records import DEFAULT_CLAIM_SECONDS, TaskRecord, TaskRecords
 
-# a task's recent events, four bits each in one integer (no list per task): the last eight
-_HISTORY_MASK = (1 << 32) - 1
-_EVENTS = list(TaskEvent)
-_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
-assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
-_QUEUED = TaskState.QUEUED
-DEFAULT_CLAIM_SECONDS = 60.0  # how long a task a worker said it held waits for its client to send it again
 
 logger = logging.getLogger(__name__)
 
 
-class TaskRecord:
-    __slots__ = (
-        "task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
-    )  # fmt: skip
-
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
-        self.task = task  # a routed.RoutedTask (or an m.Task, from the graph layer)
-        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
-        self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
-        self.state = TaskState.QUEUED
-        self.worker_id: Optional[bytes] = None
-        self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
-        self.queue_seq = 0
-        self.needs = needs  # capability names a worker must have, or None
-        self.deaths = 0  # times its processor or worker died while holding it
-        self.failures = 0  # times it raised and was retried
-
-
-_Action = Callable[[TaskRecord, Outbox, Any], None]
-
-
-class TaskRouting:
+class TaskRouting(TaskRecords):
     def __init__(
         self,
         workers: Dict[bytes, Worker],
@@ -90,79 +56,14 @@ class TaskRouting:
         graph_nodes: Container[bytes] = frozenset(),
         claim_seconds: float = DEFAULT_CLAIM_SECONDS,
     ) -> None:
-        self._workers = workers  # shared with the core, which adds and removes peers
-        self.kept = KeptResults()  # results kept for clients that will send their tasks again
-        self._claim_seconds = claim_seconds
-        self._unclaimed: Dict[bytes, float] = {}  # ADOPTED task -> when it is withdrawn if its client has not claimed it
-        self.held_again: List[bytes] = []  # tasks a worker now holds that no worker held (ADOPT, claims): for the core
+        super().__init__(workers, clients, capability_policy, claim_seconds)
         self._max_client_tasks = max_client_tasks
         self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
         self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
-        self._loads = WorkerLoads()
-        self._clients = clients
-        self._capability_policy = capability_policy
         self._max_task_deaths = max_task_deaths
-        self._tasks: Dict[bytes, TaskRecord] = {}
-        self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
-        self._capability_queues: Dict[FrozenSet[str], List[Tuple[int, int, bytes]]] = {}
         self._deadlines: List[Tuple[float, bytes]] = []  # (deadline, task_id) of tasks with a timeout
-        self._seq = itertools.count()
-        self._changed = False  # tasks were queued or room made since the last dispatch
-        self.state_counts: Counter = Counter()
-        self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
         self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
-        self.recording = False  # workers record task runs: a task sent says how long it waited here
-        self.events = MonitorEvents()  # the core's, where it notes what monitors show
-        self._now = 0.0  # of the dispatch under way
-        carry_out: Dict[TaskAction, _Action] = {
-            TaskAction.SEND_TO_WORKER: self._send_to_worker,
-            TaskAction.REQUEUE: self._requeue,
-            TaskAction.SEND_CANCEL_TO_WORKER: self._send_cancel_to_worker,
-            TaskAction.FORWARD_RESULT: self._forward_result,
-            TaskAction.CONFIRM_CANCELLED: self._confirm_cancelled,
-            TaskAction.CONFIRM_NOT_CANCELLED: self._confirm_not_cancelled,
-            TaskAction.FINISH: self._finish,
-            TaskAction.NOTE_HELD: self._note_held,
-            TaskAction.CANCEL_ON_REPORTER: self._cancel_on_reporter,
-            TaskAction.TAKE_TASK: self._take_task,
-            TaskAction.KEEP_RESULT: self._keep_result,
-        }
-        # the table with the actions bound to this object
-        self._plans: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, Tuple[_Action, ...]]] = {
-            pair: (t.next_state, tuple(carry_out[action] for action in t.actions))
-            for pair, t in TASK_LIFECYCLE.table.items()
-        }
-
-    @property
-    def task_count(self) -> int:
-        return len(self._tasks)
-
-    def knows(self, task_id: bytes) -> bool:
-        return task_id in self._tasks
-
-    def knows_for_another(self, task_id: bytes, client_id: bytes) -> bool:
-        """Whether the scheduler holds a task with this ID of another client than ``client_id``."""
-        record = self._tasks.get(task_id)
-        return record is not None and record.task.client_id != client_id
-
-    def keep_for(self, client_id: bytes, results: List[Any], now: float) -> None:
-        """Results to keep for the tasks the client sends again (graph nodes not released yet)."""
-        for result in results:
-            self.kept.keep(client_id, result, now + self._claim_seconds)
-
-    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
-        """The worker that holds the task now, and the task's scope (None: no worker holds it, or only a worker's
-        word says so: an ADOPTED task is proof of nothing until its client sends it again)."""
-        record = self._tasks.get(task_id)
-        if record is None or record.worker_id is None or record.state is TaskState.ADOPTED:
-            return None
-        return record.worker_id, record.task.scope_id or record.task.client_id
-
-    def awaited(self, task_id: bytes) -> bool:
-        """Whether a worker may come to hold the task soon: queued here, or a worker's word says it holds it."""
-        record = self._tasks.get(task_id)
-        return record is not None and (record.worker_id is None or record.state is TaskState.ADOPTED)
 
     # ----------------------------------------------------------------- peers
 
@@ -199,11 +100,11 @@ class TaskRouting:
         plain = self.state_counts[TaskState.QUEUED] - sum(needing.values())
         return {frozenset(): plain, **needing} if plain > 0 else needing
 
-    def adopt(self, worker: Worker, held_tasks: List[m.HeldTask], now: float, out: Outbox) -> Tuple[int, int]:
+    def adopt(self, worker: Worker, held_tasks: List[m.HeldTask], now: float, out: Outbox) -> None:
         """``worker`` said Hello again, holding these tasks (it lost its scheduler; this one may have restarted):
         each is taken as assigned to it. One this scheduler holds queued is its (ADOPT); one it does not hold is
         ADOPTED, until its client sends it again, unless its client is here and has sent everything again
-        already, or another worker has it: then it is cancelled there. Returns (taken, cancelled there)."""
+        already, or another worker has it: then it is cancelled there."""
         tasks, clients = self._tasks, self._clients
         before = len(out.cancels.get(worker.worker_id, ()))
         for held in held_tasks:
@@ -230,7 +131,12 @@ class TaskRouting:
         self._loads.touch(worker)
         self._changed = True
         cancelled = len(out.cancels.get(worker.worker_id, ())) - before
-        return len(held_tasks) - cancelled, cancelled
+        self.events.info(
+            "worker resumed", worker.worker_id,
+            f"worker {show(worker.worker_id)} holds {len(held_tasks)} task(s) from before it lost its scheduler: "
+            f"{len(held_tasks) - cancelled} kept there, {cancelled} cancelled there (their client has them, or "
+            "another worker)",
+        )  # fmt: skip
 
     def client_resent(self, client_id: bytes, keep: Container[bytes], out: Outbox) -> None:
         """The client has sent again everything it waits for (its first heartbeat after its Hello): the tasks a
@@ -349,8 +255,9 @@ class TaskRouting:
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
-        if again:
-            logger.info(f"Scheduler: client {show(source)} sent again {again} task(s) held or ended here: not run again")
+        if again:  # a client that resumed
+            held = f"{again} task(s) held or ended here"
+            logger.info(f"Scheduler: client {show(source)} sent again {held}: not run again")
 
     def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
         """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
@@ -612,14 +519,6 @@ class TaskRouting:
                 step(record, TaskEvent.ASSIGN, out)
             loads.took(worker)
 
-    def _enqueue(self, record: TaskRecord) -> None:
-        record.queue_seq = seq = next(self._seq)
-        queue = self._queue
-        if record.needs is not None:
-            queue = self._capability_queues.setdefault(record.needs, [])
-        heapq.heappush(queue, (-record.task.priority, seq, record.task.task_id))
-        self._changed = True
-
     def _failure_event(self, record: TaskRecord, result: Any) -> TaskEvent:
         """RETRY while the task has runs left, else RESULT_FAILED (saying so in the result if it killed its
         worker too often)."""
@@ -634,143 +533,3 @@ class TaskRouting:
             record.failures += 1
             return TaskEvent.RETRY
         return TaskEvent.RESULT_FAILED
-
-    # ----------------------------------------------------------------- the lifecycle
-
-    def _step(self, record: TaskRecord, event: TaskEvent, out: Outbox, result: Any = None) -> None:
-        """``event`` reaches the task: its next state and actions, from the table."""
-        old = record.state
-        plan = self._plans.get((old, event))
-        if plan is None:
-            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), _story(record.history))  # raises
-            return
-        new, actions = plan
-        record.state = new
-        record.history = ((record.history << 4) | _EVENT_CODES[event]) & _HISTORY_MASK
-        counts = self.state_counts
-        counts[old] -= 1
-        counts[new] += 1
-        if (old is _QUEUED) is not (new is _QUEUED):
-            change = 1 if new is _QUEUED else -1
-            if record.needs is not None:
-                self._queued_needing[record.needs] += change
-            if record.submitted:
-                client = self._clients.get(record.task.client_id)
-                if client is not None:
-                    client.queued += change
-        for action in actions:
-            action(record, out, result)
-
-    # ----------------------------------------------------------------- actions (TaskAction)
-
-    def _send_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        task = record.task
-        task.attempt += 1
-        if self.recording:
-            task.queued_seconds = self._now - record.queued_at
-        worker_id: bytes = record.worker_id  # type: ignore[assignment]
-        worker = self._workers[worker_id]
-        batch = out.tasks[worker_id]
-        if not batch:  # the first task of this event for that worker: a new TaskBatch
-            worker.batch_sequence += 1
-            out.sequences[worker_id] = worker.batch_sequence
-        worker.tasks[task.task_id] = worker.batch_sequence
-        worker.digest ^= task_term(task.task_id)
-        batch.append(task)
-
-    def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
-        if worker is not None:
-            self._release(worker, record.task.task_id)
-        record.worker_id = None
-        self._enqueue(record)
-
-    def _send_cancel_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        out.cancels[record.worker_id].append(record.task.task_id)  # type: ignore[index]
-
-    def _forward_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        client_id = record.task.client_id
-        if client_id in self._clients:
-            out.results[client_id].append(result)
-
-    def _confirm_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        if record.task.client_id in self._clients:
-            out.confirm(record.task.client_id, record.task.task_id, True)
-
-    def _confirm_not_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        if record.task.client_id in self._clients:
-            out.confirm(record.task.client_id, record.task.task_id, False)
-
-    def _finish(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        task_id = record.task.task_id
-        del self._tasks[task_id]
-        if self._unclaimed:
-            self._unclaimed.pop(task_id, None)
-        client = self._clients.get(record.task.client_id)
-        if client is not None:
-            client.tasks.discard(task_id)
-        if record.worker_id is not None:
-            worker = self._workers.get(record.worker_id)
-            if worker is not None:
-                self._release(worker, task_id)
-                self._changed = True  # room on that worker
-
-    def _note_held(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
-        """A worker that said Hello again holds this task, queued here: it is that worker's, at its attempt."""
-        worker, held = detail
-        record.worker_id = worker.worker_id
-        record.queue_seq = -1  # its entry in the queue is stale: the dispatch passes it by
-        record.task.attempt = held.attempt
-        self._hold(worker, record.task.task_id, held.waiting)
-        self.held_again.append(record.task.task_id)
-
-    def _cancel_on_reporter(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
-        worker, held = detail
-        out.cancels[worker.worker_id].append(held.task_id)
-
-    def _take_task(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
-        """Its client sent the task again: its copy is the task now (at the attempt its worker holds)."""
-        task, scope, submitted = detail
-        task_id = task.task_id
-        task.client_id = record.task.client_id
-        task.attempt = record.task.attempt
-        if task.scope_id != scope:
-            task.scope_id = scope
-        record.task = task
-        record.submitted = submitted
-        if task.capabilities and self._capability_policy:
-            record.needs = frozenset(c.name for c in task.capabilities)
-        del self._unclaimed[task_id]
-        client = self._clients.get(task.client_id)
-        if client is not None:
-            client.tasks.add(task_id)
-        self.held_again.append(task_id)
-
-    def _keep_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        """The result of a task its client has not sent again yet: kept for it (`kept_results.py`)."""
-        task_id = record.task.task_id
-        self.kept.keep(record.task.client_id, whole_result(result), self._unclaimed.pop(task_id, self._now))
-
-    def _hold(self, worker: Worker, task_id: bytes, waiting: bool) -> None:
-        """``worker`` holds the task, as its Hello said (not sent in a batch: sequence 0)."""
-        worker.tasks[task_id] = 0
-        worker.digest ^= task_term(task_id)
-        if waiting:
-            worker.waiting.add(task_id)
-
-    def _release(self, worker: Worker, task_id: bytes) -> None:
-        """``worker`` no longer holds the task."""
-        if worker.tasks.pop(task_id, None) is not None:
-            worker.digest ^= task_term(task_id)
-        if worker.waiting:
-            worker.waiting.discard(task_id)
-        self._loads.touch(worker)
-
-
-def _story(history: int) -> List[TaskEvent]:
-    """A task's recent events, oldest first, from its `TaskRecord.history`."""
-    events = []
-    while history:
-        events.append(_EVENTS[(history & 15) - 1])
-        history >>= 4
-    return events[::-1]

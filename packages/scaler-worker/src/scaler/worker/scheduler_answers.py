@@ -1,7 +1,8 @@
 """What the worker core sends back to the scheduler, and when.
 
 Results travel in `TaskResultBatch`es; while the scheduler is away (the worker waits for it to come back) they
-wait here, and the worker's Hello names their tasks (`held`), so that the scheduler takes them for its own. While more tasks wait on this worker, results wait a little for
+wait here, and the worker's Hello names their tasks (`held`), so that the scheduler takes them for its own.
+While more tasks wait on this worker, results wait a little for
 company (fewer, larger batches for the scheduler and the client): at most `RESULT_BATCH_SECONDS`, and at
 most `RESULT_BATCH_SIZE` of them; any other message (a cancel confirm, a balance response, a storage
 request, the tasks that began or ended a wait) takes them along at once, after them. Waits go at once: a
@@ -114,9 +115,11 @@ class SchedulerAnswers:
         entry.confirms = None
 
     def tell_waiting(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = True  # (a Hello said again names it waiting)
         self._wait(entry.task.task_id, True)
 
     def tell_resumed(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = False
         self._wait(entry.task.task_id, False)
 
     def _wait(self, task_id: bytes, waiting: bool) -> None:

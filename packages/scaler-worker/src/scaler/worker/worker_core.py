@@ -144,8 +144,8 @@ class WorkerCore:
             A.ASK_RUNNER: self._ask_runner,
             A.ABORT: self._abort,
             A.NEW_ATTEMPT: self._new_attempt,
-            A.TELL_WAITING: self._tell_waiting,
-            A.TELL_RESUMED: self._tell_resumed,
+            A.TELL_WAITING: answers.tell_waiting,
+            A.TELL_RESUMED: answers.tell_resumed,
             A.SEND_RESULT: answers.send_result,
             A.SEND_STORED: answers.send_stored,
             A.SEND_FAILURE: answers.send_failure,
@@ -597,14 +597,6 @@ class WorkerCore:
     def _abort(self, entry: TaskEntry, detail: Detail) -> None:
         """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
         self._to_runner.append(entry.task.task_id)
-
-    def _tell_waiting(self, entry: TaskEntry, detail: Detail) -> None:
-        entry.waiting = True
-        self._answers.tell_waiting(entry, detail)
-
-    def _tell_resumed(self, entry: TaskEntry, detail: Detail) -> None:
-        entry.waiting = False
-        self._answers.tell_resumed(entry, detail)
 
     def _held_tasks(self) -> List[m.HeldTask]:
         """What a Hello said again names: every task held here, and every task whose result waits to be sent."""
