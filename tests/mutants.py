@@ -207,7 +207,7 @@ FAULTS = [
         "a key says Hello as any role",
         [
             (
-                f"{SCHEDULER}/scheduler_core.py",
+                f"{SCHEDULER}/hello_checks.py",
                 "    if role not in credential.roles:\n",
                 "    if False:\n",
             )
