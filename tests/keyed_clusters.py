@@ -106,6 +106,15 @@ class RawPeer:
                 return self._watch.refusal or closed_in_handshake(self._address, "a scheduler")
         raise AssertionError("neither an answer nor a refused handshake")
 
+    def receive_a(self, kind: type) -> Any:
+        """The next message of type ``kind``, past the `ClientHeartbeatEcho`s the scheduler sends every greeted
+        client, asked or not, whenever a monitor comes or goes."""
+        while True:
+            message = self.receive()
+            if type(message) is not m.ClientHeartbeatEcho:
+                assert type(message) is kind, message
+                return message
+
     def close(self) -> None:
         self._watch.close()
         self.socket.close(linger=0)

@@ -3,8 +3,8 @@
 Each fault of FAULTS edits a copy of the sources so that the engine breaks one of its promises, then runs the
 tests meant to catch it against that copy and reports which of them failed. A fault that no test catches
 fails the check, and so does a fault whose tests fail for another reason (pytest must report failed tests, not
-a collection error). First, the same tests run against the unchanged copy and must all pass, so that every
-failure afterwards is the fault's doing.
+a collection error). Each test that caught a fault then runs again against the unchanged copy and must pass,
+so that every failure counted is the fault's doing (the rest of CI runs every test on the same sources).
 
     python3 dev.py test mutants                 # the tox environment `mutants` runs this file:
     python tests/mutants.py WORKDIR [--report FILE] [--every-test]   # only inside tox
@@ -277,7 +277,7 @@ FAULTS = [
         [
             (
                 f"{STORAGE}/peer_access.py",
-                "        if peer.role is PeerRole.WORKER and peer.reads_for_scope and self.kept:\n",
+                "        if peer.role is PeerRole.WORKER and peer.isolating and self.kept:\n",
                 "        if False:\n",
             ),
         ],
@@ -291,7 +291,7 @@ FAULTS = [
 
 
 class CheckError(Exception):
-    """The check itself cannot go on (a fault no longer applies, the baseline fails, ...)."""
+    """The check itself cannot go on (a fault no longer applies, a test fails without its fault, ...)."""
 
 
 def copy_sources(tree: Path) -> None:
@@ -376,10 +376,6 @@ def check(workdir: Path, every_test: bool) -> List[Tuple[Fault, List[str], float
     tree = workdir / "sources"
     copy_sources(tree)
     install_editable(tree)
-    selection = list(dict.fromkeys(test for fault in FAULTS for test in fault.tests))
-    code, failed, _ = run_tests(tree, workdir, "baseline", selection)
-    if code != 0:
-        raise CheckError(f"the unchanged sources fail these tests (exit code {code}): {', '.join(failed)}")
     caught = []
     for number, fault in enumerate(FAULTS, 1):
         originals = apply(tree, fault)
@@ -393,6 +389,13 @@ def check(workdir: Path, every_test: bool) -> List[Tuple[Fault, List[str], float
             raise CheckError(f"fault '{fault.name}': every test passed: the tests do not catch it{log}")
         if code != 1 or not failed:
             raise CheckError(f"fault '{fault.name}': pytest ended with exit code {code}, not with failed tests{log}")
+        code, failed_unchanged, _ = run_tests(tree, workdir, f"control-{number}", failed, True)
+        if code != 0:
+            log = _output_tail(workdir / f"control-{number}.log")
+            raise CheckError(
+                f"fault '{fault.name}': the tests that caught it fail without it too (exit code {code}): "
+                f"{', '.join(failed_unchanged or failed)}{log}"
+            )
         caught.append((fault, failed, seconds))
         print(f"mutants: fault '{fault.name}' caught by {len(failed)} test(s)", flush=True)
     return caught

@@ -52,7 +52,8 @@ def test_a_process_without_a_client_submits_code_only_to_a_cluster_without_keys(
             assert storage.request(put, (function,)).statuses == [m.ObjectStatus.OK]
             storage.close()
             task = m.Task(task_id=ids.next_id(), client_id=attacker.identity, function_id=function_id)
-            (result,) = attacker.request(m.TaskBatch([task])).results
+            attacker.send(m.TaskBatch([task]))
+            (result,) = attacker.receive_a(m.TaskResultBatch).results
             assert result.status == m.TaskStatus.SUCCESS and marker.exists()
             return
     finally:

@@ -4,7 +4,6 @@ arguments take there, tasks_in_flight.py), through `ClientCore.handle` alone: no
 from __future__ import annotations
 
 import pytest
-
 from core_driver import (  # conftest puts this directory on sys.path
     CANCELLED,
     ERROR,

@@ -217,9 +217,11 @@ class StorageRequests:
         for object_id in request.object_ids:
             status = statuses.get(object_id)
             if status in _NO_ROOM and request.payloads is not None and self.error is None:
-                reason = f"object storage server at {self.address} had no room for it for {self._timeout:g}s: {message.reason}"
+                reason = f"object storage server at {self.address} had no room for it for {self._timeout:g}s: "
+                reason += message.reason
                 self._full.append((object_id, request.payloads[object_id], ObjectStorageRefusedError(reason)))
-                self._give_up_at.setdefault(object_id, request.deadline - request.waited + self._timeout)  # from its ask
+                asked = request.deadline - request.waited  # its refusals fail it a timeout after the first ask
+                self._give_up_at.setdefault(object_id, asked + self._timeout)
                 self._retry_at = min(self._retry_at, self._now + FULL_RETRY_SECONDS)
                 continue
             if status != ObjectStatus.OK:
