@@ -4,15 +4,15 @@ Hypothesis drives a `core_harness.Harness` (the scheduler, the storage server an
 around a real `WorkerCore` + `ProcessorRunner`) with task batches, repeated assignments, cancels, balance
 requests, storage answers (found, missing, refused, never), results, tasks waiting in the client and their
 waits ending in any order, races with the pipe, processor deaths, time passing (timeouts, results held for
-company, storage silence), the scheduler going away and coming back (the worker holds its answers
-meanwhile, and names what it holds in its Hello), and the scheduler or a stop signal ending the worker. After
-every step: no task is answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), no
-result comes after a confirmed cancel, a result answers the task's latest attempt, the core's books agree with
-themselves and with the runner's, a cancel of a task the runner has not started is confirmed at once, the
-scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's view of the
-processor is the processor's own. At the end, everything left is let finish: every
-task assigned has then been answered exactly once, unless the worker left (then it says nothing more,
-and the scheduler runs its tasks elsewhere).
+company, storage silence), the scheduler going away and coming back (the worker holds its answers meanwhile,
+and names what it holds in its Hello), and the scheduler or a stop signal ending the worker. After every step:
+no task is answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of
+them, once), no result comes after a confirmed cancel, a result answers the task's latest attempt, the core's
+books agree with themselves and with the runner's, a cancel of a task the runner has not started is confirmed
+at once, the scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's
+view of the processor is the processor's own. At the end, everything left is let finish: every task assigned
+has then been answered exactly once, unless the worker left (then it says nothing more, and the scheduler runs
+its tasks elsewhere).
 """
 
 from __future__ import annotations

@@ -265,6 +265,6 @@ class Stopped:
 
 
 Effect = Union[
-    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted, TaskFailed,
-    TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
+    ToScheduler, ToStorage, ConnectStorage, RenewConnection, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted,
+    TaskFailed, TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
 ]  # fmt: skip

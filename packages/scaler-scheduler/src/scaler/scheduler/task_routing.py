@@ -256,8 +256,8 @@ class TaskRouting(TaskRecords):
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
         if again:  # a client that resumed
-            held = f"{again} task(s) held or ended here"
-            logger.info(f"Scheduler: client {show(source)} sent again {held}: not run again")
+            what = f"{again} task(s) held or ended here"
+            logger.info(f"Scheduler: client {show(source)} sent again {what}: not run again")
 
     def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
         """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
