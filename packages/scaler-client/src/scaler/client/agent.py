@@ -287,13 +287,16 @@ class ClientAgent:
     # --- effects -----------------------------------------------------------------------------------------
 
     def _connect_scheduler(self) -> None:
-        scheduler = self._scheduler
-        scheduler.setsockopt(zmq.IDENTITY, self._client_id)
-        scheduler.setsockopt(zmq.SNDHWM, 0)
-        scheduler.setsockopt(zmq.RCVHWM, 0)
-        self._watch(scheduler, False)
-        scheduler.connect(self._address)
-        self._poller.register(scheduler, zmq.POLLIN)
+        self._connect(self._scheduler, self._address, False)
+
+    def _connect(self, sock: zmq.Socket, address: str, to_storage: bool) -> None:
+        """Connect a DEALER of this client's identity to ``address``, watched and polled."""
+        sock.setsockopt(zmq.IDENTITY, self._client_id)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        self._watch(sock, to_storage)
+        sock.connect(address)
+        self._poller.register(sock, zmq.POLLIN)
 
     def _renew_connection(self, effect: RenewConnection) -> None:
         """A new socket to the scheduler (the same identity): what the old one still queued is dropped with it. The
@@ -316,13 +319,8 @@ class ClientAgent:
         if self._storage is not None:
             return
         self._storage_address = effect.address
-        storage = self._storage = new_socket(self._context, zmq.DEALER, self._keys)
-        storage.setsockopt(zmq.IDENTITY, self._client_id)
-        storage.setsockopt(zmq.SNDHWM, 0)
-        storage.setsockopt(zmq.RCVHWM, 0)
-        self._watch(storage, True)
-        storage.connect(effect.address)
-        self._poller.register(storage, zmq.POLLIN)
+        self._storage = new_socket(self._context, zmq.DEALER, self._keys)
+        self._connect(self._storage, effect.address, True)
 
     def _watch(self, sock: zmq.Socket, to_storage: bool) -> None:
         peer = f"the object storage server at {self._storage_address}" if to_storage else "the scheduler"
