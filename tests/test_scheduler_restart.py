@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, List
 
 import pytest
-from cluster_processes import wait_until, worker_count
+from cluster_processes import next_snapshot, wait_until, worker_count
 from keyed_clusters import Cluster
 
 from scaler import Client
@@ -110,6 +110,11 @@ def restart(processes, cluster: Cluster, number: int) -> None:
                         *server, probe=cluster.security("client"), log_path=log_path)  # fmt: skip
 
 
+def clients_connected(cluster: Cluster) -> int:
+    snapshot = next_snapshot(cluster.monitor_address, 5, cluster.security("monitor"))
+    return snapshot.clients if snapshot is not None else 0
+
+
 def kill_scheduler(processes) -> None:
     scheduler = [p for p in processes.processes if "scaler_scheduler" in p.args[0] and p.poll() is None]
     for process in scheduler:
@@ -123,13 +128,15 @@ def test_a_scheduler_killed_twice_under_every_kind_of_work_loses_none_and_delive
     cluster = start(processes, address, tmp_path)
     with Client(address=address, timeout_seconds=30) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
         data = client.send_object(b"x" * 200_000, name="data")
+        nested = [client.submit(fan_out, 10) for _ in range(3)]
         submitted = [client.submit(square, i) for i in range(150)]
         mapped = pool.submit(client.map, square, [(i,) for i in range(150)])
         graph = client.get(graph_of(40), keys=["total", "b3"], block=False)
-        nested = [client.submit(fan_out, 10) for _ in range(3)]
         stored = [client.submit(length, data) for _ in range(20)]
         futures = [*submitted, *graph.values(), *nested, *stored]
-        for number, share in ((2, 0.2), (3, 0.6)):  # killed early, then again once the work sent again runs
+        # the first kill while a parent task waits for its children (a Client made in it is connected)
+        wait_until(lambda: clients_connected(cluster) >= 2, 120, "a parent task's Client")
+        for number, share in ((2, 0.0), (3, 0.6)):  # killed early, then again once the work sent again runs
             wait_until(lambda share=share: sum(f.done() for f in futures) >= share * len(futures), 120, "progress")
             kill_scheduler(processes)
             restart(processes, cluster, number)

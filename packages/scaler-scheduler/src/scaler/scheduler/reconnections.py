@@ -16,7 +16,10 @@ Workers say Hello again naming what they hold (`task_routing.TaskRouting.adopt`)
   it did not send again are cancelled there;
 - a Client made inside a task (nested) that says Hello again may do so before the worker running its task
   said Hello again: its Hello waits (`defer`), at most the client timeout, until a worker holds that task
-  (the only proof of whose objects its tasks read), then is answered.
+  (the only proof of whose objects its tasks read), then is answered;
+- a scheduler that restarted sends no task for its first `RESUME_SECONDS` once a peer resumes
+  (`peer_resumes`): the workers that reconnect meanwhile say what they hold, so that a task a client sends
+  again does not go to another worker than the one that runs it.
 
 What the scheduler does not know survives nowhere: the results it kept in memory for graphs and those sent
 on a connection that was lost run again (docs/scheduling.md, "Restarts").
@@ -25,7 +28,7 @@ on a connection that was lost run again (docs/scheduling.md, "Restarts").
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Container, Dict, List, Tuple
+from typing import Any, Callable, Container, Dict, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
@@ -39,6 +42,8 @@ from scaler.scheduler.scheduler_events import Send
 from scaler.scheduler.task_routing import TaskRouting
 
 AWAY_MARGIN_SECONDS = 10.0  # an away client is kept this much longer than it waits: it may notice the loss later
+RESUME_SECONDS = 2.0  # a scheduler that restarted sends no task this long after it serves: its workers say first
+# what they hold (they reconnect within a fraction of a second), so that no task they hold runs twice
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +63,7 @@ class Reconnections:
         self._delete_objects = delete_objects  # (owner, object IDs, out): a delete request to the storage server
         self._away: Dict[bytes, Client] = {}  # clients whose connection closed, kept for them to come back
         self._deferred: Dict[bytes, List[Tuple[float, _Hello]]] = {}  # task ID -> Hellos made in it, waiting
+        self._serving_since: Optional[float] = None  # when the storage server first answered: peers are served
 
     @property
     def any_away(self) -> bool:
@@ -65,7 +71,18 @@ class Reconnections:
 
     @property
     def hellos_may_be_ready(self) -> bool:
-        return bool(self._deferred or self._routing.held_again)
+        return bool(self._deferred)
+
+    def serving(self, now: float) -> None:
+        """The storage server answered: peers are served (from the first time on)."""
+        if self._serving_since is None:
+            self._serving_since = now
+
+    def peer_resumes(self) -> None:
+        """A peer resumes (a worker names what it holds, a client says Hello again): if this scheduler serves since
+        a moment only, it restarted, and sends no task before the other workers said what they hold."""
+        if self._serving_since is not None:
+            self._routing.hold_dispatch(self._serving_since + RESUME_SECONDS)
 
     # ----------------------------------------------------------------- clients away
 
@@ -124,14 +141,15 @@ class Reconnections:
         self._deferred.setdefault(task_id, []).append((now + self._defer_seconds, hello))
 
     def ready_hellos(self, now: float) -> List[_Hello]:
-        """The deferred Hellos to answer now: their task is held by a worker, or they waited long enough."""
-        held_again, self._routing.held_again = self._routing.held_again, []
-        if not self._deferred:
-            return []
+        """The deferred Hellos to answer now: their task is held by a worker (however it came to be: claimed,
+        queued and taken back, dispatched), or they waited long enough."""
         ready: List[_Hello] = []
-        for task_id in held_again:
-            ready.extend(hello for _, hello in self._deferred.pop(task_id, ()))
+        holder = self._routing.holder
         for task_id, waiting in list(self._deferred.items()):
+            if holder(task_id) is not None:
+                ready.extend(hello for _, hello in waiting)
+                del self._deferred[task_id]
+                continue
             due = [hello for deadline, hello in waiting if deadline <= now]
             if due:
                 ready.extend(due)

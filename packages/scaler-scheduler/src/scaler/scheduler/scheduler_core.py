@@ -78,6 +78,7 @@ from scaler.scheduler.scheduler_events import (
     StorageLost,
     StorageRefused,
     Tick,
+    describe,
 )
 from scaler.scheduler.storage_link import StorageLink
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
@@ -291,6 +292,8 @@ class SchedulerCore:
 
     def _on_storage_message(self, event: FromStorage, now: float, out: Outbox) -> None:
         self._storage.on_message(event.message, now, out)
+        if self._storage.ready:
+            self._returns.serving(now)
 
     def _on_storage_connected(self, event: StorageConnected, now: float, out: Outbox) -> None:
         self._storage.on_connection(True, now, out)
@@ -411,6 +414,7 @@ class SchedulerCore:
             joined = f"worker {show(source)} connected, capabilities={capabilities}{group}"
             self._events.info("worker joined", source, joined)
             if hello.worker_info.held_tasks:  # it lost its scheduler (maybe this one, before a restart)
+                self._returns.peer_resumes()
                 self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
@@ -426,6 +430,8 @@ class SchedulerCore:
                 self._silent_clients.watch(source, now)
                 self._storage.acknowledge(source, ack, out)
                 return
+            if hello.resuming:
+                self._returns.peer_resumes()
             if not deferred and hello.made_in and awaits_holder(hello, self._routing):
                 self._returns.defer(hello.made_in, (source, hello, credential), now)
                 return
@@ -585,13 +591,6 @@ class SchedulerCore:
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
         if not forget:  # the clear ended its admission too: it stays, so it is admitted again
             self._storage.admit(client.client_id, client.scope, None, out)
-
-
-def describe(event: Any) -> str:
-    """An event, in a log line."""
-    if type(event) is FromPeer:
-        return f"{type(event.message).__name__} from {show(event.source)}"
-    return type(event).__name__
 
 
 def _peer_id(peer: Any) -> bytes:

@@ -65,7 +65,7 @@ class TaskRecords:
         self.kept = KeptResults()  # results kept for clients that will send their tasks again
         self._claim_seconds = claim_seconds
         self._unclaimed: Dict[bytes, float] = {}  # ADOPTED task -> when it is withdrawn if no client claimed it
-        self.held_again: List[bytes] = []  # tasks a worker now holds that no worker held (ADOPT, claims): for the core
+        self._hold_dispatch_until = 0.0  # a scheduler that restarted waits for its workers to say what they hold
         self._loads = WorkerLoads()
         self._tasks: Dict[bytes, TaskRecord] = {}
         self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
@@ -221,7 +221,6 @@ class TaskRecords:
         record.queue_seq = -1  # its entry in the queue is stale: the dispatch passes it by
         record.task.attempt = held.attempt
         self._hold(worker, record.task.task_id, held.waiting)
-        self.held_again.append(record.task.task_id)
 
     def _cancel_on_reporter(self, record: TaskRecord, out: Outbox, detail: Any) -> None:
         worker, held = detail
@@ -243,7 +242,6 @@ class TaskRecords:
         client = self._clients.get(task.client_id)
         if client is not None:
             client.tasks.add(task_id)
-        self.held_again.append(task_id)
 
     def _keep_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
         """The result of a task its client has not sent again yet: kept for it (`kept_results.py`)."""

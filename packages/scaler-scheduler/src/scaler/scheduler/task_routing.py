@@ -100,6 +100,11 @@ class TaskRouting(TaskRecords):
         plain = self.state_counts[TaskState.QUEUED] - sum(needing.values())
         return {frozenset(): plain, **needing} if plain > 0 else needing
 
+    def hold_dispatch(self, until: float) -> None:
+        """Send no task before ``until``: the workers of a scheduler that restarted say what they hold in their
+        first moments, and a task one of them holds must not go to another meanwhile (it would run twice)."""
+        self._hold_dispatch_until = max(self._hold_dispatch_until, until)
+
     def adopt(self, worker: Worker, held_tasks: List[m.HeldTask], now: float, out: Outbox) -> None:
         """``worker`` said Hello again, holding these tasks (it lost its scheduler; this one may have restarted):
         each is taken as assigned to it. One this scheduler holds queued is its (ADOPT); one it does not hold is
@@ -255,7 +260,7 @@ class TaskRouting(TaskRecords):
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
-        if again:  # a client that resumed
+        if again and submitted:  # a client that resumed
             what = f"{again} task(s) held or ended here"
             logger.info(f"Scheduler: client {show(source)} sent again {what}: not run again")
 
@@ -478,8 +483,9 @@ class TaskRouting(TaskRecords):
         """Send queued tasks to the least loaded workers that have room (and the capabilities they need): one
         at a time while there is about a task per worker, in runs of up to `MAX_RUN` while each worker's share
         of the tasks (here and on the workers) is larger, and in full runs while the scheduler is ``busy``
-        (messages wait for it: each message it sends should carry more, so that it reads and writes fewer)."""
-        if not self._changed or not self._workers:
+        (messages wait for it: each message it sends should carry more, so that it reads and writes fewer). A
+        scheduler that restarted sends nothing for a moment (`hold_dispatch`)."""
+        if not self._changed or not self._workers or now < self._hold_dispatch_until:
             return
         self._changed = False
         self._now = now
