@@ -13,6 +13,7 @@ from core_driver import (
     ADDRESS,
     CANCELLED,
     CLEAR,
+    CLIENT_ID,
     ERROR,
     FUNCTION,
     REPLY,
@@ -34,14 +35,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_client_core_properties import ACTIONS, World
 
+from scaler.client.client_core import ClientCore
 from scaler.client.client_events import (
     Cancel,
     Clear,
+    Connect,
     ConnectionChanged,
     Disconnect,
     FromScheduler,
     HandshakeFailed,
     Heartbeat,
+    MadeIn,
     RenewConnection,
     Shutdown,
     SubmitGraph,
@@ -210,6 +214,18 @@ def test_a_graph_goes_again_marked_again_with_the_targets_still_waited_for():
         (False, False, [], [tid(4)]),
     ]
     assert outcomes(run(core, 4.0, results(TaskResult(task_id=tid(3)))))["task3"][0] == RESULT
+
+
+def test_a_client_made_in_a_task_names_the_last_task_a_client_of_its_connection_was_made_in_when_it_resumes():
+    core = ClientCore(
+        CLIENT_ID, ADDRESS, 10.0, 1.0, 1, "host", made_in=(tid(7), b"proof-7"), reconnect_seconds=WAIT
+    )  # fmt: skip
+    (first,) = to_scheduler(run(core, 0.0, Connect(1)))
+    assert (first.made_in, first.made_in_proof, first.resuming) == (tid(7), b"proof-7", False)
+    run(core, 0.5, ACK, MadeIn(tid(8), b"proof-8"))  # task 7 may end; a Client was made in task 8
+    run(core, 1.0, scheduler(DOWN))
+    (again,) = to_scheduler(run(core, 2.0, scheduler(UP)))
+    assert (again.made_in, again.made_in_proof, again.resuming) == (tid(8), b"proof-8", True)
 
 
 def test_a_client_that_does_not_wait_keeps_no_sent_task_message_and_one_that_waits_keeps_it():

@@ -29,7 +29,7 @@ from test_scheduler_core import (
 
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.reconnections import AWAY_MARGIN_SECONDS
+from scaler.scheduler.reconnections import AWAY_MARGIN_SECONDS, UNKNOWN_TASK_SECONDS
 from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
@@ -178,15 +178,27 @@ def test_a_client_made_in_a_task_waits_for_a_worker_to_hold_that_task():
     assert admit.scope_id == CLIENT and [type(msg) for msg in sent(effects, to=nested)] == [m.HelloAck]
 
 
-def test_a_client_made_in_a_task_no_worker_comes_to_hold_stands_for_itself_after_the_client_timeout():
+def test_a_client_made_in_a_task_nobody_names_stands_for_itself_after_a_few_seconds():
     core = delegating_core()
     nested = b"C|host|3|nested"
-    hello_again = nested_hello(task(7).task_id, KEY_A, nested)
+    hello_again = nested_hello(task(7).task_id, KEY_A, nested)  # task 7 ended: no worker will say it holds it
     hello_again.resuming = True
     assert sent(core.handle(FromPeer(nested, hello_again), 2.0)) == []
-    effects = admitted(core, core.handle(Tick(), 2.0 + CLAIM + 1.0))
+    assert sent(core.handle(Tick(), 2.0 + UNKNOWN_TASK_SECONDS - 0.5), to=STORAGE) == []
+    effects = admitted(core, core.handle(Tick(), 2.0 + UNKNOWN_TASK_SECONDS + 0.5))
     (admit,) = [e.message for e in effects if type(e) is Send and e.to == STORAGE and e.message.owner_id == nested]
     assert admit.scope_id == b""
+
+
+def test_a_client_made_in_a_task_a_worker_holds_for_a_client_not_back_yet_waits_up_to_the_client_timeout():
+    core = restarted()
+    nested = b"C|host|3|nested"
+    hello_again = nested_hello(task(1).task_id, KEY_A, nested)
+    hello_again.resuming = True
+    worker_back(core, WORKER_A, 1.0, held(1))
+    core.handle(FromPeer(nested, hello_again), 1.5)
+    assert sent(core.handle(Tick(), 1.5 + UNKNOWN_TASK_SECONDS + 1.0), to=STORAGE) == []  # still adopted
+    assert [e for e in sent(core.handle(Tick(), 1.5 + CLAIM + 0.5), to=STORAGE) if e.owner_id == nested]
 
 
 # --- a client whose connection closed -----------------------------------------------------------------------

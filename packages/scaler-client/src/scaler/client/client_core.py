@@ -43,6 +43,7 @@ from scaler.client.client_events import (
     FromStorage,
     HandshakeFailed,
     Heartbeat,
+    MadeIn,
     PutObject,
     Release,
     RenewConnection,
@@ -216,6 +217,7 @@ class ClientCore:
             Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
             Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
             Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
+            MadeIn: self._made_in,
             FromScheduler: self._on_scheduler,
             FromStorage: self._on_storage,
             HandshakeFailed: self._on_handshake_failed,
@@ -429,6 +431,12 @@ class ClientCore:
     def _leave_away(self, disconnect: Disconnect, now: float) -> None:
         self._disconnect_command = disconnect.command_id
         self._stop(DisconnectedError("the client disconnected before the task finished"), cause=False)
+
+    def _made_in(self, made_in: MadeIn, now: float) -> None:
+        """The Hello said again names the task a Client of this connection was made in last (still running)."""
+        if self._hello.made_in:
+            hello = self._resuming_hello
+            hello.made_in, hello.made_in_proof = made_in.task_id, made_in.proof
 
     def _note_refusal(self, refusal: HandshakeFailed, now: float) -> None:
         self._last_refusal = refusal.reason

@@ -106,6 +106,15 @@ class ReportTasks:
 
 
 @dataclass(slots=True)
+class MadeIn:
+    """A Client sharing this connection was made in another task (inside a processor): should the connection say
+    Hello again, it names that task, with its proof (the first one may have ended since)."""
+
+    task_id: bytes
+    proof: bytes
+
+
+@dataclass(slots=True)
 class Abort:
     """Stop at once, without telling the scheduler (it is gone, or shutting down)."""
 
@@ -154,7 +163,7 @@ TICK = Tick()
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, ReportTasks, Disconnect, Abort,
-    FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
+    MadeIn, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------

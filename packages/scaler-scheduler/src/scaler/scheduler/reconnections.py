@@ -42,6 +42,7 @@ from scaler.scheduler.scheduler_events import Send
 from scaler.scheduler.task_routing import TaskRouting
 
 AWAY_MARGIN_SECONDS = 10.0  # an away client is kept this much longer than it waits: it may notice the loss later
+UNKNOWN_TASK_SECONDS = 5.0  # a Client made in a task nobody named waits this long for a worker to name it
 RESUME_SECONDS = 2.0  # a scheduler that restarted sends no task this long after it serves: its workers say first
 # what they hold (they reconnect within a fraction of a second), so that no task they hold runs twice
 
@@ -138,22 +139,26 @@ class Reconnections:
 
     def defer(self, task_id: bytes, hello: _Hello, now: float) -> None:
         """The Hello of a Client made in ``task_id``, which no worker holds yet: it waits for one to."""
-        self._deferred.setdefault(task_id, []).append((now + self._defer_seconds, hello))
+        logger.debug(f"Scheduler: client {show(hello[0])} made in task {task_id.hex()} waits for a worker to hold it")
+        self._deferred.setdefault(task_id, []).append((now, hello))
 
     def ready_hellos(self, now: float) -> List[_Hello]:
         """The deferred Hellos to answer now: their task is held by a worker (however it came to be: claimed,
-        queued and taken back, dispatched), or they waited long enough."""
+        queued and taken back, dispatched); or they waited long enough: the client timeout for a task a worker
+        said it holds or that is queued here, `UNKNOWN_TASK_SECONDS` for a task nobody named (it ended: the Client
+        stands for itself)."""
         ready: List[_Hello] = []
-        holder = self._routing.holder
+        routing = self._routing
         for task_id, waiting in list(self._deferred.items()):
-            if holder(task_id) is not None:
+            if routing.holder(task_id) is not None:
                 ready.extend(hello for _, hello in waiting)
                 del self._deferred[task_id]
                 continue
-            due = [hello for deadline, hello in waiting if deadline <= now]
+            bound = self._defer_seconds if routing.awaited(task_id) else UNKNOWN_TASK_SECONDS
+            due = [hello for since, hello in waiting if since + bound <= now]
             if due:
                 ready.extend(due)
-                left = [each for each in waiting if each[0] > now]
+                left = [each for each in waiting if each[0] + bound > now]
                 if left:
                     self._deferred[task_id] = left
                 else:

@@ -122,7 +122,7 @@ class TaskRouting(TaskRecords):
                     out.cancels[worker.worker_id].append(task_id)
                 continue
             client = clients.get(held.client_id)
-            if not held.client_id or (client is not None and client.resent) or task_id in self._graph_nodes:
+            if not held.client_id or (client is not None and client.resent and task_id not in self._graph_nodes):
                 out.cancels[worker.worker_id].append(task_id)  # its client has all it wants (or it is nobody's)
                 continue
             task = m.Task(task_id, held.client_id, attempt=held.attempt, scope_id=held.scope_id)
