@@ -175,7 +175,7 @@ class WorkerCore:
             self._stage_ahead()
             answers = self._answers
             storage = self._storage
-            answering = answers.pending and not self._session.rejoining  # (held while the scheduler is away)
+            answering = answers.pending and self._session.accepted  # (held while the scheduler is away)
             if answering or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
@@ -303,12 +303,12 @@ class WorkerCore:
 
     def _on_handshake_failed(self, event: HandshakeFailed) -> None:
         session = self._session
-        if session.storage_down if event.from_storage else session.rejoining:
-            # a peer that restarts may fail a handshake on its way: waited out (the worker timeout bounds it)
+        if not event.from_storage:  # the session's table decides (a scheduler that restarts is waited out)
+            session.on_handshake_failed(event, self._now, self._out)
+        elif session.storage_down:  # a storage server that restarts may fail a handshake on its way: waited out
             logger.warning(f"{self._name}: {event.reason}; waiting for it to come back")
-            return
-        # refused by the storage server: the scheduler is told, so our tasks move at once
-        self._leave(EXIT_REFUSED, event.reason, event.from_storage)
+        else:  # refused by the storage server: the scheduler is told, so our tasks move at once
+            self._leave(EXIT_REFUSED, event.reason, True)
 
     # ------------------------------------------------------------------------- the scheduler's requests
 
@@ -623,7 +623,7 @@ class WorkerCore:
         refused = self._storage.requests(self._now, requests, session.storage_max_message_size)
         for (entry, _, _, profiling), error in refused:  # results larger than the storage server takes
             self._apply(entry, _E.FAIL, (error, profiling))
-        if not session.rejoining:  # held while the scheduler is away: it hears of them once it answered again
+        if session.accepted:  # held while the scheduler is away: it hears of them once it answered again
             self._answers.send(out, session.max_message_size)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
@@ -635,7 +635,7 @@ class WorkerCore:
         log = logger.info if code == EXIT_OK else logger.error
         log(f"{self._name}: {why}, exiting")
         self._send(self._out)
-        if say_goodbye and self._session.connected:
+        if say_goodbye and self._session.accepted:
             self._out.append(SendToScheduler(m.DisconnectRequest(f"worker {why}")))
         self._out.append(Exit(code))
 
