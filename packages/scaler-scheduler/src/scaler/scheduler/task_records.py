@@ -54,6 +54,7 @@ class TaskRecord:
 
 _Action = Callable[[TaskRecord, Outbox, Any], None]
 
+
 class TaskRecords:
     def __init__(
         self, workers: Dict[bytes, Worker], clients: Dict[bytes, Client], capability_policy: bool,
