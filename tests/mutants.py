@@ -207,7 +207,7 @@ FAULTS = [
         "a key says Hello as any role",
         [
             (
-                f"{SCHEDULER}/scheduler_core.py",
+                f"{SCHEDULER}/hello_checks.py",
                 "    if role not in credential.roles:\n",
                 "    if False:\n",
             )
@@ -286,6 +286,28 @@ FAULTS = [
             "tests/test_object_isolation.py::"
             "test_a_task_naming_another_clients_object_or_function_fails_and_never_reveals_it",
         ],
+    ),
+    Fault(
+        "a scheduler that restarted runs again every task its workers hold",
+        [
+            (
+                f"{SCHEDULER}/scheduler_core.py",
+                "                self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)\n",
+                "                pass\n",
+            ),
+        ],
+        ["packages/scaler-scheduler/tests/test_scheduler_reconnect.py"],
+    ),
+    Fault(
+        "a client sends nothing again when its scheduler comes back",
+        [
+            (
+                f"{CLIENT}/client_core.py",
+                "        tasks, graphs = self._tasks.resend()\n",
+                "        tasks, graphs = 0, 0\n",
+            ),
+        ],
+        ["packages/scaler-client/tests/test_client_core_reconnect.py", "tests/test_scheduler_restart.py"],
     ),
 ]
 

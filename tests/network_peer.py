@@ -3,9 +3,12 @@ and tells what happens as JSON lines on stdout ({"event": ..., ...}), which the 
 an exception ends each command with "error" (its type and text).
 
     python network_peer.py wait ADDRESS             # until a scheduler answers at ADDRESS (exit 1 after 60 s)
-    python network_peer.py map ADDRESS COUNT SECONDS [--again]
+    python network_peer.py map ADDRESS COUNT SECONDS [--again] [--linger MARKER]
         # COUNT tasks of SECONDS each, one event per result ("result"), then "done" with every value; or
-        # "error" with the exception's type and text; with --again, then a new Client and one task ("again")
+        # "error" with the exception's type and text; with --again, then a new Client and one task ("again");
+        # with --linger, after "done" the Client stays until the file MARKER exists, then runs one more task
+        # (whatever the scheduler sent before reaches it first) and says "lingered" with the number of results
+        # it dropped as ones it already had
     python network_peer.py hold ADDRESS MARKER      # one task that writes the file MARKER and sleeps an hour
     python network_peer.py gil ADDRESS SECONDS      # one task that holds the GIL in C for SECONDS; "done"
     python network_peer.py large ADDRESS MEGABYTES  # one task given a bytes argument of that many 10**6 bytes
@@ -15,16 +18,18 @@ an exception ends each command with "error" (its type and text).
                                                     # each time, until one fails: "error"
 
 Every Client uses a timeout of 600 s (`CLIENT_OPTIONS`, the tests' "never"): only the network's own detection
-ends their waits; with ``--defaults`` last, the Client's default timeout instead.
+ends their waits; with ``--defaults`` last, the Client's default timeout instead; with ``--reconnect SECONDS``
+(before it), it waits that long for a lost scheduler (``reconnect_seconds``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,7 +79,22 @@ def wait(address: str) -> int:
     return 1
 
 
-def run_map(address: str, count: int, seconds: float, again: bool) -> None:
+class DroppedResults(logging.Handler):
+    """Counts the results the client drops as ones it already had (or never asked for)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += "dropped result of unknown or finished task" in record.getMessage()
+
+
+def run_map(address: str, count: int, seconds: float, again: bool, linger: Optional[str] = None) -> None:
+    dropped = DroppedResults()
+    client_logger = logging.getLogger("scaler.client.tasks_in_flight")
+    client_logger.setLevel(logging.DEBUG)
+    client_logger.addHandler(dropped)
     try:
         with Client(address=address, **CLIENT_OPTIONS) as client:
             tell("connected")
@@ -84,6 +104,11 @@ def run_map(address: str, count: int, seconds: float, again: bool) -> None:
                 values.append(future.result())
                 tell("result", index=index)
             tell("done", values=values)
+            if linger is not None:
+                while not os.path.exists(linger):
+                    time.sleep(0.1)
+                client.submit(sleep_and_square, 0, 0).result()
+                tell("lingered", dropped=dropped.count)
     except Exception as error:  # noqa: BLE001 - what failed is what the test reads
         tell("error", type=type(error).__name__, message=str(error))
         if not again:
@@ -104,11 +129,16 @@ def main() -> int:
     if sys.argv[-1] == "--defaults":
         CLIENT_OPTIONS.clear()
         del sys.argv[-1]
+    if "--reconnect" in sys.argv:
+        position = sys.argv.index("--reconnect")
+        CLIENT_OPTIONS["reconnect_seconds"] = float(sys.argv[position + 1])
+        del sys.argv[position : position + 2]
     command, address, *rest = sys.argv[1:]
     if command == "wait":
         return wait(address)
     if command == "map":
-        run_map(address, int(rest[0]), float(rest[1]), "--again" in rest)
+        linger = rest[rest.index("--linger") + 1] if "--linger" in rest else None
+        run_map(address, int(rest[0]), float(rest[1]), "--again" in rest, linger)
         return 0
     try:
         with Client(address=address, **CLIENT_OPTIONS) as client:

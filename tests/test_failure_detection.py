@@ -4,6 +4,7 @@ that only the closed connection can end its bounded wait in time; docs/schedulin
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -82,21 +83,28 @@ def test_the_tasks_of_a_killed_client_are_cancelled_and_its_worker_is_free_again
         assert client.submit(square, 7).result(timeout=120) == 49  # only once the dead client's task is cancelled
 
 
-def test_pending_futures_fail_with_disconnected_error_when_the_scheduler_dies(processes, address):
+def test_a_dead_scheduler_is_noticed_at_once_and_waited_for_or_not_as_each_client_says(processes, address, caplog):
     start(processes, address, 1)
     scheduler = processes.processes[1]
-    client = Client(address=address, timeout_seconds=float(NEVER))
+    waiting = Client(address=address, timeout_seconds=float(NEVER))  # waits for it to come back (60 s by default)
+    impatient = Client(address=address, timeout_seconds=float(NEVER), reconnect_seconds=0)
     try:
-        future = client.submit(sleep_for, 3600)
-        scheduler.kill()
-        error = future.exception(timeout=60)
-        assert isinstance(error, DisconnectedError)
-        assert str(error) == f"lost the connection to the scheduler at {address}"
-        assert not client.connected
-        with pytest.raises(DisconnectedError):
-            client.submit(square, 2)
+        with caplog.at_level(logging.WARNING, logger="scaler.client.client_core"):
+            futures = [client.submit(sleep_for, 3600) for client in (waiting, impatient)]
+            scheduler.kill()
+            error = futures[1].exception(timeout=60)
+            assert isinstance(error, DisconnectedError)
+            assert str(error) == f"lost the connection to the scheduler at {address}"
+            assert not impatient.connected
+            with pytest.raises(DisconnectedError):
+                impatient.submit(square, 2)
+            wait_until(lambda: f"lost the connection to the scheduler at {address}; waiting up to 60s" in caplog.text,
+                       30, "the waiting client to say it waits")  # fmt: skip
+            assert not futures[0].done() and waiting.connected
     finally:
-        client.disconnect()
+        waiting.disconnect()
+        impatient.disconnect()
+    assert isinstance(futures[0].exception(timeout=60), DisconnectedError)
 
 
 def test_a_client_to_an_address_where_nothing_answers_fails_within_its_default_timeout(address):

@@ -103,11 +103,11 @@ def test_a_client_of_another_major_version_is_refused_naming_both(processes, add
 def test_a_scheduler_that_dies_fails_pending_futures(processes, address):
     start_cli_cluster(processes, address, 1)
     scheduler = processes.processes[1]
-    client = Client(address=address, timeout_seconds=3, heartbeat_interval_seconds=0.5)
+    client = Client(address=address, timeout_seconds=3, heartbeat_interval_seconds=0.5, reconnect_seconds=1)
     try:
         future = client.submit(time.sleep, 30)
         processes.kill_group(scheduler)
-        with pytest.raises(DisconnectedError):
+        with pytest.raises(DisconnectedError, match="which did not come back within 1s"):
             future.result(timeout=60)
     finally:
         client.disconnect()

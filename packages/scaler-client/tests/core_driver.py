@@ -55,10 +55,10 @@ def tid(n: int) -> bytes:
     return n.to_bytes(16, "big")
 
 
-def new_core(timeout: float = TIMEOUT, argument_bytes: int = 1 << 30) -> ClientCore:
+def new_core(timeout: float = TIMEOUT, argument_bytes: int = 1 << 30, reconnect: float = 0.0) -> ClientCore:
     return ClientCore(
         CLIENT_ID, ADDRESS, timeout, INTERVAL, 4242, "test-host", batch_size=1000, disconnect_wait_seconds=2.0,
-        argument_bytes_in_storage=argument_bytes,
+        argument_bytes_in_storage=argument_bytes, reconnect_seconds=reconnect,
     )  # fmt: skip
 
 
@@ -70,9 +70,10 @@ def run(core: ClientCore, now: float, *events: Any) -> List[Any]:
     return effects
 
 
-def connected(now: float = 0.0, argument_bytes: int = 1 << 30, **ack_fields: Any) -> ClientCore:
-    """A core the scheduler accepted (its HelloAck with ``ack_fields``: its limit and quota)."""
-    core = new_core(argument_bytes=argument_bytes)
+def connected(now: float = 0.0, argument_bytes: int = 1 << 30, reconnect: float = 0.0, **ack_fields: Any) -> ClientCore:
+    """A core the scheduler accepted (its HelloAck with ``ack_fields``: its limit and quota); one that waits up to
+    ``reconnect`` seconds for a lost scheduler."""
+    core = new_core(argument_bytes=argument_bytes, reconnect=reconnect)
     ack = HelloAck(version=PROTOCOL_VERSION, object_storage_address=STORAGE, **ack_fields)
     run(core, now, Connect(READY), FromScheduler(ack))
     return core

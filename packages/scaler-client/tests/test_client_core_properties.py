@@ -78,9 +78,10 @@ class World:
     """A core and the peers around it, played from a script of actions; it counts how each task and command
     ends."""
 
-    def __init__(self, quota: int) -> None:
-        # room in storage for one or two of the large arguments; ``quota`` tasks at the scheduler (0: none)
-        self.core = connected(argument_bytes=8, client_quota=quota)
+    def __init__(self, quota: int, reconnect: float = 0.0) -> None:
+        # room in storage for one or two of the large arguments; ``quota`` tasks at the scheduler (0: none); a
+        # client that waits ``reconnect`` seconds for a lost scheduler
+        self.core = connected(argument_bytes=8, client_quota=quota, reconnect=reconnect)
         self.quota = quota
         self.plain: Set[bytes] = set()  # tasks sent in a TaskBatch that have not ended: the quota counts them
         self.now = 0.0

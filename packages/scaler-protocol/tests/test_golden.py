@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "f147de39c79513199c5e5e6193e7a57c84b07fdbaf713bd97e3f24f4b3b56c04",
+    "1.8": "48b2dab85ade086aa4715f2624161fd7fe0f036f76895a7812b85c5c8984d911",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -104,6 +104,10 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerHeartbeat, "memory_kills"),
         (m.SchedulerInfoRequest, None),
         (m.SchedulerInfo, None),
+        (m.Hello, "reconnect_seconds"),
+        (m.Hello, "resuming"),
+        (m.WorkerInfo, "held_tasks"),
+        (m.GraphTask, "again"),
     ],
 }
 
@@ -245,9 +249,15 @@ GOLDEN = [
             capabilities=_CAPABILITIES,
             group_id=_GROUP_ID,
             delegation_key=bytes(range(32)),
+            held_tasks=[
+                m.HeldTask(_TASK_ID, _CLIENT_ID, b"C|golden-host|4141|3a3b3c3d3e3f", attempt=2, waiting=True),
+                m.HeldTask(_OTHER_TASK_ID, _CLIENT_ID, attempt=1),
+            ],
         ),
         made_in=_OTHER_TASK_ID,
         made_in_proof=bytes(range(64, 96)),
+        reconnect_seconds=60.0,
+        resuming=True,
     ),
     m.HelloAck(
         version=_VERSION,
@@ -288,7 +298,7 @@ GOLDEN = [
     ),
     m.TaskCancel(task_ids=[_TASK_ID, _OTHER_TASK_ID]),
     m.TaskCancelConfirm(task_ids=[_TASK_ID, _OTHER_TASK_ID], cancelled=[True, False]),
-    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID], more=True),
+    m.GraphTask(graph_id=b"graph-0001", tasks=[_TASK], targets=[_TASK_ID], more=True, again=True),
     m.ObjectRequest(
         request_id=2**40 + 5,
         kind=m.ObjectRequestKind.PUT,

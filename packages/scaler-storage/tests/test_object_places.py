@@ -21,7 +21,7 @@ from scaler.protocol.messages import (
 )
 from scaler.protocol.security import OPEN
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.storage.object_places import SpillDirectory
+from scaler.storage.object_places import ObjectDirectory, SpillDirectory
 from scaler.storage.object_store import ObjectStore
 from scaler.storage.storage_events import FromPeer
 
@@ -38,14 +38,15 @@ def payload(number: int, size: int = 40) -> bytes:
 
 
 class Spilling:
-    def __init__(self, directory: Path, max_memory: int = 100, max_disk: int = 100) -> None:
-        self.spill = SpillDirectory(str(directory))
+    def __init__(self, directory: Path, max_memory: int = 100, max_disk: int = 100, durable: bool = False) -> None:
+        self.spill = ObjectDirectory(str(directory)) if durable else SpillDirectory(str(directory))
         self.store = ObjectStore(
             max_object_size=1000, max_memory=max_memory, max_client_memory=10_000, spill=self.spill, max_disk=max_disk
         )
         self._requests = 0
         hello = Hello(Version(PROTOCOL_VERSION.major, PROTOCOL_VERSION.minor), PeerRole.CLIENT, 1, "", WorkerInfo())
         self.store.handle(FromPeer(PEER, hello, [], OPEN), 0.0)
+        self.restored = self.store.restore()
 
     def request(self, kind: ObjectRequestKind, numbers: Sequence[int], blobs: List[bytes] = ()):  # type: ignore
         self._requests += 1
@@ -138,3 +139,38 @@ def test_a_spill_file_gives_back_the_frames_it_was_given(tmp_path, frames):
 def test_the_default_quota_of_an_owner_is_half_of_the_memory_and_the_spill_disk_together(tmp_path):
     assert ObjectStore(max_memory=100, spill=SpillDirectory(str(tmp_path)), max_disk=300).max_client_memory == 200
     assert ObjectStore(max_memory=100).max_client_memory == 50
+
+
+# --- an object directory: objects that survive a restart ----------------------------------------------------
+
+
+def test_with_an_object_directory_a_server_started_again_serves_every_object_it_held(tmp_path):
+    first = Spilling(tmp_path, durable=True, max_disk=1000)
+    assert first.put(1, 2, 3) == [ObjectStatus.OK] * 3  # 120 bytes: one of them only on disk
+    assert first.files() == sorted(object_id(n).hex() for n in (1, 2, 3))  # every one has its file
+    assert first.store.places.used_disk == 120
+    first.store.places.close()  # (a server that stops, or is killed: the files stay)
+    again = Spilling(tmp_path, durable=True, max_disk=1000)
+    assert again.restored == 3 and again.store.bytes_of(OWNER) == 120
+    assert again.get(3, 1, 2) == [payload(3), payload(1), payload(2)]
+    again.request(ObjectRequestKind.DELETE, [2])
+    assert again.files() == sorted(object_id(n).hex() for n in (1, 3))
+
+
+def test_an_object_directory_bounds_every_object_by_the_disk_limit(tmp_path):
+    s = Spilling(tmp_path, durable=True, max_disk=100)
+    assert s.put(1, 2) == [ObjectStatus.OK] * 2
+    assert s.put(3) == [ObjectStatus.STORAGE_FULL]  # 120 bytes of files: over the disk limit
+    assert s.get(1, 2) == [payload(1), payload(2)]
+
+
+def test_a_file_that_is_not_a_whole_object_is_removed_when_the_directory_is_read(tmp_path):
+    directory = ObjectDirectory(str(tmp_path))
+    directory.write(object_id(1), [b"whole"], OWNER)
+    (tmp_path / object_id(2).hex()).write_bytes(b"\x00\x05short")  # cut by a crash, or not ours
+    (tmp_path / (object_id(3).hex() + ".partial")).write_bytes(b"being written")
+    found = directory.index()
+    assert [(each.object_id, each.owner_id, each.frame_count, each.size) for each in found] == [
+        (object_id(1), OWNER, 1, 5)
+    ]
+    assert sorted(os.listdir(tmp_path)) == [object_id(1).hex()]

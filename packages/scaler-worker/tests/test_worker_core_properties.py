@@ -4,14 +4,15 @@ Hypothesis drives a `core_harness.Harness` (the scheduler, the storage server an
 around a real `WorkerCore` + `ProcessorRunner`) with task batches, repeated assignments, cancels, balance
 requests, storage answers (found, missing, refused, never), results, tasks waiting in the client and their
 waits ending in any order, races with the pipe, processor deaths, time passing (timeouts, results held for
-company, storage silence), and the scheduler or a stop signal ending the worker. After every step: no task is
-answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of them, once), no
-result comes after a confirmed cancel, a result answers the task's latest attempt, the core's books agree with
-themselves and with the runner's, a cancel of a task the runner has not started is confirmed at once, the
-scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's view of the
-processor is the processor's own. At the end, everything left is let finish: every
-task assigned has then been answered exactly once, unless the worker left (then it says nothing more,
-and the scheduler runs its tasks elsewhere).
+company, storage silence), the scheduler going away and coming back (the worker holds its answers meanwhile,
+and names what it holds in its Hello), and the scheduler or a stop signal ending the worker. After every step:
+no task is answered twice (a result, a cancel confirm saying cancelled, a place in a balance response: one of
+them, once), no result comes after a confirmed cancel, a result answers the task's latest attempt, the core's
+books agree with themselves and with the runner's, a cancel of a task the runner has not started is confirmed
+at once, the scheduler was told exactly which of its tasks wait (they hold no room there), and the runner's
+view of the processor is the processor's own. At the end, everything left is let finish: every task assigned
+has then been answered exactly once, unless the worker left (then it says nothing more, and the scheduler runs
+its tasks elsewhere).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from scaler.protocol import messages as m
+from scaler.protocol.connection_events import DOWN, UP
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.processor_lifecycle import SentState
 from scaler.worker.task_lifecycle import TaskState
-from scaler.worker.worker_events import FromScheduler, StopRequested
+from scaler.worker.worker_events import ConnectionChanged, FromScheduler, StopRequested
 
+m_Hello = m.Hello
 MISSING_FUNCTION = b"M" * 16
 OBJECT = b"O" * 16
 TIMEOUT_SECONDS = 5.0
@@ -61,6 +64,10 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         self.cancels_asked: Set[bytes] = set()
         self.cancelled: Set[bytes] = set()  # the tasks a confirm said cancelled
         self.waiting_heard: Set[bytes] = set()  # the tasks the scheduler was told wait (WaitingTasks)
+        self.away = False  # the connection to the scheduler is lost: it sends nothing, and hears nothing
+
+    def connected(self) -> bool:
+        return not self.away
 
     # ------------------------------------------------------------------------- the scheduler
 
@@ -77,9 +84,11 @@ class WorkerCoreMachine(RuleBasedStateMachine):
             max_size=4,
         )
     )
+    @precondition(connected)
     def assign(self, specs) -> None:
         self._assign(specs)
 
+    @precondition(connected)
     @rule(count=st.integers(2, 6))
     def a_run_of_quick_tasks(self, count: int) -> None:
         """Tasks whose data is at hand behind a running task that ends quickly: the worker sends them ahead."""
@@ -102,7 +111,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
             self.next_number += 1
         self.h.assign(*tasks)
 
-    @precondition(lambda self: self.h.core.task_states())
+    @precondition(lambda self: self.h.core.task_states() and not self.away)
     @rule(data=st.data())
     def assign_again(self, data) -> None:
         """The scheduler assigns a task this worker holds again, with a new attempt."""
@@ -111,12 +120,13 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         task = make_task(int.from_bytes(held, "big"), attempt=self.attempts[held])
         self.h.assign(task)
 
+    @precondition(connected)
     @rule(data=st.data())
     def cancel(self, data) -> None:
         known = sorted(self.assigned) + [task_id(10_000)]
         self._cancel(data.draw(st.lists(st.sampled_from(known), min_size=1, max_size=3)))
 
-    @precondition(lambda self: set(self.h.runner.inbox) - set(self.h.runner.cancelled_tasks))
+    @precondition(lambda self: set(self.h.runner.inbox) - set(self.h.runner.cancelled_tasks) and not self.away)
     @rule(data=st.data(), with_another=st.booleans())
     def cancel_sent_ahead(self, data, with_another: bool) -> None:
         """A cancel of a task sent ahead into the processor's FIFO (and maybe of another the worker holds)."""
@@ -137,10 +147,12 @@ class WorkerCoreMachine(RuleBasedStateMachine):
             confirms = [c for c in h.to_scheduler if isinstance(c, m.TaskCancelConfirm) and c.task_ids == ids]
             assert confirms, "the cancel waited for the processor"
 
+    @precondition(connected)
     @rule(count=st.integers(0, 3))
     def balance(self, count: int) -> None:
         self.h.handle(FromScheduler(m.BalanceRequest(count)))
 
+    @precondition(connected)
     @rule(how=st.sampled_from(["disconnect", "refusal", "stop", "silence"]))
     def worker_ends(self, how: str) -> None:
         h = self.h
@@ -156,6 +168,31 @@ class WorkerCoreMachine(RuleBasedStateMachine):
                 h.tick(max(h.wake, h.now + 0.001))
                 assert h.now - last < 3 * STORAGE_TIMEOUT_SECONDS
         assert h.exit_code is not None
+
+    @precondition(lambda self: not self.away and self.h.exit_code is None)
+    @rule()
+    def scheduler_lost(self) -> None:
+        """The connection closes (the scheduler died, or the network failed): the worker runs on, answering
+        nothing until the scheduler is back."""
+        self._collect()
+        self.h.take(m.WorkerHeartbeat)  # what went before
+        self.h.handle(ConnectionChanged(False, DOWN))
+        self.away = True
+
+    @precondition(lambda self: self.away)
+    @rule()
+    def scheduler_back(self) -> None:
+        """It is back (restarted: it knows what the worker holds from its Hello, whose waiting tasks it counts so)."""
+        h = self.h
+        h.handle(ConnectionChanged(False, UP))
+        self.away = False
+        if h.exit_code is not None:
+            return
+        (hello,) = h.take(m.Hello)
+        held = {each.task_id for each in hello.worker_info.held_tasks}
+        assert set(h.core.task_states()) <= held <= set(self.attempts), "a Hello names what the worker holds"
+        self.waiting_heard = {each.task_id for each in hello.worker_info.held_tasks if each.waiting}
+        h.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, "tcp://127.0.0.1:2346", 0.0, 0.0)))
 
     # ------------------------------------------------------------------------- the storage server
 
@@ -203,12 +240,16 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         """Time passes; the scheduler is alive (its heartbeat echo arrives)."""
         h = self.h
         h.tick(h.now + seconds)
-        h.handle(FromScheduler(m.WorkerHeartbeatEcho()))
+        if not self.away:
+            h.handle(FromScheduler(m.WorkerHeartbeatEcho()))
 
     # ------------------------------------------------------------------------- checks
 
     def _collect(self) -> None:
         h = self.h
+        if self.away:
+            assert not [m for m in h.to_scheduler if not isinstance(m, m_Hello)], "sent while the scheduler is away"
+            return
         answered = self.answered
         for result in h.results():
             assert result.task_id not in self.cancelled, "a result after a confirmed cancel"
@@ -249,7 +290,7 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         # the core holds the tasks not answered yet, but those whose result waits for company and those
         # cancelled whose confirm waits for the other tasks of their cancel
         assert set(states) <= set(self.attempts)
-        if self.batch_seconds == 0:
+        if self.batch_seconds == 0 and not self.away:  # (while the scheduler is away, every answer waits)
             assert set(self.attempts) - set(states) <= self.cancels_asked
         held = {tid for tid, state in states.items() if state in _HELD_BY_RUNNER}
         cancelled = set(h.runner.cancelled_tasks)  # still on the processor, their cancel confirmed
@@ -257,9 +298,9 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         assert held == (set(h.runner.started_tasks) | set(h.runner.inbox)) - cancelled
         queued = sum(1 for state in states.values() if state in _QUEUED)
         assert h.core.queued_count == queued + len(set(h.runner.inbox) - cancelled)
-        # the scheduler knows which of the tasks it holds wait: those take no room there
+        # the scheduler knows which of the tasks it holds wait: those take no room there (once it hears again)
         waiting = {tid for tid in held if h.runner.state_of(tid) is SentState.WAITING}
-        assert self.waiting_heard & set(states) == waiting
+        assert self.away or self.waiting_heard & set(states) == waiting
         assert h.runner.suspended == len(waiting) and h.runner.running <= 2
         if not h.hold and not h.pipe and not h.notices:
             assert sorted(h.runner.started_tasks) == h.started_ids()
@@ -279,6 +320,8 @@ class WorkerCoreMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Let everything still here finish: then every task assigned has its one answer."""
         h = getattr(self, "h", None)
+        if h is not None and self.away and h.exit_code is None:
+            self.scheduler_back()
         if h is None or h.exit_code is not None:
             return
         h.hold = False

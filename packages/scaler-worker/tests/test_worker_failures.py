@@ -3,7 +3,7 @@ heartbeats say it holds, connections that drop or lead to the wrong peer."""
 
 from __future__ import annotations
 
-from core_harness import SCHEDULER, STORAGE, Harness, load_failure, make_task, task_id
+from core_harness import CLIENT, SCHEDULER, STORAGE, Harness, load_failure, make_task, task_id
 
 from scaler.protocol import codec
 from scaler.protocol import messages as m
@@ -12,7 +12,14 @@ from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.worker.worker_core import RECONNECT_SECONDS
-from scaler.worker.worker_events import EXIT_FAILURE, EXIT_REFUSED, ConnectionChanged, FromScheduler, Tick
+from scaler.worker.worker_events import (
+    EXIT_FAILURE,
+    EXIT_REFUSED,
+    ConnectionChanged,
+    FromScheduler,
+    HandshakeFailed,
+    Tick,
+)
 
 
 def digest(*numbers: int) -> int:
@@ -103,6 +110,59 @@ def test_a_worker_whose_connection_to_the_scheduler_closes_waits_for_it_and_says
     h.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
     h.tick(h.now + 1.0)
     assert len(h.take(m.WorkerHeartbeat)) == 1 and h.exit_code is None
+
+
+def test_a_worker_that_lost_its_scheduler_runs_on_and_names_what_it_holds_when_it_says_hello_again():
+    h = Harness()
+    h.handle(ConnectionChanged(False, UP))
+    h.handle(FromScheduler(m.TaskBatch([make_task(1, attempt=3), make_task(2), make_task(3)], sequence=1)))
+    h.answer_gets()
+    h.take(m.WorkerHeartbeat)
+    h.handle(ConnectionChanged(False, DOWN))
+    h.finish()  # task 1 ends while the scheduler is away: its result waits here
+    h.tick(h.now + 5.0)
+    assert h.results() == [] and h.to_scheduler == []
+    h.handle(ConnectionChanged(False, UP))
+    (hello,) = h.take(m.Hello)
+    held = {held.task_id: held for held in hello.worker_info.held_tasks}
+    assert sorted(held) == [task_id(1), task_id(2), task_id(3)]
+    assert (held[task_id(1)].client_id, held[task_id(1)].attempt) == (CLIENT, 3)
+    assert h.results() == []  # nothing before the scheduler answered the Hello
+    h.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
+    h.tick(h.now + 1.0)
+    kinds = [type(message) for message in h.to_scheduler]
+    assert kinds.index(m.TaskResultBatch) < kinds.index(m.WorkerHeartbeat)
+    (result,) = h.results()
+    assert (result.task_id, result.attempt, result.status) == (task_id(1), 3, m.TaskStatus.SUCCESS)
+    assert h.exit_code is None
+
+
+def test_a_task_that_waits_for_its_children_is_named_waiting_when_the_worker_says_hello_again():
+    h = Harness()
+    h.handle(ConnectionChanged(False, UP))
+    h.assign(make_task(1))
+    h.answer_gets()
+    h.wait()
+    h.handle(ConnectionChanged(False, DOWN))
+    h.handle(ConnectionChanged(False, UP))
+    (hello,) = h.take(m.Hello)
+    assert [(held.task_id, held.waiting) for held in hello.worker_info.held_tasks] == [(task_id(1), True)]
+
+
+def test_a_handshake_refused_while_the_scheduler_restarts_is_waited_out():
+    h = Harness()
+    h.handle(ConnectionChanged(False, UP))
+    h.handle(ConnectionChanged(False, DOWN))
+    h.handle(HandshakeFailed("the CurveZMQ handshake with the scheduler failed", False))
+    assert h.exit_code is None
+    h.handle(ConnectionChanged(False, UP))
+    assert len(h.take(m.Hello)) == 1
+
+
+def test_the_first_hello_names_nothing_held():
+    h = Harness(connect=False)
+    (hello,) = h.take(m.Hello)
+    assert hello.worker_info.held_tasks == []
 
 
 def test_a_worker_whose_scheduler_does_not_come_back_within_the_worker_timeout_leaves():

@@ -6,8 +6,10 @@ monitor of each (`scaler.protocol.connection_events`: their connections' changes
 over keys becomes a `HandshakeFailed` event) and the wake-up socket,
 feeds what arrives to the sans-I/O `ClientCore`, one event per command, received message or connection
 change, then a `Tick`, and performs each returned effect: sends, and the ends of tasks and commands, named
-by ID. The agent keeps the futures those IDs name (the core holds none). Sockets close with linger 0;
-every wait is bounded.
+by ID. The agent keeps the futures those IDs name (the core holds none). When the core says so
+(`RenewConnection`: the scheduler's connection was lost), the scheduler socket is closed and a new one
+connects, so that nothing queued on the lost one reaches the scheduler before the next Hello. Sockets close
+with linger 0; every wait is bounded.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from scaler.client.client_events import (
     HandshakeFailed,
     Heartbeat,
     ObjectsFailed,
+    RenewConnection,
     Reply,
     ReplyError,
     Stopped,
@@ -75,6 +78,7 @@ class ClientAgent:
         on_objects_failed: Callable[[Optional[List[bytes]]], None] = lambda object_ids: None,
         keys: Keys = NO_KEYS,
         made_in: Tuple[bytes, bytes] = (b"", b""),
+        reconnect_seconds: float = 0.0,
     ) -> None:
         self._client_id = client_id
         self._address = address
@@ -82,7 +86,7 @@ class ClientAgent:
         self._on_objects_failed = on_objects_failed
         self._core = ClientCore(
             client_id, address, timeout_seconds, heartbeat_interval_seconds, os.getpid(), socket.gethostname(),
-            disconnect_wait_seconds=disconnect_wait_seconds, made_in=made_in,
+            disconnect_wait_seconds=disconnect_wait_seconds, made_in=made_in, reconnect_seconds=reconnect_seconds,
         )  # fmt: skip
         self._events: Deque[Event] = collections.deque()
         self._futures: Dict[bytes, ScalerFuture] = {}  # task ID -> its future, until the core ends the task
@@ -111,6 +115,7 @@ class ClientAgent:
             ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
             ToStorage: self._send_to_storage,
             ConnectStorage: self._connect_storage,
+            RenewConnection: self._renew_connection,
             Heartbeat: self._send_heartbeat,
             TaskRunsArrived: self._give_runs,
             TaskResults: self._give_results,
@@ -214,20 +219,15 @@ class ClientAgent:
     def _run(self) -> None:
         """Each turn: take the user's events and what the peers sent, hand each to the core and then a Tick,
         perform every effect in order; wait (bounded) for more. Until the core says it stopped."""
-        core, perform, scheduler, poller = self._core, self._perform, self._scheduler, self._poller
+        core, perform, poller = self._core, self._perform, self._poller
         wake = self._context.socket(zmq.PAIR)
         wake.setsockopt(zmq.LINGER, 0)
-        scheduler.setsockopt(zmq.IDENTITY, self._client_id)
-        scheduler.setsockopt(zmq.SNDHWM, 0)
-        scheduler.setsockopt(zmq.RCVHWM, 0)
         turn: List[Event] = []  # this turn's events, in order
         ready: Dict[Any, int] = {}
         watches = self._watches
         try:
             wake.bind(self._wake_address)
-            self._watch(scheduler, False)
-            scheduler.connect(self._address)
-            poller.register(scheduler, zmq.POLLIN)
+            self._connect_scheduler()
             poller.register(wake, zmq.POLLIN)
             while True:
                 if wake in ready:
@@ -238,7 +238,7 @@ class ClientAgent:
                 events = self._events
                 while events:
                     turn.append(events.popleft())
-                for peer, from_storage in ((scheduler, False), (self._storage, True)):
+                for peer, from_storage in ((self._scheduler, False), (self._storage, True)):
                     if peer is None or peer not in ready:
                         continue
                     # large results: read where they arrived
@@ -252,7 +252,7 @@ class ClientAgent:
                             turn.append(FromStorage(message, codec.received_blobs(blobs)))
                         else:
                             turn.append(FromScheduler(message))
-                for monitor, (watch, to_storage) in watches.items():
+                for monitor, (watch, to_storage) in list(watches.items()):
                     if monitor in ready:
                         for frames in _received(monitor):
                             change = watch.change(frames)
@@ -289,6 +289,31 @@ class ClientAgent:
 
     # --- effects -----------------------------------------------------------------------------------------
 
+    def _connect_scheduler(self) -> None:
+        self._connect(self._scheduler, self._address, False)
+
+    def _connect(self, sock: zmq.Socket, address: str, to_storage: bool) -> None:
+        """Connect a DEALER of this client's identity to ``address``, watched and polled."""
+        sock.setsockopt(zmq.IDENTITY, self._client_id)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        self._watch(sock, to_storage)
+        sock.connect(address)
+        self._poller.register(sock, zmq.POLLIN)
+
+    def _renew_connection(self, effect: RenewConnection) -> None:
+        """A new socket to the scheduler (the same identity): what the old one still queued is dropped with it. The
+        new one is made first, so that its monitor's address (named after its descriptor) is not the old one's."""
+        old, old_watches = self._scheduler, [each for each in self._watches.items() if not each[1][1]]
+        self._scheduler = new_socket(self._context, zmq.DEALER, self._keys)
+        self._connect_scheduler()
+        for monitor, (watch, _) in old_watches:
+            self._poller.unregister(monitor)
+            watch.close()
+            del self._watches[monitor]
+        self._poller.unregister(old)
+        old.close(linger=0)
+
     def _send_to_storage(self, effect: ToStorage) -> None:
         if self._storage is not None:
             self._storage.send_multipart(codec.encode(effect.message, effect.blobs), copy=False)
@@ -297,13 +322,8 @@ class ClientAgent:
         if self._storage is not None:
             return
         self._storage_address = effect.address
-        storage = self._storage = new_socket(self._context, zmq.DEALER, self._keys)
-        storage.setsockopt(zmq.IDENTITY, self._client_id)
-        storage.setsockopt(zmq.SNDHWM, 0)
-        storage.setsockopt(zmq.RCVHWM, 0)
-        self._watch(storage, True)
-        storage.connect(effect.address)
-        self._poller.register(storage, zmq.POLLIN)
+        self._storage = new_socket(self._context, zmq.DEALER, self._keys)
+        self._connect(self._storage, effect.address, True)
 
     def _watch(self, sock: zmq.Socket, to_storage: bool) -> None:
         peer = f"the object storage server at {self._storage_address}" if to_storage else "the scheduler"

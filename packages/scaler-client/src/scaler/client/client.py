@@ -51,6 +51,9 @@ GRAPH_PART_SIZE = 10_000  # get() sends a larger graph in parts of this many tas
 # how much longer than its timeout the user thread waits for an answer of the agent thread: the agent's own
 # bounds (the timeout from the ask, a full storage server's retries every 0.5 s) end it first, with their own error
 ANSWER_MARGIN_SECONDS = 2.0
+# how long a client waits for a lost scheduler to come back: a restart (by hand, by systemd, an upgrade) takes
+# seconds, a host's reboot a minute; as long as a worker waits for it (scaler_cluster --worker-timeout-seconds)
+DEFAULT_RECONNECT_SECONDS = 60.0
 
 
 class Client(DaskCalls):
@@ -75,6 +78,14 @@ class Client(DaskCalls):
     from the scheduler for ``timeout_seconds`` fails every pending future with
     `DisconnectedError`.
 
+    A client whose connection to the scheduler closes (the scheduler was
+    restarted, or the network failed) waits up to ``reconnect_seconds`` for it
+    to come back at the same address, saying so in a log line; then it says
+    Hello again and sends again every task and graph that has not ended, and
+    its futures end as if nothing had happened (a task may run twice,
+    docs/scheduling.md). Past that wait they fail with `DisconnectedError`
+    naming the address; with ``reconnect_seconds=0`` they fail at once.
+
     A client pickles as its address and options, without its keys: unpickling
     it connects a new client to the same scheduler. Inside a task (a task
     received it, or made a ``Client()`` without an address) every Client of the
@@ -95,6 +106,7 @@ class Client(DaskCalls):
         serializer: Any = None,
         stream_output: bool = False,
         security: Optional[SecurityConfig] = None,
+        reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
     ) -> None:
         context = task_context() if address is None else None
         if context is not None:
@@ -109,6 +121,8 @@ class Client(DaskCalls):
         check_address(address)
         if timeout_seconds <= 0 or heartbeat_interval_seconds <= 0:
             raise ValueError("timeout_seconds and heartbeat_interval_seconds must be positive")
+        if reconnect_seconds < 0:
+            raise ValueError("reconnect_seconds must not be negative")
         if serializer is not None:
             check_serializer(serializer)
         keys = peer_keys(security if security is not None else SecurityConfig.from_environment())
@@ -118,6 +132,7 @@ class Client(DaskCalls):
         self._heartbeat_interval = float(heartbeat_interval_seconds)
         self._custom_serializer = serializer
         self._stream_output = bool(stream_output)
+        self._reconnect = float(reconnect_seconds)
         self._bounded_wait = min(self._timeout, 5.0)  # cancel confirmation, disconnect response
         self._calls = CallChecks()  # a call that cannot bind fails at submit
         self._dashboard_link: Optional[str] = None  # once asked: the scheduler's answer, "" for none
@@ -132,7 +147,7 @@ class Client(DaskCalls):
         self._agent = ClientAgent(
             self._client_id, address, self._timeout, self._heartbeat_interval, self._bounded_wait,
             on_objects_failed=builder.forget,  # the next task puts the failed functions again
-            keys=keys,
+            keys=keys, reconnect_seconds=self._reconnect,
         )  # fmt: skip
         builder.send = self._agent.send
         self._agent.connect(self._timeout, self._bounded_wait)
@@ -142,7 +157,9 @@ class Client(DaskCalls):
 
     def _share(self, context: TaskContext, profiling: bool) -> None:
         """Inside a processor: this Client is a view on the processor's one connection (`shared_connection`)."""
-        connection = shared_connection(context, self._timeout, self._heartbeat_interval, self._bounded_wait)
+        connection = shared_connection(
+            context, self._timeout, self._heartbeat_interval, self._bounded_wait, self._reconnect
+        )
         self._client_id = connection.client_id
         self._builder = connection.builder(self._custom_serializer, profiling)
         self._serializer = self._builder.serializer
@@ -182,6 +199,7 @@ class Client(DaskCalls):
                 self._heartbeat_interval,
                 self._custom_serializer,
                 self._stream_output,
+                self._reconnect,
             ),
         )
 
@@ -587,9 +605,13 @@ def _unpickle_client(
     heartbeat_interval_seconds: float,
     serializer: Any,
     stream_output: bool = False,
+    reconnect_seconds: float = DEFAULT_RECONNECT_SECONDS,
 ) -> Client:
     """A pickled Client comes back connected to the same scheduler; inside a processor (a task received it)
     as a view on the processor's one connection to the scheduler that runs the task."""
     if task_context() is not None:
         address = None  # type: ignore[assignment]
-    return Client(address, profiling, timeout_seconds, heartbeat_interval_seconds, serializer, stream_output)
+    return Client(
+        address, profiling, timeout_seconds, heartbeat_interval_seconds, serializer, stream_output,
+        reconnect_seconds=reconnect_seconds,
+    )  # fmt: skip

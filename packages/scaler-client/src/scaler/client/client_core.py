@@ -9,14 +9,22 @@ This module holds the session with the scheduler, one `SESSION` table (client_li
 handshake (and who answered it: a scheduler, or something else at a wrong address), heartbeats and their
 echoes, the scheduler's silence (a Hello or heartbeat unanswered for the timeout: a client whose own thread
 stalled, and so sent nothing, never takes the scheduler for lost), the connection (its socket monitor's
-changes: the session ends when it closes, as the scheduler ends it on its side), disconnecting, `clear` and
-`shutdown`, and the end of everything when the client stops. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
+changes), disconnecting, `clear` and `shutdown`, and the end of everything when the client stops.
+
+When the connection closes (the scheduler died, restarted, or the network failed), the client waits up to
+``reconnect_seconds`` for it to be reachable again, on a new socket: meanwhile its tasks stay pending, new ones
+are taken, and nothing goes to the scheduler (it would come before the Hello). Reachable again, it says Hello
+again; at the HelloAck it sends again every task and graph that has not ended (`TasksInFlight.resend`): a
+scheduler that kept them ignores what it holds, a new one runs them (docs/protocol.md, "Reconnecting"). Past
+the wait, everything fails with `DisconnectedError` naming the address, as it does at once with
+``reconnect_seconds`` 0. The tasks are `TasksInFlight`'s (tasks_in_flight.py, with
 graphs in graph_submissions.py), the objects `StorageRequests`' (storage_requests.py).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import math
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -36,8 +44,10 @@ from scaler.client.client_events import (
     FromStorage,
     HandshakeFailed,
     Heartbeat,
+    MadeIn,
     PutObject,
     Release,
+    RenewConnection,
     Reply,
     ReplyError,
     ReportTasks,
@@ -111,20 +121,26 @@ class ClientCore:
         disconnect_wait_seconds: float = 5.0,
         argument_bytes_in_storage: int = ARGUMENT_BYTES_IN_STORAGE,
         made_in: Tuple[bytes, bytes] = (b"", b""),
+        reconnect_seconds: float = 0.0,
     ) -> None:
         self._client_id = client_id
         self._address = scheduler_address
         self._timeout = timeout_seconds
+        self._reconnect = reconnect_seconds
         self._heartbeat_interval = heartbeat_interval_seconds
         self._disconnect_wait = disconnect_wait_seconds
         # made_in: for a Client made inside a task, that task's ID and its worker's proof (scaler.protocol.delegation)
         self._hello = Hello(
-            PROTOCOL_VERSION, PeerRole.CLIENT, pid, hostname, made_in=made_in[0], made_in_proof=made_in[1]
-        )
+            PROTOCOL_VERSION, PeerRole.CLIENT, pid, hostname, made_in=made_in[0], made_in_proof=made_in[1],
+            reconnect_seconds=reconnect_seconds,
+        )  # fmt: skip
 
+        self._resuming_hello = dataclasses.replace(self._hello, resuming=True)  # said after the scheduler was lost
         self._out: List[Effect] = []  # what the event being handled decided
         self._storage = StorageRequests(client_id, self._hello, timeout_seconds, self._out)
-        self._tasks = TasksInFlight(self._storage, self._out, batch_size, argument_bytes_in_storage)
+        self._tasks = TasksInFlight(
+            self._storage, self._out, batch_size, argument_bytes_in_storage, keep_sent=reconnect_seconds > 0
+        )
         self._storage.tasks = self._tasks
 
         self._state = SessionState.IDLE
@@ -137,6 +153,10 @@ class ClientCore:
         self._closing_deadline = math.inf  # while CLOSING
         self._ready_command = 0
         self._hello_lost = False  # the connection dropped while waiting for the HelloAck
+        self._withheld = False  # the scheduler is away: nothing goes to it but the Hello (RECONNECTING, RESUMING)
+        self._after_rejoin: List[Any] = []  # instructions made while it was away (clear, delete): sent first
+        self._away_until = math.inf  # when the wait for it ends
+        self._last_refusal = ""  # of a handshake while it was away
         self._disconnect_command = 0
         self._shutdown_commands: Deque[int] = collections.deque()
         self._info_commands: Deque[int] = collections.deque()  # waiting for a SchedulerInfo, in order
@@ -186,9 +206,13 @@ class ClientCore:
                     else f"{self._address} is {role_name(ack.role)}, not a scheduler"
                 )
             ),
-            SessionAction.STOP_CONNECTION_LOST: lambda detail, now: self._stop(
-                DisconnectedError(f"lost the connection to the scheduler at {self._address}")
-            ),
+            SessionAction.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
+            SessionAction.RENEW_CONNECTION: lambda detail, now: self._out.append(RenewConnection()),
+            SessionAction.HELLO_ON_RETURN: self._hello_on_return,
+            SessionAction.REJOIN: self._rejoin,
+            SessionAction.STOP_GONE: lambda detail, now: self._stop(DisconnectedError(self._gone())),
+            SessionAction.LEAVE_AWAY: self._leave_away,
+            SessionAction.NOTE_REFUSAL: self._note_refusal,
         }
 
         always: Dict[type, Callable[[Any, float], None]] = {
@@ -197,6 +221,7 @@ class ClientCore:
             Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
             Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
             Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
+            MadeIn: self._made_in,
             FromScheduler: self._on_scheduler,
             FromStorage: self._on_storage,
             HandshakeFailed: self._on_handshake_failed,
@@ -261,9 +286,22 @@ class ClientCore:
         leave with the next `Tick`'s effects."""
         self._handlers[type(event)](event, now)
         out = self._out
-        effects = out.copy()
+        effects = out.copy() if not self._withheld else [effect for effect in out if self._goes_while_away(effect)]
         out.clear()
         return effects
+
+    def _goes_while_away(self, effect: Effect) -> bool:
+        """While the scheduler is away, only the Hello goes to it: what else is decided meanwhile (tasks, cancels,
+        graphs, heartbeats) would reach it before the Hello; the tasks and graphs go again once it answered, and
+        the object instructions (clear, delete) first."""
+        kind = type(effect)
+        if kind is Heartbeat:
+            return False
+        if kind is not ToScheduler or effect.message is self._resuming_hello:  # type: ignore[union-attr]
+            return True
+        if type(effect.message) is ObjectInstruction:  # type: ignore[union-attr]
+            self._after_rejoin.append(effect.message)  # type: ignore[union-attr]
+        return False
 
     @property
     def next_wakeup(self) -> float:
@@ -343,6 +381,80 @@ class ClientCore:
         self._out.append(Reply(self._ready_command, message))
         self._ready_command = 0
 
+    def _wait_for_scheduler(self, detail: Any, now: float) -> None:
+        """The connection closed: wait for the scheduler (bounded: SILENT), its tasks pending, sending it nothing.
+        The commands that waited for its answer end: a clear or a task report is done as far as this client goes."""
+        self._withheld = True
+        self._away_until = self._silent_after = now + self._reconnect
+        self._next_heartbeat = math.inf
+        self._answer_waiting_commands()
+        if self._reconnect > 0:
+            logger.warning(
+                f"Client: lost the connection to the scheduler at {self._address}; waiting up to "
+                f"{self._reconnect:g}s for it to come back (reconnect_seconds), {self._tasks.count} task(s) pending"
+            )
+
+    def _answer_waiting_commands(self) -> None:
+        """A shutdown fails (no answer will come); the commands that wait for a heartbeat's echo are done."""
+        out = self._out
+        error = DisconnectedError(f"lost the connection to the scheduler at {self._address} before it answered")
+        out.extend(ReplyError(command_id, error) for command_id in self._shutdown_commands if command_id)
+        out.extend(Reply(command_id, None) for _, command_id in self._echo_barriers if command_id)
+        self._shutdown_commands.clear()
+        self._echo_barriers.clear()
+        self._heartbeats_sent = self._echoes_received = 0
+
+    def _hello_on_return(self, detail: Any, now: float) -> None:
+        """Reachable again: Hello again, answered within the wait, or within the timeout if that is later."""
+        self._silent_after = max(self._away_until, now + self._timeout)
+        self._out.append(ToScheduler(self._resuming_hello))
+
+    def _rejoin(self, message: HelloAck, now: float) -> None:
+        """The scheduler answered again: what may not have reached it, or what it may have lost (it restarted),
+        goes again; it ignores what it holds. Then the heartbeats, whose first says the resending is over."""
+        self._withheld = False
+        self._away_until = math.inf
+        self._last_refusal = ""
+        out = self._out
+        out.extend(ToScheduler(instruction) for instruction in self._after_rejoin)
+        self._after_rejoin = []
+        # the commands made while it was away: a shutdown was not sent; the others end with the next echo
+        error = DisconnectedError(f"the scheduler at {self._address} was away: the shutdown request was not sent")
+        out.extend(ReplyError(command_id, error) for command_id in self._shutdown_commands if command_id)
+        self._shutdown_commands.clear()
+        self._heartbeats_sent = self._echoes_received = 0
+        self._echo_barriers = collections.deque((1, command_id) for _, command_id in self._echo_barriers)
+        if message.timeout_seconds > 0:
+            self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
+        self._next_heartbeat = now + self._heartbeat_interval
+        self._silent_after = math.inf
+        self._tasks.take_limits(message)
+        tasks, graphs = self._tasks.resend()
+        logger.info(
+            f"Client: the scheduler at {self._address} answered again; sent again {tasks} task(s) and {graphs} "
+            "graph(s) not done"
+        )
+
+    def _leave_away(self, disconnect: Disconnect, now: float) -> None:
+        self._disconnect_command = disconnect.command_id
+        self._stop(DisconnectedError("the client disconnected before the task finished"), cause=False)
+
+    def _made_in(self, made_in: MadeIn, now: float) -> None:
+        """The Hello said again names the task a Client of this connection was made in last (still running)."""
+        if self._hello.made_in:
+            hello = self._resuming_hello
+            hello.made_in, hello.made_in_proof = made_in.task_id, made_in.proof
+
+    def _note_refusal(self, refusal: HandshakeFailed, now: float) -> None:
+        self._last_refusal = refusal.reason
+
+    def _gone(self) -> str:
+        lost = f"lost the connection to the scheduler at {self._address}"
+        if self._reconnect <= 0:
+            return lost
+        refused = f" (its last handshake: {self._last_refusal})" if self._last_refusal else ""
+        return f"{lost}, which did not come back within {self._reconnect:g}s{refused}"
+
     def _say_goodbye(self, disconnect: Disconnect, now: float) -> None:
         """Send DisconnectRequest and wait (bounded) for DisconnectResponse; then fail what is left."""
         self._disconnect_command = disconnect.command_id
@@ -372,6 +484,8 @@ class ClientCore:
         self._info_commands.clear()
         self._echo_barriers.clear()
         self._silent_after = self._next_heartbeat = self._closing_deadline = math.inf
+        self._withheld = False
+        self._after_rejoin = []
         out.append(Stopped(self._error))
 
     # --- commands that need the scheduler -------------------------------------------------------------------
@@ -436,7 +550,7 @@ class ClientCore:
         if event.from_storage:
             self._storage.on_refusal(event, ())
         else:
-            self._session(SessionEvent.REFUSED, event, now)
+            self._session(SessionEvent.KEYS_REFUSED, event, now)
 
     def _on_hello_ack(self, message: HelloAck, now: float) -> None:
         """A HelloAck says who answered (protocol 1.5): a storage server's port given by mistake says so."""

@@ -113,6 +113,15 @@ class ReportTasks:
 
 
 @dataclass(slots=True)
+class MadeIn:
+    """A Client sharing this connection was made in another task (inside a processor): should the connection say
+    Hello again, it names that task, with its proof (the first one may have ended since)."""
+
+    task_id: bytes
+    proof: bytes
+
+
+@dataclass(slots=True)
 class Abort:
     """Stop at once, without telling the scheduler (it is gone, or shutting down)."""
 
@@ -161,7 +170,7 @@ TICK = Tick()
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, AskInfo, ReportTasks, Disconnect,
-    Abort, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
+    Abort, MadeIn, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------
@@ -176,6 +185,12 @@ class ToScheduler:
 class ToStorage:
     message: Any
     blobs: Sequence[Any] = ()
+
+
+@dataclass(slots=True)
+class RenewConnection:
+    """Close the connection to the scheduler and connect a new socket to it: nothing sent on the lost one (still
+    queued in ZeroMQ) may reach the scheduler before the client's next Hello."""
 
 
 @dataclass(slots=True)
@@ -266,6 +281,6 @@ class Stopped:
 
 
 Effect = Union[
-    ToScheduler, ToStorage, ConnectStorage, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted, TaskFailed,
-    TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
+    ToScheduler, ToStorage, ConnectStorage, RenewConnection, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted,
+    TaskFailed, TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
 ]  # fmt: skip

@@ -1,8 +1,10 @@
 """The two lifecycles of the client's core, each one table: ``(state, event) -> (next state, actions)``.
 
-- `SESSION`: the client's conversation with its scheduler (handshake, ready, closing, stopped). What a
-  command that needs a connected client does in each state (run, or be refused) is the table's entry for
-  `SessionEvent.COMMAND`; the core compiles it into the dispatch table of each state.
+- `SESSION`: the client's conversation with its scheduler (handshake, ready, closing, stopped; and, when the
+  connection is lost, reconnecting and resuming: the client waits up to its ``reconnect_seconds`` for the
+  scheduler to come back, says Hello again, and sends again what has not ended). What a command that needs a
+  connected client does in each state (run, or be refused) is the table's entry for `SessionEvent.COMMAND`;
+  the core compiles it into the dispatch table of each state.
 - `TASK`: one task of this client, from its submission to its one end: a result (`DONE`), an error on the
   client's side (`FAILED`), or `CANCELLED`. A graph's targets are tasks too.
 
@@ -25,6 +27,8 @@ class SessionState(enum.Enum):
     CONNECTING = "connecting"  # Hello sent, waiting for HelloAck
     READY = "ready"
     CLOSING = "closing"  # DisconnectRequest sent, waiting (bounded) for DisconnectResponse
+    RECONNECTING = "reconnecting"  # the connection closed: waiting (bounded) for the scheduler to be reachable
+    RESUMING = "resuming"  # reachable again: Hello said again, waiting for HelloAck to send again what is not done
     STOPPED = "stopped"
 
     __hash__ = object.__hash__  # members are singletons: identity hashing, in C
@@ -34,7 +38,7 @@ class SessionEvent(enum.Enum):
     CONNECT = "connect"
     HELLO_ACK = "hello_ack"
     REFUSED = "refused"  # the scheduler sent a Refusal
-    SILENT = "silent"  # nothing heard from the scheduler for the timeout
+    SILENT = "silent"  # nothing heard from the scheduler for the timeout (away: the wait for it is over)
     SCHEDULER_LEAVING = "scheduler_leaving"  # the scheduler sent a DisconnectRequest
     COMMAND = "command"  # submit, submit graph, put object, clear, shutdown
     DISCONNECT = "disconnect"
@@ -44,6 +48,7 @@ class SessionEvent(enum.Enum):
     CONNECTION_UP = "connection_up"  # the socket monitor: connected, handshake done
     CONNECTION_LOST = "connection_lost"  # the socket monitor: the connection closed
     HANDSHAKE_REFUSED = "handshake_refused"  # the socket monitor: closed during the ZeroMQ handshake
+    KEYS_REFUSED = "keys_refused"  # the socket monitor: the handshake failed over keys (CurveZMQ)
     WRONG_PEER = "wrong_peer"  # a HelloAck from a peer that is not a scheduler (an object storage server)
 
     __hash__ = object.__hash__
@@ -69,7 +74,13 @@ class SessionAction(enum.Enum):
     HELLO_LOST = "hello_lost"  # the connection dropped before the answer: say Hello again once it is back
     HELLO_AGAIN = "hello_again"  # it is back: Hello again, if the one sent was lost
     STOP_NOT_A_SCHEDULER = "stop_not_a_scheduler"  # the address answers, but not as a scheduler
-    STOP_CONNECTION_LOST = "stop_connection_lost"  # the connection closed: the session is over
+    WAIT_FOR_SCHEDULER = "wait_for_scheduler"  # the connection closed: withhold what goes to the scheduler, wait
+    RENEW_CONNECTION = "renew_connection"  # a new socket: what the old one still queued never reaches the scheduler
+    HELLO_ON_RETURN = "hello_on_return"  # reachable again: say Hello again
+    REJOIN = "rejoin"  # HelloAck again: send again every task and graph not done, resume heartbeats
+    STOP_GONE = "stop_gone"  # the scheduler did not come back within reconnect_seconds
+    LEAVE_AWAY = "leave_away"  # a disconnect while the scheduler is away: done at once
+    NOTE_REFUSAL = "note_refusal"  # a handshake refused while the scheduler restarts: told if the wait ends
 
     __hash__ = object.__hash__
 
@@ -108,12 +119,37 @@ def _session_table():
     table[(S.CONNECTING, E.CONNECTION_LOST)] = Transition(S.CONNECTING, (A.HELLO_LOST,))  # the Hello waits it out
     table[(S.CONNECTING, E.HANDSHAKE_REFUSED)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
     table[(S.CONNECTING, E.WRONG_PEER)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
-    table[(S.READY, E.CONNECTION_LOST)] = Transition(S.STOPPED, (A.STOP_CONNECTION_LOST,))
     table[(S.CLOSING, E.CONNECTION_LOST)] = Transition(S.STOPPED, (A.FINISH_DISCONNECT,))
     for state in (S.READY, S.CLOSING):
         table[(state, E.CONNECTION_UP)] = Transition(state)  # a reconnect after a loss: stopped already
         table[(state, E.HANDSHAKE_REFUSED)] = Transition(state)  # the same
         table[(state, E.WRONG_PEER)] = Transition(state)  # a second HelloAck: the first said who answered
+    # the scheduler is away (it restarted, or the network failed): wait for it, bounded (SILENT), then resume
+    table[(S.READY, E.CONNECTION_LOST)] = Transition(S.RECONNECTING, (A.WAIT_FOR_SCHEDULER, A.RENEW_CONNECTION))
+    table[(S.RECONNECTING, E.CONNECTION_UP)] = Transition(S.RESUMING, (A.HELLO_ON_RETURN,))
+    table[(S.RESUMING, E.HELLO_ACK)] = Transition(S.READY, (A.REJOIN,))
+    table[(S.RESUMING, E.CONNECTION_LOST)] = Transition(S.RECONNECTING, (A.RENEW_CONNECTION,))
+    table[(S.RESUMING, E.WRONG_PEER)] = Transition(S.STOPPED, (A.STOP_NOT_A_SCHEDULER,))
+    table[(S.RESUMING, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_REFUSED,))  # the answer to the new Hello
+    table[(S.RECONNECTING, E.REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))
+    for state in (S.RECONNECTING, S.RESUMING):
+        table[(state, E.SILENT)] = Transition(S.STOPPED, (A.STOP_GONE,))
+        table[(state, E.COMMAND)] = Transition(state, (A.RUN_COMMAND,))  # held, and sent when the scheduler is back
+        table[(state, E.DISCONNECT)] = Transition(S.STOPPED, (A.LEAVE_AWAY,))
+        table[(state, E.SCHEDULER_LEAVING)] = Transition(S.STOPPED, (A.STOP_LEFT,))
+        table[(state, E.ABORT)] = Transition(S.STOPPED, (A.STOP_ABORTED,))
+        table[(state, E.HANDSHAKE_REFUSED)] = Transition(state)  # a handshake that failed while it starts: waited out
+        table[(state, E.DISCONNECT_RESPONSE)] = Transition(state)
+    for event in (E.HELLO_ACK, E.WRONG_PEER, E.CONNECTION_LOST):
+        table[(S.RECONNECTING, event)] = Transition(S.RECONNECTING)  # of the lost connection: nothing to do
+    table[(S.RESUMING, E.CONNECTION_UP)] = Transition(S.RESUMING)
+    # a handshake refused over keys: the scheduler's answer, but while it restarts, a handshake may fail on its way
+    table[(S.IDLE, E.KEYS_REFUSED)] = Transition(S.IDLE)
+    table[(S.CONNECTING, E.KEYS_REFUSED)] = Transition(S.STOPPED, (A.STOP_REFUSED,))
+    for state in (S.READY, S.CLOSING):
+        table[(state, E.KEYS_REFUSED)] = Transition(S.STOPPED, (A.STOP_EXPELLED,))
+    for state in (S.RECONNECTING, S.RESUMING):
+        table[(state, E.KEYS_REFUSED)] = Transition(state, (A.NOTE_REFUSAL,))
     return table
 
 
@@ -154,6 +190,7 @@ class TaskEvent(enum.Enum):
     FAIL = "fail"  # a put it needs failed, storage refused the client, its result could not be read
     CLEAR = "clear"  # Client.clear: storage and scheduler forget everything of this client
     STOP = "stop"  # the client stopped (scheduler lost, disconnected)
+    RESEND = "resend"  # the scheduler answered again after the connection was lost: what it may not hold goes again
 
     __hash__ = object.__hash__
 
@@ -161,6 +198,7 @@ class TaskEvent(enum.Enum):
 class TaskAction(enum.Enum):
     HOLD = "hold"  # queue it for room (in storage, at the scheduler)
     SEND = "send"  # add it to the next TaskBatch
+    SEND_AGAIN = "send_again"  # add it to the next TaskBatch again (a graph's target goes with its graph)
     SEND_CANCEL = "send_cancel"  # add it to the next TaskCancel
     FETCH = "fetch"  # read the result's payload from storage
     DROP_RESULT = "drop_result"  # a result it cannot have: delete its payload from storage, if stored
@@ -179,6 +217,7 @@ LIVE = (TaskState.HELD, TaskState.STORING, TaskState.SENT, TaskState.CANCELLING,
 # What may come to any live task, whatever its state: each has an entry in every state of LIVE.
 ANY_TIME = (
     TaskEvent.CANCEL, TaskEvent.FAIL, TaskEvent.CLEAR, TaskEvent.STOP,  # the user, storage, the client's end
+    TaskEvent.RESEND,  # the scheduler came back
     TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED,  # the scheduler
 )  # fmt: skip
 
@@ -217,6 +256,12 @@ def _task_table():
         table[(state, E.RESULT_STORED)] = Transition(S.FETCHING, (A.FETCH,))
         table[(state, E.CANCEL_CONFIRMED)] = Transition(S.CANCELLED, give_cancelled)
         table[(state, E.CANCEL_REFUSED)] = Transition(S.SENT, (A.TELL_CANCEL_REFUSED,))
+    # The scheduler came back (maybe a new one, knowing nothing): a task it may hold is sent again (it ignores
+    # what it holds); a cancel whose confirm was lost ends the task here, and is sent again for what still runs.
+    table[(S.SENT, E.RESEND)] = Transition(S.SENT, (A.SEND_AGAIN,))
+    table[(S.CANCELLING, E.RESEND)] = Transition(S.CANCELLED, (A.SEND_CANCEL, A.END, A.GIVE_CANCELLED))
+    for state in (S.HELD, S.STORING, S.FETCHING):  # not at the scheduler yet, or its result here already
+        table[(state, E.RESEND)] = Transition(state)
     # Answers it cannot have (never sent, or its result already here): dropped.
     for state in (S.HELD, S.STORING, S.FETCHING):
         table[(state, E.RESULT)] = Transition(state)

@@ -8,16 +8,21 @@ if that happens before its last part left (its targets cancelled, or an object a
 store), an empty last part closes what the scheduler holds of it, and its other parts are dropped. A target
 cancelled before the first part leaves is left out of it. A part larger than the scheduler takes (its
 ``maxMessageSize``) leaves as several; a node that cannot fit in any message fails the graph.
+
+The parts sent are kept until the graph is forgotten: when the scheduler answers again after the connection
+was lost (it restarted, or the network failed), each graph goes again (`resend`), its first part marked
+``again`` and naming only the targets still waited for; the scheduler drops what it held of the graph and
+runs what those targets need (docs/graphs.md).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Deque, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Sequence
 
 from scaler.client.client_events import Effect, SubmitGraph, ToScheduler
-from scaler.client.client_lifecycles import TaskEvent
+from scaler.client.client_lifecycles import TaskEvent, TaskState
 from scaler.client.storage_requests import PUTTING, StorageRequests
 from scaler.protocol.ids import show
 from scaler.protocol.message_limits import batches, task_size
@@ -29,7 +34,7 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class _Part:
-    message: GraphTask  # dropped once sent: a graph of 100,000 tasks is large
+    message: GraphTask
     missing: int = 0  # objects it waits for
 
 
@@ -38,6 +43,7 @@ class _GraphRecord:
     targets: Sequence[bytes]
     targets_left: int
     parts: Deque[_Part] = field(default_factory=deque)  # submitted, not sent yet, in order
+    sent: List[GraphTask] = field(default_factory=list)  # the parts sent, in order (to send them again)
     temporary_objects: List[bytes] = field(default_factory=list)
     function_ids: List[bytes] = field(default_factory=list)
     sent_any: bool = False  # the scheduler holds a part of it
@@ -121,6 +127,28 @@ class GraphSubmissions:
             if count > 0:
                 users[function_id] = count
 
+    def resend(self) -> int:
+        """The scheduler answered again after the connection was lost: each graph it may hold goes again (the
+        first part marked ``again``, with the targets still waited for), then the parts not sent yet, as their
+        objects are stored. A graph whose targets are no longer waited for at the scheduler (their results are
+        being read) goes no further. Returns how many graphs went again."""
+        tasks, count = self._tasks, 0
+        for graph in self._graphs.values():
+            if not graph.sent:
+                continue
+            targets = [target for target in graph.targets if _waited_for(tasks.record(target))]
+            if not targets:
+                graph.parts.clear()
+                continue
+            count += 1
+            for position, part in enumerate(graph.sent):
+                first = position == 0
+                message = GraphTask(part.graph_id, part.tasks, targets if first else [], part.more, again=first)
+                runs, _ = batches(message.tasks, task_size, tasks.message_budget, len(message.tasks) + 1)
+                self._emit(message, runs)
+            self._send_ready(graph)
+        return count
+
     def clear(self) -> None:
         self._graphs.clear()
         self.targets.clear()
@@ -153,10 +181,22 @@ class GraphSubmissions:
                     tasks.step(target, tasks.record(target), TaskEvent.SENT_IN_GRAPH)  # type: ignore[arg-type]
                 graph.sent_any = True
             graph.closed = not message.more
-            if len(runs) < 2:
-                self._out.append(ToScheduler(message))
-                continue
-            for position, run in enumerate(runs):
-                more = message.more or position < len(runs) - 1
-                targets = message.targets if position == 0 else []
-                self._out.append(ToScheduler(GraphTask(message.graph_id, run, targets, more)))
+            if tasks.keeps_sent:
+                graph.sent.append(message)
+            self._emit(message, runs)
+
+    def _emit(self, message: GraphTask, runs: List[List[Any]]) -> None:
+        """A part, in several messages if one is larger than the scheduler takes (``runs``: its nodes in each)."""
+        if len(runs) < 2:
+            self._out.append(ToScheduler(message))
+            return
+        for position, run in enumerate(runs):
+            more = message.more or position < len(runs) - 1
+            first = position == 0
+            targets = message.targets if first else []
+            self._out.append(ToScheduler(GraphTask(message.graph_id, run, targets, more, message.again and first)))
+
+
+def _waited_for(record: Any) -> bool:
+    """Whether a target's result is still to come from the scheduler."""
+    return record is not None and record.state is TaskState.SENT

@@ -22,7 +22,7 @@ import weakref
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from scaler.client.agent import ClientAgent, close_unreferenced
-from scaler.client.client_events import Cancel, Clear, Event
+from scaler.client.client_events import Cancel, Clear, Event, MadeIn
 from scaler.client.future import ScalerFuture
 from scaler.client.task_builder import TaskBuilder
 from scaler.protocol import delegation
@@ -39,20 +39,32 @@ class SharedConnection:
 
     def __init__(
         self, address: str, timeout_seconds: float, heartbeat_interval_seconds: float, wait: float,
-        made_in: bytes = b"", delegation_key: bytes = b"",
+        made_in: bytes = b"", delegation_key: bytes = b"", reconnect_seconds: float = 0.0,
     ) -> None:  # fmt: skip
         self.client_id = new_client_id()
         self._builders: Dict[bool, TaskBuilder] = {}
+        self._delegation_key = delegation_key
+        self.made_in = made_in  # the task the last Client of this connection was made in
         proof = delegation.proof(delegation_key, self.client_id, made_in) if made_in and delegation_key else b""
         # the agent holds what it calls back, never this connection: a connection no Client holds is freed at once
         self.agent = ClientAgent(
             self.client_id, address, timeout_seconds, heartbeat_interval_seconds, wait,
             on_objects_failed=functools.partial(_forget, self._builders),
             keys=peer_keys(SecurityConfig.from_environment()),  # the worker's task key, when the cluster has keys
-            made_in=(made_in, proof),
+            made_in=(made_in, proof), reconnect_seconds=reconnect_seconds,
         )  # fmt: skip
         self.agent.connect(timeout_seconds, wait)
         weakref.finalize(self, close_unreferenced, self.agent)
+
+    def made_in_task(self, made_in: bytes) -> None:
+        """A Client of this connection is made in task ``made_in``: should the connection say Hello again (the
+        scheduler restarted), it names that task, running still when the first one may have ended."""
+        if made_in and made_in != self.made_in and self._delegation_key:
+            self.made_in = made_in
+            try:
+                self.agent.send(MadeIn(made_in, delegation.proof(self._delegation_key, self.client_id, made_in)))
+            except DisconnectedError:  # it closed meanwhile: the next Client makes a new one
+                pass
 
     def builder(self, serializer: Any, profiling: bool) -> TaskBuilder:
         """A Client's task builder: shared for the default serializer, its own for a custom one."""
@@ -75,7 +87,9 @@ def _forget(builders: Dict[bool, TaskBuilder], object_ids: Any) -> None:
         builder.forget(object_ids)
 
 
-def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float) -> SharedConnection:
+def shared_connection(
+    context: TaskContext, timeout_seconds: float, heartbeat: float, wait: float, reconnect_seconds: float = 0.0
+) -> SharedConnection:
     """The processor's connection for the scope of the task whose code asks (outside a task's own code: one that
     stands for itself), connected by the first Client of that scope that asks (with its options), or again after
     it closed (the scheduler went away or refused it)."""
@@ -85,8 +99,12 @@ def shared_connection(context: TaskContext, timeout_seconds: float, heartbeat: f
         connection = context.connections.get(scope)
         if connection is None or connection.agent.closed:
             address = context.scheduler_address
-            connection = SharedConnection(address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key)
+            connection = SharedConnection(
+                address, timeout_seconds, heartbeat, wait, made_in, context.delegation_key, reconnect_seconds
+            )
             context.connections[scope] = connection
+        else:
+            connection.made_in_task(made_in)
         context.last_connection = connection  # the others live as long as Clients hold them
         return connection
 

@@ -19,7 +19,9 @@ Ordering rules it keeps:
 - a result whose payload is in object storage is read (then deleted there) before the task ends; a task's
   temporary argument objects are deleted once it ends.
 
-Nothing resends a task: the scheduler owns retries and re-dispatch.
+The scheduler owns retries and re-dispatch; the client sends a task again only when the scheduler answers
+again after its connection was lost (`resend`): a client that resumes (``keep_sent``) keeps each task's message
+until the task ends.
 """
 
 from __future__ import annotations
@@ -71,11 +73,12 @@ _CANCEL_BYTES = 32  # a task ID in a TaskCancel, at most
 class _TaskRecord:
     """What the core keeps of a task in flight (one per pending future: keep it small).
 
-    The `Task` message is kept only until it is sent; then only what its end needs: the function whose use
+    The `Task` message is kept until it is sent, or, by a client that resumes with a scheduler that came back
+    (``reconnect_seconds``), until it ends, to send it again; and what its end needs: the function whose use
     count drops, the temporary objects to delete, the room its large arguments take in storage.
     """
 
-    task: Optional[Task]  # the message, until it is sent (None for a graph's target)
+    task: Optional[Task]  # the message (None once sent, unless kept to send again; for a graph's target)
     function_id: bytes  # b"" for a graph's target: its graph counts the uses of its functions
     state: TaskState = TaskState.NEW
     story: int = 0  # its last events (TaskEvent codes, four bits each): told when a transition is illegal
@@ -96,9 +99,11 @@ def _story_of(story: int) -> List[TaskEvent]:
 
 class TasksInFlight:
     def __init__(
-        self, storage: StorageRequests, out: List[Effect], batch_size: int, argument_bytes_in_storage: int
-    ) -> None:
+        self, storage: StorageRequests, out: List[Effect], batch_size: int, argument_bytes_in_storage: int,
+        keep_sent: bool = False,
+    ) -> None:  # fmt: skip
         self._storage = storage
+        self._keep_sent = keep_sent  # a sent task keeps its message, to send it again
         self._out = out
         self._batch_size = batch_size
         self._tasks: Dict[bytes, _TaskRecord] = {}
@@ -117,6 +122,7 @@ class TasksInFlight:
         carry_out: Dict[TaskAction, Callable[[bytes, Any, Any], None]] = {
             TaskAction.HOLD: self._hold,
             TaskAction.SEND: self._send,
+            TaskAction.SEND_AGAIN: self._send_again,
             TaskAction.SEND_CANCEL: self._send_cancel,
             TaskAction.FETCH: self._fetch,
             TaskAction.DROP_RESULT: self._drop_result,
@@ -135,6 +141,10 @@ class TasksInFlight:
         for (state, event), transition in TASK.table.items():
             actions = tuple(carry_out[action] for action in transition.actions)
             self._on[event][state] = (transition.next_state, _CODES[event], actions)
+
+    @property
+    def keeps_sent(self) -> bool:
+        return self._keep_sent
 
     @property
     def count(self) -> int:
@@ -198,6 +208,14 @@ class TasksInFlight:
         for task_id, record in list(self._tasks.items()):
             self.step(task_id, record, TaskEvent.STOP, error)
         self._forget_all()
+
+    def resend(self) -> Tuple[int, int]:
+        """The scheduler answered again after the connection was lost: every task it may hold goes again, in
+        submission order, and every graph (`GraphSubmissions.resend`); returns how many of each."""
+        before = len(self._out_tasks)
+        for task_id, record in list(self._tasks.items()):
+            self.step(task_id, record, TaskEvent.RESEND)
+        return len(self._out_tasks) - before, self.graphs.resend()
 
     def _forget_all(self) -> None:
         self._argument_bytes = 0
@@ -352,8 +370,13 @@ class TasksInFlight:
         self._held.append((task_id, puts, size))
 
     def _send(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
-        self._out_tasks.append(record.task)  # type: ignore[arg-type]  # a sent task has its message
-        record.task = None
+        self._out_tasks.append(record.task)  # type: ignore[arg-type]  # a task sent alone has its message
+        if not self._keep_sent:
+            record.task = None
+
+    def _send_again(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
+        if record.task is not None:  # (a graph's target goes with its graph)
+            self._out_tasks.append(record.task)
 
     def _send_cancel(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
         self._out_cancels.append(task_id)

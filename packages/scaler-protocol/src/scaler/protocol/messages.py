@@ -90,12 +90,24 @@ class Capability:
 
 
 @dataclass(slots=True)
+class HeldTask:
+    """A task a worker holds when it says Hello again (1.8)."""
+
+    task_id: bytes = b""
+    client_id: bytes = b""
+    scope_id: bytes = b""
+    attempt: int = 0
+    waiting: bool = False
+
+
+@dataclass(slots=True)
 class WorkerInfo:
     slots: int = 1
     queue_capacity: int = 0
     capabilities: List[Capability] = field(default_factory=list)
     group_id: bytes = b""  # 1.6: the worker group a worker manager started it in
     delegation_key: bytes = b""  # 1.8: the key of the proofs of its tasks' Clients (scaler.protocol.delegation)
+    held_tasks: List[HeldTask] = field(default_factory=list)  # 1.8: a worker saying Hello again: what it holds
 
 
 @dataclass(slots=True)
@@ -107,6 +119,8 @@ class Hello:
     worker_info: WorkerInfo = field(default_factory=WorkerInfo)
     made_in: bytes = b""  # 1.8: the task a client was made in (scaler.protocol.delegation)
     made_in_proof: bytes = b""  # 1.8: that it was
+    reconnect_seconds: float = 0.0  # 1.8, a client: how long it waits for its scheduler to come back, then resumes
+    resuming: bool = False  # 1.8, a client: said again after it lost its scheduler
 
 
 @dataclass(slots=True)
@@ -271,6 +285,7 @@ class GraphTask:
     tasks: List[Task] = field(default_factory=list)
     targets: List[bytes] = field(default_factory=list)
     more: bool = False  # further parts of this graph follow (protocol 1.7)
+    again: bool = False  # 1.8: the first part of a graph sent again after a reconnect
 
 
 @dataclass(slots=True)

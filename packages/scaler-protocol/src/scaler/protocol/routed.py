@@ -39,7 +39,8 @@ def decode_routed(frames: Sequence[Any]) -> Tuple[Any, List[Any]]:
         elif which == "graphTask":
             graph = reader.graphTask
             nodes = ReceivedItems(Received(segments, limit, which, "tasks", graph.tasks), RoutedTask, messages.Task)
-            message = messages.GraphTask(graph.graphId, nodes, list(graph.targets), graph.more)  # type: ignore[arg-type]
+            targets = list(graph.targets)
+            message = messages.GraphTask(graph.graphId, nodes, targets, graph.more, graph.again)  # type: ignore[arg-type]
         elif which == "taskResultBatch":
             received = Received(segments, limit, which, "results", reader.taskResultBatch.results)
             results = ReceivedItems(received, RoutedResult, messages.TaskResult)

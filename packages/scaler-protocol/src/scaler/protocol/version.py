@@ -28,7 +28,8 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
 #      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota; what a scheduler
-#      serves, for its clients: SchedulerInfoRequest, SchedulerInfo
+#      serves, for its clients: SchedulerInfoRequest, SchedulerInfo; reconnecting to a scheduler that restarted:
+#      Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks (HeldTask), GraphTask.again
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 

@@ -25,9 +25,10 @@ class GraphActions:
     confirm_ids: List[bytes] = field(default_factory=list)  # TaskCancelConfirm to the client
     confirm_flags: List[bool] = field(default_factory=list)
     deletes: List[bytes] = field(default_factory=list)  # result objects to delete (owner: the client)
+    kept: List[m.TaskResult] = field(default_factory=list)  # results of nodes not released (yet): kept for them
 
     def __bool__(self) -> bool:
-        return bool(self.release or self.cancel or self.results or self.confirm_ids or self.deletes)
+        return bool(self.release or self.cancel or self.results or self.confirm_ids or self.deletes or self.kept)
 
 
 class Graph:

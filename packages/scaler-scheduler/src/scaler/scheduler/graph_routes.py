@@ -30,12 +30,14 @@ class GraphRoutes:
 
     def apply(self, client_id: bytes, actions: GraphActions, now: float, out: Outbox) -> None:
         """Carry out what the graph layer decided for ``client_id``."""
+        if actions.kept:  # before the release: a node released now gets its result kept
+            self._routing.keep_for(client_id, actions.kept, now)
         if actions.deletes:
             self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, client_id, actions.deletes), out)
         if actions.cancel:  # their confirms come back through `through`, which swallows them
             self._routing.cancel(client_id, actions.cancel, out)
         if actions.release:  # released nodes are queued exactly as if the client had sent them
-            self._routing.queue(client_id, actions.release, now)
+            self._routing.queue(client_id, actions.release, now, out)
         if actions.results:
             out.last.append(Send(client_id, m.TaskResultBatch(actions.results)))
         if actions.confirm_ids:

@@ -38,6 +38,11 @@ between that client and the scheduler's ordinary task machinery:
   those nodes are rejected;
 - a client that leaves takes its graphs with it (`forget_client`); its
   objects are cleared by the scheduler as usual;
+- a graph sent again (``GraphTask.again``, 1.8: its client resumed after losing its connection) replaces what
+  the scheduler holds of it: the nodes it released run on (as tasks they are the client's, and their results
+  come to the new graph), and the results it held are kept (`kept_results.py`) for the nodes of the new graph,
+  which get them when released instead of running again; so is a result that comes for a node not released
+  yet;
 - a graph sent in parts is *open* until its last part: the first part names
   every target (those of later parts are *awaited*); a part's nodes join the
   graph (`_append`) and run as soon as their inputs succeeded, but nothing is
@@ -87,6 +92,7 @@ _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTE
 CYCLE_REASON = "the task is part of, or depends on, a dependency cycle of its graph"
 DEFAULT_INLINE_BUDGET = 256 * 1024 * 1024  # bytes of small results the scheduler holds for dependants
 _FAILED = NODE_STATES.index(NodeState.FAILED)
+_PENDING = NODE_STATES.index(NodeState.PENDING)
 _SUCCESS, _OBJECT = m.TaskStatus.SUCCESS, m.PayloadKind.OBJECT  # read once: an enum member costs a lookup
 _OBJECT_ARGUMENT, _INLINE_ARGUMENT = m.ArgumentKind.OBJECT, m.ArgumentKind.INLINE
 
@@ -172,6 +178,9 @@ class GraphTasks:
         wrong with this part, found before (a node that cannot be read)."""
         actions = GraphActions()
         graph = self._graphs.get(message.graph_id)
+        if graph is not None and message.again and graph.client_id == client_id:
+            actions.kept.extend(self._forget_for_resend(graph))
+            graph = None
         if graph is not None and not (graph.open and graph.client_id == client_id):
             self._reject(client_id, message, "a graph with that ID is running", {}, actions)
             return actions
@@ -216,11 +225,14 @@ class GraphTasks:
             if graph is None or graph.client_id != client_id:
                 passed.append(result)
                 continue
+            i = graph.positions[task_id]
+            if graph.state[i] == _PENDING:  # a node of a graph sent again, released by the one it replaced
+                actions.kept.append(whole_result(result))
+                continue
             entry = touched.get(graph.graph_id)
             if entry is None:
                 entry = touched[graph.graph_id] = (graph, [])
             finished = entry[1]
-            i = graph.positions[task_id]
             if result.status is _SUCCESS:
                 step(graph, i, NodeEvent.SUCCEEDED, actions, finished, result)
                 if graph.index.unfinished_dependants(i) == 0:
@@ -461,6 +473,19 @@ class GraphTasks:
         ended = len(finished)
         self._finish(graph, finished, actions)
         return ended
+
+    def _forget_for_resend(self, graph: Graph) -> List[m.TaskResult]:
+        """The graph is sent again: forgotten here; the successes it held, as results, for the one sent again."""
+        held = [
+            m.TaskResult(graph.task_ids[i], 0, m.TaskStatus.SUCCESS, result.payload_kind, result.payload)
+            for i, result in graph.results.items()
+        ]
+        logger.info(
+            f"Scheduler: client {show(graph.client_id)} sent graph {show(graph.graph_id)} again: "
+            f"{len(held)} result(s) held for it are kept for the nodes sent again"
+        )
+        self._forget(graph)
+        return held
 
     def _forget(self, graph: Graph) -> None:
         for i in list(graph.results):

@@ -151,9 +151,15 @@ class MessageSlices:
     def _take_graph(self, peer_id: bytes, graph: m.GraphTask, start: int, stop: int, now: float, out: Outbox) -> int:
         nodes, damaged = read_slice(graph.tasks, start, stop)
         count = len(graph.tasks)
-        part = m.GraphTask(graph.graph_id, nodes, graph.targets if start == 0 else [], graph.more or stop < count)
+        first = start == 0
+        part = m.GraphTask(graph.graph_id, nodes, graph.targets if first else [], graph.more or stop < count,
+                           graph.again and first)  # fmt: skip
         problem = f"task {show(damaged[0].task_id)} cannot be read: {damaged[0].reason}" if damaged else None
-        self._apply_graph(peer_id, self._graphs.submit(peer_id, part, self._routing.knows, problem), now, out)
+        known = self._routing.knows
+        if graph.again:  # sent again after a reconnect: its client's own tasks are its nodes, released before
+            routing = self._routing
+            known = lambda task_id: routing.knows_for_another(task_id, peer_id)  # noqa: E731
+        self._apply_graph(peer_id, self._graphs.submit(peer_id, part, known, problem), now, out)
         if stop < count and not self._graphs.is_open(graph.graph_id, peer_id):  # rejected: the rest is not read
             return count
         return stop

@@ -52,12 +52,16 @@ class Worker:
 
 
 class Client:
-    __slots__ = ("client_id", "tasks", "queued", "last_seen", "heartbeat", "credential", "reads_output", "scope")
+    __slots__ = (
+        "client_id", "tasks", "queued", "last_seen", "heartbeat", "credential", "reads_output", "scope", "reconnect",
+        "resent", "away_until",
+    )  # fmt: skip
     role = m.PeerRole.CLIENT
 
     def __init__(
-        self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True, scope: bytes = b""
-    ) -> None:
+        self, client_id: bytes, now: float, credential: Credential, reads_output: bool = True, scope: bytes = b"",
+        reconnect: float = 0.0,
+    ) -> None:  # fmt: skip
         self.client_id = client_id
         # whose objects its tasks read: its own, or (a Client made inside a task) those of the client it stands for
         self.scope = scope or client_id
@@ -67,6 +71,9 @@ class Client:
         self.queued = 0  # of them, those of its own batches (not graph nodes) queued here: its quota counts these
         self.last_seen = now
         self.heartbeat = m.ClientHeartbeat()  # the last one, for monitors
+        self.reconnect = reconnect  # how long it waits for a lost scheduler (Hello.reconnectSeconds, 1.8; 0: not)
+        self.resent = False  # its first heartbeat since its Hello came: it sent again all it waits for
+        self.away_until = 0.0  # its connection closed: kept until then for it to come back (0: connected)
 
 
 class Silence:

@@ -16,6 +16,10 @@ It is made of:
 - the tasks (`task_routing.py`): records, queue, dispatch, balancing, expiry, every change of a task's
   state through the table of `task_lifecycle.py`; large messages a slice at a time, each peer's messages in
   order (`message_slices.py`);
+- peers that come back (`reconnections.py`): a client whose connection closed is kept for the wait it said
+  (its tasks cancelled, its objects kept), what it would be sent kept for it; workers saying Hello again name
+  the tasks they hold (after a restart, this scheduler takes them as theirs); a Client made in a task waits
+  for a worker to hold that task;
 - graphs (`graph_tasks.py`): the results and cancel confirms of graph nodes go through the graph layer
   before they reach a client;
 - the object storage server (`storage_link.py`): the Hello conversation at start and after a reconnect,
@@ -34,7 +38,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from scaler.protocol import delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
@@ -50,11 +53,13 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
+from scaler.scheduler.hello_checks import awaits_holder, credential_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.missing_capabilities import MissingCapabilities
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Silence, Worker
+from scaler.scheduler.reconnections import Reconnections
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
 from scaler.scheduler.scheduler_events import (
     AuthorizedKeysRead,
@@ -74,6 +79,7 @@ from scaler.scheduler.scheduler_events import (
     StorageLost,
     StorageRefused,
     Tick,
+    describe,
 )
 from scaler.scheduler.storage_link import StorageLink
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
@@ -122,6 +128,7 @@ class SchedulerCore:
         self._graphs = GraphTasks(sorter, settings.graph_inline_bytes)
         self._routing = TaskRouting(
             self._workers, self._clients, settings.max_task_deaths, settings.max_client_tasks, self._graphs.nodes,
+            claim_seconds=settings.client_timeout_seconds,
         )  # fmt: skip
         self._storage = StorageLink(
             settings.object_storage_address, settings.object_storage_address_given, settings.pid, self._readmit
@@ -137,6 +144,9 @@ class SchedulerCore:
             settings.snapshot_every_second, settings.max_client_tasks,
         )  # fmt: skip
         self._events, self._stream = self._monitoring.events, self._monitoring.stream
+        self._returns = Reconnections(
+            self._clients, self._routing, self._events, settings.client_timeout_seconds, self._delete_objects
+        )
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
@@ -203,10 +213,14 @@ class SchedulerCore:
             if type(event) is FromPeer:  # read alone: nothing else waited
                 self._caught_up_at = now
             self._handle(event, now, out)
+        returns = self._returns
+        if returns.hellos_may_be_ready:
+            for source, hello, credential in returns.ready_hellos(now):
+                self._on_hello(source, hello, credential, now, out, deferred=True)
         self._routing.dispatch(out, now < self._busy_until, now)
         if self._slices:
             out.sends.append(MoreToDo())
-        return out.effects()
+        return returns.divert(out.effects()) if returns.any_away else out.effects()
 
     def _handle(self, event: Any, now: float, out: Outbox) -> None:
         if type(event) is FromPeer:  # the hot path, inline: a client's or worker's message to its handler
@@ -284,6 +298,8 @@ class SchedulerCore:
 
     def _on_storage_message(self, event: FromStorage, now: float, out: Outbox) -> None:
         self._storage.on_message(event.message, now, out)
+        if self._storage.ready:
+            self._returns.serving(now)
 
     def _on_storage_connected(self, event: StorageConnected, now: float, out: Outbox) -> None:
         self._storage.on_connection(True, now, out)
@@ -307,9 +323,9 @@ class SchedulerCore:
     def _on_connection_closed(self, event: ConnectionClosed, now: float, out: Outbox) -> None:
         gone = self._connections.on_closed(event.connection)
         if gone is not None:
-            self._connection_gone(gone, out)
+            self._connection_gone(gone, now, out)
 
-    def _connection_gone(self, peer_id: bytes, out: Outbox) -> None:
+    def _connection_gone(self, peer_id: bytes, now: float, out: Outbox) -> None:
         """The connection on which ``peer_id`` said Hello closed: it is gone (it does not come back on a new
         one)."""
         worker = self._workers.get(peer_id)
@@ -319,6 +335,11 @@ class SchedulerCore:
             return
         client = self._clients.get(peer_id)
         if client is not None:
+            if self._returns.client_gone(client, now):  # it said it comes back: kept meanwhile, its tasks stopped
+                self._connections.forget(peer_id)
+                self._graphs.forget_client(peer_id)
+                self._routing.withdraw(client, out)
+                return
             self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
             self._remove_client(client, out, forget=True)
         self._managers.remove(peer_id, "its connection closed")
@@ -341,7 +362,11 @@ class SchedulerCore:
             self._events.warning("worker timed out", worker.worker_id, f"worker {show(worker.worker_id)} timed out")
             self._remove_worker(worker, out)
         for client in self._silent_clients.silent(self._clients, heard_until):
+            if client.away_until:  # its connection closed: it is waited for as long as it said
+                continue
             self._events.warning("client timed out", client.client_id, f"client {show(client.client_id)} timed out")
+            self._remove_client(client, out, forget=True)
+        for client in self._returns.on_tick(now, out):
             self._remove_client(client, out, forget=True)
         self._routing.expire(now, out)
         self._missing.on_tick(now, out)
@@ -361,7 +386,9 @@ class SchedulerCore:
             return self._client_handlers
         return self._worker_handlers if peer_id in self._workers else None
 
-    def _on_hello(self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox) -> None:
+    def _on_hello(
+        self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox, deferred: bool = False
+    ) -> None:
         reason = incompatibility(hello.version)
         if reason is not None:
             self._events.warning("refused", source, f"refused {show(source)}: {reason}")
@@ -375,7 +402,7 @@ class SchedulerCore:
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         known = self._clients.get(source) or self._workers.get(source) or self._managers.get(source)
-        reason = _credential_problem(source, hello.role, credential, known)
+        reason = credential_problem(source, hello.role, credential, known)
         if reason is not None:
             self._refuse(source, credential, reason, now, out)
             return
@@ -393,6 +420,9 @@ class SchedulerCore:
             group = f", group {show_group(worker.group_id)}" if worker.group_id else ""
             joined = f"worker {show(source)} connected, capabilities={capabilities}{group}"
             self._events.info("worker joined", source, joined)
+            if hello.worker_info.held_tasks:  # it lost its scheduler (maybe this one, before a restart)
+                self._returns.peer_resumes()
+                self._routing.adopt(worker, hello.worker_info.held_tasks, now, out)
             timeout = self.settings.worker_timeout_seconds
         elif hello.role == m.PeerRole.WORKER_MANAGER:
             self._managers.on_hello(source, credential, now)
@@ -402,10 +432,20 @@ class SchedulerCore:
             client = self._clients.get(source)
             if client is not None:
                 client.last_seen = now
+                client.reconnect = hello.reconnect_seconds
+                self._returns.client_back(client)
+                self._silent_clients.watch(source, now)
                 self._storage.acknowledge(source, ack, out)
                 return
-            scope = self._scope_of(source, hello)
-            client = Client(source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope)
+            if hello.resuming:
+                self._returns.peer_resumes()
+            if not deferred and hello.made_in and awaits_holder(hello, self._routing):
+                self._returns.defer(hello.made_in, (source, hello, credential), now)
+                return
+            scope = scope_of(source, hello, self._routing, self._workers)
+            client = Client(
+                source, now, credential, knows(hello.version, TASK_OUTPUT_VERSION), scope, hello.reconnect_seconds
+            )
             self._clients[source] = client
             self._silent_clients.watch(source, now)
             stands_for = f", for the tasks of {show(scope)}" if scope != source else ""
@@ -428,22 +468,8 @@ class SchedulerCore:
         )
         return Send(source, ack)
 
-    def _scope_of(self, source: bytes, hello: m.Hello) -> bytes:
-        """Whose objects a new client's tasks read: its own; for a Client made inside a task (1.8), whose objects
-        that task's client's tasks read, if the worker that holds the task proves it (`delegation`)."""
-        if not hello.made_in:
-            return source
-        holder = self._routing.holder(hello.made_in)
-        if holder is not None:
-            worker, parent = self._workers.get(holder[0]), self._clients.get(holder[1])
-            if worker is not None and parent is not None:
-                if delegation.proven(worker.delegation_key, source, hello.made_in, hello.made_in_proof):
-                    return parent.scope
-        logger.warning(
-            f"Scheduler: client {show(source)} says it was made in task {hello.made_in.hex()}, which no worker "
-            "holding that task proves: its tasks read its own objects only"
-        )
-        return source
+    def _delete_objects(self, owner: bytes, object_ids: List[bytes], out: Outbox) -> None:
+        self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.DELETE, owner, object_ids), out)
 
     def _readmit(self, out: Outbox) -> None:
         """The storage server answers again (maybe a new one): it is told of every client again."""
@@ -498,7 +524,10 @@ class SchedulerCore:
         out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
 
     def _on_client_heartbeat(self, source: bytes, message: m.ClientHeartbeat, now: float, out: Outbox) -> None:
-        self._clients[source].heartbeat = message
+        client = self._clients[source]
+        client.heartbeat = message
+        if not client.resent:  # its first since its Hello: it sent again all it waits for
+            self._returns.client_resent(client, self._graphs.nodes, out)
         self._monitoring.on_client_heartbeat(source, message, now, out)
 
     def _on_worker_heartbeat(self, source: bytes, message: m.WorkerHeartbeat, now: float, out: Outbox) -> None:
@@ -552,6 +581,9 @@ class SchedulerCore:
         out.sends.append(Send(source, m.ClientShutdownResponse(True, "")))
         for worker_id in self._workers:
             out.sends.append(Send(worker_id, m.DisconnectRequest("scheduler shutting down")))
+        for client_id in self._clients:  # they need not wait for it to come back
+            if client_id != source:
+                out.sends.append(Send(client_id, m.DisconnectRequest("the scheduler was shut down by a client")))
         out.sends.append(Shutdown(f"requested by client {show(source)}"))
 
     def _on_object_instruction(self, source: bytes, message: m.ObjectInstruction, now: float, out: Outbox) -> None:
@@ -564,6 +596,7 @@ class SchedulerCore:
         """The client left (``forget``) or cleared: its graphs and tasks are dropped, its objects cleared."""
         if forget:
             del self._clients[client.client_id]
+            self._returns.forget(client.client_id)
             self._connections.forget(client.client_id)
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)
@@ -575,24 +608,6 @@ class SchedulerCore:
             self._storage.admit(client.client_id, client.scope, None, out)
 
 
-def describe(event: Any) -> str:
-    """An event, in a log line."""
-    if type(event) is FromPeer:
-        return f"{type(event.message).__name__} from {show(event.source)}"
-    return type(event).__name__
-
-
 def _peer_id(peer: Any) -> bytes:
     kind = type(peer)
     return peer.client_id if kind is Client else peer.manager_id if kind is Manager else peer.worker_id
-
-
-def _credential_problem(source: bytes, role: m.PeerRole, credential: Credential, known: Any) -> Optional[str]:
-    """Why a Hello as ``role`` with ``credential`` is refused (None: it is not): its key is not authorized as
-    that role, or the identity is already bound to another key."""
-    if role not in credential.roles:
-        held = ", ".join(sorted(r.name.lower() for r in credential.roles)) or "nothing (unknown or revoked)"
-        return f"{credential.name()} is authorized as {held}, not as a {role.name.lower()}"
-    if known is not None and known.credential.key != credential.key:
-        return f"{show(source)} is connected with another key"
-    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping
 
+from scaler.protocol.ids import show
 from scaler.protocol.security import OPEN, Credential
 
 STORAGE = b""
@@ -171,3 +172,10 @@ class Shutdown:
     """Stop, once the messages already sent have left."""
 
     reason: str
+
+
+def describe(event: Any) -> str:
+    """An event, in a log line."""
+    if type(event) is FromPeer:
+        return f"{type(event.message).__name__} from {show(event.source)}"
+    return type(event).__name__

@@ -68,7 +68,7 @@ from scaler.protocol.security import (
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.monitor_feed import MonitorFeed
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings, describe
+from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     AuthorizedKeysRead,
@@ -91,6 +91,7 @@ from scaler.scheduler.scheduler_events import (
     StorageLost,
     StorageRefused,
     Tick,
+    describe,
 )
 from scaler.scheduler.storage_process import StorageStartError, start_object_storage_process
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS

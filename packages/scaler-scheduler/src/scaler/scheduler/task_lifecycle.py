@@ -7,6 +7,12 @@ from the table is a bug and raises `TransitionError` with the task's recent even
 has an entry for the events that can reach any task (a cancel, its client leaving, its timeout), and for
 every event that can reach it, including the loss of its worker, so every task ends in exactly one terminal
 state and its client is told exactly once: by a result or by a cancel confirm.
+
+A scheduler that restarted learns of tasks from the workers that say Hello again (``WorkerInfo.heldTasks``):
+a task it does not hold yet is ADOPTED (it knows only its ID, client, scope and attempt) until its client
+sends it again (SENT_AGAIN: the client's copy makes it ASSIGNED to that worker, not run again); a task it
+holds queued is ASSIGNED to that worker (ADOPT). The result of a task nobody sent again yet is kept for its
+client (KEEP_RESULT: `kept_results.py`), which gets it when it sends the task again.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class TaskState(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     REJECTED = "rejected"
+    ADOPTED = "adopted"  # a worker that said Hello again holds it; its client has not sent it again yet
 
     __hash__ = object.__hash__  # members are singletons: identity hashing, in C, on the per-task path
 
@@ -41,6 +48,8 @@ class TaskEvent(enum.Enum):
     BALANCED = "balanced"  # its worker gave it back without running it
     EXPIRED = "expired"  # its timeout passed
     UNSENDABLE = "unsendable"  # it cannot be encoded for its worker (only a crafted message gets there)
+    ADOPT = "adopt"  # a worker that said Hello again says it holds the task
+    SENT_AGAIN = "sent_again"  # its client sent it again (it resumed after losing its connection)
 
     __hash__ = object.__hash__
 
@@ -53,6 +62,10 @@ class TaskAction(enum.Enum):
     CONFIRM_CANCELLED = "confirm_cancelled"  # TaskCancelConfirm(cancelled) to the client
     CONFIRM_NOT_CANCELLED = "confirm_not_cancelled"  # the result crossed the cancel: it did finish
     FINISH = "finish"  # forget it: it reached its terminal state
+    NOTE_HELD = "note_held"  # the worker that says it holds it has it, at the attempt it says: nothing is sent
+    CANCEL_ON_REPORTER = "cancel_on_reporter"  # another worker has it: the one that says it holds it cancels it
+    TAKE_TASK = "take_task"  # the client's copy replaces what the worker said of it (ID, client, attempt)
+    KEEP_RESULT = "keep_result"  # kept for its client, which gets it when it sends the task again
 
     __hash__ = object.__hash__
 
@@ -102,6 +115,26 @@ TASK_LIFECYCLE: Lifecycle[TaskState, TaskEvent] = Lifecycle(
         (S.WITHDRAWING, E.BALANCED): T(S.CANCELLED, (A.FINISH,)),
         (S.WITHDRAWING, E.EXPIRED): T(S.WITHDRAWING),
         (S.WITHDRAWING, E.UNSENDABLE): T(S.CANCELLED, (A.FINISH,)),
+        # a scheduler that restarted: what workers say they hold, and clients send again
+        (S.QUEUED, E.ADOPT): T(S.ASSIGNED, (A.NOTE_HELD,)),  # not run twice: the worker that holds it keeps it
+        (S.ASSIGNED, E.ADOPT): T(S.ASSIGNED, (A.CANCEL_ON_REPORTER,)),
+        (S.CANCELING, E.ADOPT): T(S.CANCELING, (A.CANCEL_ON_REPORTER,)),
+        (S.WITHDRAWING, E.ADOPT): T(S.WITHDRAWING, (A.CANCEL_ON_REPORTER,)),
+        (S.ADOPTED, E.ADOPT): T(S.ADOPTED, (A.CANCEL_ON_REPORTER,)),
+        (S.ADOPTED, E.SENT_AGAIN): T(S.ASSIGNED, (A.TAKE_TASK,)),
+        (S.QUEUED, E.SENT_AGAIN): T(S.QUEUED),  # held: the copy is not needed
+        (S.ASSIGNED, E.SENT_AGAIN): T(S.ASSIGNED),
+        (S.CANCELING, E.SENT_AGAIN): T(S.CANCELING),
+        (S.WITHDRAWING, E.SENT_AGAIN): T(S.WITHDRAWING),
+        (S.ADOPTED, E.RESULT_SUCCESS): T(S.SUCCESS, (A.KEEP_RESULT, A.FINISH)),
+        (S.ADOPTED, E.RESULT_FAILED): T(S.FAILED, (A.KEEP_RESULT, A.FINISH)),
+        (S.ADOPTED, E.RETRY): T(S.CANCELLED, (A.FINISH,)),  # its processor died: it runs anew once sent again
+        (S.ADOPTED, E.CANCEL): T(S.CANCELING, (A.SEND_CANCEL_TO_WORKER,)),
+        (S.ADOPTED, E.WITHDRAW): T(S.WITHDRAWING, (A.SEND_CANCEL_TO_WORKER,)),  # its client is gone, or has it
+        (S.ADOPTED, E.CANCEL_CONFIRMED): T(S.ADOPTED),
+        (S.ADOPTED, E.WORKER_GONE): T(S.CANCELLED, (A.FINISH,)),  # nothing to queue: sent again, it runs anew
+        (S.ADOPTED, E.BALANCED): T(S.CANCELLED, (A.FINISH,)),
+        (S.ADOPTED, E.EXPIRED): T(S.ADOPTED),
     },
 )
 del S, E, A, T

@@ -1,10 +1,8 @@
-"""The scheduler's tasks: what it holds of each, where each goes, and every change of a task's state.
+"""The scheduler's tasks: where each goes, and what each message of a peer does to them.
 
-`TaskRouting` keeps a record per task the scheduler holds, the queue of tasks waiting for a worker (a
-priority heap, and one per set of capabilities that tasks need, under every allocation policy) and the queue
-timeouts. Every event a task receives goes through `_step`, which looks the pair up in
-`task_lifecycle.TASK_LIFECYCLE` and carries out the actions of the answer; what is sent is gathered in the
-event's `Outbox`.
+`TaskRouting` is `task_records.TaskRecords` (a record per task, the queues, every change of a task's state
+through `task_lifecycle.TASK_LIFECYCLE` and its actions) with the queue timeouts, the client quotas, and the
+handlers of the peers' messages. What is sent is gathered in the event's `Outbox`.
 
 The handlers take one message (a batch of tasks, results, cancels, confirms...) from one peer; the
 scheduler core calls them through its dispatch table. `dispatch` runs after every event the core handles:
@@ -15,63 +13,39 @@ no room, so a worker whose every task waits takes more, and nested tasks never d
 Nothing here looks at every worker or every task for one event: the workers are filed by load
 (`worker_loads.WorkerLoads`), the queue and the queue timeouts are heaps, and what each worker holds is kept
 with its digest, so a heartbeat is checked against the few tasks sent since its last batch (`reconcile`).
+
+After a restart (docs/scheduling.md, "Restarts"): a worker that says Hello again names the tasks it holds
+(`adopt`), each taken as assigned to it, ADOPTED until its client sends it again; a task its client sends again
+that the scheduler holds is not queued twice (SENT_AGAIN), and one whose result is kept (`kept_results.py`)
+is answered with it. ADOPTED tasks nobody claims are withdrawn (cancelled on their worker) when their client
+says it sent everything again (`client_resent`), or after ``claim_seconds``.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
-from collections import Counter
-from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.protocol.security import RefusalLog
-from scaler.scheduler.monitor_events import MonitorEvents
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
-from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
-from scaler.scheduler.worker_loads import WorkerLoads
+from scaler.scheduler.task_lifecycle import TaskEvent, TaskState
+from scaler.scheduler.task_records import DEFAULT_CLAIM_SECONDS, TaskRecord, TaskRecords
 
-# a task's recent events, four bits each in one integer (no list per task): the last eight
-_HISTORY_MASK = (1 << 32) - 1
-_EVENTS = list(TaskEvent)
-_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
-assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
 _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTED)
-_QUEUED = TaskState.QUEUED
 
 logger = logging.getLogger(__name__)
 
 
-class TaskRecord:
-    __slots__ = (
-        "task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
-    )  # fmt: skip
-
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
-        self.task = task  # a routed.RoutedTask (or an m.Task, from the graph layer)
-        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
-        self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
-        self.state = TaskState.QUEUED
-        self.worker_id: Optional[bytes] = None
-        self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
-        self.queue_seq = 0
-        self.needs = needs  # capability names a worker must have, or None
-        self.deaths = 0  # times its processor or worker died while holding it
-        self.failures = 0  # times it raised and was retried
-
-
-_Action = Callable[[TaskRecord, Outbox, Any], None]
-
-
-class TaskRouting:
+class TaskRouting(TaskRecords):
     def __init__(
         self,
         workers: Dict[bytes, Worker],
@@ -79,55 +53,16 @@ class TaskRouting:
         max_task_deaths: int,
         max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS,
         graph_nodes: Container[bytes] = frozenset(),
+        claim_seconds: float = DEFAULT_CLAIM_SECONDS,
     ) -> None:
-        self._workers = workers  # shared with the core, which adds and removes peers
+        super().__init__(workers, clients, claim_seconds)
         self._max_client_tasks = max_client_tasks
         self._over_quota = RefusalLog()  # what is refused over a quota is logged rate-limited, per client
         self._graph_nodes = graph_nodes  # the IDs of the nodes of live graphs (graph_tasks.GraphTasks.nodes)
-        self._loads = WorkerLoads()
-        self._clients = clients
         self._max_task_deaths = max_task_deaths
-        self._tasks: Dict[bytes, TaskRecord] = {}
-        self._queue: List[Tuple[int, int, bytes]] = []  # (-priority, seq, task_id), lazily pruned
-        self._capability_queues: Dict[FrozenSet[str], List[Tuple[int, int, bytes]]] = {}
         self._deadlines: List[Tuple[float, bytes]] = []  # (deadline, task_id) of tasks with a timeout
-        self._seq = itertools.count()
-        self._changed = False  # tasks were queued or room made since the last dispatch
-        self.state_counts: Counter = Counter()
-        self._queued_needing: Counter = Counter()  # needs -> the tasks queued here that need them (not None)
         self.dropped_results = 0
         self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
-        self.recording = False  # workers record task runs: a task sent says how long it waited here
-        self.events = MonitorEvents()  # the core's, where it notes what monitors show
-        self._now = 0.0  # of the dispatch under way
-        carry_out: Dict[TaskAction, _Action] = {
-            TaskAction.SEND_TO_WORKER: self._send_to_worker,
-            TaskAction.REQUEUE: self._requeue,
-            TaskAction.SEND_CANCEL_TO_WORKER: self._send_cancel_to_worker,
-            TaskAction.FORWARD_RESULT: self._forward_result,
-            TaskAction.CONFIRM_CANCELLED: self._confirm_cancelled,
-            TaskAction.CONFIRM_NOT_CANCELLED: self._confirm_not_cancelled,
-            TaskAction.FINISH: self._finish,
-        }
-        # the table with the actions bound to this object
-        self._plans: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, Tuple[_Action, ...]]] = {
-            pair: (t.next_state, tuple(carry_out[action] for action in t.actions))
-            for pair, t in TASK_LIFECYCLE.table.items()
-        }
-
-    @property
-    def task_count(self) -> int:
-        return len(self._tasks)
-
-    def knows(self, task_id: bytes) -> bool:
-        return task_id in self._tasks
-
-    def holder(self, task_id: bytes) -> Optional[Tuple[bytes, bytes]]:
-        """The worker that holds the task now, and the task's client (None: no worker holds it)."""
-        record = self._tasks.get(task_id)
-        if record is None or record.worker_id is None:
-            return None
-        return record.worker_id, record.task.client_id
 
     # ----------------------------------------------------------------- peers
 
@@ -173,13 +108,73 @@ class TaskRouting:
         rejected = 0
         for _, seq, task_id in self._capability_queues.pop(needs, ()):
             record = self._tasks.get(task_id)
-            if record is not None and record.queue_seq == seq and record.state is _QUEUED:
+            if record is not None and record.queue_seq == seq and record.state is TaskState.QUEUED:
                 result = m.TaskResult(
                     task_id, record.task.attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", reason
                 )
                 self._step(record, TaskEvent.EXPIRED, out, result)
                 rejected += 1
         return rejected
+
+    def hold_dispatch(self, until: float) -> None:
+        """Send no task before ``until``: the workers of a scheduler that restarted say what they hold in their
+        first moments, and a task one of them holds must not go to another meanwhile (it would run twice)."""
+        self._hold_dispatch_until = max(self._hold_dispatch_until, until)
+
+    def adopt(self, worker: Worker, held_tasks: List[m.HeldTask], now: float, out: Outbox) -> None:
+        """``worker`` said Hello again, holding these tasks (it lost its scheduler; this one may have restarted):
+        each is taken as assigned to it. One this scheduler holds queued is its (ADOPT); one it does not hold is
+        ADOPTED, until its client sends it again, unless its client is here and has sent everything again
+        already, or another worker has it: then it is cancelled there."""
+        tasks, clients = self._tasks, self._clients
+        before = len(out.cancels.get(worker.worker_id, ()))
+        for held in held_tasks:
+            task_id = held.task_id
+            record = tasks.get(task_id)
+            if record is not None:
+                if record.task.client_id == held.client_id:
+                    self._step(record, TaskEvent.ADOPT, out, (worker, held))
+                else:
+                    out.cancels[worker.worker_id].append(task_id)
+                continue
+            client = clients.get(held.client_id)
+            if not held.client_id or (client is not None and client.resent and task_id not in self._graph_nodes):
+                out.cancels[worker.worker_id].append(task_id)  # its client has all it wants (or it is nobody's)
+                continue
+            task = m.Task(task_id, held.client_id, attempt=held.attempt, scope_id=held.scope_id)
+            record = TaskRecord(task, None, False, now)
+            record.state = TaskState.ADOPTED
+            record.worker_id = worker.worker_id
+            tasks[task_id] = record
+            self.state_counts[TaskState.ADOPTED] += 1
+            self._unclaimed[task_id] = now + self._claim_seconds
+            self._hold(worker, task_id, held.waiting)
+        self._loads.touch(worker)
+        self._changed = True
+        cancelled = len(out.cancels.get(worker.worker_id, ())) - before
+        self.events.info(
+            "worker resumed", worker.worker_id,
+            f"worker {show(worker.worker_id)} holds {len(held_tasks)} task(s) from before it lost its scheduler: "
+            f"{len(held_tasks) - cancelled} kept there, {cancelled} cancelled there (their client has them, or "
+            "another worker)",
+        )  # fmt: skip
+
+    def client_resent(self, client_id: bytes, keep: Container[bytes], out: Outbox) -> None:
+        """The client has sent again everything it waits for (its first heartbeat after its Hello): the tasks a
+        worker said it held that the client did not claim are withdrawn (but the graph nodes in ``keep``, which
+        its graphs may release later)."""
+        unclaimed = [task_id for task_id in self._unclaimed if task_id not in keep]
+        tasks = self._tasks
+        for task_id in unclaimed:
+            record = tasks[task_id]
+            if record.task.client_id == client_id:
+                self._step(record, TaskEvent.WITHDRAW, out)
+
+    def expire_claims(self, now: float, out: Outbox) -> None:
+        """Tasks a worker said it held that no client claimed in time: withdrawn (cancelled on their worker)."""
+        due = [task_id for task_id, deadline in self._unclaimed.items() if deadline <= now]
+        for task_id in due:
+            self._step(self._tasks[task_id], TaskEvent.WITHDRAW, out)
 
     def withdraw(self, client: Client, out: Outbox) -> None:
         """The client left or cleared its tasks: they are cancelled, and nobody waits for a confirm."""
@@ -195,8 +190,13 @@ class TaskRouting:
         tasks = message.tasks
         room = max(0, self._max_client_tasks - client.queued)
         if len(tasks) > room:
-            self._reject_over_quota(source, tasks[room:], now, out)
-            message = m.TaskBatch(tasks[:room])
+            known = self._tasks  # a task sent again that the scheduler holds takes no more room
+            fresh = [task for task in tasks if task.task_id not in known]
+            if len(fresh) > room:
+                over = fresh[room:]
+                self._reject_over_quota(source, over, now, out)
+                refused = {task.task_id for task in over}
+                message = m.TaskBatch([task for task in tasks if task.task_id not in refused])
         self.on_task_batch(source, message, now, out)
 
     def _reject_over_quota(self, source: bytes, tasks: List[Any], now: float, out: Outbox) -> None:
@@ -220,35 +220,46 @@ class TaskRouting:
     def on_task_batch(self, source: bytes, message: m.TaskBatch, now: float, out: Outbox) -> None:
         """Tasks client ``source`` submitted within its quota: queued. A task whose ID the scheduler holds already,
         as another client's task or as a graph node, is refused to ``source`` (the first holder keeps it); one of
-        its own tasks sent again is ignored."""
+        its own tasks sent again (after a reconnect) is not queued twice (`queue`)."""
         tasks = self._tasks
         graph_nodes = self._graph_nodes
         fresh = []
-        duplicates = 0
         for task in message.tasks:
             task_id = task.task_id
             if task_id in tasks or task_id in graph_nodes:
                 holder = tasks.get(task_id)
                 if holder is not None and holder.task.client_id == source:
-                    duplicates += 1
+                    fresh.append(task)
                 else:
                     self._refuse_taken(source, task, out)
                 continue
             fresh.append(task)
-        if duplicates:
-            logger.warning(f"Scheduler: client {show(source)} resubmitted {duplicates} known task ID(s), ignored")
-        self.queue(source, fresh, now, submitted=True)
+        self.queue(source, fresh, now, out, submitted=True)
 
-    def queue(self, source: bytes, new_tasks: List[Any], now: float, submitted: bool = False) -> None:
-        """Queue tasks of client ``source`` whose IDs are free: checked by `on_task_batch` (``submitted``: within
-        its quota, `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope
-        (empty for a client that stands for itself)."""
+    def queue(self, source: bytes, new_tasks: List[Any], now: float, out: Outbox, submitted: bool = False) -> None:
+        """Queue tasks of client ``source``: checked by `on_task_batch` (``submitted``: within its quota,
+        `on_client_batch`), or graph nodes the graph layer released. Each carries its client's scope (empty for a
+        client that stands for itself). A task the scheduler holds for that client already (it resumed, and sent
+        it again) is not queued twice (SENT_AGAIN), and one whose result is kept is answered with it."""
         client = self._clients[source]
         scope = client.scope if client.scope != source else b""
         tasks = self._tasks
         counts = self.state_counts
+        kept = self.kept
+        again = 0
         for task in new_tasks:
             task_id = task.task_id
+            held = tasks.get(task_id)
+            if held is not None:
+                again += 1
+                self._step(held, TaskEvent.SENT_AGAIN, out, (task, scope, submitted))
+                continue
+            if kept:
+                result = kept.take(task_id, source)
+                if result is not None:
+                    again += 1
+                    out.results[source].append(result)
+                    continue
             task.client_id = source
             if task.scope_id != scope:  # only a Client made in a task has one, and no client sets its own
                 task.scope_id = scope
@@ -263,6 +274,9 @@ class TaskRouting:
             self._enqueue(record)
             if task.timeout_seconds > 0:
                 heapq.heappush(self._deadlines, (now + task.timeout_seconds, task_id))
+        if again and submitted:  # a client that resumed
+            what = f"{again} task(s) held or ended here"
+            logger.info(f"Scheduler: client {show(source)} sent again {what}: not run again")
 
     def _refuse_taken(self, source: bytes, task: Any, out: Outbox) -> None:
         """A task whose ID another task holds: refused to its sender, never at the cost of the first holder."""
@@ -483,8 +497,9 @@ class TaskRouting:
         """Send queued tasks to the least loaded workers that have room (and the capabilities they need): one
         at a time while there is about a task per worker, in runs of up to `MAX_RUN` while each worker's share
         of the tasks (here and on the workers) is larger, and in full runs while the scheduler is ``busy``
-        (messages wait for it: each message it sends should carry more, so that it reads and writes fewer)."""
-        if not self._changed or not self._workers:
+        (messages wait for it: each message it sends should carry more, so that it reads and writes fewer). A
+        scheduler that restarted sends nothing for a moment (`hold_dispatch`)."""
+        if not self._changed or not self._workers or now < self._hold_dispatch_until:
             return
         self._changed = False
         self._now = now
@@ -524,14 +539,6 @@ class TaskRouting:
                 step(record, TaskEvent.ASSIGN, out)
             loads.took(worker)
 
-    def _enqueue(self, record: TaskRecord) -> None:
-        record.queue_seq = seq = next(self._seq)
-        queue = self._queue
-        if record.needs is not None:
-            queue = self._capability_queues.setdefault(record.needs, [])
-        heapq.heappush(queue, (-record.task.priority, seq, record.task.task_id))
-        self._changed = True
-
     def _failure_event(self, record: TaskRecord, result: Any) -> TaskEvent:
         """RETRY while the task has runs left, else RESULT_FAILED (saying so in the result if it killed its
         worker too often)."""
@@ -546,98 +553,3 @@ class TaskRouting:
             record.failures += 1
             return TaskEvent.RETRY
         return TaskEvent.RESULT_FAILED
-
-    # ----------------------------------------------------------------- the lifecycle
-
-    def _step(self, record: TaskRecord, event: TaskEvent, out: Outbox, result: Any = None) -> None:
-        """``event`` reaches the task: its next state and actions, from the table."""
-        old = record.state
-        plan = self._plans.get((old, event))
-        if plan is None:
-            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), _story(record.history))  # raises
-            return
-        new, actions = plan
-        record.state = new
-        record.history = ((record.history << 4) | _EVENT_CODES[event]) & _HISTORY_MASK
-        counts = self.state_counts
-        counts[old] -= 1
-        counts[new] += 1
-        if (old is _QUEUED) is not (new is _QUEUED):
-            change = 1 if new is _QUEUED else -1
-            if record.needs is not None:
-                self._queued_needing[record.needs] += change
-            if record.submitted:
-                client = self._clients.get(record.task.client_id)
-                if client is not None:
-                    client.queued += change
-        for action in actions:
-            action(record, out, result)
-
-    # ----------------------------------------------------------------- actions (TaskAction)
-
-    def _send_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        task = record.task
-        task.attempt += 1
-        if self.recording:
-            task.queued_seconds = self._now - record.queued_at
-        worker_id: bytes = record.worker_id  # type: ignore[assignment]
-        worker = self._workers[worker_id]
-        batch = out.tasks[worker_id]
-        if not batch:  # the first task of this event for that worker: a new TaskBatch
-            worker.batch_sequence += 1
-            out.sequences[worker_id] = worker.batch_sequence
-        worker.tasks[task.task_id] = worker.batch_sequence
-        worker.digest ^= task_term(task.task_id)
-        batch.append(task)
-
-    def _requeue(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        worker = self._workers.get(record.worker_id)  # type: ignore[arg-type]
-        if worker is not None:
-            self._release(worker, record.task.task_id)
-        record.worker_id = None
-        self._enqueue(record)
-
-    def _send_cancel_to_worker(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        out.cancels[record.worker_id].append(record.task.task_id)  # type: ignore[index]
-
-    def _forward_result(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        client_id = record.task.client_id
-        if client_id in self._clients:
-            out.results[client_id].append(result)
-
-    def _confirm_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        if record.task.client_id in self._clients:
-            out.confirm(record.task.client_id, record.task.task_id, True)
-
-    def _confirm_not_cancelled(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        if record.task.client_id in self._clients:
-            out.confirm(record.task.client_id, record.task.task_id, False)
-
-    def _finish(self, record: TaskRecord, out: Outbox, result: Any) -> None:
-        task_id = record.task.task_id
-        del self._tasks[task_id]
-        client = self._clients.get(record.task.client_id)
-        if client is not None:
-            client.tasks.discard(task_id)
-        if record.worker_id is not None:
-            worker = self._workers.get(record.worker_id)
-            if worker is not None:
-                self._release(worker, task_id)
-                self._changed = True  # room on that worker
-
-    def _release(self, worker: Worker, task_id: bytes) -> None:
-        """``worker`` no longer holds the task."""
-        if worker.tasks.pop(task_id, None) is not None:
-            worker.digest ^= task_term(task_id)
-        if worker.waiting:
-            worker.waiting.discard(task_id)
-        self._loads.touch(worker)
-
-
-def _story(history: int) -> List[TaskEvent]:
-    """A task's recent events, oldest first, from its `TaskRecord.history`."""
-    events = []
-    while history:
-        events.append(_EVENTS[(history & 15) - 1])
-        history >>= 4
-    return events[::-1]

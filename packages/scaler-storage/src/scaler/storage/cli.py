@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--spill-directory at the start)",
     )
     parser.add_argument(
+        "--object-directory",
+        default=None,
+        metavar="DIR",
+        help="keep every object in a file there too (made if missing, kept at exit): a server started again with "
+        "it serves the objects it finds there, so they survive a restart; past --memory-limit objects are only "
+        "dropped from memory, and --spill-disk-limit bounds the files (--spill-directory is then not used)",
+    )
+    parser.add_argument(
         "--max-client-memory",
         "-mcm",
         type=byte_size,
@@ -108,6 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_memory=args.max_memory,
             spill_directory=None if args.spill_directory == "none" else args.spill_directory,
             max_disk=args.max_disk,
+            object_directory=args.object_directory,
             max_client_memory=args.max_client_memory,
             event_loop=args.event_loop,
             logging_level=args.logging_level,

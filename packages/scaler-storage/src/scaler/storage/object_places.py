@@ -10,27 +10,40 @@ get reads it from there for each reply.
 `ObjectPlaces` decides (which objects to spill, whether a put fits); `SpillDirectory` does the file I/O, in
 the server's thread: a spill or a read back of N bytes holds the server for as long as the disk takes to
 write or read them.
+
+With an object directory (``--object-directory``, `ObjectDirectory`) every object is written to a file there as
+it is stored (with its owner) and removed as it is removed, so that a server started again with that directory
+serves the objects it finds there (`ObjectDirectory.index`): they survive a restart (docs/object-storage.md,
+"Restarts"). Memory is then a cache of the directory: an object past the memory budget is only dropped from
+memory (its file is there), and the disk budget (``--spill-disk-limit``) bounds every object's file.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import struct
 import tempfile
 from collections import OrderedDict
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from scaler.protocol.message_limits import show_size
 
 _COUNT = struct.Struct("!I")
 _SIZE = struct.Struct("!Q")
+_OWNER = struct.Struct("!H")
+_PARTIAL = ".partial"  # a file being written: renamed once whole, so that a crash leaves no half object
+
+logger = logging.getLogger(__name__)
 
 
 class SpillDirectory:
     """Objects in files: one per object, in a directory of their own made inside ``parent`` when the first object
     is spilled (so a server that never spills leaves nothing), removed by `close`. A file holds the number of
     frames, their sizes, then the frames."""
+
+    durable = False  # its files are spilled objects only, gone when the server stops
 
     def __init__(self, parent: str) -> None:
         os.makedirs(parent, exist_ok=True)
@@ -46,7 +59,7 @@ class SpillDirectory:
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.parent).free
 
-    def write(self, object_id: bytes, frames: Sequence[Any]) -> None:
+    def write(self, object_id: bytes, frames: Sequence[Any], owner_id: bytes = b"") -> None:
         views = [memoryview(frame) for frame in frames]
         with open(self._file(object_id), "wb") as file:
             file.write(_COUNT.pack(len(views)) + b"".join(_SIZE.pack(view.nbytes) for view in views))
@@ -56,21 +69,10 @@ class SpillDirectory:
     def read(self, object_id: bytes) -> List[Any]:
         """The frames, each read into a bytearray of its own."""
         with open(self._file(object_id), "rb") as file:
-            (count,) = _COUNT.unpack(file.read(_COUNT.size))
-            sizes = [_SIZE.unpack(file.read(_SIZE.size))[0] for _ in range(count)]
-            frames: List[Any] = []
-            for size in sizes:
-                frame = bytearray(size)
-                if file.readinto(frame) != size:
-                    raise OSError(f"spill file of object {object_id.hex()} is truncated")
-                frames.append(frame)
-        return frames
+            return _read_frames(file, object_id)
 
     def delete(self, object_id: bytes) -> None:
-        try:
-            os.unlink(self._file(object_id))
-        except FileNotFoundError:
-            pass
+        _unlink(self._file(object_id))
 
     def close(self) -> None:
         if self._path is not None:
@@ -80,6 +82,85 @@ class SpillDirectory:
         return os.path.join(self.path, object_id.hex())
 
 
+class FoundObject(NamedTuple):
+    object_id: bytes
+    owner_id: bytes
+    frame_count: int
+    size: int
+
+
+class ObjectDirectory(SpillDirectory):
+    """Every object in a file of its own in ``path`` (made if missing, kept when the server stops): its owner,
+    the number of frames, their sizes, then the frames. Written whole (to a partial file, renamed), so that a
+    server killed while it writes leaves only whole objects."""
+
+    durable = True
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        self.parent = path
+        self._path = path
+
+    def write(self, object_id: bytes, frames: Sequence[Any], owner_id: bytes = b"") -> None:
+        views = [memoryview(frame) for frame in frames]
+        header = _OWNER.pack(len(owner_id)) + owner_id + _COUNT.pack(len(views))
+        path = self._file(object_id)
+        with open(path + _PARTIAL, "wb") as file:
+            file.write(header + b"".join(_SIZE.pack(view.nbytes) for view in views))
+            for view in views:
+                file.write(view)
+        os.replace(path + _PARTIAL, path)
+
+    def read(self, object_id: bytes) -> List[Any]:
+        with open(self._file(object_id), "rb") as file:
+            (length,) = _OWNER.unpack(file.read(_OWNER.size))
+            file.read(length)
+            return _read_frames(file, object_id)
+
+    def index(self) -> List[FoundObject]:
+        """The objects in the directory (a file that cannot be read, or a partial one, is removed and logged)."""
+        found: List[FoundObject] = []
+        for name in sorted(os.listdir(self.parent)):
+            path = os.path.join(self.parent, name)
+            try:
+                object_id = bytes.fromhex(name)
+                with open(path, "rb") as file:
+                    (length,) = _OWNER.unpack(file.read(_OWNER.size))
+                    owner_id = file.read(length)
+                    (count,) = _COUNT.unpack(file.read(_COUNT.size))
+                    sizes = [_SIZE.unpack(file.read(_SIZE.size))[0] for _ in range(count)]
+                if os.path.getsize(path) != _OWNER.size + length + _COUNT.size + count * _SIZE.size + sum(sizes):
+                    raise ValueError("its size is not what its header says")
+            except (ValueError, struct.error, OSError) as error:
+                logger.warning(f"ObjectStorageServer: removed {path}, not a whole object: {error}")
+                _unlink(path)
+                continue
+            found.append(FoundObject(object_id, owner_id, count, sum(sizes)))
+        return found
+
+    def close(self) -> None:
+        pass  # the objects stay for the next server
+
+
+def _read_frames(file: Any, object_id: bytes) -> List[Any]:
+    (count,) = _COUNT.unpack(file.read(_COUNT.size))
+    sizes = [_SIZE.unpack(file.read(_SIZE.size))[0] for _ in range(count)]
+    frames: List[Any] = []
+    for size in sizes:
+        frame = bytearray(size)
+        if file.readinto(frame) != size:
+            raise OSError(f"the file of object {object_id.hex()} is truncated")
+        frames.append(frame)
+    return frames
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 class ObjectPlaces:
     """The objects in memory (least recently used first) and on disk, by ID, with their sizes."""
 
@@ -87,12 +168,14 @@ class ObjectPlaces:
         self.max_memory = max_memory
         self.max_disk = max_disk if spill is not None else 0
         self.spill = spill
+        self.durable = spill is not None and spill.durable  # an object directory: every object has its file
         self._in_memory: OrderedDict[bytes, int] = OrderedDict()
         self._on_disk: Dict[bytes, int] = {}
         self.used_memory = 0
         self.used_disk = 0
         self.spills = 0  # objects written to disk since the start
         self.loads = 0  # objects read back since the start
+        self._files: Dict[bytes, int] = {}  # with an object directory: every object's file, by size
 
     def on_disk(self, object_id: bytes) -> bool:
         return object_id in self._on_disk
@@ -103,7 +186,10 @@ class ObjectPlaces:
         memory budget)."""
         memory_free = self.max_memory - self.used_memory + self._in_memory.get(object_id, 0)
         disk_free = self.max_disk - self.used_disk + self._on_disk.get(object_id, 0)
-        if size > self.max_memory:
+        if self.durable:  # every object has its file; memory is made by dropping what is on disk already
+            disk_free = self.max_disk - self.used_disk + self._files.get(object_id, 0)
+            fits = size <= disk_free
+        elif size > self.max_memory:
             fits = size <= disk_free
         else:
             spilled = 0
@@ -127,7 +213,12 @@ class ObjectPlaces:
     def add(self, object_id: bytes, size: int, objects: Mapping[bytes, Any]) -> None:
         """Place a new object of ``objects`` (ID -> each object, whose ``frames`` are None while it is on disk),
         whose `refusal` is "": in memory, spilling others as needed; on disk if it is larger than the memory
-        budget."""
+        budget. With an object directory, its file is written first."""
+        if self.durable:
+            stored = objects[object_id]
+            self.spill.write(object_id, stored.frames, stored.owner_id)  # type: ignore[union-attr]
+            self._files[object_id] = size
+            self.used_disk += size
         if size > self.max_memory:
             self._spill_object(object_id, objects[object_id], size)
             return
@@ -154,12 +245,21 @@ class ObjectPlaces:
             stored.frames = frames
         return frames
 
+    def found(self, object_id: bytes, size: int) -> None:
+        """An object of the object directory, found there at the start: on disk until it is asked for."""
+        self._files[object_id] = self._on_disk[object_id] = size
+        self.used_disk += size
+
     def remove(self, object_id: bytes) -> None:
         size = self._in_memory.pop(object_id, None)
         if size is not None:
             self.used_memory -= size
         elif object_id in self._on_disk:
             self._forget_file(object_id)
+        if self.durable:
+            self._on_disk.pop(object_id, None)
+            self.used_disk -= self._files.pop(object_id, 0)
+            self.spill.delete(object_id)  # type: ignore[union-attr]
 
     def close(self) -> None:
         if self.spill is not None:
@@ -174,13 +274,17 @@ class ObjectPlaces:
 
     def _spill_object(self, object_id: bytes, stored: Any, size: int) -> None:
         assert self.spill is not None, "a put past the memory budget without a spill directory was refused"
-        self.spill.write(object_id, stored.frames)
+        if not self.durable:  # (an object directory holds its file already)
+            self.spill.write(object_id, stored.frames)
+            self.used_disk += size
         stored.frames = None
         self._on_disk[object_id] = size
-        self.used_disk += size
         self.spills += 1
 
     def _forget_file(self, object_id: bytes) -> None:
+        """A spilled object read back, or removed: its spill file goes (an object directory's file stays)."""
         assert self.spill is not None
-        self.used_disk -= self._on_disk.pop(object_id)
-        self.spill.delete(object_id)
+        size = self._on_disk.pop(object_id)
+        if not self.durable:
+            self.used_disk -= size
+            self.spill.delete(object_id)

@@ -130,10 +130,10 @@ del S, E, A, T
 class _StoredObject:
     __slots__ = ("owner_id", "frames", "frame_count", "size")
 
-    def __init__(self, owner_id: bytes, frames: Sequence[Any], size: int) -> None:
+    def __init__(self, owner_id: bytes, frames: Optional[Sequence[Any]], size: int, frame_count: int = 0) -> None:
         self.owner_id = owner_id
         self.frames: Optional[Sequence[Any]] = frames  # None while it is spilled to disk
-        self.frame_count = len(frames)
+        self.frame_count = len(frames) if frames is not None else frame_count
         self.size = size
 
 
@@ -193,6 +193,19 @@ class ObjectStore:
             ObjectRequestKind.USAGE: self._usage,
             ObjectRequestKind.SUMMARY: self._summary,
         }
+
+    def restore(self) -> int:
+        """The objects of the object directory (a server started again with it): held again, on disk until asked
+        for. Returns how many."""
+        spill = self.places.spill
+        if spill is None or not spill.durable:
+            return 0
+        for found in spill.index():  # type: ignore[attr-defined]
+            self._objects[found.object_id] = _StoredObject(found.owner_id, None, found.size, found.frame_count)
+            self._objects_by_owner.setdefault(found.owner_id, {})[found.object_id] = None
+            self._bytes_by_owner[found.owner_id] = self._bytes_by_owner.get(found.owner_id, 0) + found.size
+            self.places.found(found.object_id, found.size)
+        return len(self._objects)
 
     @property
     def object_count(self) -> int:

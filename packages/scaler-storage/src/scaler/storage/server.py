@@ -59,7 +59,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
-from scaler.storage.object_places import SpillDirectory
+from scaler.storage.object_places import ObjectDirectory, SpillDirectory
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
@@ -321,6 +321,7 @@ def run_object_storage_server(
     max_client_memory: Optional[int] = None,
     spill_directory: Optional[str] = None,
     max_disk: Optional[int] = None,
+    object_directory: Optional[str] = None,
     event_loop: str = "auto",
     logging_level: Optional[str] = "INFO",
     logging_paths: Sequence[str] = ("/dev/stdout",),
@@ -334,8 +335,10 @@ def run_object_storage_server(
     ``max_memory=None`` means half of the host's memory, ``max_client_memory=None`` half of ``max_memory``.
     Past ``max_memory``, objects are spilled to a directory made inside ``spill_directory`` (None: not spilled,
     refused), up to ``max_disk`` bytes (None: half the free space there at the start); the directory is removed
-    when the server stops (docs/memory.md). ``logging_level=None`` leaves the logging configuration of the
-    process as it is.
+    when the server stops (docs/memory.md). With ``object_directory`` every object is kept in a file there too, and
+    the objects found there at the start are served (they survive a restart; ``spill_directory`` is not used:
+    the object directory holds every object already). ``logging_level=None`` leaves the logging configuration of
+    the process as it is.
     ``security``: its keys (`SecurityConfig.key_file`, `authorized_keys`); without them it refuses to listen
     at an address other hosts reach, unless ``security.insecure``.
     Raises `AddressError` for an invalid or unbindable address, `ValueError` for invalid limits,
@@ -347,7 +350,10 @@ def run_object_storage_server(
     check_exposure("the object storage server", [check_address(address)], security)
     keys = server_keys(security)
     reuse_payload_memory()
-    spill = SpillDirectory(spill_directory) if spill_directory is not None else None
+    if object_directory is not None:
+        spill: Optional[SpillDirectory] = ObjectDirectory(object_directory)
+    else:
+        spill = SpillDirectory(spill_directory) if spill_directory is not None else None
     if spill is not None and max_disk is None:
         max_disk = max(spill.free_bytes() // 2, 1)
     store = ObjectStore(
@@ -357,6 +363,11 @@ def run_object_storage_server(
         spill=spill,
         max_disk=max_disk or 0,
     )
+    if object_directory is not None:
+        logger.info(
+            f"ObjectStorageServer: every object is kept in {object_directory} too; "
+            f"{store.restore()} object(s) found there"
+        )
     try:
         server = ObjectStorageServer(address, store, keys=keys)
         run_event_loop(lambda: _serve_until_signalled(server), event_loop)

@@ -1,6 +1,8 @@
 """What the worker core sends back to the scheduler, and when.
 
-Results travel in `TaskResultBatch`es. While more tasks wait on this worker, results wait a little for
+Results travel in `TaskResultBatch`es; while the scheduler is away (the worker waits for it to come back) they
+wait here, and the worker's Hello names their tasks (`held`), so that the scheduler takes them for its own.
+While more tasks wait on this worker, results wait a little for
 company (fewer, larger batches for the scheduler and the client): at most `RESULT_BATCH_SECONDS`, and at
 most `RESULT_BATCH_SIZE` of them; any other message (a cancel confirm, a balance response, a storage
 request, the tasks that began or ended a wait) takes them along at once, after them. Waits go at once: a
@@ -32,6 +34,7 @@ class SchedulerAnswers:
     def __init__(self, batch_seconds: float = RESULT_BATCH_SECONDS) -> None:
         self._batch_seconds = batch_seconds  # 0: results never wait
         self._results: List[m.TaskResult] = []
+        self._owners: List[Tuple[bytes, bytes]] = []  # the (client, scope) of each result's task, in order
         self._messages: List[Any] = []  # other messages, after the results
         self._waits: Dict[bytes, bool] = {}  # tasks that began (True) or ended (False) a wait since the last send
         self.send_by = math.inf  # results held for company go at the latest then
@@ -48,6 +51,7 @@ class SchedulerAnswers:
         self._results.append(
             m.TaskResult(task.task_id, task.attempt, _STATUSES[status], kind, payload, error_text, profiled)
         )
+        self._owners.append((task.client_id, task.scope_id))
 
     def send_stored(self, entry: TaskEntry, detail: Detail) -> None:
         """The result is in object storage: ``detail`` is (object ID, profiling)."""
@@ -57,6 +61,7 @@ class SchedulerAnswers:
         self._results.append(
             m.TaskResult(task.task_id, task.attempt, status, m.PayloadKind.OBJECT, object_id, "", profiling)
         )
+        self._owners.append((task.client_id, task.scope_id))
 
     def send_failure(self, entry: TaskEntry, detail: Detail) -> None:
         """``detail`` is (the exception, profiling or None)."""
@@ -68,6 +73,7 @@ class SchedulerAnswers:
         self._results.append(
             m.TaskResult(task.task_id, task.attempt, status, kind, payload, error_text, profiling or m.Profiling())
         )
+        self._owners.append((task.client_id, task.scope_id))
 
     def send_timeout(self, entry: TaskEntry, detail: Detail) -> None:
         self.send_failure(entry, (timeout_error(entry.task), None))
@@ -78,10 +84,12 @@ class SchedulerAnswers:
         self._results.append(
             m.TaskResult(task.task_id, task.attempt, status, m.PayloadKind.NONE, b"", reason, m.Profiling())
         )
+        self._owners.append((task.client_id, task.scope_id))
 
     def reject(self, task_id: bytes, attempt: int, why: str) -> None:
         """A task this worker cannot read: REJECTED, with ``why``."""
         self._results.append(m.TaskResult(task_id, attempt, m.TaskStatus.REJECTED, m.PayloadKind.NONE, b"", why))
+        self._owners.append((b"", b""))  # (a task that cannot be read names no client the worker trusts)
 
     def confirm_now(self, entry: TaskEntry, detail: Detail) -> None:
         """The cancel (``detail``: the confirm, the task's position in it) says cancelled."""
@@ -107,9 +115,11 @@ class SchedulerAnswers:
         entry.confirms = None
 
     def tell_waiting(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = True  # (a Hello said again names it waiting)
         self._wait(entry.task.task_id, True)
 
     def tell_resumed(self, entry: TaskEntry, detail: Detail) -> None:
+        entry.waiting = False
         self._wait(entry.task.task_id, False)
 
     def _wait(self, task_id: bytes, waiting: bool) -> None:
@@ -119,6 +129,16 @@ class SchedulerAnswers:
             del waits[task_id]
         else:
             waits[task_id] = waiting
+
+    def held(self) -> List[m.HeldTask]:
+        """The tasks whose results wait here, as a Hello said again names them (those of no client left out). The
+        waits not told yet are dropped: that Hello says which tasks wait."""
+        self._waits.clear()
+        return [
+            m.HeldTask(result.task_id, client_id, scope_id, result.attempt)
+            for result, (client_id, scope_id) in zip(self._results, self._owners, strict=True)
+            if client_id
+        ]
 
     def message(self, message: Any) -> None:
         """A cancel confirm or a balance response."""
@@ -156,6 +176,7 @@ class SchedulerAnswers:
             if too_large:
                 out.append(SendToScheduler(m.TaskResultBatch([_failed(*each, max_message_size) for each in too_large])))
             self._results = []
+            self._owners = []
         if self._waits:
             waits, self._waits = self._waits, {}
             out.append(SendToScheduler(m.WaitingTasks(list(waits), list(waits.values()))))

@@ -159,7 +159,7 @@ _OBJECT_ARGUMENT = m.ArgumentKind.OBJECT
 class TaskEntry:
     """A task this worker holds, with its state in `TASK_LIFECYCLE`."""
 
-    __slots__ = ("task", "object_ids", "state", "history", "run", "confirms", "received", "started")
+    __slots__ = ("task", "object_ids", "state", "history", "run", "confirms", "received", "started", "waiting")
 
     def __init__(self, task: m.Task, received: float = 0.0) -> None:
         self.task = task
@@ -175,6 +175,7 @@ class TaskEntry:
         self.run = 0  # which start of it its timeout timer belongs to (0: none), so that a stale one is ignored
         # cancels waiting for the runner to end it: (confirm, position of this task in it)
         self.confirms: Optional[List[Tuple[PendingConfirm, int]]] = None
+        self.waiting = False  # it waits for tasks it submitted (told to the scheduler, and in a resuming Hello)
 
 
 Detail = Any  # what an event carries to its actions: an error, a reason, a result, a cancel's (confirm, position)

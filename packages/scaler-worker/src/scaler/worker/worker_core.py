@@ -92,7 +92,7 @@ class WorkerCore:
     ) -> None:
         self._name = f"Worker {show(identity.worker_id)}"
         self._runner = runner
-        self._session = WorkerSession(config, identity, self._name, self._leave)
+        self._session = WorkerSession(config, identity, self._name, self._leave, self._held_tasks)
         self._storage_timeout = config.worker_timeout_seconds
         self._prefetch = max(1, prefetch_tasks)
 
@@ -175,11 +175,12 @@ class WorkerCore:
             self._stage_ahead()
             answers = self._answers
             storage = self._storage
-            if answers.pending or storage.has_requests:
+            answering = answers.pending and self._session.accepted  # (held while the scheduler is away)
+            if answering or storage.has_requests:
                 if storage.has_requests or not answers.may_hold(now, self.queued_count > 0):
                     self._send(out)
             when = self._session.wake_time
-            if answers.send_by < when:
+            if answering and answers.send_by < when:
                 when = answers.send_by
             oldest = storage.oldest_request
             if oldest < when:  # (math.inf while no request waits: the usual case, told without more)
@@ -301,8 +302,13 @@ class WorkerCore:
         self._leave(EXIT_FAILURE, event.reason, True)
 
     def _on_handshake_failed(self, event: HandshakeFailed) -> None:
-        # refused by the storage server: the scheduler is told, so our tasks move at once
-        self._leave(EXIT_REFUSED, event.reason, event.from_storage)
+        session = self._session
+        if not event.from_storage:  # the session's table decides (a scheduler that restarts is waited out)
+            session.on_handshake_failed(event, self._now, self._out)
+        elif session.storage_down:  # a storage server that restarts may fail a handshake on its way: waited out
+            logger.warning(f"{self._name}: {event.reason}; waiting for it to come back")
+        else:  # refused by the storage server: the scheduler is told, so our tasks move at once
+            self._leave(EXIT_REFUSED, event.reason, True)
 
     # ------------------------------------------------------------------------- the scheduler's requests
 
@@ -592,6 +598,15 @@ class WorkerCore:
         """The runner is to end ``entry`` now (the handler asks it once the transition is done)."""
         self._to_runner.append(entry.task.task_id)
 
+    def _held_tasks(self) -> List[m.HeldTask]:
+        """What a Hello said again names: every task held here, and every task whose result waits to be sent."""
+        held = [
+            m.HeldTask(task.task_id, task.client_id, task.scope_id, task.attempt, entry.waiting)
+            for entry in self._tasks.values()
+            for task in (entry.task,)
+        ]
+        return held + self._answers.held()
+
     def _new_attempt(self, entry: TaskEntry, attempt: Detail) -> None:
         logger.warning(
             f"{self._name}: task {entry.task.task_id.hex()} assigned again (attempt {entry.task.attempt} -> "
@@ -608,8 +623,8 @@ class WorkerCore:
         refused = self._storage.requests(self._now, requests, session.storage_max_message_size)
         for (entry, _, _, profiling), error in refused:  # results larger than the storage server takes
             self._apply(entry, _E.FAIL, (error, profiling))
-        # dropped while rejoining: the scheduler forgot those tasks
-        self._answers.send(out if not session.rejoining else [], session.max_message_size)
+        if session.accepted:  # held while the scheduler is away: it hears of them once it answered again
+            self._answers.send(out, session.max_message_size)
 
     def _leave(self, code: int, why: str, say_goodbye: bool) -> None:
         """Send what is left, and unless the scheduler sent us away, tell it we leave (our tasks then go
@@ -620,7 +635,7 @@ class WorkerCore:
         log = logger.info if code == EXIT_OK else logger.error
         log(f"{self._name}: {why}, exiting")
         self._send(self._out)
-        if say_goodbye and self._session.connected:
+        if say_goodbye and self._session.accepted:
             self._out.append(SendToScheduler(m.DisconnectRequest(f"worker {why}")))
         self._out.append(Exit(code))
 

@@ -16,13 +16,15 @@ Liveness: a heartbeat every interval once connected (its resource numbers are me
 `MeasureUsage`; its task counts, what it holds and its per-function totals are the core's). The connection
 is the session: when the connection to the scheduler closes (its socket monitor says so, within
 milliseconds of the scheduler's death, or seconds after its host vanished: `connection_liveness`), the
-scheduler, which sees the same close, has forgotten this worker and queued its tasks again. The worker then
-waits up to the worker timeout for the connection to come back (a partition that heals, a scheduler
-restarted on its address): it says Hello again when it is back and goes on as a new worker of that
-scheduler, or exits (1) past the timeout, and `scaler_cluster` replaces it. Meanwhile it sends the
-scheduler nothing (the core drops its answers: they answer tasks the scheduler gave to others) and takes a
-`Refusal` for the refusal of something sent before the connection closed; what it still holds when it is
-back is settled by its heartbeats (the scheduler cancels here what it no longer gave this worker). A
+scheduler, which sees the same close, has forgotten this worker and queued its tasks again (or it died). The
+worker then waits up to the worker timeout for the connection to come back (a partition that heals, a
+scheduler restarted on its address), its tasks running on: it says Hello again when it is back, naming the
+tasks it holds and those whose results it holds (``WorkerInfo.heldTasks``, protocol 1.8: a scheduler that
+restarted takes them for this worker's, docs/protocol.md "Reconnecting"), and sends those results once
+answered; or it exits (1) past the timeout, and `scaler_cluster` replaces it. Meanwhile it sends the
+scheduler nothing (the core holds its answers), takes a `Refusal` for the refusal of something sent before
+the connection closed, and waits out a handshake that fails (a scheduler that starts); what it still holds
+when it is back is settled by its heartbeats (the scheduler cancels here what it no longer gave this worker). A
 scheduler silent for longer than the worker timeout counts as gone too (1). A scheduler that refuses us
 after its `HelloAck` restarted and forgot us: exit (1) too. A `DisconnectRequest` from the scheduler, or a
 stop signal, ends the worker (0); leaving on our own, the worker first says `DisconnectRequest`, so that its
@@ -32,10 +34,30 @@ connection is waited out: the Hello is said again when it is back.
 The storage server: when its connection closes, what waits on it fails at once and what is asked meanwhile
 waits (the core), and the worker says Hello again when the connection is back (a restarted server knows
 nobody).
+
+The conversation with the scheduler is one table, `SESSION` (``(state, event) -> (next state, actions)``),
+by state, each event -> next state [actions]:
+
+- connecting: hello_ack -> ready [join]; connection_lost -> connecting [hello_lost]; connection_up -> connecting
+  [hello_again]; wrong_peer, handshake_refused -> ended [leave_not_a_scheduler]; refused, keys_refused -> ended
+  [leave_refused]; deadline -> ended [leave_unanswered]; sent_away -> ended [leave_sent_away]
+- ready: connection_lost -> away [wait_for_scheduler]; silent -> ended [leave_silent]; refused -> ended
+  [leave_forgotten]; keys_refused -> ended [leave_refused]; sent_away -> ended [leave_sent_away]; hello_ack ->
+  ready [drop_second_ack]; wrong_peer, connection_up, handshake_refused -> ready
+- away: connection_up -> resuming [hello_on_return]; deadline -> ended [leave_unanswered]; refused -> away
+  [drop_stale_refusal]; keys_refused -> away [wait_out_refusal]; sent_away -> ended [leave_sent_away]; hello_ack,
+  wrong_peer, connection_lost, handshake_refused -> away
+- resuming: hello_ack -> ready [rejoin]; connection_lost -> away; deadline -> ended [leave_unanswered]; wrong_peer ->
+  ended [leave_not_a_scheduler]; refused -> resuming [drop_stale_refusal]; keys_refused -> resuming
+  [wait_out_refusal]; sent_away -> ended [leave_sent_away]; connection_up, handshake_refused -> resuming
+
+`ended` is terminal: the worker leaves (`leave`), with the exit code and the goodbye each way to end says.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import logging
 import math
 from typing import Any, Callable, Dict, List, Tuple
@@ -44,6 +66,7 @@ from scaler.protocol import connection_events
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import default_storage_address
 from scaler.protocol.connection_events import closed_in_handshake, role_name
+from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.message_limits import message_budget
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, WAITING_TASKS_VERSION, knows, show_version
 from scaler.worker.worker_config import WorkerConfig
@@ -64,9 +87,106 @@ logger = logging.getLogger(__name__)
 Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say DisconnectRequest)
 
 
+class SessionState(enum.Enum):
+    CONNECTING = "connecting"  # the first Hello said, waiting for the HelloAck (the worker timeout)
+    READY = "ready"  # answered: tasks come, answers and heartbeats go
+    AWAY = "away"  # the connection closed after the HelloAck: waiting for it to come back (the worker timeout)
+    RESUMING = "resuming"  # it is back: Hello said again, naming what the worker holds; waiting for the HelloAck
+    ENDED = "ended"  # the worker leaves
+
+    __hash__ = object.__hash__
+
+
+class SessionEvent(enum.Enum):
+    HELLO_ACK = "hello_ack"  # from a scheduler
+    WRONG_PEER = "wrong_peer"  # a HelloAck from a peer that is not a scheduler
+    REFUSED = "refused"  # a Refusal
+    KEYS_REFUSED = "keys_refused"  # the connection's handshake failed over keys
+    HANDSHAKE_REFUSED = "handshake_refused"  # the connection closed during its handshake, without a reason
+    CONNECTION_UP = "connection_up"
+    CONNECTION_LOST = "connection_lost"
+    DEADLINE = "deadline"  # no HelloAck (or no scheduler back) within the worker timeout
+    SILENT = "silent"  # nothing heard from the scheduler for the worker timeout
+    SENT_AWAY = "sent_away"  # a DisconnectRequest from the scheduler
+
+    __hash__ = object.__hash__
+
+
+class SessionAction(enum.Enum):
+    JOIN = "join"  # connect to storage, Hello there, heartbeats
+    HELLO_LOST = "hello_lost"  # the Hello went with the connection: say it again when it is back
+    HELLO_AGAIN = "hello_again"  # it is back: the Hello again, if it was lost
+    DROP_SECOND_ACK = "drop_second_ack"
+    WAIT_FOR_SCHEDULER = "wait_for_scheduler"  # hold the answers; the worker timeout from now
+    HELLO_ON_RETURN = "hello_on_return"  # Hello again, naming what the worker holds
+    REJOIN = "rejoin"  # heartbeats again; the answers held go
+    DROP_STALE_REFUSAL = "drop_stale_refusal"  # of something sent before the connection closed
+    WAIT_OUT_REFUSAL = "wait_out_refusal"  # a handshake that failed while the scheduler starts
+    LEAVE_NOT_A_SCHEDULER = "leave_not_a_scheduler"  # 78
+    LEAVE_REFUSED = "leave_refused"  # 78: the Hello refused (another protocol version, keys)
+    LEAVE_UNANSWERED = "leave_unanswered"  # 1: no answer (or the scheduler not back) within the worker timeout
+    LEAVE_SILENT = "leave_silent"  # 1
+    LEAVE_FORGOTTEN = "leave_forgotten"  # 1: refused after its HelloAck: it forgot this worker
+    LEAVE_SENT_AWAY = "leave_sent_away"  # 0
+
+    __hash__ = object.__hash__
+
+
+def _session_table() -> Dict[Tuple[SessionState, SessionEvent], Transition[SessionState]]:
+    S, E, A = SessionState, SessionEvent, SessionAction
+    T = Transition
+    table = {
+        (S.CONNECTING, E.HELLO_ACK): T(S.READY, (A.JOIN,)),
+        (S.CONNECTING, E.CONNECTION_LOST): T(S.CONNECTING, (A.HELLO_LOST,)),
+        (S.CONNECTING, E.CONNECTION_UP): T(S.CONNECTING, (A.HELLO_AGAIN,)),
+        (S.CONNECTING, E.WRONG_PEER): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
+        (S.CONNECTING, E.HANDSHAKE_REFUSED): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
+        (S.CONNECTING, E.REFUSED): T(S.ENDED, (A.LEAVE_REFUSED,)),
+        (S.CONNECTING, E.KEYS_REFUSED): T(S.ENDED, (A.LEAVE_REFUSED,)),
+        (S.CONNECTING, E.DEADLINE): T(S.ENDED, (A.LEAVE_UNANSWERED,)),
+        (S.READY, E.CONNECTION_LOST): T(S.AWAY, (A.WAIT_FOR_SCHEDULER,)),
+        (S.READY, E.SILENT): T(S.ENDED, (A.LEAVE_SILENT,)),
+        (S.READY, E.REFUSED): T(S.ENDED, (A.LEAVE_FORGOTTEN,)),
+        (S.READY, E.HELLO_ACK): T(S.READY, (A.DROP_SECOND_ACK,)),
+        (S.AWAY, E.CONNECTION_UP): T(S.RESUMING, (A.HELLO_ON_RETURN,)),
+        (S.RESUMING, E.HELLO_ACK): T(S.READY, (A.REJOIN,)),
+        (S.RESUMING, E.CONNECTION_LOST): T(S.AWAY),  # (the deadline goes on)
+        (S.RESUMING, E.WRONG_PEER): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
+    }
+    for event in (E.WRONG_PEER, E.CONNECTION_UP, E.HANDSHAKE_REFUSED):
+        table[(S.READY, event)] = T(S.READY)  # a second HelloAck, or what a live connection cannot say
+    table[(S.READY, E.KEYS_REFUSED)] = T(S.ENDED, (A.LEAVE_REFUSED,))
+    for state in (S.AWAY, S.RESUMING):
+        table[(state, E.DEADLINE)] = T(S.ENDED, (A.LEAVE_UNANSWERED,))
+        table[(state, E.REFUSED)] = T(state, (A.DROP_STALE_REFUSAL,))
+        table[(state, E.KEYS_REFUSED)] = T(state, (A.WAIT_OUT_REFUSAL,))
+        table[(state, E.HANDSHAKE_REFUSED)] = T(state)
+    for event in (E.HELLO_ACK, E.WRONG_PEER, E.CONNECTION_LOST):
+        table[(S.AWAY, event)] = T(S.AWAY)  # of the lost connection
+    table[(S.RESUMING, E.CONNECTION_UP)] = T(S.RESUMING)
+    for state in (S.CONNECTING, S.READY, S.AWAY, S.RESUMING):
+        table[(state, E.SENT_AWAY)] = T(S.ENDED, (A.LEAVE_SENT_AWAY,))
+    return table
+
+
+# what the scheduler and the connection's monitor may say in any state (the table is checked to answer each)
+_ANY_TIME = [e for e in SessionEvent if e not in (SessionEvent.DEADLINE, SessionEvent.SILENT)]
+SESSION = Lifecycle("worker session", SessionState, [SessionState.ENDED], _session_table(), always_possible=_ANY_TIME)
+_CONNECTION_EVENTS = {
+    connection_events.UP: SessionEvent.CONNECTION_UP,
+    connection_events.DOWN: SessionEvent.CONNECTION_LOST,
+    connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
+}
+_STORY_LENGTH = 8
+
+
 class WorkerSession:
-    def __init__(self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave) -> None:
+    def __init__(
+        self, config: WorkerConfig, identity: WorkerIdentity, name: str, leave: Leave,
+        held: Callable[[], List[m.HeldTask]] = list,
+    ) -> None:  # fmt: skip
         self._config = config
+        self._held = held  # what the worker holds, for a Hello said again
         self._memory_limit = config.memory_limit_bytes()  # told in each heartbeat
         self._name = name
         self._leave = leave
@@ -83,11 +203,12 @@ class WorkerSession:
                 delegation_key=identity.delegation_key,
             ),
         )
-        self.connected = False  # the scheduler's HelloAck came
+        self._state = SessionState.CONNECTING
+        self._story: List[SessionEvent] = []  # the recent events, for the error of a missing transition
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
         self._hello_lost = False  # the connection dropped before the HelloAck: say Hello again when it is back
-        self.rejoining = False  # the connection dropped after a HelloAck: waiting for it, then Hello again
+        self.accepted = False  # the scheduler answered on the connection that is up (a goodbye may go on it)
         self.storage_address = ""  # named by the scheduler's HelloAck
         self._storage_accepted = False
         self.storage_down = False  # its connection closed; what waits on it failed, Hello again when back
@@ -98,11 +219,41 @@ class WorkerSession:
         self._last_heard = 0.0
         self._hello_deadline = math.inf
         self._next_heartbeat = math.inf
+        A = SessionAction
+        self._actions: Dict[SessionAction, Callable[[Any, float, List[Any]], None]] = {
+            A.JOIN: self._join,
+            A.HELLO_LOST: self._note_hello_lost,
+            A.HELLO_AGAIN: self._hello_again,
+            A.DROP_SECOND_ACK: lambda ack, now, out: logger.warning(f"{self._name}: dropped a second HelloAck"),
+            A.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
+            A.HELLO_ON_RETURN: self._hello_on_return,
+            A.REJOIN: self._rejoin,
+            A.DROP_STALE_REFUSAL: lambda refusal, now, out: logger.warning(
+                f"{self._name}: scheduler refused a message sent before the connection closed: {refusal.reason}"
+            ),
+            A.WAIT_OUT_REFUSAL: lambda failed, now, out: logger.warning(
+                f"{self._name}: {failed.reason}; waiting for the scheduler to come back"
+            ),
+            A.LEAVE_NOT_A_SCHEDULER: self._leave_not_a_scheduler,
+            A.LEAVE_REFUSED: self._leave_refused,
+            A.LEAVE_UNANSWERED: lambda detail, now, out: self._leave(
+                EXIT_FAILURE, f"no answer from scheduler {self._address} within {self._timeout:g} seconds", True
+            ),
+            A.LEAVE_SILENT: lambda silence, now, out: self._leave(
+                EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds", True
+            ),
+            A.LEAVE_FORGOTTEN: lambda refusal, now, out: self._leave(
+                EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False
+            ),
+            A.LEAVE_SENT_AWAY: lambda request, now, out: self._leave(
+                EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}", False
+            ),
+        }
         self.scheduler_handlers: Dict[type, Callable[[Any, float, List[Any]], None]] = {
             m.HelloAck: self._on_hello_ack,
-            m.Refusal: self._on_refusal,
+            m.Refusal: lambda refusal, now, out: self._step(SessionEvent.REFUSED, refusal, now, out),
             m.DisconnectResponse: self._on_nothing_to_do,  # the answer to our own leaving
-            m.DisconnectRequest: self._on_disconnect_request,
+            m.DisconnectRequest: lambda request, now, out: self._step(SessionEvent.SENT_AWAY, request, now, out),
         }
         self.storage_handlers: Dict[type, Callable[[Any, List[Any]], None]] = {
             m.HelloAck: self._on_storage_hello_ack,
@@ -127,28 +278,53 @@ class WorkerSession:
         self._last_heard = now
 
     @property
+    def connected(self) -> bool:
+        """The scheduler answered the Hello (and the connection is up): tasks come, answers go."""
+        return self._state is SessionState.READY
+
+    @property
+    def rejoining(self) -> bool:
+        """The connection was lost after a HelloAck: the worker waits for the scheduler, holding its answers."""
+        return self._state is SessionState.AWAY or self._state is SessionState.RESUMING
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
     def wake_time(self) -> float:
         """When `tick` has something to do."""
         return self._next_heartbeat if self.connected else self._hello_deadline
 
     def tick(self, now: float, out: List[Any]) -> None:
-        """Heartbeat when it is time (`MeasureUsage` first); give up on a silent scheduler."""
-        config = self._config
+        """Heartbeat when it is time (`MeasureUsage` first); give up on a silent scheduler, or on one that did not
+        answer (or come back) within the worker timeout."""
         if not self.connected:
             if now >= self._hello_deadline:
                 self._hello_deadline = math.inf
-                silent = f"within {config.worker_timeout_seconds:g} seconds"
-                self._leave(EXIT_FAILURE, f"no answer from scheduler {config.scheduler_address} {silent}", True)
+                self._step(SessionEvent.DEADLINE, None, now, out)
             return
         if now < self._next_heartbeat:
             return
         silence = now - self._last_heard
-        if silence > config.worker_timeout_seconds:
+        if silence > self._timeout:
             self._next_heartbeat = math.inf
-            self._leave(EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds", True)
+            self._step(SessionEvent.SILENT, silence, now, out)
             return
         out.append(MeasureUsage())
         self._next_heartbeat = now + self._heartbeat_interval
+
+    def on_handshake_failed(self, failed: Any, now: float, out: List[Any]) -> None:
+        """The connection to the scheduler failed its handshake over keys (`HandshakeFailed`)."""
+        self._step(SessionEvent.KEYS_REFUSED, failed, now, out)
+
+    def _step(self, event: SessionEvent, detail: Any, now: float, out: List[Any]) -> None:
+        """``event`` in the conversation with the scheduler: the next state and the actions, from `SESSION`."""
+        transition = SESSION.step(self._state, event, self._name, self._story)
+        self._story = [*self._story[-_STORY_LENGTH + 1 :], event]
+        self._state = transition.next_state
+        for action in transition.actions:
+            self._actions[action](detail, now, out)
 
     def heartbeat(
         self,
@@ -190,52 +366,86 @@ class WorkerSession:
         if to_storage:
             self._on_storage_connection(change, out)
             return
-        address = self._config.scheduler_address
-        if change == connection_events.UP:
-            if self._hello_lost:
-                self._hello_lost = False
-                out.append(SendToScheduler(self._hello))
-        elif change == connection_events.REFUSED:
-            if not self.connected:
-                self._leave(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"), False)
-        elif self.connected:
-            self.connected = False
-            self.rejoining = self._hello_lost = True
-            timeout = self._config.worker_timeout_seconds
-            self._hello_deadline = now + timeout
-            logger.warning(
-                f"{self._name}: lost the connection to scheduler {address}; its tasks run elsewhere now, and this "
-                f"worker waits up to {timeout:g} seconds for the scheduler to be reachable again"
-            )
+        self._step(_CONNECTION_EVENTS[change], None, now, out)
+
+    @property
+    def _address(self) -> str:
+        return self._config.scheduler_address
+
+    @property
+    def _timeout(self) -> float:
+        return self._config.worker_timeout_seconds
+
+    # ------------------------------------------------------------------------- the session's actions
+
+    def _note_hello_lost(self, detail: Any, now: float, out: List[Any]) -> None:
+        self._hello_lost = True
+
+    def _hello_again(self, detail: Any, now: float, out: List[Any]) -> None:
+        if self._hello_lost:
+            self._hello_lost = False
+            out.append(SendToScheduler(self._hello))
+
+    def _wait_for_scheduler(self, detail: Any, now: float, out: List[Any]) -> None:
+        self._hello_deadline = now + self._timeout
+        self._next_heartbeat = math.inf
+        self.accepted = False
+        logger.warning(
+            f"{self._name}: lost the connection to scheduler {self._address}; this worker goes on with its tasks and "
+            f"waits up to {self._timeout:g} seconds for the scheduler to be reachable again"
+        )
+
+    def _hello_on_return(self, detail: Any, now: float, out: List[Any]) -> None:
+        """The Hello said again after the connection was lost: the tasks it holds, for the scheduler to take."""
+        held = self._held()
+        info = dataclasses.replace(self._hello.worker_info, held_tasks=held)
+        logger.info(f"{self._name}: scheduler {self._address} is reachable again; saying Hello, "
+                    f"holding {len(held)} task(s)")  # fmt: skip
+        out.append(SendToScheduler(dataclasses.replace(self._hello, worker_info=info)))
+
+    def _rejoin(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
+        """Answered again (the same storage server serves: its connection is its own): heartbeats at once."""
+        self._take_limits(ack)
+        self.accepted = True
+        self._hello_deadline = math.inf
+        self._next_heartbeat = now
+        logger.info(f"{self._name}: connected to scheduler {self._address} again")
+
+    def _take_limits(self, ack: m.HelloAck) -> None:
+        self.max_message_size = ack.max_message_size  # (a scheduler that came back may take other sizes)
+        # a result sent inline must fit in a message the scheduler takes, with company
+        self.inline_threshold = min(self._config.task_inline_threshold, message_budget(ack.max_message_size) // 4)
+
+    def _leave_not_a_scheduler(self, ack: Any, now: float, out: List[Any]) -> None:
+        if ack is None:  # the connection closed during its handshake
+            self._leave(EXIT_REFUSED, closed_in_handshake(self._address, "a scheduler"), False)
         else:
-            self._hello_lost = True
+            self._leave(EXIT_REFUSED, f"{self._address} is {role_name(ack.role)}, not a scheduler", False)
+
+    def _leave_refused(self, refusal: Any, now: float, out: List[Any]) -> None:
+        if isinstance(refusal, m.Refusal):
+            why = f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}"
+        else:  # a handshake that failed over keys
+            why = refusal.reason
+        self._leave(EXIT_REFUSED, why, False)
 
     # ------------------------------------------------------------------------- the scheduler
 
     def _on_hello_ack(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
-        if self.connected:
-            logger.warning(f"{self._name}: dropped a second HelloAck from scheduler")
-            return
-        if ack.role not in (m.PeerRole.SCHEDULER, m.PeerRole.CLIENT):  # CLIENT: an older scheduler, which does not say
-            address = self._config.scheduler_address
-            self._leave(EXIT_REFUSED, f"{address} is {role_name(ack.role)}, not a scheduler", False)
-            return
-        self.connected = True
-        self.max_message_size = ack.max_message_size  # (a scheduler that came back may take other sizes)
-        # a result sent inline must fit in a message the scheduler takes, with company
-        self.inline_threshold = min(self._config.task_inline_threshold, message_budget(ack.max_message_size) // 4)
-        if self.rejoining:  # the same storage server still serves us: its connection is its own
-            self.rejoining = False
-            self._hello_deadline = math.inf
-            self._next_heartbeat = now
-            logger.info(f"{self._name}: connected to scheduler {self._config.scheduler_address} again")
-            return
+        """A HelloAck says who answered (protocol 1.5): a storage server's port given by mistake says so."""
+        scheduler = ack.role in (m.PeerRole.SCHEDULER, m.PeerRole.CLIENT)  # CLIENT: an older one, which does not say
+        self._step(SessionEvent.HELLO_ACK if scheduler else SessionEvent.WRONG_PEER, ack, now, out)
+
+    def _join(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
+        """The first HelloAck: the storage server it names, the scheduler's versions and intervals, heartbeats."""
+        self._take_limits(ack)
+        self.accepted = True
         self.scheduler_reads_output = knows(ack.version, TASK_OUTPUT_VERSION)
         self.tells_waits = knows(ack.version, WAITING_TASKS_VERSION)  # an older scheduler drops the message
         self._hello_deadline = math.inf
         if 0 < ack.heartbeat_interval_seconds < self._heartbeat_interval:
             self._heartbeat_interval = ack.heartbeat_interval_seconds
-        scheduler_address = self._config.scheduler_address
+        scheduler_address = self._address
         storage_address = ack.object_storage_address
         if not storage_address:
             storage_address = default_storage_address(scheduler_address)
@@ -250,23 +460,8 @@ class WorkerSession:
             f"(protocol {show_version(ack.version)}), object storage {storage_address}"
         )
 
-    def _on_refusal(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
-        if self.rejoining:  # of a message sent before the connection closed: the Hello after it is answered
-            logger.warning(f"{self._name}: scheduler refused a message sent before the connection closed: "
-                           f"{refusal.reason}")  # fmt: skip
-            return
-        if self.connected:  # it accepted us before: it restarted and forgot us; a new worker will say Hello
-            self._leave(EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False)
-            return
-        self._leave(
-            EXIT_REFUSED, f"refused by scheduler (protocol {show_version(refusal.version)}): {refusal.reason}", False
-        )
-
     def _on_nothing_to_do(self, message: Any, now: float, out: List[Any]) -> None:
         pass
-
-    def _on_disconnect_request(self, request: m.DisconnectRequest, now: float, out: List[Any]) -> None:
-        self._leave(EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}", False)
 
     # ------------------------------------------------------------------------- the storage server
 

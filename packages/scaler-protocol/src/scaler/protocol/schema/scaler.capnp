@@ -32,6 +32,18 @@ struct WorkerInfo {
   groupId @3 :Data;                       # the worker group a worker manager started it in (1.6); empty: none
   delegationKey @4 :Data;                 # 1.8: the key of the proofs by which the Clients of its tasks show the
                                           # scheduler the task they were made in (Hello.madeInProof); empty: none
+  heldTasks @5 :List(HeldTask);           # 1.8, a worker saying Hello again after it lost its scheduler: the tasks
+                                          # it holds, and those whose results it holds (docs/protocol.md,
+                                          # "Reconnecting")
+}
+
+# A task a worker holds when it says Hello again (1.8): the scheduler takes it as assigned to that worker.
+struct HeldTask {
+  taskId @0 :Data;
+  clientId @1 :Data;
+  scopeId @2 :Data;                       # as the task came (Task.scopeId)
+  attempt @3 :UInt32;                     # as the task came: its result answers this attempt
+  waiting @4 :Bool;                       # it waits for tasks it submitted (WaitingTasks)
 }
 
 # First message of every peer, to the scheduler and to the object storage server.
@@ -44,6 +56,10 @@ struct Hello {
   madeIn @5 :Data;                        # 1.8, a client made inside a task: that task's ID; empty: none
   madeInProof @6 :Data;                   # 1.8: HMAC-SHA256, keyed with the delegationKey of the worker running
                                           # madeIn, of the client's ID followed by madeIn (docs/protocol.md)
+  reconnectSeconds @7 :Float64;           # 1.8, a client: how long it waits for its scheduler to come back after
+                                          # losing the connection, then says Hello again and sends again what has
+                                          # not ended; 0: it does not wait (docs/protocol.md, "Reconnecting")
+  resuming @8 :Bool;                      # 1.8, a client: this Hello is said again after it lost its scheduler
 }
 
 # Answer to an accepted Hello.
@@ -227,6 +243,8 @@ struct GraphTask {
   tasks @1 :List(Task);
   targets @2 :List(Data);                 # task IDs whose results the client wants
   more @3 :Bool;                          # 1.7: further parts of this graph follow, with the same graphId
+  again @4 :Bool;                         # 1.8: the first part of a graph sent again after a reconnect: the
+                                          # scheduler first drops what it holds of that graph (docs/protocol.md)
 }
 
 enum ObjectRequestKind {
