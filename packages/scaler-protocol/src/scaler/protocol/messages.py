@@ -178,6 +178,15 @@ class WorkerHeartbeat:
     current_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, idem
     memory_limit_bytes: int = 0  # 1.8: the worker's memory limit, 0: none
     memory_kills: int = 0  # 1.8: tasks stopped for going past it, since the worker started
+    memory_killed: List[MemoryKill] = field(default_factory=list)  # 1.8: those since the last heartbeat
+
+
+@dataclass(slots=True)
+class MemoryKill:
+    task_id: bytes = b""
+    function: str = ""  # module.qualname
+    memory_bytes: int = 0  # what its processor reached; 0: unknown
+    refused: bool = False  # an allocation past the limit was refused (the processor went on)
 
 
 @dataclass(slots=True)
@@ -288,6 +297,9 @@ class ObjectSummary:
     largest_ids: List[bytes] = field(default_factory=list)
     largest_owners: List[bytes] = field(default_factory=list)
     largest_sizes: List[int] = field(default_factory=list)
+    largest_spilled: List[bool] = field(default_factory=list)  # whether each is spilled to disk
+    memory_bytes: int = 0  # of every object in memory
+    spilled_bytes: int = 0  # of every object spilled to disk
 
 
 @dataclass(slots=True)
@@ -300,6 +312,7 @@ class ObjectResponse:
     reason: str = ""
     frame_counts: List[int] = field(default_factory=list)  # get: frames per found object; empty: one each
     summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8: the answer to a summary
+    spilled_sizes: List[int] = field(default_factory=list)  # 1.8, usage: of sizes[i], the bytes on disk
 
 
 @dataclass(slots=True)
@@ -359,6 +372,7 @@ class ClientSnapshot:
     tasks: int = 0
     last_seen_seconds_ago: float = 0.0
     stored_bytes: int = 0  # 1.8: of the objects it owns in the storage server
+    spilled_bytes: int = 0  # 1.8: of those, the bytes spilled to disk
 
 
 @dataclass(slots=True)

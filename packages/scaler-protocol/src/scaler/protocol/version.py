@@ -26,7 +26,9 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
-#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills, memoryKilled (MemoryKill); quotas:
+#      ObjectStatus.overQuota; what is spilled to disk: ObjectResponse.spilledSizes, ClientSnapshot.spilledBytes,
+#      ObjectSummary.largestSpilled, memoryBytes, spilledBytes
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 

@@ -103,6 +103,16 @@ struct WorkerHeartbeat {
   currentRuns @13 :TaskRuns;              # the runs going on now (no endedSecondsAgo, no failedRuns)
   memoryLimitBytes @14 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
   memoryKills @15 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
+  memoryKilled @16 :List(MemoryKill);     # 1.8: those stopped since the last heartbeat (at most 100)
+}
+
+# A task a worker stopped for going over its memory limit (1.8), for the scheduler's events.
+struct MemoryKill {
+  taskId @0 :Data;
+  function @1 :Text;                      # module.qualname
+  memoryBytes @2 :UInt64;                 # what its processor (with the processes it started) reached; 0: unknown
+  refused @3 :Bool;                       # an allocation past the limit was refused inside the processor (the
+                                          # processor went on), rather than the processor stopped
 }
 
 # Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each list after
@@ -270,6 +280,7 @@ struct ObjectResponse {
   reason @5 :Text;
   frameCounts @6 :List(UInt32);           # get: how many frames make each found object, in order; empty: one each
   summary @7 :ObjectSummary;              # 1.8: the answer to a summary request (the scheduler's)
+  spilledSizes @8 :List(UInt64);          # 1.8, usage: of sizes[i], the bytes spilled to disk
 }
 
 # The largest objects of the storage server (1.8), for monitors (what each owner holds: ClientSnapshot.storedBytes).
@@ -277,6 +288,9 @@ struct ObjectSummary {
   largestIds @0 :List(Data);              # the largest objects (at most 20), largest first
   largestOwners @1 :List(Data);           # the owner of each
   largestSizes @2 :List(UInt64);          # the payload bytes of each
+  largestSpilled @3 :List(Bool);          # whether each is spilled to disk
+  memoryBytes @4 :UInt64;                 # the payload bytes of every object in memory
+  spilledBytes @5 :UInt64;                # the payload bytes of every object spilled to disk
 }
 
 enum ObjectInstructionKind {
@@ -336,6 +350,7 @@ struct ClientSnapshot {
   tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
   lastSeenSecondsAgo @3 :Float32;
   storedBytes @4 :UInt64;                 # of the objects it owns in the storage server (1.8)
+  spilledBytes @5 :UInt64;                # of those, the bytes spilled to disk (1.8)
 }
 
 struct Counter {
