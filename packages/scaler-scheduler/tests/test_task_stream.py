@@ -196,10 +196,10 @@ def test_a_task_a_worker_stopped_for_memory_is_an_event_told_once():
     snapped = snapshot(core, 2.0)
     assert [(e.kind, e.subject) for e in snapped.events] == [("memory kill", WORKER_A)] * 2
     stopped = f"worker {WORKER_A.decode()} stopped task"
-    limit = "300.0 MiB"
     assert [e.text for e in snapped.events] == [
-        f"{stopped} {task(1).task_id.hex()} of module.greedy: memory 412.0 MiB over its limit of {limit}",
-        f"{stopped} {task(2).task_id.hex()} of module.greedy: an allocation past its memory limit of {limit} was refused",
+        f"{stopped} {task(1).task_id.hex()} of module.greedy: memory 412.0 MiB over its limit of 300.0 MiB",
+        f"{stopped} {task(2).task_id.hex()} of module.greedy: an allocation past its memory limit of 300.0 MiB was "
+        "refused",
     ]
     (shown,) = snapped.workers
     assert (shown.heartbeat.memory_kills, shown.heartbeat.memory_killed) == (2, [])

@@ -124,7 +124,8 @@ def test_a_task_whose_allocation_was_refused_leaves_its_processor_to_be_recycled
     error = MemoryLimitError("task module.greedy went over its worker's memory limit of 300.0 MiB: ...")
     payload, text = failure_payload(error)
     h.processor_finishes()
-    h.tell(ProcessorResult(task_id(1), m.TaskStatus.FAILED, payload, text, None, function="module.greedy", over_memory=True))
+    result = ProcessorResult(task_id(1), m.TaskStatus.FAILED, payload, text, None, function="module.greedy")
+    h.tell(result._replace(over_memory=True))
     assert h.started == [0, 1] and h.memory_requests == []  # no measure needed
     assert h.running_task() == task_id(2)
     assert isinstance(load_failure(h.results()[0])[0], MemoryLimitError)

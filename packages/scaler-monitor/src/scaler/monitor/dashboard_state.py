@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.monitor.task_log import ARRIVED_SHOWN, WINDOW_RUNS, TaskLog
@@ -178,7 +178,7 @@ def _objects(snapshot: StateSnapshot) -> Dict[str, Any]:
     """The objects view: what each client's objects take in the storage server, in its memory and spilled to disk;
     the largest objects, and where each is; the totals, as the storage server counts them (the clients' sums before
     its first summary)."""
-    owners = [
+    owners: List[Dict[str, Any]] = [
         {
             "owner": show(client.client_id),
             "bytes": client.stored_bytes,
