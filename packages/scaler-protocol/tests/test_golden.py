@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "8f2068844dc1884cfce2b29b7e8b2c1acefd8c746f8b5a965bcdd5c287c30b00",
+    "1.8": "a1644a6645d7dfe6fe75dca6fbb727b6729c9474738e8d8f5833522fcb34ffa0",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field

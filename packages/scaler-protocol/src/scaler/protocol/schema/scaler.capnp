@@ -115,8 +115,10 @@ struct MemoryKill {
                                           # processor went on), rather than the processor stopped
 }
 
-# Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each list after
-# it, in the same order (lists of columns, which cost far less to write and read than a struct per run).
+# Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each column after
+# it, in the same order (columns, which cost far less to write and read than a struct per run). The columns of
+# numbers are packed arrays in Data, little-endian: 4 bytes a run for a UInt32, 8 for a Float64 (the bytes of a
+# List(UInt32) or List(Float64), which a reader then takes whole instead of item by item).
 # Times are durations, each measured on one host; the receiver places them on its own clock, from when the
 # message that carries them left its sender (docs/monitoring.md, "Clocks").
 struct TaskRuns {
@@ -124,12 +126,12 @@ struct TaskRuns {
   clientIds @1 :List(Data);               # the clients of these runs, each once
   workerIds @2 :List(Data);               # the workers of these runs, each once; empty from a worker (itself)
   taskIds @3 :List(Data);
-  functions @4 :List(UInt32);             # a position in functionNames
-  clients @5 :List(UInt32);               # a position in clientIds
-  workers @6 :List(UInt32);               # a position in workerIds; empty from a worker
-  queuedSeconds @7 :List(Float64);        # from when the scheduler received the task to the run's start
-  runSeconds @8 :List(Float64);           # from the run's start to its end (a current run's: to now)
-  endedSecondsAgo @9 :List(Float64);      # how long before the message left the run ended (ended runs only)
+  functions @4 :Data;                     # UInt32s: a position in functionNames
+  clients @5 :Data;                       # UInt32s: a position in clientIds
+  workers @6 :Data;                       # UInt32s: a position in workerIds; empty from a worker
+  queuedSeconds @7 :Data;                 # Float64s: from when the scheduler received the task to the run's start
+  runSeconds @8 :Data;                    # Float64s: from the run's start to its end (a current run's: to now)
+  endedSecondsAgo @9 :Data;               # Float64s: how long before the message left the run ended (ended runs)
   failedRuns @10 :List(UInt32);           # the runs that did not succeed, as positions in taskIds (the others did)
   failedStatuses @11 :List(TaskStatus);   # how each of those ended, in the order of failedRuns
   errorTexts @12 :List(Text);             # the first line of each one's error, in the order of failedRuns
