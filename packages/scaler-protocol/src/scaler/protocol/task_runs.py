@@ -24,6 +24,7 @@ from scaler.protocol.ids import show
 _Name = TypeVar("_Name", bound=Hashable)
 
 RUNNING = "running"  # the state of a run that goes on
+_SUCCESS = m.TaskStatus.SUCCESS
 STATES = {
     m.TaskStatus.SUCCESS: "success",
     m.TaskStatus.FAILED: "failed",
@@ -157,14 +158,15 @@ class RunColumns:
     ) -> None:  # fmt: skip
         """One ended run, noted where it ran (so without a worker's column: `take` it ``with_workers=False``):
         queued ``queued`` seconds, ran ``seconds``, ended at ``ended_at`` (the gatherer's clock); ``error``: a
-        failure's line."""
-        if status != m.TaskStatus.SUCCESS:
+        failure's line. (Once per run at a worker that records: no call it can do without.)"""
+        if status != _SUCCESS:
             self._failed.append(len(self._task_ids))
             self._failed_statuses.append(status)
             self._errors.append(error)
         self._task_ids.append(task_id)
-        self._function_of.append(position(self._functions, function))
-        self._client_of.append(position(self._clients, client_id))
+        functions, clients = self._functions, self._clients
+        self._function_of.append(functions.setdefault(function, len(functions)))  # as `position` does
+        self._client_of.append(clients.setdefault(client_id, len(clients)))
         self._queued.append(queued)
         self._durations.append(seconds)
         self._ended_at.append(ended_at)
