@@ -113,8 +113,10 @@ METRICS: List[Tuple[str, str, str, bool]] = [
     ("graph_vs_map", "tree_vs_map", "reduction tree / no-op map, nodes/s per task/s", True),
     ("graph_vs_map", "mapreduce_vs_map", "wide map-reduce / no-op map, nodes/s per task/s", True),
     ("monitored_map", "off_per_s", "no-op map, nothing watching, tasks/s", True),
+    ("monitored_map", "ui_per_s", "no-op map, scaler_ui on, tasks/s", True),
     ("monitored_map", "on_per_s", "no-op map, scaler_ui and a report on, tasks/s", True),
-    ("monitored_map", "on_vs_off", "no-op map watched / not watched, tasks/s per task/s", True),
+    ("monitored_map", "ui_vs_off", "no-op map with scaler_ui / not watched, tasks/s per task/s", True),
+    ("monitored_map", "on_vs_off", "no-op map with scaler_ui and a report / not watched, tasks/s per task/s", True),
     ("queued_memory", "scheduler_bytes_per_task", "queued tasks: scheduler bytes/task", False),
     ("queued_memory", "client_bytes_per_task", "queued tasks: client bytes/task", False),
     ("executor_map", "calls_per_s", "Executor.map, calls/s", True),
@@ -668,9 +670,10 @@ WORKLOAD_DESCRIPTIONS = {
     "graph_vs_map": "in one cluster, a no-op map of N tasks, then `client.get` of a reduction tree of about N nodes "
     "(as `graph`) and of a wide map-reduce of about N nodes (maps of one data node, a sum of each 100 maps, one "
     "total): each graph's nodes/s as a share of the map's tasks/s, and the scheduler's CPU per node",
-    "monitored_map": "in one cluster, a no-op map of N tasks with nothing watching, then with `scaler_ui` subscribed "
-    "(a viewer reading its page's event stream) and `client.performance_report` open, twice each, alternately: "
-    "the median throughput of each, and with everything on as a share of without (scaler only)",
+    "monitored_map": "in one cluster, a no-op map of N tasks with nothing watching, with `scaler_ui` subscribed "
+    "(a viewer reading its page's event stream), and with `scaler_ui` and `client.performance_report` open, twice "
+    "each, in turn then in the reverse order: the median throughput of each, and of the two watched as a share of "
+    "nothing watching (scaler only)",
     "queued_memory": "both workers held by a blocking task, then N tasks submitted through the batch call; peak RSS "
     "growth of the scheduler process and of the client process divided by N, once the scheduler's RSS stayed flat "
     "for 2 s. dask's LocalCluster runs its scheduler inside the client process, so both its numbers are that one "

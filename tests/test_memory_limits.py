@@ -2,26 +2,30 @@
 cluster of two workers limited to 300 MiB each. A task past the limit fails alone with `MemoryLimitError`
 naming memory, the limit, what was reached and its function (whether it asked for it at once, leaked it bit
 by bit, or made processes of its own that hold it); the worker and the other tasks go on; ``retries=``
-applies; the scheduler hears of each kill (monitor snapshot, Prometheus metrics). A processor that keeps
-memory above 70 % of the limit between tasks is replaced before the next one; the limit reaches the worker
-from a TOML file and from `SchedulerClusterCombo`, and so do the combo's storage options."""
+applies; the scheduler hears of each kill (monitor snapshot, its events log as scaler_ui shows it, Prometheus
+metrics). A processor that keeps memory above 70 % of the limit between tasks is replaced before the next one;
+the limit reaches the worker from a TOML file and from `SchedulerClusterCombo`, and so do the combo's storage
+options."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import psutil
 import pytest
 from cluster_processes import next_snapshot, wait_until, worker_count
 
 from scaler import Client, MemoryLimitError, SchedulerClusterCombo
-from scaler.protocol.addresses import default_monitor_address, default_storage_address
+from scaler.protocol.addresses import default_monitor_address, default_storage_address, free_tcp_port
+from scaler.protocol.ids import show
 from scaler.protocol.snapshot_metrics import metric_families
 
 MIB = 1 << 20
@@ -98,13 +102,38 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.fixture
+def events_log(processes, limited, tmp_path) -> Callable[[], List[Dict[str, Any]]]:
+    """scaler_ui subscribed to the limited cluster (so the scheduler notes what happens): reads its events log,
+    newest first."""
+    port = free_tcp_port()
+    monitor = default_monitor_address(limited)
+    ui = processes.start("scaler_ui", monitor, "--port", str(port), log_path=str(tmp_path / "ui.log"))
+    url = f"http://127.0.0.1:{port}/state.json"
+
+    def snapshot() -> Dict[str, Any]:
+        try:
+            return json.loads(urllib.request.urlopen(url, timeout=10).read())["snapshot"] or {}
+        except OSError:
+            return {}
+
+    wait_until(lambda: ui.poll() is None and len(snapshot().get("workers", ())) == 2, 60, "scaler_ui's snapshot")
+    return lambda: snapshot().get("events", [])
+
+
+def memory_kills(events_log: Callable[[], List[Dict[str, Any]]], count: int) -> List[Dict[str, Any]]:
+    """The ``count`` memory kills of the events log, oldest first, once it shows them."""
+    wait_until(lambda: len([e for e in events_log() if e["kind"] == "memory kill"]) >= count, 30, "the kills")
+    return [event for event in events_log() if event["kind"] == "memory kill"][::-1]
+
+
 def worker_ids(address: str) -> List[bytes]:
     snapshot = next_snapshot(default_monitor_address(address))
     assert snapshot is not None
     return sorted(worker.worker_id for worker in snapshot.workers)
 
 
-def test_tasks_past_the_limit_fail_alone_and_the_workers_and_other_tasks_go_on(limited, tmp_path):
+def test_tasks_past_the_limit_fail_alone_and_the_workers_and_other_tasks_go_on(limited, events_log, tmp_path):
     workers = worker_ids(limited)
     with Client(address=limited, timeout_seconds=60) as client:
         others = client.map(square, [(i,) for i in range(200)])
@@ -133,9 +162,18 @@ def test_tasks_past_the_limit_fail_alone_and_the_workers_and_other_tasks_go_on(l
     assert [w.heartbeat.memory_limit_bytes for w in snapshot.workers] == [300 * MIB, 300 * MIB]
     [kills] = [f for f in metric_families(snapshot, {}) if f.name == "scaler_worker_memory_kills"]
     assert sum(sample.value for sample in kills.samples) == 3
+    # each is in the events log, naming its worker, task and function (each refused an allocation past the limit)
+    events = memory_kills(events_log, 3)
+    assert sorted(event["text"].split(" of ")[1].split(":")[0] for event in events) == [
+        f"{__name__}.{function}" for function in ("allocate", "greedy_first_time", "leak")
+    ]
+    for event in events:
+        assert event["subject"] in {show(worker) for worker in workers}
+        assert event["text"].startswith(f"worker {event['subject']} stopped task ")
+        assert event["text"].endswith(f"an allocation past its {LIMIT_TEXT} was refused")
 
 
-def test_processes_a_task_started_count_and_are_stopped_with_it(limited, tmp_path):
+def test_processes_a_task_started_count_and_are_stopped_with_it(limited, events_log, tmp_path):
     pid_path = tmp_path / "pids"
     with Client(address=limited, timeout_seconds=60) as client:
         # 2 x 200 MiB: each process is under the limit, together they are past it
@@ -148,6 +186,9 @@ def test_processes_a_task_started_count_and_are_stopped_with_it(limited, tmp_pat
     assert "its processor (with the processes it started) reached " in text
     children = [int(pid) for pid in pid_path.read_text().split()]
     wait_until(lambda: all(gone(pid) for pid in children), 10, "the task's processes to be stopped")
+    [event] = memory_kills(events_log, 1)  # the processor was stopped at the memory it reached
+    task = f"task {future.task_id.hex()} of {__name__}.hold_in_children"
+    assert f"stopped {task}: memory " in event["text"] and event["text"].endswith("over its limit of 300.0 MiB")
 
 
 def test_a_processor_that_keeps_memory_between_tasks_is_replaced_before_the_next_task(processes, address, tmp_path):

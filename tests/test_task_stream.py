@@ -15,7 +15,7 @@ from cluster_processes import wait_until
 from test_monitoring import _artifact_directory, _browser, _table_cells
 
 from scaler import Client
-from scaler.protocol.addresses import default_monitor_address, free_tcp_port
+from scaler.protocol.addresses import default_monitor_address, default_storage_address, free_tcp_port
 from scaler.protocol.ids import show
 
 N_WORKERS = 2
@@ -23,6 +23,10 @@ N_WORKERS = 2
 
 def square(value: int) -> int:
     return value * value
+
+
+def add(left: int, right: int) -> int:
+    return left + right
 
 
 def pause(seconds: float) -> float:
@@ -42,11 +46,18 @@ def fibonacci(client: Client, n: int) -> int:
     return sum(future.result() for future in smaller)
 
 
+STORAGE_MEMORY = 5 << 20  # the storage server's memory limit: past it, objects spill to disk
+
+
 @pytest.fixture
 def monitored(processes, address, tmp_path):
-    """Scheduler, two workers and scaler_ui (subscribed); every process stopped by `processes`."""
+    """A storage server that spills past `STORAGE_MEMORY`, a scheduler, two workers and scaler_ui (subscribed); every
+    process stopped by `processes`."""
     ui_port = free_tcp_port()
-    processes.scheduler(address, log_path=str(tmp_path / "scheduler.log"))
+    storage = default_storage_address(address)
+    spill = ("--memory-limit", str(STORAGE_MEMORY), "--spill-directory", str(tmp_path / "spill"))
+    processes.storage(storage, *spill, log_path=str(tmp_path / "storage.log"))
+    processes.scheduler(address, "--object-storage-address", storage, log_path=str(tmp_path / "scheduler.log"))
     processes.cluster(address, N_WORKERS, log_path=str(tmp_path / "cluster.log"))
     ui = processes.start(
         "scaler_ui", default_monitor_address(address), "--port", str(ui_port), log_path=str(tmp_path / "ui.log")
@@ -109,17 +120,31 @@ def test_the_task_stream_the_task_table_and_the_logs_show_each_task_in_a_real_br
             for row in _table_cells(browser, "tasks"):
                 assert row[0] == fail_name and row[1] == "failed" and row[3].startswith("W|")
                 assert row[8].startswith("ValueError: failing on purpose")
+            # and one of them by the start of its task ID alone
+            browser.find_element(By.ID, "search-function").clear()
+            Select(browser.find_element(By.ID, "search-state")).select_by_visible_text("any state")
+            wanted = failing[1].task_id.hex()
+            browser.find_element(By.ID, "search-task").send_keys(wanted[:20])
+            wait.until(lambda b: [row[9] for row in _table_cells(b, "tasks")] == [wanted])
+            browser.find_element(By.ID, "search-task").clear()
 
             wait.until(lambda b: any(row[0] == square_name and row[2] == "300" for row in _table_cells(b, "progress")))
             wait.until(lambda b: any(row[1] == "worker joined" for row in _table_cells(b, "events")))
+            # past the storage server's memory limit, the least recently used object (kept) spills to disk
+            newer = client.send_object(b"y" * 4_000_000)
             client_id = show(client.client_id)
-            wait.until(lambda b: any(row[0] == client_id for row in _table_cells(b, "objects")))
-            assert _table_cells(browser, "largest-objects")[0][1:] == [client_id, "2.9 MiB"]
+            wait.until(lambda b: [client_id, "3.8 MiB", "2.9 MiB"] in _table_cells(b, "objects"))
+            largest = [row[1:] for row in _table_cells(browser, "largest-objects")[:2]]
+            assert largest == [[client_id, "3.8 MiB", "memory"], [client_id, "2.9 MiB", "disk"]]
+            objects = _get_json(monitored["ui_url"] + "/state.json")["snapshot"]["objects"]
+            assert 3_000_000 <= objects["spilled_bytes"] < 3_001_000 and objects["memory_bytes"] >= 4_000_000
+            section = browser.find_element(By.ID, "objects").find_element(By.XPATH, "ancestor::section")
+            assert section.screenshot(str(_artifact_directory(tmp_path) / "scaler_ui_objects.png"))
 
             found = _get_json(monitored["ui_url"] + f"/tasks.json?function={fail_name}&state=failed")
             assert found["matched"] == 3 and {run["function"] for run in found["tasks"]} == {fail_name}
             assert all(run["started"] <= run["ended"] and run["queued"] <= run["started"] for run in found["tasks"])
-            del kept
+            del kept, newer
 
         directory = _artifact_directory(tmp_path)
         browser.find_element(By.ID, "search-function").clear()
@@ -145,14 +170,15 @@ def test_a_performance_report_opens_offline_and_shows_the_block_s_tasks_and_thos
         with client.task_stream() as stream, client.performance_report(str(report)):
             assert client.map(square, [(i,) for i in range(200)]) == [i * i for i in range(200)]
             assert client.submit(fibonacci, client, 6).result(timeout=60) == 8  # 25 calls, 24 of them nested
-            assert client.get({"a": 3, "b": (square, "a")}, keys=["b"]) == {"b": 9}  # a graph
+            graph = {"a": 3, "b": (square, "a"), "c": (square, "b"), "d": (add, "b", "c"), "e": (add, "c", "d")}
+            assert client.get(graph, keys=["e"]) == {"e": 171}  # a graph: 4 tasks, each needing others
             with pytest.raises(ValueError, match="failing on purpose"):
                 client.submit(fail, 1).result(timeout=60)
     counts = {}
     for run in stream.records:
         counts[run.function] = counts.get(run.function, 0) + 1
-    square_name, fibonacci_name = f"{__name__}.square", f"{__name__}.fibonacci"
-    assert counts == {square_name: 201, fibonacci_name: 25, f"{__name__}.fail": 1}
+    square_name, fibonacci_name, add_name = f"{__name__}.square", f"{__name__}.fibonacci", f"{__name__}.add"
+    assert counts == {square_name: 202, fibonacci_name: 25, add_name: 2, f"{__name__}.fail": 1}
     assert stream.missing == 0
 
     page = report.read_text(encoding="utf-8")
@@ -165,9 +191,10 @@ def test_a_performance_report_opens_offline_and_shows_the_block_s_tasks_and_thos
             {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0},
         )
         browser.get(report.as_uri())
-        WebDriverWait(browser, 30).until(lambda b: _drawn(b, "data-bars") == 227)
+        WebDriverWait(browser, 30).until(lambda b: _drawn(b, "data-bars") == 230)
         functions = {row[0]: row for row in _table_cells(browser, "functions")}
-        assert functions[square_name][1] == "201" and functions[fibonacci_name][1] == "25"
+        assert functions[square_name][1] == "202" and functions[fibonacci_name][1] == "25"
+        assert functions[add_name][1] == "2"
         assert functions[f"{__name__}.fail"][5] == "1"
         assert browser.find_element(By.ID, "total-failed").text == "1"
         assert len(_table_cells(browser, "workers")) == N_WORKERS

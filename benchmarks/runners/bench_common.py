@@ -97,8 +97,9 @@ class Engine:
         """The engine's `concurrent.futures.Executor.map` (or joblib's Parallel): chunksize None is the default."""
         raise Unsupported("no concurrent.futures.Executor interface")
 
-    def watched(self) -> contextlib.AbstractContextManager:
-        """While it is entered, what watches each task of a job: a live monitor with a viewer, and a report."""
+    def watched(self, report: bool = True) -> contextlib.AbstractContextManager:
+        """While it is entered, what watches each task of a job: a live monitor with a viewer, and (``report``) a
+        report."""
         raise Unsupported("no task stream to watch")
 
     def submit_in_background(self, fn: Callable, items: Iterator[Any]) -> None:
@@ -336,31 +337,42 @@ def workload_graph_vs_map(engine: Engine, size: int):
     return metrics, size + len(tree) + len(wide)
 
 
+_WATCHING = {
+    "off": contextlib.nullcontext,  # nothing watching
+    "ui": lambda engine: engine.watched(report=False),  # a live monitor with a viewer
+    "on": lambda engine: engine.watched(report=True),  # and a report open
+}
+
+
 def workload_monitored_map(engine: Engine, size: int):
-    """In one cluster, a no-op map of ``size`` tasks with nothing watching, then with everything that watches each
-    task on (`Engine.watched`), twice each, alternately: the throughput with it on as a share of without, and the
-    CPU per task of each process role in each case (``on_monitor_us_per_task``...)."""
+    """In one cluster, a no-op map of ``size`` tasks with nothing watching (off), with a live monitor and its viewer
+    (ui), and with those and a report open too (on: everything that watches each task, `Engine.watched`), twice
+    each, in turn and then in the reverse order (so that a drift of the machine's speed weighs on each alike): the
+    throughput of each as a share of off's, and the CPU per task of each process role in each
+    case (``on_monitor_us_per_task``...)."""
     items = list(range(size))
-    rates: Dict[bool, List[float]] = {False: [], True: []}
-    cpu: Dict[bool, Dict[str, List[float]]] = {False: {}, True: {}}
+    rates: Dict[str, List[float]] = {name: [] for name in _WATCHING}
+    cpu: Dict[str, Dict[str, List[float]]] = {name: {} for name in _WATCHING}
     seconds = 0.0
-    for watching in (False, True, False, True):
-        with engine.watched() if watching else contextlib.nullcontext():
+    for name in [*_WATCHING, *reversed(_WATCHING)]:
+        with _WATCHING[name](engine):
             before, start = cpu_snapshot(engine), time.perf_counter()
             results = engine.map(bench_tasks.noop, items)
             elapsed = time.perf_counter() - start
             for role, entry in cpu_breakdown(before, cpu_snapshot(engine), size).items():
-                cpu[watching].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
+                cpu[name].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
         _check(results == items, "map returned wrong results")
-        rates[watching].append(size / elapsed)
+        rates[name].append(size / elapsed)
         seconds += elapsed
-    off, on = statistics.median(rates[False]), statistics.median(rates[True])
-    metrics = {"off_per_s": off, "on_per_s": on, "on_vs_off": on / off, "seconds": seconds}
-    for watching, name in ((False, "off"), (True, "on")):
-        for role, values in cpu[watching].items():
+    metrics = {f"{name}_per_s": statistics.median(values) for name, values in rates.items()}
+    metrics["ui_vs_off"] = metrics["ui_per_s"] / metrics["off_per_s"]
+    metrics["on_vs_off"] = metrics["on_per_s"] / metrics["off_per_s"]
+    metrics["seconds"] = seconds
+    for name, roles in cpu.items():
+        for role, values in roles.items():
             metrics[f"{name}_{role}_us_per_task"] = statistics.median(values)
-        metrics[f"{name}_total_us_per_task"] = sum(statistics.median(values) for values in cpu[watching].values())
-    return metrics, 4 * size
+        metrics[f"{name}_total_us_per_task"] = sum(statistics.median(values) for values in roles.values())
+    return metrics, 2 * len(_WATCHING) * size
 
 
 def workload_chain(engine: Engine, size: int):

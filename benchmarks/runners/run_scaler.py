@@ -45,9 +45,9 @@ class ScalerEngine(Engine):
         return self.client.map(fn, ((item,) for item in items))
 
     @contextlib.contextmanager
-    def watched(self):
-        """scaler_ui subscribed to the scheduler, a viewer reading its page's event stream, and a performance
-        report open (its file written when the block ends, outside what is timed)."""
+    def watched(self, report=True):
+        """scaler_ui subscribed to the scheduler, a viewer reading its page's event stream, and (``report``) a
+        performance report open (its file written when the block ends, outside what is timed)."""
         port = free_tcp_port()
         monitor = default_monitor_address(self.cluster.get_address())
         ui = subprocess.Popen([sys.executable, "-m", "scaler.monitor.ui", monitor, "--port", str(port),
@@ -62,7 +62,7 @@ class ScalerEngine(Engine):
                 time.sleep(0.2)
             viewer = subprocess.Popen([sys.executable, "-c", _VIEWER, url])
             with tempfile.TemporaryDirectory() as directory:
-                with self.client.performance_report(f"{directory}/report.html"):
+                with self.client.performance_report(f"{directory}/report.html") if report else contextlib.nullcontext():
                     yield
         finally:
             for process in (viewer, ui):

@@ -95,15 +95,19 @@ def test_the_page_state_carries_the_new_runs_the_events_and_the_objects():
     shot = snapshot(runs(1, 2), current=runs(3))
     shot.events = [m.MonitorEvent(0.5, "worker joined", WORKER, "worker W|h|2|ww joined")]
     shot.client_snapshots[0].stored_bytes = 3 << 20
-    shot.object_summary = m.ObjectSummary([b"\x01" * 16], [CLIENT], [2 << 20])
+    shot.client_snapshots[0].spilled_bytes = 2 << 20
+    shot.object_summary = m.ObjectSummary([b"\x01" * 16], [CLIENT], [2 << 20], [True], 1 << 20, 2 << 20)
     state.on_snapshot(shot, now=50.0)
     page = state.page()["snapshot"]
     assert page["stream"]["origin"] == 50.0 and len(page["stream"]["task"]) == 2
     assert page["running"]["e"] == [None]
     assert page["events"] == [{"time": 49.5, "kind": "worker joined", "subject": "W|h|2|ww",
                                "text": "worker W|h|2|ww joined"}]  # fmt: skip
-    assert page["objects"]["owners"] == [{"owner": "C|h|1|cc", "bytes": 3 << 20, "spilled_bytes": 0}]
-    assert page["objects"]["largest"] == [{"object": "01" * 16, "owner": "C|h|1|cc", "bytes": 2 << 20}]
+    owner = {"owner": "C|h|1|cc", "bytes": 3 << 20, "memory_bytes": 1 << 20, "spilled_bytes": 2 << 20}
+    assert page["objects"]["owners"] == [owner]
+    largest = {"object": "01" * 16, "owner": "C|h|1|cc", "bytes": 2 << 20, "spilled": True}
+    assert page["objects"]["largest"] == [largest]
+    assert (page["objects"]["memory_bytes"], page["objects"]["spilled_bytes"]) == (1 << 20, 2 << 20)
     window = state.stream_window()
     assert window["b"] == [pytest.approx(-2.0)] * 2 and window["functions"] == ["mod.f"]
     assert window["w"] == [0, 0] and window["workers"] == ["W|h|2|ww"] and window["s"] == [0, 0]

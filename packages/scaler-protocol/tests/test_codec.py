@@ -36,8 +36,16 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+_PACKED = {  # a packed column (Data in the schema) holds numbers of its type
+    messages.UInt32s: st.integers(*_INTEGERS["uint32"]),
+    messages.Float64s: st.floats(allow_nan=False),
+}
+
+
 def _value_strategy(capnp_type, hint) -> st.SearchStrategy:
     kind = capnp_type.which()
+    if hint in _PACKED:
+        return st.lists(_PACKED[hint], max_size=3).map(hint)
     if kind in _INTEGERS:
         low, high = _INTEGERS[kind]
         return st.integers(low, high)
@@ -161,6 +169,21 @@ def test_wrong_word_alignment(decode, extra):
         decode([frame + b"\x00" * extra])
     with pytest.raises(ProtocolError, match="whole number of Cap'n Proto words"):
         decode([frame[:-extra]])
+
+
+@pytest.mark.parametrize("column, size", [("runSeconds", 8), ("clients", 4)])
+def test_a_packed_column_of_part_of_a_number_is_refused(column, size):
+    builder = codec.schema.Message.new_message()
+    setattr(builder.init("workerHeartbeat").init("endedRuns"), column, b"\x01" * (size + 3))
+    with pytest.raises(ProtocolError, match=f"column of {size + 3} bytes is not a whole number of {size}-byte"):
+        codec.decode([builder.to_bytes()])
+
+
+def test_packed_columns_are_little_endian_whatever_the_host():
+    runs = messages.TaskRuns(clients=[1, 2], run_seconds=[0.5])
+    reader, _, _, _ = codec.read_message(codec.encode(messages.WorkerHeartbeat(ended_runs=runs)))
+    written = reader.workerHeartbeat.endedRuns
+    assert bytes(written.clients) == struct.pack("<2I", 1, 2) and bytes(written.runSeconds) == struct.pack("<d", 0.5)
 
 
 @pytest.mark.parametrize("decode", DECODERS, ids=["decode", "decode_routed"])

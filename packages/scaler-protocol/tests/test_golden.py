@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "48b2dab85ade086aa4715f2624161fd7fe0f036f76895a7812b85c5c8984d911",
+    "1.8": "570e6343630e16072e7d0ffc6170fb5a99e3ea341615018df400222bcf00e728",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -108,6 +108,9 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.Hello, "resuming"),
         (m.WorkerInfo, "held_tasks"),
         (m.GraphTask, "again"),
+        (m.WorkerHeartbeat, "memory_killed"),
+        (m.ObjectResponse, "spilled_sizes"),
+        (m.ClientSnapshot, "spilled_bytes"),
     ],
 }
 
@@ -152,6 +155,9 @@ _OBJECT_SUMMARY = m.ObjectSummary(
     largest_ids=[b"object-id-0000001"],
     largest_owners=[_CLIENT_ID],
     largest_sizes=[2 << 20],
+    largest_spilled=[True],
+    memory_bytes=5 << 20,
+    spilled_bytes=3 << 20,
 )
 _HEARTBEAT = m.WorkerHeartbeat(
     agent_cpu=1.5,
@@ -170,6 +176,7 @@ _HEARTBEAT = m.WorkerHeartbeat(
     current_runs=_TASK_RUNS,
     memory_limit_bytes=12_884_901_888,
     memory_kills=2,
+    memory_killed=[m.MemoryKill(_TASK_ID, "module.square", 13_000_000_000, False), m.MemoryKill(refused=True)],
 )
 _TASK = m.Task(
     task_id=_TASK_ID,
@@ -220,6 +227,7 @@ _STATE_SNAPSHOT = m.StateSnapshot(
             tasks=990,
             last_seen_seconds_ago=1.5,
             stored_bytes=3 << 30,
+            spilled_bytes=1 << 30,
         )
     ],
     managers=[
@@ -316,6 +324,7 @@ GOLDEN = [
         reason="object o2 is larger than the limit",
         frame_counts=[2],
         summary=_OBJECT_SUMMARY,
+        spilled_sizes=[4, 1 << 32, 0],
     ),
     m.ObjectInstruction(kind=m.ObjectInstructionKind.DELETE, owner_id=_CLIENT_ID, object_ids=[b"o1"]),
     m.DisconnectRequest(reason="client closed"),

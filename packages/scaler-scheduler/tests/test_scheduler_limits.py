@@ -81,7 +81,7 @@ def test_graph_nodes_do_not_count_against_the_quota():
     assert _rejected(core.handle(FromPeer(CLIENT, m.TaskBatch([task(1), task(2)])), 0.0)) == {}
 
 
-def test_the_monitor_sees_each_clients_tasks_and_stored_bytes_and_the_quotas():
+def test_the_monitor_sees_each_clients_tasks_and_stored_and_spilled_bytes_and_the_quotas():
     core = SchedulerCore(SchedulerSettings(object_storage_address="tcp://127.0.0.1:1", max_client_tasks=9))
     core.handle(Start(), 0.0)
     core.handle(FromStorage(m.HelloAck(PROTOCOL_VERSION, role=m.PeerRole.OBJECT_STORAGE, client_quota=5 << 20)), 0.0)
@@ -91,12 +91,13 @@ def test_the_monitor_sees_each_clients_tasks_and_stored_bytes_and_the_quotas():
     effects = core.handle(Tick(), 1.0)
     (usage,) = [r for r in sent(effects, STORAGE, m.ObjectRequest) if r.kind == m.ObjectRequestKind.USAGE]
     assert usage.object_ids == [CLIENT]
-    core.handle(FromStorage(m.ObjectResponse(0, m.ObjectRequestKind.USAGE, [CLIENT], [m.ObjectStatus.OK], [42])), 1.5)
+    usage = m.ObjectResponse(0, m.ObjectRequestKind.USAGE, [CLIENT], [m.ObjectStatus.OK], [42], spilled_sizes=[40])
+    core.handle(FromStorage(usage), 1.5)
     (published,) = [e for e in core.handle(Tick(), 2.5) if type(e) is Publish]
     snapshot = published.snapshot
     assert (snapshot.client_task_quota, snapshot.client_memory_quota) == (9, 5 << 20)
     (client,) = snapshot.client_snapshots
-    assert (client.client_id, client.tasks, client.stored_bytes) == (CLIENT, 2, 42)
+    assert (client.client_id, client.tasks, client.stored_bytes, client.spilled_bytes) == (CLIENT, 2, 42, 40)
 
 
 def test_a_storage_server_older_than_1_8_is_not_asked_for_usage():

@@ -184,6 +184,29 @@ def test_the_events_of_a_second_go_in_the_next_snapshot_only_while_a_monitor_sub
     assert snapshot(core, 4.0).events == []
 
 
+def test_a_task_a_worker_stopped_for_memory_is_an_event_told_once():
+    core = core_with()
+    core.handle(MonitorSubscription(1), 0.0)
+    killed = [
+        m.MemoryKill(task(1).task_id, "module.greedy", 412 << 20),
+        m.MemoryKill(task(2).task_id, "module.greedy", 0, refused=True),
+    ]
+    heartbeat = m.WorkerHeartbeat(memory_limit_bytes=300 << 20, memory_kills=2, memory_killed=killed)
+    core.handle(FromPeer(WORKER_A, heartbeat), 1.0)
+    snapped = snapshot(core, 2.0)
+    assert [(e.kind, e.subject) for e in snapped.events] == [("memory kill", WORKER_A)] * 2
+    stopped = f"worker {WORKER_A.decode()} stopped task"
+    assert [e.text for e in snapped.events] == [
+        f"{stopped} {task(1).task_id.hex()} of module.greedy: memory 412.0 MiB over its limit of 300.0 MiB",
+        f"{stopped} {task(2).task_id.hex()} of module.greedy: an allocation past its memory limit of 300.0 MiB was "
+        "refused",
+    ]
+    (shown,) = snapped.workers
+    assert (shown.heartbeat.memory_kills, shown.heartbeat.memory_killed) == (2, [])
+    core.handle(FromPeer(WORKER_A, m.WorkerHeartbeat(memory_limit_bytes=300 << 20, memory_kills=2)), 2.5)
+    assert snapshot(core, 3.0).events == []
+
+
 def summaries(effects) -> List:
     return [e.message for e in effects if type(e) is Send and e.to == STORAGE and type(e.message) is m.ObjectRequest
             and e.message.kind == m.ObjectRequestKind.SUMMARY]  # fmt: skip

@@ -114,6 +114,31 @@ def test_deleting_or_clearing_spilled_objects_removes_their_files_and_closing_re
     assert not os.path.exists(path)
 
 
+def test_the_scheduler_hears_what_each_owner_has_on_disk_and_which_of_the_largest_objects_are_there(tmp_path):
+    s = Spilling(tmp_path)
+    scheduler = b"S|host|2|scheduler"
+    hello = Hello(Version(PROTOCOL_VERSION.major, PROTOCOL_VERSION.minor), PeerRole.SCHEDULER, 2, "", WorkerInfo())
+    s.store.handle(FromPeer(scheduler, hello, [], OPEN), 0.0)
+
+    def ask(kind: ObjectRequestKind, owners: Sequence[bytes] = ()):
+        [reply] = s.store.handle(FromPeer(scheduler, ObjectRequest(9, kind, b"", list(owners)), [], OPEN), 0.0)
+        return reply.message
+
+    s.put(1, size=50)
+    s.put(2, size=30)
+    s.put(3, size=40)  # 120 bytes: 1, the least recently used, goes to disk
+    usage = ask(ObjectRequestKind.USAGE, [OWNER, b"C|host|3|other"])
+    assert (usage.sizes, usage.spilled_sizes) == ([120, 0], [50, 0])
+    summary = ask(ObjectRequestKind.SUMMARY).summary
+    assert summary.largest_ids == [object_id(1), object_id(3), object_id(2)]
+    assert summary.largest_spilled == [True, False, False]
+    assert (summary.memory_bytes, summary.spilled_bytes) == (70, 50)
+    s.get(1)  # back in memory; 2 goes out
+    assert ask(ObjectRequestKind.USAGE, [OWNER]).spilled_sizes == [30]
+    s.request(ObjectRequestKind.DELETE, [2])
+    assert ask(ObjectRequestKind.USAGE, [OWNER]).spilled_sizes == [0] and s.store.places.spilled_by_owner == {}
+
+
 def test_a_server_that_never_spills_makes_no_directory(tmp_path):
     s = Spilling(tmp_path)
     s.put(1)

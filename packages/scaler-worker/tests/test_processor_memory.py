@@ -50,6 +50,10 @@ def test_a_task_past_the_limit_fails_alone_naming_memory_the_limit_the_peak_and_
     h.handle(UsageMeasured(1.0, 100, 2.0, 200))
     [heartbeat] = h.take(m.WorkerHeartbeat)
     assert (heartbeat.memory_limit_bytes, heartbeat.memory_kills) == (LIMIT, 1)
+    assert heartbeat.memory_killed == [m.MemoryKill(task_id(1), "module.greedy", 512 * MIB, refused=False)]
+    h.handle(UsageMeasured(1.0, 100, 2.0, 200))
+    [heartbeat] = h.take(m.WorkerHeartbeat)  # each kill is told once; the count stays
+    assert (heartbeat.memory_kills, heartbeat.memory_killed) == (1, [])
 
 
 def test_a_measure_of_a_stopped_processor_or_under_the_limit_changes_nothing():
@@ -120,11 +124,13 @@ def test_a_task_whose_allocation_was_refused_leaves_its_processor_to_be_recycled
     error = MemoryLimitError("task module.greedy went over its worker's memory limit of 300.0 MiB: ...")
     payload, text = failure_payload(error)
     h.processor_finishes()
-    h.tell(ProcessorResult(task_id(1), m.TaskStatus.FAILED, payload, text, None, over_memory=True))
+    result = ProcessorResult(task_id(1), m.TaskStatus.FAILED, payload, text, None, function="module.greedy")
+    h.tell(result._replace(over_memory=True))
     assert h.started == [0, 1] and h.memory_requests == []  # no measure needed
     assert h.running_task() == task_id(2)
     assert isinstance(load_failure(h.results()[0])[0], MemoryLimitError)
     assert h.runner.memory_kills == 1
+    assert h.runner.take_memory_kills() == [m.MemoryKill(task_id(1), "module.greedy", 0, refused=True)]
 
 
 @pytest.mark.parametrize(

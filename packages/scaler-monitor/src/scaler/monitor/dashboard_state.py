@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from scaler.monitor.managers_view import group_rows, manager_rows
 from scaler.monitor.task_log import ARRIVED_SHOWN, WINDOW_RUNS, TaskLog
@@ -175,18 +175,33 @@ def _function(stats: FunctionStats) -> Dict[str, Any]:
 
 
 def _objects(snapshot: StateSnapshot) -> Dict[str, Any]:
-    """The objects view: what each client's objects take in the storage server (which spills nothing to disk: its
-    spilled bytes are 0), and the largest objects."""
-    owners = [
-        {"owner": show(client.client_id), "bytes": client.stored_bytes, "spilled_bytes": 0}
+    """The objects view: what each client's objects take in the storage server, in its memory and spilled to disk;
+    the largest objects, and where each is; the totals, as the storage server counts them (the clients' sums before
+    its first summary)."""
+    owners: List[Dict[str, Any]] = [
+        {
+            "owner": show(client.client_id),
+            "bytes": client.stored_bytes,
+            "memory_bytes": client.stored_bytes - client.spilled_bytes,
+            "spilled_bytes": client.spilled_bytes,
+        }
         for client in snapshot.client_snapshots
         if client.stored_bytes
     ]
     summary = snapshot.object_summary
+    spilled = summary.largest_spilled or [False] * len(summary.largest_ids)
     largest = [
-        {"object": object_id.hex(), "owner": show(owner), "bytes": size}
-        for object_id, owner, size in zip(
-            summary.largest_ids, summary.largest_owners, summary.largest_sizes, strict=False
+        {"object": object_id.hex(), "owner": show(owner), "bytes": size, "spilled": on_disk}
+        for object_id, owner, size, on_disk in zip(
+            summary.largest_ids, summary.largest_owners, summary.largest_sizes, spilled, strict=False
         )
     ]
-    return {"owners": owners, "largest": largest, "bytes": sum(owner["bytes"] for owner in owners)}
+    if summary.memory_bytes or summary.spilled_bytes:
+        memory, on_disk = summary.memory_bytes, summary.spilled_bytes
+    else:
+        memory = sum(owner["memory_bytes"] for owner in owners)
+        on_disk = sum(owner["spilled_bytes"] for owner in owners)
+    return {
+        "owners": owners, "largest": largest, "bytes": memory + on_disk, "memory_bytes": memory,
+        "spilled_bytes": on_disk,
+    }  # fmt: skip

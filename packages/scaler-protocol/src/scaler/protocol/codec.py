@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib.resources
+import sys
 import typing
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
@@ -28,6 +30,7 @@ with importlib.resources.as_file(_SCHEMA_PATH) as _path:
 
 MAX_FRAME_BYTES = 1 << 31
 ZERO_COPY_BYTES = 64 * 1024  # received blobs from this size on are kept in their zmq.Frame
+_LITTLE_ENDIAN = sys.byteorder == "little"  # the packed columns' byte order (messages.UInt32s, Float64s)
 
 
 def _camel(name: str) -> str:
@@ -70,7 +73,39 @@ def _kind(hint: Any) -> Tuple[str, Any]:
         return "scalar", hint
     if dataclasses.is_dataclass(hint):
         return "struct", hint
+    if isinstance(hint, type) and issubclass(hint, array):
+        return "packed", hint
     raise TypeError(f"unsupported field type {hint!r}")
+
+
+def _packer(column: Any) -> Callable[[Any], bytes]:
+    """How a packed column (`messages.UInt32s`, `Float64s`, or a list of its numbers) is written: its
+    little-endian bytes."""
+
+    def pack(values: Any) -> bytes:
+        if type(values) is not column or not _LITTLE_ENDIAN:
+            values = column(values)
+            if not _LITTLE_ENDIAN:
+                values.byteswap()
+        return values.tobytes()
+
+    return pack
+
+
+def _unpacker(column: Any) -> Callable[[bytes], Any]:
+    """How a packed column is read from its bytes, whole; raise `ProtocolError` if they are not whole items."""
+    size = column().itemsize
+
+    def unpack(data: bytes) -> Any:
+        if len(data) % size:
+            raise ProtocolError(f"a column of {len(data)} bytes is not a whole number of {size}-byte numbers")
+        values = column()
+        values.frombytes(data)
+        if not _LITTLE_ENDIAN:
+            values.byteswap()
+        return values
+
+    return unpack
 
 
 _PLANS: Dict[type, _Plan] = {}
@@ -120,6 +155,9 @@ def _compile_writer(cls: type) -> Callable[[Any, Any], None]:
         elif kind == "struct":
             env[f"w_{attr}"] = _writer(sub)
             lines.append(f"    w_{attr}(b.init('{name}'), v)")
+        elif kind == "packed":
+            env[f"p_{attr}"] = _packer(sub)
+            lines.append(f"    if len(v): b.{name} = p_{attr}(v)")
         elif kind == "list_scalar":  # in one call: pycapnp fills the list in C, twice as fast as item by item
             lines.append(f"    if v: b.{name} = v if type(v) is list else list(v)")
         else:
@@ -154,6 +192,9 @@ def _compile_reader(cls: type) -> Callable[[Any], Any]:
         elif kind == "struct":
             env[f"r_{attr}"] = struct_reader(sub)
             values.append(f"r_{attr}({get})")
+        elif kind == "packed":
+            env[f"u_{attr}"] = _unpacker(sub)
+            values.append(f"u_{attr}({get})")
         elif kind == "list_struct":
             env[f"r_{attr}"] = struct_reader(sub)
             values.append(f"[r_{attr}(x) for x in {get}]")

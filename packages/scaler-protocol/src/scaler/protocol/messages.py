@@ -8,8 +8,9 @@ project touches Cap'n Proto objects.
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass, field
-from typing import List
+from typing import Iterable, List
 
 
 class PeerRole(enum.IntEnum):
@@ -149,23 +150,73 @@ class ClientHeartbeat:
     functions: List[Counter] = field(default_factory=list)  # 1.8: its tasks not done, per function
 
 
+def _equals(column: array, other: object) -> bool:
+    """A column equals an array of the same numbers, and the list of its numbers."""
+    if isinstance(other, list):
+        return column.tolist() == other
+    return array.__eq__(column, other)
+
+
+def _differs(column: array, other: object) -> bool:
+    equal = _equals(column, other)
+    return equal if equal is NotImplemented else not equal
+
+
+class UInt32s(array):
+    """A column of unsigned 32-bit integers, sent as a packed array (a Data field of the schema)."""
+
+    __slots__ = ()
+    __eq__ = _equals  # type: ignore[assignment]
+    __ne__ = _differs  # type: ignore[assignment]
+
+    def __new__(cls, values: Iterable[int] = ()) -> UInt32s:
+        return super().__new__(cls, "I", values)  # type: ignore[call-arg, return-value]
+
+
+class Float64s(array):
+    """A column of 64-bit floats, sent as a packed array (a Data field of the schema)."""
+
+    __slots__ = ()
+    __eq__ = _equals  # type: ignore[assignment]
+    __ne__ = _differs  # type: ignore[assignment]
+
+    def __new__(cls, values: Iterable[float] = ()) -> Float64s:
+        return super().__new__(cls, "d", values)  # type: ignore[call-arg, return-value]
+
+
+assert UInt32s().itemsize == 4 and Float64s().itemsize == 8, "the packed columns need 4-byte I and 8-byte d"
+
+
 @dataclass(slots=True)
 class TaskRuns:
-    """Task runs as columns (1.8): one entry per run in ``task_ids`` and each list after it (schema: TaskRuns)."""
+    """Task runs as columns (1.8): one entry per run in ``task_ids`` and each column after it (schema: TaskRuns).
+    The columns of numbers are `UInt32s` and `Float64s` (lists given for them are made such)."""
 
     function_names: List[str] = field(default_factory=list)
     client_ids: List[bytes] = field(default_factory=list)
     worker_ids: List[bytes] = field(default_factory=list)
     task_ids: List[bytes] = field(default_factory=list)
-    functions: List[int] = field(default_factory=list)
-    clients: List[int] = field(default_factory=list)
-    workers: List[int] = field(default_factory=list)
-    queued_seconds: List[float] = field(default_factory=list)
-    run_seconds: List[float] = field(default_factory=list)
-    ended_seconds_ago: List[float] = field(default_factory=list)
+    functions: UInt32s = field(default_factory=UInt32s)
+    clients: UInt32s = field(default_factory=UInt32s)
+    workers: UInt32s = field(default_factory=UInt32s)
+    queued_seconds: Float64s = field(default_factory=Float64s)
+    run_seconds: Float64s = field(default_factory=Float64s)
+    ended_seconds_ago: Float64s = field(default_factory=Float64s)
     failed_runs: List[int] = field(default_factory=list)
     failed_statuses: List[TaskStatus] = field(default_factory=list)
     error_texts: List[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name, column in _PACKED_COLUMNS:
+            values = getattr(self, name)
+            if type(values) is not column:
+                setattr(self, name, column(values))
+
+
+_PACKED_COLUMNS = (
+    ("functions", UInt32s), ("clients", UInt32s), ("workers", UInt32s), ("queued_seconds", Float64s),
+    ("run_seconds", Float64s), ("ended_seconds_ago", Float64s),
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -192,6 +243,15 @@ class WorkerHeartbeat:
     current_runs: TaskRuns = field(default_factory=TaskRuns)  # 1.8, idem
     memory_limit_bytes: int = 0  # 1.8: the worker's memory limit, 0: none
     memory_kills: int = 0  # 1.8: tasks stopped for going past it, since the worker started
+    memory_killed: List[MemoryKill] = field(default_factory=list)  # 1.8: those since the last heartbeat
+
+
+@dataclass(slots=True)
+class MemoryKill:
+    task_id: bytes = b""
+    function: str = ""  # module.qualname
+    memory_bytes: int = 0  # what its processor reached; 0: unknown
+    refused: bool = False  # an allocation past the limit was refused (the processor went on)
 
 
 @dataclass(slots=True)
@@ -303,6 +363,9 @@ class ObjectSummary:
     largest_ids: List[bytes] = field(default_factory=list)
     largest_owners: List[bytes] = field(default_factory=list)
     largest_sizes: List[int] = field(default_factory=list)
+    largest_spilled: List[bool] = field(default_factory=list)  # whether each is spilled to disk
+    memory_bytes: int = 0  # of every object in memory
+    spilled_bytes: int = 0  # of every object spilled to disk
 
 
 @dataclass(slots=True)
@@ -315,6 +378,7 @@ class ObjectResponse:
     reason: str = ""
     frame_counts: List[int] = field(default_factory=list)  # get: frames per found object; empty: one each
     summary: ObjectSummary = field(default_factory=ObjectSummary)  # 1.8: the answer to a summary
+    spilled_sizes: List[int] = field(default_factory=list)  # 1.8, usage: of sizes[i], the bytes on disk
 
 
 @dataclass(slots=True)
@@ -374,6 +438,7 @@ class ClientSnapshot:
     tasks: int = 0
     last_seen_seconds_ago: float = 0.0
     stored_bytes: int = 0  # 1.8: of the objects it owns in the storage server
+    spilled_bytes: int = 0  # 1.8: of those, the bytes spilled to disk
 
 
 @dataclass(slots=True)

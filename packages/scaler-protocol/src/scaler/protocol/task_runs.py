@@ -24,6 +24,7 @@ from scaler.protocol.ids import show
 _Name = TypeVar("_Name", bound=Hashable)
 
 RUNNING = "running"  # the state of a run that goes on
+_SUCCESS = m.TaskStatus.SUCCESS
 STATES = {
     m.TaskStatus.SUCCESS: "success",
     m.TaskStatus.FAILED: "failed",
@@ -101,8 +102,8 @@ class RunColumns:
         self._clients: Dict[Hashable, int] = {}
         self._workers: Dict[Hashable, int] = {}
         self._task_ids: List[bytes] = []
-        self._function_of: List[int] = []
-        self._client_of: List[int] = []
+        self._function_of: List[int] = []  # lists, made packed columns once (`take`): appending to a list costs
+        self._client_of: List[int] = []  # half of what appending to an array does
         self._worker_of: List[int] = []
         self._queued: List[float] = []
         self._durations: List[float] = []
@@ -157,14 +158,15 @@ class RunColumns:
     ) -> None:  # fmt: skip
         """One ended run, noted where it ran (so without a worker's column: `take` it ``with_workers=False``):
         queued ``queued`` seconds, ran ``seconds``, ended at ``ended_at`` (the gatherer's clock); ``error``: a
-        failure's line."""
-        if status != m.TaskStatus.SUCCESS:
+        failure's line. (Once per run at a worker that records: no call it can do without.)"""
+        if status != _SUCCESS:
             self._failed.append(len(self._task_ids))
             self._failed_statuses.append(status)
             self._errors.append(error)
         self._task_ids.append(task_id)
-        self._function_of.append(position(self._functions, function))
-        self._client_of.append(position(self._clients, client_id))
+        functions, clients = self._functions, self._clients
+        self._function_of.append(functions.setdefault(function, len(functions)))  # as `position` does
+        self._client_of.append(clients.setdefault(client_id, len(clients)))
         self._queued.append(queued)
         self._durations.append(seconds)
         self._ended_at.append(ended_at)
@@ -177,12 +179,12 @@ class RunColumns:
             client_ids=list(self._clients),  # type: ignore[arg-type]
             worker_ids=list(self._workers) if with_workers else [],  # type: ignore[arg-type]
             task_ids=self._task_ids,
-            functions=self._function_of,
-            clients=self._client_of,
-            workers=self._worker_of if with_workers else [],
-            queued_seconds=self._queued,
-            run_seconds=self._durations,
-            ended_seconds_ago=[now - when for when in self._ended_at],
+            functions=m.UInt32s(self._function_of),
+            clients=m.UInt32s(self._client_of),
+            workers=m.UInt32s(self._worker_of if with_workers else ()),
+            queued_seconds=m.Float64s(self._queued),
+            run_seconds=m.Float64s(self._durations),
+            ended_seconds_ago=m.Float64s([now - when for when in self._ended_at]),
             failed_runs=self._failed,
             failed_statuses=self._failed_statuses,
             error_texts=self._errors,

@@ -27,9 +27,11 @@ from scaler.protocol.messages import Version
 #      ClientHeartbeatEcho (taskRuns), WorkerHeartbeatEcho.recordTasks, ClientHeartbeatEcho.recordTasks,
 #      ClientHeartbeat.reportTasks and functions, Task.queuedSeconds, StateSnapshot.events (MonitorEvent) and
 #      objectSummary, ObjectRequestKind.summary, ObjectResponse.summary (ObjectSummary); memory
-#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills; quotas: ObjectStatus.overQuota; what a scheduler
-#      serves, for its clients: SchedulerInfoRequest, SchedulerInfo; reconnecting to a scheduler that restarted:
-#      Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks (HeldTask), GraphTask.again
+#      limits: WorkerHeartbeat.memoryLimitBytes, memoryKills, memoryKilled (MemoryKill); quotas:
+#      ObjectStatus.overQuota; what a scheduler serves, for its clients: SchedulerInfoRequest, SchedulerInfo;
+#      reconnecting to a scheduler that restarted: Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks
+#      (HeldTask), GraphTask.again; what is spilled to disk: ObjectResponse.spilledSizes,
+#      ClientSnapshot.spilledBytes, ObjectSummary.largestSpilled, memoryBytes, spilledBytes
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 

@@ -1,8 +1,9 @@
 """What happened at the scheduler, for monitors (protocol 1.8): kept only while a monitor subscribes.
 
 The core and its parts note an event where it happens (`add`: a worker joined, left, died or timed out, a task's
-processor died, a peer was refused, a worker manager was told to start or stop groups; what the core logs of its
-peers it logs and notes at once, `info` and `warning`); each snapshot takes those since the last one (`take`),
+processor died, a worker stopped a task for going over its memory limit (`memory_kills`), a peer was refused, a
+worker manager was told to start or stop groups; what the core logs of its peers it logs and notes at once, `info`
+and `warning`); each snapshot takes those since the last one (`take`),
 which monitors show as an events log. Nobody subscribing, `add` returns at once.
 """
 
@@ -12,8 +13,11 @@ import logging
 from typing import List, Tuple
 
 from scaler.protocol import messages as m
+from scaler.protocol.ids import show
+from scaler.protocol.message_limits import show_size
 
 EVENTS_PER_SNAPSHOT = 1_000  # past that, a snapshot says how many more it left out
+KILLS_PER_HEARTBEAT = 100  # of a worker's heartbeat, the tasks stopped for memory read (workers send no more)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,19 @@ class MonitorEvents:
         """Log ``text`` (a WARNING line of the scheduler) and note it as an event (`add`)."""
         logger.warning(f"Scheduler: {text}")
         self.add(kind, subject, text)
+
+    def memory_kills(self, worker_id: bytes, heartbeat: m.WorkerHeartbeat) -> None:
+        """The tasks the worker stopped for going over its memory limit since its last heartbeat, each logged and
+        noted."""
+        limit = show_size(heartbeat.memory_limit_bytes)
+        for kill in heartbeat.memory_killed[:KILLS_PER_HEARTBEAT]:
+            function = kill.function or "a function not loaded"
+            what = f"worker {show(worker_id)} stopped task {kill.task_id.hex()} of {function}"
+            if kill.refused:
+                how = f"an allocation past its memory limit of {limit} was refused"
+            else:
+                how = f"memory {show_size(kill.memory_bytes)} over its limit of {limit}"
+            self.info("memory kill", worker_id, f"{what}: {how}")
 
     def take(self, now: float) -> List[m.MonitorEvent]:
         """The events since the last call, oldest first, dated in seconds before ``now``."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict
+from typing import Dict, Tuple
 
 from scaler.protocol import messages as m
 from scaler.scheduler.monitor_events import MonitorEvents
@@ -21,10 +21,12 @@ SNAPSHOT_SECONDS = 1.0  # the monitor's snapshot period, while someone is subscr
 
 
 def state_snapshot(
-    workers: Dict[bytes, Worker], clients: Dict[bytes, Client], counts: Counter, stored: Dict[bytes, int], now: float
-) -> m.StateSnapshot:
-    """Workers, clients (with what their objects take in storage: ``stored``) and task counts (the shell adds the
-    process's CPU, memory and message counts)."""
+    workers: Dict[bytes, Worker], clients: Dict[bytes, Client], counts: Counter,
+    stored: Tuple[Dict[bytes, int], Dict[bytes, int]], now: float,
+) -> m.StateSnapshot:  # fmt: skip
+    """Workers, clients (with what their objects take in storage, and of that what is spilled to disk: ``stored``)
+    and task counts (the shell adds the process's CPU, memory and message counts)."""
+    in_storage, spilled = stored
     worker_snapshots = [
         m.WorkerSnapshot(
             worker_id=w.worker_id,
@@ -39,9 +41,12 @@ def state_snapshot(
         for w in workers.values()
     ]
     client_snapshots = [
-        m.ClientSnapshot(c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen, stored.get(c.client_id, 0))
+        m.ClientSnapshot(
+            c.client_id, c.heartbeat, len(c.tasks), now - c.last_seen,
+            in_storage.get(c.client_id, 0), spilled.get(c.client_id, 0),
+        )
         for c in clients.values()
-    ]
+    ]  # fmt: skip
     states = [m.Counter(state.value, max(0, counts[state])) for state in TaskState]
     return m.StateSnapshot(
         task_states=states, workers=worker_snapshots, clients=len(clients), client_snapshots=client_snapshots
@@ -115,7 +120,8 @@ class Monitoring:
             return
         self._next_snapshot = now + SNAPSHOT_SECONDS
         storage = self._storage
-        snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, storage.stored_bytes, now)
+        stored = (storage.stored_bytes, storage.spilled_bytes)
+        snapshot = state_snapshot(self._workers, self._clients, self._routing.state_counts, stored, now)
         snapshot.managers = self._managers.snapshots(now)
         snapshot.client_task_quota = self._client_task_quota
         snapshot.client_memory_quota = storage.client_memory_quota

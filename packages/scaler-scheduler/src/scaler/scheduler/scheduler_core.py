@@ -535,6 +535,9 @@ class SchedulerCore:
         worker = self._workers[source]
         ask = worker.reconciles and self._routing.reconcile(worker, message, out)
         message.held_task_ids = []  # monitors need not see them
+        if message.memory_killed:
+            self._events.memory_kills(source, message)
+            message.memory_killed = []  # told once, as events
         self._stream.on_worker_heartbeat(source, message, now)
         worker.heartbeat = message
         out.sends.append(Send(source, m.WorkerHeartbeatEcho(send_task_ids=ask, record_tasks=self._stream.recording)))

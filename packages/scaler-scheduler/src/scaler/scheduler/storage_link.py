@@ -8,8 +8,9 @@ workers (`StartServing`); if none answers in time, or it refuses, the scheduler 
 
 Later, when the connection goes down, the requests for storage (deletes, clear by owner) are held; when it
 is back up the core says Hello again and sends them once it is answered. For monitors, it asks a server of
-protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes`) and which
-objects are the largest (`ask_summary`, answered into `object_summary`), and keeps the quota of each client that
+protocol 1.8 or later what each client's objects take (`ask_usage`, answered into `stored_bytes` and, of that,
+what is spilled to disk, `spilled_bytes`) and which objects are the largest (`ask_summary`, answered into
+`object_summary`, with the bytes in memory and on disk), and keeps the quota of each client that
 the server's HelloAck states.
 
 A server of protocol 1.8 admits the clients the scheduler serves (`admit`): each client's HelloAck waits until
@@ -123,6 +124,7 @@ class StorageLink:
         self._answers_usage = False  # its version answers ObjectRequest(usage) and ObjectRequest(summary)
         self.client_memory_quota = 0  # what one client's objects may take there (its HelloAck, 1.8; 0: not said)
         self.stored_bytes: Dict[bytes, int] = {}  # client ID -> what its objects take there, as last answered
+        self.spilled_bytes: Dict[bytes, int] = {}  # client ID -> of that, what is spilled to disk
         self.object_summary = m.ObjectSummary()  # its largest objects, as last answered
         self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
@@ -229,6 +231,7 @@ class StorageLink:
         are kept for monitors; nothing waits for the others (deletes, clears)."""
         if response.kind == m.ObjectRequestKind.USAGE:
             self.stored_bytes = dict(zip(response.object_ids, response.sizes, strict=False))
+            self.spilled_bytes = dict(zip(response.object_ids, response.spilled_sizes, strict=False))
         elif response.kind == m.ObjectRequestKind.SUMMARY:
             self.object_summary = response.summary
         elif response.kind == m.ObjectRequestKind.ADMIT:

@@ -137,5 +137,7 @@ class TaskStream:
             worker.heartbeat = dataclasses.replace(
                 worker.heartbeat,
                 ended_runs=runs.take(now, with_workers=False) if runs is not None else _NO_RUNS,
-                current_runs=dataclasses.replace(current, run_seconds=[run + since for run in current.run_seconds]),
+                current_runs=dataclasses.replace(
+                    current, run_seconds=m.Float64s([run + since for run in current.run_seconds])
+                ),
             )

@@ -20,6 +20,7 @@ memory (its file is there), and the disk budget (``--spill-disk-limit``) bounds 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import shutil
@@ -29,6 +30,7 @@ from collections import OrderedDict
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from scaler.protocol.message_limits import show_size
+from scaler.protocol.messages import ObjectSummary
 
 _COUNT = struct.Struct("!I")
 _SIZE = struct.Struct("!Q")
@@ -162,7 +164,8 @@ def _unlink(path: str) -> None:
 
 
 class ObjectPlaces:
-    """The objects in memory (least recently used first) and on disk, by ID, with their sizes."""
+    """The objects in memory (least recently used first) and on disk, by ID, with their sizes; and what each
+    owner has on disk (``spilled_by_owner``: owners with nothing there are not in it)."""
 
     def __init__(self, max_memory: int, spill: Optional[SpillDirectory] = None, max_disk: int = 0) -> None:
         self.max_memory = max_memory
@@ -173,6 +176,7 @@ class ObjectPlaces:
         self._on_disk: Dict[bytes, int] = {}
         self.used_memory = 0
         self.used_disk = 0
+        self.spilled_by_owner: Dict[bytes, int] = {}
         self.spills = 0  # objects written to disk since the start
         self.loads = 0  # objects read back since the start
         self._files: Dict[bytes, int] = {}  # with an object directory: every object's file, by size
@@ -238,24 +242,26 @@ class ObjectPlaces:
         self.loads += 1
         size = self._on_disk[object_id]
         if size <= self.max_memory:
-            self._forget_file(object_id)
+            self._forget_file(object_id, stored.owner_id)
             self._make_room(size, objects)
             self._in_memory[object_id] = size
             self.used_memory += size
             stored.frames = frames
         return frames
 
-    def found(self, object_id: bytes, size: int) -> None:
+    def found(self, object_id: bytes, owner_id: bytes, size: int) -> None:
         """An object of the object directory, found there at the start: on disk until it is asked for."""
         self._files[object_id] = self._on_disk[object_id] = size
         self.used_disk += size
+        self.spilled_by_owner[owner_id] = self.spilled_by_owner.get(owner_id, 0) + size
 
-    def remove(self, object_id: bytes) -> None:
+    def remove(self, object_id: bytes, owner_id: bytes) -> None:
+        """The object of ``owner_id`` is deleted."""
         size = self._in_memory.pop(object_id, None)
         if size is not None:
             self.used_memory -= size
         elif object_id in self._on_disk:
-            self._forget_file(object_id)
+            self._forget_file(object_id, owner_id)
         if self.durable:
             self._on_disk.pop(object_id, None)
             self.used_disk -= self._files.pop(object_id, 0)
@@ -264,6 +270,19 @@ class ObjectPlaces:
     def close(self) -> None:
         if self.spill is not None:
             self.spill.close()
+
+    def summary(self, objects: Mapping[bytes, Any], count: int) -> ObjectSummary:
+        """The ``count`` largest of ``objects`` (ID -> each object, with its ``owner_id`` and ``size``), largest
+        first, whether each is on disk, and the bytes in memory and on disk: a pass over every object."""
+        largest = heapq.nlargest(count, objects.items(), key=lambda item: item[1].size)
+        return ObjectSummary(
+            largest_ids=[object_id for object_id, _ in largest],
+            largest_owners=[stored.owner_id for _, stored in largest],
+            largest_sizes=[stored.size for _, stored in largest],
+            largest_spilled=[object_id in self._on_disk for object_id, _ in largest],
+            memory_bytes=self.used_memory,
+            spilled_bytes=self.used_disk,
+        )
 
     def _make_room(self, size: int, objects: Mapping[bytes, Any]) -> None:
         """Spill the least recently used objects until ``size`` more bytes fit in memory."""
@@ -279,12 +298,19 @@ class ObjectPlaces:
             self.used_disk += size
         stored.frames = None
         self._on_disk[object_id] = size
+        owner_id = stored.owner_id
+        self.spilled_by_owner[owner_id] = self.spilled_by_owner.get(owner_id, 0) + size
         self.spills += 1
 
-    def _forget_file(self, object_id: bytes) -> None:
+    def _forget_file(self, object_id: bytes, owner_id: bytes) -> None:
         """A spilled object read back, or removed: its spill file goes (an object directory's file stays)."""
         assert self.spill is not None
         size = self._on_disk.pop(object_id)
+        left = self.spilled_by_owner[owner_id] - size
+        if left:
+            self.spilled_by_owner[owner_id] = left
+        else:
+            del self.spilled_by_owner[owner_id]
         if not self.durable:
             self.used_disk -= size
             self.spill.delete(object_id)

@@ -46,7 +46,6 @@ object, once a second while a monitor subscribes), for monitors.
 from __future__ import annotations
 
 import enum
-import heapq
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -63,7 +62,6 @@ from scaler.protocol.messages import (
     ObjectRequestKind,
     ObjectResponse,
     ObjectStatus,
-    ObjectSummary,
     PeerRole,
     Refusal,
 )
@@ -204,7 +202,7 @@ class ObjectStore:
             self._objects[found.object_id] = _StoredObject(found.owner_id, None, found.size, found.frame_count)
             self._objects_by_owner.setdefault(found.owner_id, {})[found.object_id] = None
             self._bytes_by_owner[found.owner_id] = self._bytes_by_owner.get(found.owner_id, 0) + found.size
-            self.places.found(found.object_id, found.size)
+            self.places.found(found.object_id, found.owner_id, found.size)
         return len(self._objects)
 
     @property
@@ -402,13 +400,8 @@ class ObjectStore:
         return [Reply(peer_id, response)]
 
     def _summary(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
-        """The largest objects (the scheduler's question, for monitors)."""
-        largest = heapq.nlargest(LARGEST_OBJECTS, self._objects.items(), key=lambda item: item[1].size)
-        summary = ObjectSummary(
-            largest_ids=[object_id for object_id, _ in largest],
-            largest_owners=[stored.owner_id for _, stored in largest],
-            largest_sizes=[stored.size for _, stored in largest],
-        )
+        """The largest objects, and what is in memory and on disk (the scheduler's question, for monitors)."""
+        summary = self.places.summary(self._objects, LARGEST_OBJECTS)
         response = ObjectResponse(request_id=request.request_id, kind=ObjectRequestKind.SUMMARY, summary=summary)
         return [Reply(peer_id, response)]
 
@@ -542,14 +535,17 @@ class ObjectStore:
         return [Reply(peer_id, response)]
 
     def _usage(self, peer_id: bytes, request: ObjectRequest, blobs: Sequence[Any]) -> List[Reply]:
-        """What the objects of each owner named in ``objectIds`` take, in ``sizes`` (the scheduler's monitor)."""
+        """What the objects of each owner named in ``objectIds`` take, in ``sizes``, and of that what is spilled to
+        disk, in ``spilledSizes`` (the scheduler's monitor)."""
         owners = list(request.object_ids)
+        spilled = self.places.spilled_by_owner
         response = ObjectResponse(
             request_id=request.request_id,
             kind=ObjectRequestKind.USAGE,
             object_ids=owners,
             statuses=[ObjectStatus.OK] * len(owners),
             sizes=[self._bytes_by_owner.get(owner, 0) for owner in owners],
+            spilled_sizes=[spilled.get(owner, 0) for owner in owners],
         )
         return [Reply(peer_id, response)]
 
@@ -585,7 +581,7 @@ class ObjectStore:
         if stored is None or (owner_id is not None and stored.owner_id != owner_id):
             return None
         del self._objects[object_id]
-        self.places.remove(object_id)
+        self.places.remove(object_id, stored.owner_id)
         owned = self._objects_by_owner[stored.owner_id]
         del owned[object_id]
         if owned:
@@ -608,7 +604,7 @@ class ObjectStore:
         deleted: List[Tuple[bytes, int]] = []
         for object_id in owned:
             stored = self._objects.pop(object_id)
-            self.places.remove(object_id)
+            self.places.remove(object_id, owner_id)
             deleted.append((object_id, stored.size))
         return deleted
 

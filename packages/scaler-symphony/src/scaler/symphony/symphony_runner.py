@@ -224,6 +224,9 @@ class SymphonyRunner:
     def memory_kills(self) -> int:
         return 0  # its tasks run under Symphony's limits, not the worker's
 
+    def take_memory_kills(self) -> List[m.MemoryKill]:
+        return []
+
     # ------------------------------------------------------------------------- observation
 
     @property

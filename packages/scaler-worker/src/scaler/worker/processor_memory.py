@@ -11,13 +11,20 @@
   (``checking``); still above, the processor is replaced before the next task starts (recycled), so a leak
   does not pile up from task to task. A task that failed for memory inside the processor (its allocation was
   refused) leaves it to be recycled all the same.
+
+Each task stopped for memory either way is counted (``kills``) and noted (`MemoryKill`) for the next heartbeat,
+which the scheduler shows in its events log.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import List
 
+from scaler.protocol.messages import MemoryKill
 from scaler.worker.memory_limit import RECYCLE_SHARE
+
+KILLS_PER_HEARTBEAT = 100  # tasks stopped for memory noted for one heartbeat; past that only counted
 
 
 @dataclass(slots=True)
@@ -40,6 +47,7 @@ class MemoryWatch:
         self.limit = limit  # bytes; 0: none
         self.recycle_above = int(limit * recycle_share)
         self.kills = 0  # tasks stopped for memory since the worker started (stopped here or refused an allocation)
+        self._killed: List[MemoryKill] = []  # those since the last heartbeat (`take_killed`)
         self.latest = 0
         self.peak = 0
         self.checking = False  # a fresh measure was asked for, to decide whether to recycle
@@ -58,10 +66,22 @@ class MemoryWatch:
     def task_ran(self) -> None:
         self._ran = True
 
-    def refused_allocation(self) -> None:
+    def refused_allocation(self, task_id: bytes, function: str) -> None:
         """A task failed inside the processor for memory: count it, and recycle the processor before the next."""
-        self.kills += 1
+        self.killed(task_id, function, refused=True)
         self._must_recycle = True
+
+    def killed(self, task_id: bytes, function: str, refused: bool = False) -> None:
+        """A task of ``function`` stopped for going over the limit: its processor stopped at the ``peak`` measured
+        (or, ``refused``, refused an allocation past the limit)."""
+        self.kills += 1
+        if len(self._killed) < KILLS_PER_HEARTBEAT:
+            self._killed.append(MemoryKill(task_id, function, 0 if refused else self.peak, refused))
+
+    def take_killed(self) -> List[MemoryKill]:
+        """The tasks stopped for memory since the last call."""
+        killed, self._killed = self._killed, []
+        return killed
 
     @property
     def over_limit(self) -> bool:

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.message_limits import show_size
-from scaler.protocol.messages import TaskStatus
+from scaler.protocol.messages import MemoryKill, TaskStatus
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
 from scaler.worker.memory_limit import over_limit
 from scaler.worker.processor_lifecycle import PROCESSOR_TASK_LIFECYCLE, SentAction, SentEvent, SentState
@@ -289,6 +289,9 @@ class ProcessorRunner:
         """Tasks stopped for going over the memory limit since the worker started."""
         return self._memory.kills
 
+    def take_memory_kills(self) -> List[MemoryKill]:
+        return self._memory.take_killed()
+
     # ------------------------------------------------------------------------- observation
 
     @property
@@ -354,7 +357,7 @@ class ProcessorRunner:
             return
         self._memory.task_ran()
         if result.over_memory:
-            self._memory.refused_allocation()
+            self._memory.refused_allocation(result.task_id, result.function)
         if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
         self._leave(sent, owner, out)
@@ -389,8 +392,9 @@ class ProcessorRunner:
                 self._recycle(f"{show_size(memory.latest)} while idle, over the limit", out)
                 return
             reached = f"its processor (with the processes it started) reached {show_size(memory.peak)} and was stopped"
-            memory.kills += len(self._running)
             names = self._function_names
+            for sent in self._running:
+                memory.killed(sent.task_id, names.get(sent.function_id) or "")
             self._stop(
                 owner,
                 f"its processor was stopped: it went over the worker's memory limit of {show_size(memory.limit)}",

@@ -139,6 +139,9 @@ class TaskRunner(Protocol):
     def memory_kills(self) -> int:
         """Tasks it stopped for going over the worker's memory limit, since the worker started."""
 
+    def take_memory_kills(self) -> List[m.MemoryKill]:
+        """Those it stopped since the last call (at most a heartbeat's worth), for the scheduler's events."""
+
 
 class RunnerHost(Protocol):
     """The I/O half of a runner, in the worker agent's event loop."""

@@ -277,7 +277,8 @@ class WorkerCore:
             current = [(e.task, e.received, e.started) for e in self._tasks.values() if e.started is not None]
         runs = self._task_runs.heartbeat_runs(self._now, current)
         report = self._function_stats.report()
-        self._out.append(self._session.heartbeat(self._usage, *counts, report, held, runs, runner.memory_kills))
+        memory = (runner.memory_kills, runner.take_memory_kills())
+        self._out.append(self._session.heartbeat(self._usage, *counts, report, held, runs, memory))
 
     def _on_connection(self, event: ConnectionChanged) -> None:
         """Storage: what was in flight when its connection closed fails at once (the answers are lost, and a

@@ -335,11 +335,13 @@ class WorkerSession:
         functions: List[m.FunctionStats],
         held: Tuple[int, int, int, List[bytes]],
         runs: Tuple[m.TaskRuns, m.TaskRuns],
-        memory_kills: int,
+        memory: Tuple[int, List[m.MemoryKill]],
     ) -> SendToScheduler:
         """What a heartbeat reports: the usage the shell measured, the task counts, what ran per function, what
-        the worker holds: (last TaskBatch sequence, count, digest, IDs or []), and the task runs (ended, current)."""
+        the worker holds: (last TaskBatch sequence, count, digest, IDs or []), the task runs (ended, current), and
+        the tasks stopped for memory (how many since the start, those since the last heartbeat)."""
         last_batch, held_tasks, held_digest, held_task_ids = held
+        memory_kills, memory_killed = memory
         return SendToScheduler(
             m.WorkerHeartbeat(
                 agent_cpu=usage.agent_cpu,
@@ -358,6 +360,7 @@ class WorkerSession:
                 current_runs=runs[1],
                 memory_limit_bytes=self._memory_limit,
                 memory_kills=memory_kills,
+                memory_killed=memory_killed,
             )
         )
 

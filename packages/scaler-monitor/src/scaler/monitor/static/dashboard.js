@@ -354,17 +354,19 @@ function fillEvents(events) {
 }
 
 function fillObjects(objects) {
-  setText("objects-total", `(${formatBytes(objects.bytes)}; nothing is spilled to disk)`);
+  setText("objects-total", `(${formatBytes(objects.memory_bytes)} in memory, ` +
+    `${formatBytes(objects.spilled_bytes)} spilled to disk)`);
   const owners = document.getElementById("objects").tBodies[0];
   owners.replaceChildren(...objects.owners.map((row) => {
     const tr = document.createElement("tr");
-    tr.append(cell(row.owner, "text"), cell(formatBytes(row.bytes)), cell(formatBytes(row.spilled_bytes)));
+    tr.append(cell(row.owner, "text"), cell(formatBytes(row.memory_bytes)), cell(formatBytes(row.spilled_bytes)));
     return tr;
   }));
   const largest = document.getElementById("largest-objects").tBodies[0];
   largest.replaceChildren(...objects.largest.slice(0, LARGEST_SHOWN).map((row) => {
     const tr = document.createElement("tr");
-    tr.append(cell(row.object, "text id"), cell(row.owner, "text"), cell(formatBytes(row.bytes)));
+    tr.append(cell(row.object, "text id"), cell(row.owner, "text"), cell(formatBytes(row.bytes)),
+      cell(row.spilled ? "disk" : "memory", "text"));
     return tr;
   }));
 }

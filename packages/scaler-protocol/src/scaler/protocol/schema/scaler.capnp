@@ -119,10 +119,22 @@ struct WorkerHeartbeat {
   currentRuns @13 :TaskRuns;              # the runs going on now (no endedSecondsAgo, no failedRuns)
   memoryLimitBytes @14 :UInt64;           # the worker's memory limit (docs/memory.md); 0: none (1.8)
   memoryKills @15 :UInt64;                # tasks stopped since it started for going past that limit (1.8)
+  memoryKilled @16 :List(MemoryKill);     # 1.8: those stopped since the last heartbeat (at most 100)
 }
 
-# Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each list after
-# it, in the same order (lists of columns, which cost far less to write and read than a struct per run).
+# A task a worker stopped for going over its memory limit (1.8), for the scheduler's events.
+struct MemoryKill {
+  taskId @0 :Data;
+  function @1 :Text;                      # module.qualname
+  memoryBytes @2 :UInt64;                 # what its processor (with the processes it started) reached; 0: unknown
+  refused @3 :Bool;                       # an allocation past the limit was refused inside the processor (the
+                                          # processor went on), rather than the processor stopped
+}
+
+# Task runs, for monitors and performance reports (1.8): one entry per run in taskIds and in each column after
+# it, in the same order (columns, which cost far less to write and read than a struct per run). The columns of
+# numbers are packed arrays in Data, little-endian: 4 bytes a run for a UInt32, 8 for a Float64 (the bytes of a
+# List(UInt32) or List(Float64), which a reader then takes whole instead of item by item).
 # Times are durations, each measured on one host; the receiver places them on its own clock, from when the
 # message that carries them left its sender (docs/monitoring.md, "Clocks").
 struct TaskRuns {
@@ -130,12 +142,12 @@ struct TaskRuns {
   clientIds @1 :List(Data);               # the clients of these runs, each once
   workerIds @2 :List(Data);               # the workers of these runs, each once; empty from a worker (itself)
   taskIds @3 :List(Data);
-  functions @4 :List(UInt32);             # a position in functionNames
-  clients @5 :List(UInt32);               # a position in clientIds
-  workers @6 :List(UInt32);               # a position in workerIds; empty from a worker
-  queuedSeconds @7 :List(Float64);        # from when the scheduler received the task to the run's start
-  runSeconds @8 :List(Float64);           # from the run's start to its end (a current run's: to now)
-  endedSecondsAgo @9 :List(Float64);      # how long before the message left the run ended (ended runs only)
+  functions @4 :Data;                     # UInt32s: a position in functionNames
+  clients @5 :Data;                       # UInt32s: a position in clientIds
+  workers @6 :Data;                       # UInt32s: a position in workerIds; empty from a worker
+  queuedSeconds @7 :Data;                 # Float64s: from when the scheduler received the task to the run's start
+  runSeconds @8 :Data;                    # Float64s: from the run's start to its end (a current run's: to now)
+  endedSecondsAgo @9 :Data;               # Float64s: how long before the message left the run ended (ended runs)
   failedRuns @10 :List(UInt32);           # the runs that did not succeed, as positions in taskIds (the others did)
   failedStatuses @11 :List(TaskStatus);   # how each of those ended, in the order of failedRuns
   errorTexts @12 :List(Text);             # the first line of each one's error, in the order of failedRuns
@@ -288,6 +300,7 @@ struct ObjectResponse {
   reason @5 :Text;
   frameCounts @6 :List(UInt32);           # get: how many frames make each found object, in order; empty: one each
   summary @7 :ObjectSummary;              # 1.8: the answer to a summary request (the scheduler's)
+  spilledSizes @8 :List(UInt64);          # 1.8, usage: of sizes[i], the bytes spilled to disk
 }
 
 # The largest objects of the storage server (1.8), for monitors (what each owner holds: ClientSnapshot.storedBytes).
@@ -295,6 +308,9 @@ struct ObjectSummary {
   largestIds @0 :List(Data);              # the largest objects (at most 20), largest first
   largestOwners @1 :List(Data);           # the owner of each
   largestSizes @2 :List(UInt64);          # the payload bytes of each
+  largestSpilled @3 :List(Bool);          # whether each is spilled to disk
+  memoryBytes @4 :UInt64;                 # the payload bytes of every object in memory
+  spilledBytes @5 :UInt64;                # the payload bytes of every object spilled to disk
 }
 
 enum ObjectInstructionKind {
@@ -354,6 +370,7 @@ struct ClientSnapshot {
   tasks @2 :UInt32;                       # its tasks the scheduler holds (queued, assigned, canceling)
   lastSeenSecondsAgo @3 :Float32;
   storedBytes @4 :UInt64;                 # of the objects it owns in the storage server (1.8)
+  spilledBytes @5 :UInt64;                # of those, the bytes spilled to disk (1.8)
 }
 
 struct Counter {
