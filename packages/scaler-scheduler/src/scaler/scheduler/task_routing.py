@@ -33,13 +33,9 @@ from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.scheduler_events import Send
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
+from scaler.scheduler.task_record import EVENT_CODES, HISTORY_MASK, TaskRecord, story
 from scaler.scheduler.worker_loads import WorkerLoads
 
-# a task's recent events, four bits each in one integer (no list per task): the last eight
-_HISTORY_MASK = (1 << 32) - 1
-_EVENTS = list(TaskEvent)
-_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
-assert len(_EVENTS) < 16
 MAX_RUN = 128  # tasks given at once to the least loaded worker, while each worker's share is that large
 DEFAULT_MAX_CLIENT_TASKS = 100_000  # tasks of its own batches a client may have queued here (--max-client-tasks)
 _SUCCESS = m.TaskStatus.SUCCESS
@@ -47,24 +43,6 @@ _FAILURES = (m.TaskStatus.FAILED, m.TaskStatus.WORKER_DIED, m.TaskStatus.REJECTE
 _QUEUED = TaskState.QUEUED
 
 logger = logging.getLogger(__name__)
-
-
-class TaskRecord:
-    __slots__ = (
-        "task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
-    )  # fmt: skip
-
-    def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
-        self.task = task  # a routed.RoutedTask (or an m.Task, from the graph layer)
-        self.submitted = submitted  # its client sent it (not a graph node): queued, it counts against the quota
-        self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
-        self.state = TaskState.QUEUED
-        self.worker_id: Optional[bytes] = None
-        self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
-        self.queue_seq = 0
-        self.needs = needs  # capability names a worker must have, or None
-        self.deaths = 0  # times its processor or worker died while holding it
-        self.failures = 0  # times it raised and was retried
 
 
 _Action = Callable[[TaskRecord, Outbox, Any], None]
@@ -540,11 +518,11 @@ class TaskRouting:
         old = record.state
         plan = self._plans.get((old, event))
         if plan is None:
-            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), _story(record.history))  # raises
+            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), story(record.history))  # raises
             return
         new, actions = plan
         record.state = new
-        record.history = ((record.history << 4) | _EVENT_CODES[event]) & _HISTORY_MASK
+        record.history = ((record.history << 4) | EVENT_CODES[event]) & HISTORY_MASK  # (inline: the hot path)
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
@@ -619,11 +597,3 @@ class TaskRouting:
             worker.waiting.discard(task_id)
         self._loads.touch(worker)
 
-
-def _story(history: int) -> List[TaskEvent]:
-    """A task's recent events, oldest first, from its `TaskRecord.history`."""
-    events = []
-    while history:
-        events.append(_EVENTS[(history & 15) - 1])
-        history >>= 4
-    return events[::-1]
