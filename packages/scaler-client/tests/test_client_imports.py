@@ -80,3 +80,25 @@ def test_client_sources_use_no_posix_only_module():
             else:
                 continue
             assert not {name.split(".")[0] for name in names} & POSIX_ONLY_MODULES, f"{source.name} imports {names}"
+
+
+def test_a_serializer_of_the_user_refers_to_its_base_by_the_public_name():
+    """The serializers live in scaler.protocol, but a pickled one names its base as users import it, which every
+    release has: a serializer a client pickles loads on a worker of another version."""
+    import pickletools
+
+    import cloudpickle
+
+    from scaler.client.serializer import DefaultSerializer, Serializer
+
+    class Upper(Serializer):  # defined here, so pickled by value: its base by reference
+        def serialize(self, obj):
+            return str(obj).upper().encode()
+
+        def deserialize(self, payload):
+            return payload.decode()
+
+    for pickled in (cloudpickle.dumps(Upper()), cloudpickle.dumps(DefaultSerializer())):
+        names = [argument for opcode, argument, _ in pickletools.genops(pickled) if opcode.name.endswith("UNICODE")]
+        assert "scaler.client.serializer" in names and "scaler.protocol.serializer" not in names
+        assert type(cloudpickle.loads(pickled)).__mro__[-3] is Serializer  # (then ABC, object)

@@ -18,8 +18,8 @@ import pytest
 import worker_tasks as tasks
 from worker_harness import DEADLINE_SECONDS, wait_until
 
-from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer, deserialize_payload
 from scaler.worker.processor_link import ProcessorLink
 from scaler.worker.processor_protocol import (
     Drop,

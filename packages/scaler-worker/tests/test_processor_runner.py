@@ -9,9 +9,9 @@ from typing import Any, List
 import pytest
 from core_harness import Harness, load_failure, make_task, task_id
 
-from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol import messages as m
 from scaler.protocol.errors import TaskTimeoutError
+from scaler.protocol.serializer import DefaultSerializer, serialize_payload
 from scaler.worker.lru_cache import SizedLRUCache
 from scaler.worker.processor_lifecycle import SentState
 from scaler.worker.processor_protocol import Drop, ProcessorResult

@@ -51,10 +51,10 @@ from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple
 import cloudpickle
 import greenlet
 
-from scaler.client.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol import object_frames
 from scaler.protocol.messages import TaskStatus
 from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
+from scaler.protocol.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.protocol.task_runs import function_name
 from scaler.worker.lru_cache import LRUCache, SizedLRUCache
