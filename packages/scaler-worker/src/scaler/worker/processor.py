@@ -40,13 +40,13 @@ import greenlet
 from scaler.protocol.process_control import die_with_parent, reuse_payload_memory
 from scaler.protocol.task_context import Notify, TaskContext, set_task_context
 from scaler.worker.memory_limit import bound_data_segment
-from scaler.worker.processor_caches import Incoming
 from scaler.worker.processor_core import (
     AgentGone,
     Die,
     FromAgent,
     HeldDue,
     Idle,
+    InProcessor,
     Leave,
     ProcessorCore,
     ReadAll,
@@ -90,7 +90,7 @@ class _Started:
         self.waiting = False  # switched out in a wait, not resumed yet
         self.timeout: Optional[float] = None  # of the wait it begins
         self.started = time.perf_counter()
-        self.cpu = 0.0  # CPU seconds while it ran (not while it waited)
+        self.cpu = 0.0  # CPU seconds while it ran (not while it waited), counted for a profiled task
         self.cpu_since = 0.0
         self.profiled = profiled
         self.memory_base = 0
@@ -243,12 +243,12 @@ class _Processor:
     # ------------------------------------------------------------------------- the moves
 
     def _start(self, move: StartTask) -> Any:
-        incoming = move.task
-        task = incoming.task
+        held = move.task
+        task = held.task
         started = _Started(task.task_id, task.scope, task.profiling)
         spare = self._spare
         started.greenlet = spare.pop() if spare else greenlet.greenlet(self._run_tasks)
-        return self._switch_to(started, incoming)
+        return self._switch_to(started, held)
 
     def _resume(self, move: ResumeTask) -> Any:
         started = self._switched_out.pop(move.task_id)
@@ -294,21 +294,19 @@ class _Processor:
 
     # ------------------------------------------------------------------------- switching
 
-    def _switch_to(self, started: _Started, incoming: Optional[Incoming]) -> Any:
+    def _switch_to(self, started: _Started, held: Optional[InProcessor]) -> Any:
         """Run ``started`` until it ends or waits; then read what is readable: the core's next event."""
         self._current = started
         if started.streams is not None:  # a task that streams its output, resumed
             sys.stdout, sys.stderr = started.streams
         if started.profiled:
-            self._start_profile(started, incoming is not None)
-        started.cpu_since = time.process_time()
+            self._start_profile(started, held is not None)
         try:
-            outcome = started.greenlet.switch(incoming, started) if incoming is not None else started.greenlet.switch()
+            outcome = started.greenlet.switch(held, started) if held is not None else started.greenlet.switch()
         finally:
             self._current = None
             if started.streams is not None:
                 sys.stdout, sys.stderr = self._plain_streams
-        started.cpu += time.process_time() - started.cpu_since
         if started.profiled:
             outcome = self._pause_profile(started, outcome)
         # the Pipe is read before the agent hears that the task ended or waits, and not again before the head of
@@ -329,22 +327,22 @@ class _Processor:
         _flush_standard_streams()
         return TaskEnded(outcome, messages, woken)
 
-    def _run_tasks(self, incoming: Incoming, started: _Started) -> None:
+    def _run_tasks(self, held: InProcessor, started: _Started) -> None:
         """The body of a greenlet: run a task, hand its result to the hub, and the next task the hub gives."""
         hub = self._hub
         while True:
-            incoming, started = hub.switch(self._run(incoming, started))
+            held, started = hub.switch(self._run(held, started))
 
-    def _run(self, incoming: Incoming, started: _Started) -> Any:
+    def _run(self, held: InProcessor, started: _Started) -> Any:
         """One task, in its greenlet: its result."""
         output = None
-        if incoming.task.stream_output:
+        if held.task.stream_output:
             if self._output is None:
                 self._output = OutputCapture(self._pipe.send)
-            started.streams = self._output.streams(incoming.task.task_id)
+            started.streams = self._output.streams(held.task.task_id)
             sys.stdout, sys.stderr = started.streams  # its own while its greenlet runs (`_switch_to`)
             output = self._flush_output
-        return call_task(incoming, started.started, self._memory_limit, output)
+        return call_task(held, started.started, self._memory_limit, output)
 
     def _flush_output(self) -> None:
         try:
@@ -437,9 +435,11 @@ class _Processor:
                 tracemalloc.start()
         tracemalloc.reset_peak()
         started.memory_base = tracemalloc.get_traced_memory()[0]
+        started.cpu_since = time.process_time()
 
     def _pause_profile(self, started: _Started, outcome: Any) -> Any:
         """It waits or ended: note its peak; if it ended, its result carries (duration, CPU, peak memory)."""
+        started.cpu += time.process_time() - started.cpu_since
         peak = tracemalloc.get_traced_memory()[1]
         started.memory_peak = max(started.memory_peak, peak - started.memory_base)
         if outcome is _WAITS:

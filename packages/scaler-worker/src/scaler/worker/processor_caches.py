@@ -29,28 +29,8 @@ if TYPE_CHECKING:
     from scaler.worker.task_runner import ReadyTask
 
 Loaded = TypeVar("Loaded")  # what the processor keeps of a function or serializer (the agent: True)
-
-
-class Incoming(Generic[Loaded]):
-    """A task read from the Pipe, with what it needs taken from the caches (or put there) as it was read: its
-    function and serializer (None: none, or missing), its arguments' payloads (an object-storage argument's
-    from the cache), and the problem of a missing one (a bug: the agent sent an ID the processor does not hold)."""
-
-    __slots__ = ("task", "function", "serializer", "arguments", "problem")
-
-    def __init__(
-        self,
-        task: ProcessorTask,
-        function: Optional[Loaded],
-        serializer: Optional[Loaded],
-        arguments: List[Tuple[str, Any, bytes]],
-        problem: Optional[BaseException],
-    ) -> None:
-        self.task = task
-        self.function = function
-        self.serializer = serializer
-        self.arguments = arguments
-        self.problem = problem
+# what a task read needs (`ProcessorCaches.incoming`): function, serializer, arguments, problem
+Needs = Tuple[Any, Any, List[Tuple[str, Any, bytes]], Optional[BaseException]]
 
 
 class ProcessorCaches(Generic[Loaded]):
@@ -108,9 +88,11 @@ class ProcessorCaches(Generic[Loaded]):
 
     # ------------------------------------------------------------------------- the processor's end
 
-    def incoming(self, task: ProcessorTask, load: Callable[[bytes], Loaded]) -> Incoming[Loaded]:
-        """What ``task`` needs, from the caches, or put there (``load`` makes a function or serializer of its
-        bytes); its function is `Incoming.function` whether it was sent or held."""
+    def incoming(self, task: ProcessorTask, load: Callable[[bytes], Loaded]) -> Needs:
+        """What ``task`` needs, taken from the caches or put there as it is read (``load`` makes a function or a
+        serializer of its bytes): its function and serializer (None: none, or missing), its arguments with each
+        object-storage argument's payload, and the problem of a missing one (a bug: the agent sent an ID the
+        processor does not hold)."""
         problem: Optional[BaseException] = None
         function = _take(self.functions, task.function_id, task.function, load)
         if function is None:
@@ -126,7 +108,7 @@ class ProcessorCaches(Generic[Loaded]):
                 arguments, missing = self._objects_of(arguments)
                 problem = problem or missing
                 break
-        return Incoming(task, function, serializer, arguments, problem)
+        return function, serializer, arguments, problem
 
     def _objects_of(self, arguments: List[Tuple[str, Any, bytes]]) -> Tuple[List[Tuple[str, Any, bytes]], Any]:
         objects = self.objects

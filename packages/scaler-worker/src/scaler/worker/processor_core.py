@@ -34,7 +34,7 @@ import math
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from scaler.worker.processor_caches import Incoming, ProcessorCaches
+from scaler.worker.processor_caches import ProcessorCaches
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     OBJECT_CACHE_BYTES,
@@ -98,7 +98,7 @@ class SendToAgent(NamedTuple):
 class StartTask(NamedTuple):
     """Run this task in a greenlet; answer `TaskEnded` or `TaskWaits`."""
 
-    task: Incoming
+    task: InProcessor
 
 
 class ResumeTask(NamedTuple):
@@ -137,22 +137,39 @@ _DIE = Die()
 
 # ----------------------------------------------------------------------------- the core
 
-_TABLE = PROCESSOR_HUB_LIFECYCLE.table
-_TERMINAL = PROCESSOR_HUB_LIFECYCLE.terminal
-_HISTORY_LENGTH = 8
 _WAITING = HubState.WAITING
+_RESULT = HubEvent.RESULT
+_START = HubEvent.START
+_EVENTS = list(HubEvent)
+_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
+_HISTORY_MASK = (1 << 32) - 1  # a task's last eight events, four bits each (no list per task)
+assert len(_EVENTS) < 16
 
 
-class _InHub:
-    """A task the processor holds: read, running, waiting, or resumable."""
+class InProcessor:
+    """A task the processor holds (read, running, waiting, resumable), with what it needs, taken from the caches
+    as it was read: its function and serializer (None: none, or missing), its arguments with each object-storage
+    argument's payload, and the problem of a missing one."""
 
-    __slots__ = ("task", "state", "history", "waits")
+    __slots__ = ("task", "function", "serializer", "arguments", "problem", "state", "history", "waits")
 
-    def __init__(self, task: Incoming) -> None:
+    def __init__(self, task: ProcessorTask, needs: Tuple[Any, Any, List[Tuple[str, Any, bytes]], Any]) -> None:
         self.task = task
+        self.function, self.serializer, self.arguments, self.problem = needs
         self.state = HubState.QUEUED
-        self.history: List[HubEvent] = []
+        self.history = 0  # its last events (`_EVENT_CODES`), for the error of a missing transition
         self.waits = 0  # the waits it began (a timeout belongs to one of them)
+
+
+_Plan = Tuple[HubState, Tuple[Callable[[InProcessor, Any], None], ...], bool, int]
+
+
+def _story(history: int) -> List[HubEvent]:
+    events = []
+    while history:
+        events.append(_EVENTS[(history & 15) - 1])
+        history >>= 4
+    return events[::-1]
 
 
 class ProcessorCore:
@@ -168,10 +185,10 @@ class ProcessorCore:
         self.caches: ProcessorCaches[Any] = ProcessorCaches(
             object_cache_bytes, function_cache_capacity, serializer_cache_capacity
         )
-        self._tasks: Dict[bytes, _InHub] = {}
-        self._fifo: Deque[_InHub] = deque()  # the tasks read, not started, in the order they start
-        self._resumable: Deque[_InHub] = deque()  # the tasks whose wait is over, in the order the waits ended
-        self._running: Optional[_InHub] = None
+        self._tasks: Dict[bytes, InProcessor] = {}
+        self._fifo: Deque[InProcessor] = deque()  # the tasks read, not started, in the order they start
+        self._resumable: Deque[InProcessor] = deque()  # the tasks whose wait is over, in the order the waits ended
+        self._running: Optional[InProcessor] = None
         self._waiting = 0
         self._deadlines: List[Tuple[float, int, int, bytes]] = []  # (when, sequence, wait, task ID) of timed waits
         self._sequence = itertools.count()
@@ -194,13 +211,24 @@ class ProcessorCore:
             Drop: self._on_drop,
         }
         A = HubAction
-        self._actions: Dict[HubAction, Callable[[_InHub, Any], None]] = {
+        carry_out: Dict[HubAction, Callable[[InProcessor, Any], None]] = {
             A.LEAVE_FIFO: self._leave_fifo,
             A.SAY_DROPPED: self._say_dropped,
             A.ANSWER: self._answer,
             A.SAY_WAITING: self._say_waiting,
             A.QUEUE_RESUME: self._queue_resume,
             A.SAY_RESUMED: self._say_resumed,
+        }
+        terminal = PROCESSOR_HUB_LIFECYCLE.terminal
+        # the table with the actions bound to this object: (next state, actions, whether it ends, the event's code)
+        self._plans: Dict[Tuple[HubState, HubEvent], _Plan] = {
+            (state, event): (
+                step.next_state,
+                tuple(carry_out[action] for action in step.actions),
+                step.next_state in terminal,
+                _EVENT_CODES[event],
+            )
+            for (state, event), step in PROCESSOR_HUB_LIFECYCLE.table.items()
         }
 
     def handle(self, event: Any, now: float) -> List[Any]:
@@ -220,22 +248,24 @@ class ProcessorCore:
         if self._read is _READ_ALL:
             self._drained = True
         else:  # one message, read idle: a task sent as nothing ran starts without reading (it is never dropped)
-            self._drained = bool(fifo) and not fifo[0].task.task.sent_ahead
+            self._drained = bool(fifo) and not fifo[0].task.sent_ahead
         self._move()
 
     def _on_task_ended(self, event: TaskEnded) -> None:
         running = self._running
         assert running is not None, "a task ended while none ran"
         self._running = None
-        self._take(event.messages, ())  # a Dropped it answers goes before the result
+        if event.messages:
+            self._take(event.messages, ())  # a Dropped it answers goes before the result
         self._drained = True
-        self._step(running, HubEvent.RESULT, event.result)
-        self._wakes(event.woken)
+        self._step(running, _RESULT, event.result)
+        if event.woken or self._deadlines:
+            self._wakes(event.woken)
         self._move()
 
     def _on_task_waits(self, event: TaskWaits) -> None:
         running = self._running
-        assert running is not None and running.task.task.task_id == event.task_id, "a wait of a task not running"
+        assert running is not None and running.task.task_id == event.task_id, "a wait of a task not running"
         self._running = None
         self._take(event.messages, ())
         self._drained = True
@@ -270,11 +300,9 @@ class ProcessorCore:
         fifo = self._fifo
         for message in messages:
             if type(message) is ProcessorTask:
-                incoming = self.caches.incoming(message, self._load)
-                loaded = incoming.function
-                if message.function is not None and loaded is not None:  # it was sent, and loaded (or not) now
-                    self._hold(FunctionLoaded(message.function_id, loaded.name))  # the agent names a task it stops
-                held = _InHub(incoming)
+                held = InProcessor(message, self.caches.incoming(message, self._load))
+                if message.function is not None and held.function is not None:  # sent, and loaded now: its name
+                    self._hold(FunctionLoaded(message.function_id, held.function.name))  # (a task stopped for memory)
                 tasks[message.task_id] = held
                 fifo.append(held)
             else:
@@ -316,14 +344,14 @@ class ProcessorCore:
             self._drained = False
             if fifo:
                 held = fifo.popleft()
-                self._step(held, HubEvent.START)
+                self._step(held, _START)
                 self._running = held
-                out.append(StartTask(held.task))
+                out.append(StartTask(held))
             else:
                 held = self._resumable.popleft()
                 self._step(held, HubEvent.RESUME)
                 self._running = held
-                out.append(ResumeTask(held.task.task.task_id))
+                out.append(ResumeTask(held.task.task_id))
             return
         self._flush()
         self._read = _READ_ONE
@@ -334,29 +362,27 @@ class ProcessorCore:
 
     # ------------------------------------------------------------------------- transitions and actions
 
-    def _step(self, held: _InHub, event: HubEvent, detail: Any = None) -> None:
+    def _step(self, held: InProcessor, event: HubEvent, detail: Any = None) -> None:
         """Move ``held`` on ``event`` as the table says and carry out the transition's actions; a pair missing
         from the table raises `TransitionError` naming the task and its recent events (a bug)."""
-        transition = _TABLE.get((held.state, event)) or PROCESSOR_HUB_LIFECYCLE.step(
-            held.state, event, held.task.task.task_id.hex(), held.history
-        )
-        history = held.history
-        history.append(event)
-        if len(history) > _HISTORY_LENGTH:
-            del history[0]
-        held.state = transition.next_state
-        for action in transition.actions:
-            self._actions[action](held, detail)
-        if held.state in _TERMINAL:
-            del self._tasks[held.task.task.task_id]
+        plan = self._plans.get((held.state, event))
+        if plan is None:
+            PROCESSOR_HUB_LIFECYCLE.step(held.state, event, held.task.task_id.hex(), _story(held.history))  # raises
+            return
+        held.state, actions, ends, code = plan
+        held.history = ((held.history << 4) | code) & _HISTORY_MASK
+        for action in actions:
+            action(held, detail)
+        if ends:
+            del self._tasks[held.task.task_id]
 
-    def _leave_fifo(self, held: _InHub, detail: Any) -> None:
+    def _leave_fifo(self, held: InProcessor, detail: Any) -> None:
         self._fifo.remove(held)
 
-    def _say_dropped(self, held: _InHub, detail: Any) -> None:
-        self._hold(Dropped(held.task.task.task_id))  # with the results it comes among
+    def _say_dropped(self, held: InProcessor, detail: Any) -> None:
+        self._hold(Dropped(held.task.task_id))  # with the results it comes among
 
-    def _answer(self, held: _InHub, result: ProcessorResult) -> None:
+    def _answer(self, held: InProcessor, result: ProcessorResult) -> None:
         """Hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
         starts now, and should it run long, the flusher sends what is held (`HeldDue`)."""
         if (
@@ -368,20 +394,20 @@ class ProcessorCore:
         else:
             self._send(result)
 
-    def _say_waiting(self, held: _InHub, timeout: Optional[float]) -> None:
+    def _say_waiting(self, held: InProcessor, timeout: Optional[float]) -> None:
         held.waits += 1
         self._waiting += 1
         if timeout is not None:
-            entry = (self._now + timeout, next(self._sequence), held.waits, held.task.task.task_id)
+            entry = (self._now + timeout, next(self._sequence), held.waits, held.task.task_id)
             heapq.heappush(self._deadlines, entry)
-        self._send(TaskWaiting(held.task.task.task_id, True))
+        self._send(TaskWaiting(held.task.task_id, True))
 
-    def _queue_resume(self, held: _InHub, detail: Any) -> None:
+    def _queue_resume(self, held: InProcessor, detail: Any) -> None:
         self._waiting -= 1
         self._resumable.append(held)
 
-    def _say_resumed(self, held: _InHub, detail: Any) -> None:
-        self._send(TaskWaiting(held.task.task.task_id, False))
+    def _say_resumed(self, held: InProcessor, detail: Any) -> None:
+        self._send(TaskWaiting(held.task.task_id, False))
 
     # ------------------------------------------------------------------------- what goes to the agent
 
@@ -418,7 +444,7 @@ class ProcessorCore:
     @property
     def fifo(self) -> List[bytes]:
         """The IDs of the tasks read and not started, in the order they start."""
-        return [held.task.task.task_id for held in self._fifo]
+        return [held.task.task_id for held in self._fifo]
 
     @property
     def waiting(self) -> int:

@@ -1,7 +1,7 @@
 """One task's call in the processor: its function loaded, its arguments read, its result (or failure) written.
 
 The processor (`processor.py`) calls `call_task` in the task's own greenlet; what a task needs was taken from
-the caches as it was read (`processor_caches.Incoming`); a function or a serializer is kept loaded there
+the caches as it was read (`processor_core.InProcessor`); a function or a serializer is kept loaded there
 (`Loaded`, which holds the exception of a load that failed, so that the cache, which the agent mirrors,
 holds an entry either way). A result's payload is the serializer's (`scaler.protocol.serializer`): the
 default one's large buffers cross the Pipe out of band; a failure's is `task_failure`'s.
@@ -20,7 +20,7 @@ from scaler.protocol.messages import TaskStatus
 from scaler.protocol.serializer import DefaultSerializer, deserialize_payload, serialize_payload
 from scaler.protocol.task_runs import function_name
 from scaler.worker.memory_limit import refused_allocation
-from scaler.worker.processor_caches import Incoming
+from scaler.worker.processor_core import InProcessor
 from scaler.worker.processor_protocol import ProcessorResult
 from scaler.worker.task_failure import error_line, failure_payload
 
@@ -47,28 +47,28 @@ class Loaded:
 
 
 def call_task(
-    incoming: Incoming[Loaded],
+    held: InProcessor,
     started: float,
     memory_limit: int,
     output: Optional[Callable[[], None]] = None,
 ) -> ProcessorResult:
-    """Run ``incoming`` (started at ``started``, `time.perf_counter`): its result, or its failure. ``output``:
+    """Run ``held`` (started at ``started``, `time.perf_counter`): its result, or its failure. ``output``:
     called once the function returned or raised, before the result is made (a task that streams its output
     sends the rest of it first); ``memory_limit`` (bytes, 0: none): a `MemoryError` past it is the limit's."""
-    task = incoming.task
-    function = incoming.function
+    task = held.task
+    function = held.function
     name = function.name if function is not None else ""
-    for entry in (function, incoming.serializer):
+    for entry in (function, held.serializer):
         if entry is not None and entry.error is not None:
             return _failed(task.task_id, entry.error, entry.traceback_text)._replace(function=name)
-    if incoming.problem is not None or function is None:
-        return _failed(task.task_id, incoming.problem or RuntimeError("no function"), "")._replace(function=name)
-    serializer = incoming.serializer.value if incoming.serializer is not None else _DEFAULT_SERIALIZER
+    if held.problem is not None or function is None:
+        return _failed(task.task_id, held.problem or RuntimeError("no function"), "")._replace(function=name)
+    serializer = held.serializer.value if held.serializer is not None else _DEFAULT_SERIALIZER
 
     try:
         positional: List[Any] = []
         named: Dict[str, Any] = {}
-        for argument, payload, _ in incoming.arguments:
+        for argument, payload, _ in held.arguments:
             value = deserialize_payload(serializer, payload)
             if argument:
                 named[argument] = value
@@ -84,26 +84,31 @@ def call_task(
         failure, value = raised, None
     if output is not None:
         output()  # before the result: the client prints the output, then the result arrives
-    if failure is not None:
+    over_memory = False
+    if failure is None:
+        try:
+            payload = serialize_payload(serializer, value)
+            if type(payload) is list:  # the default serializer's frames: the large ones cross the Pipe out of band
+                payload = [PickleBuffer(frame) for frame in payload]
+            elif isinstance(payload, (bytes, bytearray, memoryview)):
+                payload = bytes(payload)
+            else:
+                raise TypeError(f"the serializer returned {type(payload).__name__}, not bytes")
+        except Exception as error:
+            problem = TypeError(f"the result of the task could not be serialized: {type(error).__name__}: {error}")
+            return _failed(task.task_id, problem, traceback.format_exc())._replace(
+                seconds=time.perf_counter() - started, function=name, ended=time.monotonic()
+            )
+        status, error_text, line = TaskStatus.SUCCESS, "", ""
+    else:
         over_memory = isinstance(failure, MemoryError) and memory_limit > 0  # (memory_limit.bound_data_segment)
         reported = refused_allocation(name, memory_limit) if over_memory else failure
-        result = _failed(task.task_id, reported, _user_traceback(failure))._replace(over_memory=over_memory)
-    else:
-        result = _success(task.task_id, value, serializer)
-    return result._replace(seconds=time.perf_counter() - started, function=name, ended=time.monotonic())
-
-
-def _success(task_id: bytes, value: Any, serializer: Any) -> ProcessorResult:
-    try:
-        payload = serialize_payload(serializer, value)
-        if type(payload) is list:  # the default serializer's frames: the large ones cross the Pipe out of band
-            return ProcessorResult(task_id, TaskStatus.SUCCESS, [PickleBuffer(frame) for frame in payload], "", None)
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"the serializer returned {type(payload).__name__}, not bytes")
-    except Exception as error:
-        problem = TypeError(f"the result of the task could not be serialized: {type(error).__name__}: {error}")
-        return _failed(task_id, problem, traceback.format_exc())
-    return ProcessorResult(task_id, TaskStatus.SUCCESS, bytes(payload), "", None)
+        payload, error_text = failure_payload(reported, _user_traceback(failure))
+        status, line = TaskStatus.FAILED, error_line(reported)
+    seconds = time.perf_counter() - started
+    return ProcessorResult(
+        task.task_id, status, payload, error_text, None, seconds, name, line, time.monotonic(), over_memory
+    )
 
 
 def _failed(task_id: bytes, error: BaseException, traceback_text: str) -> ProcessorResult:
