@@ -35,6 +35,7 @@ def test_public_names():
     from scaler.client._version import __version__
 
     assert scaler.__version__ == __version__ == "0.2.0"
+    assert set(scaler.__all__) == set(scaler._MODULE_OF) and all(getattr(scaler, name) for name in scaler.__all__)
     assert scaler.Client is scaler.client.Client
     assert scaler.DisconnectedError is scaler.protocol.errors.DisconnectedError
 

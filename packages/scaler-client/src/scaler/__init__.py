@@ -92,4 +92,32 @@ def __dir__() -> List[str]:
     return sorted({*globals(), *_MODULE_OF})
 
 
-__all__ = sorted(_MODULE_OF)
+__all__ = [
+    "Client",
+    "DefaultSerializer",
+    "DisconnectedError",
+    "GraphCycleError",
+    "GraphError",
+    "GraphKeyError",
+    "MemoryLimitError",
+    "ObjectNotFoundError",
+    "ObjectReference",
+    "ObjectStorageRefusedError",
+    "ProtocolError",
+    "RemoteTaskError",
+    "RemoteTraceback",
+    "ScalerError",
+    "ShutdownRefusedError",
+    "ScalerExecutor",
+    "ScalerFuture",
+    "SchedulerClusterCombo",
+    "SecurityConfig",
+    "SecurityError",
+    "Serializer",
+    "TaskCancelledError",
+    "TaskRejectedError",
+    "TaskTimeoutError",
+    "WorkerDiedError",
+    "__version__",
+    "progress",
+]

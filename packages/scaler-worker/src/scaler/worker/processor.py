@@ -3,13 +3,14 @@
 Started by the agent with the multiprocessing "spawn" context, so it inherits nothing of the agent's ZeroMQ
 state. Its core (`processor_core.ProcessorCore`) decides everything `processor_protocol` promises the agent:
 the FIFO of tasks sent ahead, the caches, which results are held for company and when they go, and which task
-runs, waits or resumes when. This shell does what the core says: it reads and writes the Pipe, runs each task
-in a greenlet of its own (`greenlet`: stack switching in one thread) under the hub (`_Processor.serve`, the
-main greenlet), and sends what is held once the core says it is due from a thread of its own, the flusher,
-should the task that started meanwhile run long (`_send_late`; every send, the hub's and the flusher's, and
-every call of the core, takes one lock, so they leave in order). It never talks to the scheduler or the
-storage server for the agent: a cancel, a timeout or a crash costs the agent only this process, which it
-replaces.
+runs, waits or resumes when. This shell does what the core says: it reads and writes the Pipe, and runs each
+task in a greenlet of its own (`greenlet`: stack switching in one thread) under the hub (`_Processor.serve`,
+the main greenlet). A thread of its own, the watcher, does what must happen while the hub runs a task that
+takes long: it sends the results held for company once the core says they are due, and reads the Pipe beside
+a task that has run `READ_BESIDE_SECONDS` (so that the agent can take back the tasks it sent ahead behind it).
+Every call of the core, every send and every read of the Pipe while a task runs takes one lock, so they happen
+in order. It never talks to the scheduler or the storage server for the agent: a cancel, a timeout or a crash
+costs the agent only this process, which it replaces.
 
 Nested tasks. The processor installs a task context for the Scaler client (`scaler.protocol.task_context`):
 when a task waits there (on `result()` of a task it submitted, in `Client.map`, ...), it asks what it waits
@@ -33,7 +34,7 @@ import time
 import tracemalloc
 from collections import deque
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Deque, Dict, List, NoReturn, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, NoReturn, Optional, Tuple
 
 import greenlet
 
@@ -50,6 +51,7 @@ from scaler.worker.processor_core import (
     Leave,
     ProcessorCore,
     ReadAll,
+    ReadBeside,
     ReadOne,
     ResumeTask,
     SendToAgent,
@@ -57,7 +59,7 @@ from scaler.worker.processor_core import (
     TaskEnded,
     TaskWaits,
 )
-from scaler.worker.processor_protocol import RESULT_HOLD_LIMIT_SECONDS, PipeEnd
+from scaler.worker.processor_protocol import READ_BESIDE_SECONDS, RESULT_HOLD_LIMIT_SECONDS, PipeEnd
 from scaler.worker.task_call import Loaded, call_task
 from scaler.worker.task_output import OutputCapture
 
@@ -70,7 +72,14 @@ RECURSION_LIMIT = 10_000
 _WAITS = object()  # what a task's greenlet hands the hub when it waits (a finished one hands its result)
 _SPARE_GREENLETS = 16  # greenlets kept for the next tasks once theirs ended (making one costs several µs)
 _NOTHING: Tuple[Any, ...] = ()
-_NEVER = float("inf")  # `ProcessorCore.send_held_by` while nothing is held
+_NEVER = float("inf")  # `ProcessorCore.send_held_by` while nothing is held, `read_beside_from` while none runs
+
+
+class _Ran(NamedTuple):
+    """A task the hub ran ended (its result) or waits (`_WAITS`): the Pipe is read next, under the lock."""
+
+    started: Any
+    outcome: Any
 
 
 class _Started:
@@ -169,11 +178,12 @@ class _Processor:
         self._pipe = PipeEnd(connection)
         self._memory_limit = memory_limit
         self._core = ProcessorCore(Loaded, object_cache_bytes, function_cache_capacity, serializer_cache_capacity)
-        # every call of the core and every send takes it: the hub's, and the flusher thread's
+        # every call of the core, every send, and every read of the Pipe while a task runs takes it: the hub's, and
+        # the watcher thread's
         self._lock = threading.Lock()
-        self._flusher_wake = threading.Condition(self._lock)
-        self._flusher: Optional[threading.Thread] = None  # started the first time results are held
-        self._flusher_idle = True  # it waits without a timeout: a hold must wake it
+        self._watcher_wake = threading.Condition(self._lock)
+        self._watcher: Optional[threading.Thread] = None  # started the first time a task runs
+        self._watcher_look = _NEVER  # when the watcher looks next, unless woken
         self._stopping = False
         self._hub = greenlet.getcurrent()
         self._spare: List[greenlet.greenlet] = []  # greenlets whose task ended, each ready for another
@@ -206,12 +216,14 @@ class _Processor:
         event: Any = FromAgent(_NOTHING)
         while event is not None:
             with lock:
+                if type(event) is _Ran:
+                    event = self._ran(event)  # the Pipe is read under the lock: the watcher may read it too
                 effects = core.handle(event, monotonic())
                 move = effects.pop()
                 for effect in effects:
                     self._send(effect)
-                if self._flusher_idle and core.send_held_by != _NEVER:
-                    self._wake_flusher()
+                if core.send_held_by < self._watcher_look or core.read_beside_from < self._watcher_look:
+                    self._wake_watcher()
             event = moves[type(move)](move)
 
     def running_task(self) -> Optional[Tuple[bytes, bytes]]:
@@ -286,7 +298,7 @@ class _Processor:
     def _leave(self, move: Leave) -> None:
         with self._lock:
             self._stopping = True
-            self._flusher_wake.notify()
+            self._watcher_wake.notify()
         return None
 
     def _die(self, move: Die) -> NoReturn:
@@ -294,8 +306,8 @@ class _Processor:
 
     # ------------------------------------------------------------------------- switching
 
-    def _switch_to(self, started: _Started, held: Optional[InProcessor]) -> Any:
-        """Run ``started`` until it ends or waits; then read what is readable: the core's next event."""
+    def _switch_to(self, started: _Started, held: Optional[InProcessor]) -> _Ran:
+        """Run ``started`` until it ends or waits."""
         self._current = started
         if started.streams is not None:  # a task that streams its output, resumed
             sys.stdout, sys.stderr = started.streams
@@ -309,15 +321,14 @@ class _Processor:
                 sys.stdout, sys.stderr = self._plain_streams
         if started.profiled:
             outcome = self._pause_profile(started, outcome)
-        # the Pipe is read before the agent hears that the task ended or waits, and not again before the head of
-        # the FIFO starts: a Dropped for the head comes ahead of that notice, or the head has started
-        pipe = self._pipe
-        messages = []
-        try:
-            while pipe.poll(0):
-                messages.append(pipe.receive())
-        except (EOFError, OSError):
-            _agent_gone()
+        return _Ran(started, outcome)
+
+    def _ran(self, ran: _Ran) -> Any:
+        """The task ended or waits: read what is readable (with the lock held), the core's next event. The Pipe is
+        read before the agent hears that the task ended or waits, and not again before the head of the FIFO
+        starts: a Dropped for the head comes ahead of that notice, or the head has started."""
+        started, outcome = ran
+        messages = self._read_readable()
         woken = self._collect_wakes() if self._woken else _NOTHING
         if outcome is _WAITS:
             self._switched_out[started.task_id] = started
@@ -326,6 +337,16 @@ class _Processor:
             self._spare.append(started.greenlet)
         _flush_standard_streams()
         return TaskEnded(outcome, messages, woken)
+
+    def _read_readable(self) -> List[Any]:
+        pipe = self._pipe
+        messages = []
+        try:
+            while pipe.poll(0):
+                messages.append(pipe.receive())
+        except (EOFError, OSError):
+            _agent_gone()
+        return messages
 
     def _run_tasks(self, held: InProcessor, started: _Started) -> None:
         """The body of a greenlet: run a task, hand its result to the hub, and the next task the hub gives."""
@@ -380,7 +401,7 @@ class _Processor:
                 over.append(started.task_id)
         return over
 
-    # ------------------------------------------------------------------------- sending (with the lock held)
+    # ------------------------------------------------------------------------- with the lock held: sending, the watcher
 
     def _send(self, effect: SendToAgent) -> None:
         try:
@@ -388,41 +409,60 @@ class _Processor:
         except (OSError, ValueError):
             _agent_gone()
 
-    def _wake_flusher(self) -> None:
-        """Results are held and the flusher sleeps without a timeout: wake it, or start it the first time."""
-        self._flusher_idle = False
-        if self._flusher is None:
-            self._flusher = threading.Thread(target=self._send_late, name="scaler-held-results", daemon=True)
-            self._flusher.start()
+    def _wake_watcher(self) -> None:
+        """Something is due before the watcher's next look (results held, a task that may run long): wake it, or
+        start it the first time."""
+        self._watcher_look = 0.0  # (woken: it looks now)
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="scaler-processor-watcher", daemon=True)
+            self._watcher.start()
         else:
-            self._flusher_wake.notify()
+            self._watcher_wake.notify()
 
-    def _send_late(self) -> None:
-        """The flusher thread: send what the hub holds once the core says it is due (the task that started
-        meanwhile runs long). While the hub holds results now and then it looks every `RESULT_HOLD_LIMIT_SECONDS`,
-        rather than be woken for each hold; once a look finds no hold since the last, it sleeps until the hub
-        wakes it (`_wake_flusher`)."""
+    def _watch(self) -> None:
+        """The watcher thread: send what the hub holds once the core says it is due, and read the Pipe beside a
+        task that runs long (`ProcessorCore.read_beside_from`). While the hub holds results now and then it looks
+        every `RESULT_HOLD_LIMIT_SECONDS`, and while tasks start now and then every `READ_BESIDE_SECONDS`, rather
+        than be woken for each; once a look finds nothing held, no task running and none started since the last
+        look, it sleeps until the hub wakes it (`_wake_watcher`, when something is due before its next look)."""
         core = self._core
-        wake = self._flusher_wake
-        seen = -1
+        wake = self._watcher_wake
+        seen_holds = seen_starts = -1
         with wake:
             while not self._stopping:
+                now = time.monotonic()
                 due = core.send_held_by
-                if due != _NEVER:
-                    now = time.monotonic()
-                    if now >= due:
-                        for effect in core.handle(HeldDue(), now):
-                            self._send(effect)
-                        continue
-                    delay = due - now
-                elif core.holds != seen:
-                    delay = RESULT_HOLD_LIMIT_SECONDS
-                else:
-                    self._flusher_idle = True
-                    wake.wait()
+                if due <= now:
+                    for effect in core.handle(HeldDue(), now):
+                        self._send(effect)
                     continue
-                seen = core.holds
-                wake.wait(delay)
+                beside = core.read_beside_from
+                if beside <= now:
+                    self._read_beside(min(due, now + READ_BESIDE_SECONDS) - now)
+                    continue
+                if due != _NEVER or core.holds != seen_holds:  # held, or held lately
+                    look = min(due, beside, now + RESULT_HOLD_LIMIT_SECONDS)
+                elif beside != _NEVER or core.starts != seen_starts:  # a task runs, or ran lately: it may run long
+                    look = min(beside, now + READ_BESIDE_SECONDS)
+                else:
+                    look = _NEVER
+                seen_holds, seen_starts = core.holds, core.starts
+                self._watcher_look = look
+                wake.wait(None if look == _NEVER else look - now)
+
+    def _read_beside(self, timeout: float) -> None:
+        """A task has run long: wait up to ``timeout`` for the agent to write (without the lock), and hand the core
+        what it wrote if that task (or another long one) still runs: the hub reads the Pipe only between tasks."""
+        self._watcher_look = time.monotonic() + timeout
+        self._lock.release()
+        try:
+            readable = self._pipe.poll(timeout)
+        finally:
+            self._lock.acquire()
+        now = time.monotonic()
+        if readable and self._core.read_beside_from <= now:
+            for effect in self._core.handle(ReadBeside(self._read_readable()), now):
+                self._send(effect)
 
     # ------------------------------------------------------------------------- profiling
 

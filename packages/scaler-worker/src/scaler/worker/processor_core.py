@@ -11,10 +11,13 @@ greenlet of its own; this core decides, in the order `processor_protocol` promis
   (the messages come with `TaskEnded` and `TaskWaits`); and all that is readable before a task starts or
   resumes, unless the Pipe was read since the last task ended or waited, or the head of the FIFO was sent as
   nothing ran (`ReadAll`; such a task is never dropped);
+- while a task runs long (`READ_BESIDE_SECONDS` or more), the Pipe is also read beside it, by the shell's
+  watcher thread (`ReadBeside`), and a ``Drop`` answered at once: the agent takes back the tasks it sent ahead
+  behind a task that may never end (to give them to an idle worker);
 - the results held for company: a result waits for the next one during a run of quick tasks (the task took
   less than `RESULT_HOLD_TASK_SECONDS`, the FIFO is not empty and the oldest held is younger than
   `RESULT_HOLD_SECONDS`); what is held goes with the next message the hub sends, or when it idles, or once
-  the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old (`HeldDue`: the shell's flusher thread asks, while the
+  the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old (`HeldDue`: the shell's watcher thread asks, while the
   hub runs a long task);
 - nested tasks: a task that waits switches out (``TaskWaiting(id, True)``, at once); a task whose wait is over
   (the shell saw what it waits for done, or its timeout passed here) is resumed when no task runs and the
@@ -22,8 +25,9 @@ greenlet of its own; this core decides, in the order `processor_protocol` promis
 
 Each task's life here is one table (`processor_task_lifecycle`). Every event a hub handles ends its effects
 with one move, what the hub does next (`StartTask`, `ResumeTask`, `ReadOne`, `ReadAll`, `Idle`, `Leave`,
-`Die`), which the shell answers with the next event; the effects before it are `SendToAgent`s, sent in order.
-The shell calls `handle` with a lock held, as its flusher thread calls it too.
+`Die`), which the shell answers with the next event; the effects before it are `SendToAgent`s, sent in order
+(`HeldDue` and `ReadBeside` come from the watcher while the hub runs a task: they only send). The shell calls
+`handle` with a lock held, as its watcher thread calls it too.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from scaler.worker.processor_caches import ProcessorCaches
 from scaler.worker.processor_protocol import (
     FUNCTION_CACHE_CAPACITY,
     OBJECT_CACHE_BYTES,
+    READ_BESIDE_SECONDS,
     RESULT_HOLD_LIMIT_SECONDS,
     RESULT_HOLD_SECONDS,
     RESULT_HOLD_TASK_SECONDS,
@@ -85,7 +90,14 @@ class AgentGone(NamedTuple):
 
 
 class HeldDue(NamedTuple):
-    """The flusher thread looks: what is held goes if the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old."""
+    """The watcher thread looks: what is held goes if the oldest of it is `RESULT_HOLD_LIMIT_SECONDS` old."""
+
+
+class ReadBeside(NamedTuple):
+    """What the watcher thread read from the Pipe while the task that runs had run `READ_BESIDE_SECONDS` or
+    more (`ProcessorCore.read_beside_from`): a ``Drop`` of a task sent ahead is answered at once."""
+
+    messages: Sequence[Any]
 
 
 # ----------------------------------------------------------------------------- effects
@@ -189,6 +201,7 @@ class ProcessorCore:
         self._fifo: Deque[InProcessor] = deque()  # the tasks read, not started, in the order they start
         self._resumable: Deque[InProcessor] = deque()  # the tasks whose wait is over, in the order the waits ended
         self._running: Optional[InProcessor] = None
+        self._running_since = 0.0  # when the task that runs started or resumed
         self._waiting = 0
         self._deadlines: List[Tuple[float, int, int, bytes]] = []  # (when, sequence, wait, task ID) of timed waits
         self._sequence = itertools.count()
@@ -196,7 +209,8 @@ class ProcessorCore:
         self._drained = False  # the Pipe was read since the last task ended or waited: start without reading
         self._held: List[Any] = []  # messages for the agent held for company
         self._held_since = 0.0
-        self.holds = 0  # how many times messages were held (the flusher looks again while it grows)
+        self.holds = 0  # how many times messages were held (the watcher looks again while it grows)
+        self.starts = 0  # how many times a task started or resumed (likewise)
         self._now = 0.0
         self._out: List[Any] = []
         self._handlers: Dict[type, Callable[[Any], None]] = {
@@ -205,6 +219,7 @@ class ProcessorCore:
             TaskWaits: self._on_task_waits,
             AgentGone: self._on_agent_gone,
             HeldDue: self._on_held_due,
+            ReadBeside: self._on_read_beside,
         }
         self._message_handlers: Dict[type, Callable[[Any], None]] = {
             list: self._on_list,
@@ -288,6 +303,10 @@ class ProcessorCore:
         if self._held and self._now >= self._held_since + RESULT_HOLD_LIMIT_SECONDS:
             self._flush()
 
+    def _on_read_beside(self, event: ReadBeside) -> None:
+        self._take(event.messages, ())
+        self._flush()  # a Dropped goes at once: the task that runs may not end soon
+
     def _take(self, messages: Sequence[Any], woken: Sequence[bytes]) -> None:
         handlers = self._message_handlers
         for message in messages:
@@ -346,11 +365,15 @@ class ProcessorCore:
                 held = fifo.popleft()
                 self._step(held, _START)
                 self._running = held
+                self._running_since = self._now
+                self.starts += 1
                 out.append(StartTask(held))
             else:
                 held = self._resumable.popleft()
                 self._step(held, HubEvent.RESUME)
                 self._running = held
+                self._running_since = self._now
+                self.starts += 1
                 out.append(ResumeTask(held.task.task_id))
             return
         self._flush()
@@ -384,7 +407,7 @@ class ProcessorCore:
 
     def _answer(self, held: InProcessor, result: ProcessorResult) -> None:
         """Hold the result for company only during a run of quick tasks, and never long: the head of the FIFO
-        starts now, and should it run long, the flusher sends what is held (`HeldDue`)."""
+        starts now, and should it run long, the watcher sends what is held (`HeldDue`)."""
         if (
             self._fifo
             and result.seconds < RESULT_HOLD_TASK_SECONDS
@@ -436,6 +459,16 @@ class ProcessorCore:
     def send_held_by(self) -> float:
         """When what is held must go (math.inf: nothing is held)."""
         return self._held_since + RESULT_HOLD_LIMIT_SECONDS if self._held else math.inf
+
+    @property
+    def read_beside_from(self) -> float:
+        """From when the Pipe is read beside the task that runs (math.inf: none runs)."""
+        return self._running_since + READ_BESIDE_SECONDS if self._running is not None else math.inf
+
+    @property
+    def started_tasks(self) -> List[bytes]:
+        """The IDs of the tasks started: running, waiting, or resumable."""
+        return [task_id for task_id, held in self._tasks.items() if held.state is not HubState.QUEUED]
 
     def state_of(self, task_id: bytes) -> Optional[HubState]:
         held = self._tasks.get(task_id)

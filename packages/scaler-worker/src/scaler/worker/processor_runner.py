@@ -16,7 +16,10 @@ ahead (several in one Pipe message), so that the processor starts the next one w
 agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
 so when the last running task ends or waits, the head of the inbox has started (its timeout counts from
 then). Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor
-answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back.
+answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the
+tasks sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer
+alone): the processor answers even while the task before them runs on, once it has run long
+(`READ_BESIDE_SECONDS`), so a task that never ends keeps none of them.
 
 Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor
 (`TaskWaiting`); the runner tells the core (`RunnerOwner.waiting`, which tells the scheduler: the task no
@@ -242,6 +245,16 @@ class ProcessorRunner:
         drops, self._drops = self._drops, []
         if drops:
             out.append(SendToProcessor(self._processor_id, drops))
+
+    def take_back(self, owner: RunnerOwner, count: int, out: List[Any]) -> None:
+        """Take back up to ``count`` tasks sent ahead (those that would start last first): the processor gives them
+        up, if they have not started, even while the task before them runs on (it reads its Pipe beside a task
+        that runs long), and they return to the queue (`RunnerOwner.returned`). Nothing more is sent ahead until a
+        task ends quickly: the one that runs may never end."""
+        taken = [sent for sent in reversed(self._inbox) if sent.state is _SENT][:count]
+        if taken:
+            self._quick = False
+            self._recall(taken, owner, out)
 
     def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
         if task_id in self._tasks:

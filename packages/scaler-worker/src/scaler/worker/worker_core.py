@@ -347,10 +347,13 @@ class WorkerCore:
             self._answers.message(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
 
     def _on_balance_request(self, request: m.BalanceRequest) -> None:
-        """Give back up to ``count`` queued tasks (never one the runner has): those that would run last."""
+        """Give back up to ``count`` queued tasks: those that would run last. Short of them, the runner is asked
+        for those it took and has not started (they come back to the queue, for the next request)."""
         given = self._queue.last(request.count, self._runner.newest_first)
         for entry in given:
             self._apply(entry, _E.BALANCE)
+        if len(given) < request.count:
+            self._runner.take_back(self, request.count - len(given), self._out)
         self._answers.message(m.BalanceResponse([entry.task.task_id for entry in given]))
 
     # ------------------------------------------------------------------------- the storage server's answers
