@@ -501,6 +501,17 @@ def test_a_higher_priority_task_takes_back_the_lower_ones_sent_ahead():
     assert h.run_all() == [task_id(2), task_id(9), task_id(3), task_id(4), task_id(5)]
 
 
+def test_a_balance_the_queue_cannot_answer_takes_back_what_was_sent_ahead_for_the_next_one():
+    h = pipelined(5, depth=2)  # task 2 runs; 3 and 4 are sent ahead; 5 is queued
+    assert h.balance(2) == [task_id(5)]  # the queue had one; of those sent ahead, the one that would run last is asked
+    assert h.pipe[-1] == [Drop(task_id(4))]
+    h.assign(make_task(6))
+    assert h.runner.inbox == [task_id(3), task_id(4)]  # nothing more is sent ahead behind task 2: it may never end
+    h.tell(h.processor_finishes()._replace(seconds=5.0))  # it ends at last (the processor read the Drop first)
+    assert h.balance(2) == [task_id(6), task_id(4)]  # task 4 came back to the queue: it moves now
+    assert h.run_all() == [task_id(3)]
+
+
 # ----------------------------------------------------------------------------- object cache of the processor
 
 
