@@ -27,7 +27,7 @@ from scaler.worker.processor_core import ReadOne
 _TERMINAL = {"finished", "died", "cancelled"}
 
 
-def _live(machine: "ProcessorPairMachine") -> bool:
+def _live(machine: ProcessorPairMachine) -> bool:
     return not machine.left and machine.pair.current is not None and machine.pair.current.alive
 
 
