@@ -190,14 +190,14 @@ def test_a_quick_tasks_result_held_for_company_is_sent_while_the_long_task_after
     finally:
         release.touch()
     assert agent.expect_result(long.task_id) is None
-    agent.link.close()  # the flusher thread it started does not keep it alive
+    agent.link.close()  # the watcher thread it started does not keep it alive
     wait_until(lambda: agent.link.process.exitcode is not None, "the processor to exit")
     assert agent.link.process.exitcode == 0
 
 
-def test_results_sent_by_the_hub_and_by_the_flusher_arrive_once_each_and_in_order(agent: Agent):
+def test_results_sent_by_the_hub_and_by_the_watcher_arrive_once_each_and_in_order(agent: Agent):
     # runs of quick tasks (their results held) each ended by a task longer than RESULT_HOLD_LIMIT_SECONDS (the
-    # flusher sends what is held while it runs, as the hub holds and sends on either side of it)
+    # watcher thread sends what is held while it runs, as the hub holds and sends on either side of it)
     sent: List[bytes] = []
     loaded: set = set()
     for start in range(0, 600, 50):

@@ -124,7 +124,7 @@ def test_a_slow_result_and_an_old_hold_go_at_once():
     assert hub.handle(TaskEnded(result(3, QUICK))) == [[result(2, QUICK), result(3, QUICK)]]
 
 
-def test_what_is_held_goes_when_the_flusher_finds_it_due_while_the_next_task_runs():
+def test_what_is_held_goes_when_the_watcher_finds_it_due_while_the_next_task_runs():
     hub = Hub()
     hub.handle(FromAgent([[task(1), task(2, sent_ahead=True)]]))
     hub.handle(TaskEnded(result(1, QUICK)))

@@ -2,7 +2,7 @@
 
 The processor (`processor.py`) calls `call_task` in the task's own greenlet; what a task needs was taken from
 the caches as it was read (`processor_core.InProcessor`); a function or a serializer is kept loaded there
-(`Loaded`, which holds the exception of a load that failed, so that the cache, which the agent mirrors,
+(`Loaded`, which holds the exception of a load that failed, so that the cache, of which the agent keeps a copy,
 holds an entry either way). A result's payload is the serializer's (`scaler.protocol.serializer`): the
 default one's large buffers cross the Pipe out of band; a failure's is `task_failure`'s.
 """
