@@ -134,7 +134,8 @@ class Shell:
         self.switched_out: Set[bytes] = set()
         self.woken: List[bytes] = []  # waiting tasks whose wait may be over, not collected yet
         self.read: List[bytes] = []  # every task it read, in order
-        self.ends: Dict[bytes, List[str]] = defaultdict(list)  # task -> answered, dropped (or abandoned)
+        self.written: List[Any] = []  # every message it wrote, one by one
+        self.abandoned: List[bytes] = []  # the tasks it held when the agent left
         self.alive = True
         self.move: Any = None
         self.feed(FromAgent(()))
@@ -163,12 +164,20 @@ class Shell:
             self.alive = False
 
     def _wrote(self, message: Any) -> None:
-        for part in message if type(message) is list else [message]:
-            if type(part) is ProcessorResult:
-                self.ends[part.task_id].append("answered")
-            elif type(part) is Dropped:
-                self.ends[part.task_id].append("dropped")
         self.pair.to_agent.append((self.processor_id, message))
+        self.written.extend(message if type(message) is list else [message])
+
+    def ended(self) -> Dict[bytes, List[str]]:
+        """Each task's ends the core said, or holds to say: answered, dropped (or abandoned, `Pair.agent_leaves`)."""
+        ends: Dict[bytes, List[str]] = defaultdict(list)
+        for part in [*self.written, *self.core.held_messages]:
+            if type(part) is ProcessorResult:
+                ends[part.task_id].append("answered")
+            elif type(part) is Dropped:
+                ends[part.task_id].append("dropped")
+        for task_id in self.abandoned:
+            ends[task_id].append("abandoned")
+        return ends
 
     def _take_pipe(self) -> List[Any]:
         taken, self.pipe = self.pipe, []
@@ -283,7 +292,7 @@ class Pair:
         assert type(shell.move) is (Die if held else Leave)
         for task_id in held:  # abandoned: the processor ends with them
             assert shell.core.state_of(task_id) is None
-            shell.ends[task_id].append("abandoned")
+            shell.abandoned.append(task_id)
 
     def settled(self) -> bool:
         """Nothing in flight: each end has read what the other wrote, and the processor holds nothing back."""

@@ -8,6 +8,7 @@ from typing import Any, List, Optional, Tuple
 
 import pytest
 from core_harness import make_task, task_id
+from processor_pair import FakeLoaded
 
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.messages import TaskStatus
@@ -44,11 +45,6 @@ from scaler.worker.task_runner import ReadyTask
 FUNCTION = b"F" * 16
 QUICK = 0.00001  # seconds: a task quick enough for its result to be held
 SLOW = 1.0
-
-
-class FakeLoaded:
-    def __init__(self, payload: bytes) -> None:
-        self.name = payload.decode()
 
 
 def task(number: int, sent_ahead: bool = False, function: Optional[bytes] = None, objects=()) -> ProcessorTask:

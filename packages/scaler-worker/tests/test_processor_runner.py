@@ -477,6 +477,16 @@ def test_processor_death_kills_the_running_task_and_puts_the_tasks_sent_ahead_ba
     assert h.run_all() == [task_id(4), task_id(5)]
 
 
+def test_what_a_dying_processor_wrote_counts_in_order_also_past_a_wait():
+    h = pipelined(3, depth=1)  # task 2 runs, task 3 is sent ahead
+    waiting = h.processor_waits()  # task 2 waits: the processor starts task 3, which ends
+    h.pump()
+    result = h.processor_finishes()
+    h.die("processor was killed by signal SIGKILL", last=[waiting, result])  # before the agent read either
+    statuses = {r.task_id: r.status for r in h.results()}
+    assert statuses == {task_id(3): m.TaskStatus.SUCCESS, task_id(2): m.TaskStatus.WORKER_DIED}  # 3 ran once
+
+
 def test_when_the_running_task_waits_the_tasks_sent_ahead_start_and_nothing_more_is_sent_ahead():
     h = pipelined(6, depth=2)
     assert h.runner.inbox == h.fifo_ids() == [task_id(3), task_id(4)]

@@ -275,12 +275,8 @@ class _Processor:
             return AgentGone()
 
     def _read_all(self, move: ReadAll) -> Any:
-        pipe = self._pipe
-        messages = []
-        try:
-            while pipe.poll(0):
-                messages.append(pipe.receive())
-        except (EOFError, OSError):
+        messages = self._read_readable()
+        if messages is None:
             return AgentGone()
         return FromAgent(messages, self._collect_wakes() if self._woken else _NOTHING)
 
@@ -329,6 +325,8 @@ class _Processor:
         starts: a Dropped for the head comes ahead of that notice, or the head has started."""
         started, outcome = ran
         messages = self._read_readable()
+        if messages is None:
+            _agent_gone()
         woken = self._collect_wakes() if self._woken else _NOTHING
         if outcome is _WAITS:
             self._switched_out[started.task_id] = started
@@ -338,14 +336,15 @@ class _Processor:
         _flush_standard_streams()
         return TaskEnded(outcome, messages, woken)
 
-    def _read_readable(self) -> List[Any]:
+    def _read_readable(self) -> Optional[List[Any]]:
+        """Every message readable now, without waiting; None when the Pipe ended (the agent is gone)."""
         pipe = self._pipe
         messages = []
         try:
             while pipe.poll(0):
                 messages.append(pipe.receive())
         except (EOFError, OSError):
-            _agent_gone()
+            return None
         return messages
 
     def _run_tasks(self, held: InProcessor, started: _Started) -> None:
@@ -461,7 +460,10 @@ class _Processor:
             self._lock.acquire()
         now = time.monotonic()
         if readable and self._core.read_beside_from <= now:
-            for effect in self._core.handle(ReadBeside(self._read_readable()), now):
+            messages = self._read_readable()
+            if messages is None:
+                _agent_gone()
+            for effect in self._core.handle(ReadBeside(messages), now):
                 self._send(effect)
 
     # ------------------------------------------------------------------------- profiling

@@ -247,8 +247,8 @@ class ProcessorCore:
         }
 
     def handle(self, event: Any, now: float) -> List[Any]:
-        """What to do about ``event`` at monotonic time ``now``: `SendToAgent`s, then (for every event but
-        `HeldDue`) the hub's next move."""
+        """What to do about ``event`` at monotonic time ``now``: `SendToAgent`s, then (for every event but the
+        watcher's, `HeldDue` and `ReadBeside`) the hub's next move."""
         out: List[Any] = []
         self._out = out
         self._now = now
@@ -258,7 +258,8 @@ class ProcessorCore:
     # ------------------------------------------------------------------------- events
 
     def _on_from_agent(self, event: FromAgent) -> None:
-        self._take(event.messages, event.woken)
+        self._take(event.messages)
+        self._wakes(event.woken)
         fifo = self._fifo
         if self._read is _READ_ALL:
             self._drained = True
@@ -271,7 +272,7 @@ class ProcessorCore:
         assert running is not None, "a task ended while none ran"
         self._running = None
         if event.messages:
-            self._take(event.messages, ())  # a Dropped it answers goes before the result
+            self._take(event.messages)  # a Dropped it answers goes before the result
         self._drained = True
         self._step(running, _RESULT, event.result)
         if event.woken or self._deadlines:
@@ -282,7 +283,7 @@ class ProcessorCore:
         running = self._running
         assert running is not None and running.task.task_id == event.task_id, "a wait of a task not running"
         self._running = None
-        self._take(event.messages, ())
+        self._take(event.messages)
         self._drained = True
         self._step(running, HubEvent.WAIT, event.timeout)
         self._wakes(event.woken)  # (its own wait may be over already)
@@ -304,14 +305,13 @@ class ProcessorCore:
             self._flush()
 
     def _on_read_beside(self, event: ReadBeside) -> None:
-        self._take(event.messages, ())
+        self._take(event.messages)
         self._flush()  # a Dropped goes at once: the task that runs may not end soon
 
-    def _take(self, messages: Sequence[Any], woken: Sequence[bytes]) -> None:
+    def _take(self, messages: Sequence[Any]) -> None:
         handlers = self._message_handlers
         for message in messages:
             handlers[type(message)](message)
-        self._wakes(woken)
 
     def _on_list(self, messages: List[Any]) -> None:
         """Tasks for the FIFO, to start in order (and maybe ``Drop``s)."""
@@ -459,6 +459,11 @@ class ProcessorCore:
     def send_held_by(self) -> float:
         """When what is held must go (math.inf: nothing is held)."""
         return self._held_since + RESULT_HOLD_LIMIT_SECONDS if self._held else math.inf
+
+    @property
+    def held_messages(self) -> List[Any]:
+        """What is held for company, in the order it will go."""
+        return list(self._held)
 
     @property
     def read_beside_from(self) -> float:

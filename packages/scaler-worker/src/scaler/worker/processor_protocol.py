@@ -39,8 +39,9 @@ Caches. A function, a serializer or an object-storage argument travels as bytes 
 processor needs it; afterwards its ID alone refers to the processor's cached copy. The processor updates its
 caches when it reads a task from the Pipe (not when it runs it), so the agent, which applies the same get/put
 sequence when it sends, keeps an exact copy, whatever order the tasks then run in and even if some are
-dropped: both ends take the rule from one module (`processor_caches`). When the processor loads a function the agent sent, it says its name
-(``FunctionLoaded``, as it reads the task), which the agent needs should it have to stop that task for memory.
+dropped: both ends take the rule from one module (`processor_caches`). When the processor loads a function
+the agent sent, it says its name (``FunctionLoaded``, as it reads the task), which the agent needs should it
+have to stop that task for memory.
 
 Memory. With a memory limit, the processor bounds its data segment to it (`memory_limit`): an allocation of a
 task past it fails, and its result says so (``ProcessorResult.over_memory``): the agent recycles the processor

@@ -341,13 +341,15 @@ class ProcessorRunner:
         self._stop_for_cancels(owner, out)  # a cancelled task started, and it did not end in this message
 
     def _on_ended(self, owner: RunnerOwner, ended: ProcessorEnded, out: List[Any]) -> None:
-        """The results it wrote before it ended count; every task started there and not ended died with it."""
+        """What it wrote before it ended counts, in order (results, and the waits and Dropped between them: a result
+        after a wait notice is of the task that started then); every task started there and not ended died with
+        it."""
         if ended.processor_id != self._processor_id:
             return
+        handlers = self._output_handlers
         for message in ended.last_messages:
             for each in message if type(message) is list else (message,):
-                if type(each) is ProcessorResult:
-                    self._on_result(owner, each, out)
+                handlers[type(each)](owner, each, out)
         cause = ended.cause
         running = ", ".join(sent.task_id.hex() for sent in self._running)
         reason = f"{cause}, while task {running} ran beside this one" if running else cause
