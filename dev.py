@@ -6,6 +6,7 @@
                                      # the Debian packages its tests need (as root), or says which are missing
     python3 dev.py test ENV [ENV..]  # run those tox environments instead (e.g. py312-scheduler lint)
     python3 dev.py sync [--check]    # write DISTRIBUTIONS into tox.ini and pyproject.toml (--check: only compare)
+    python3 dev.py sizes             # fail if a source file of a distribution is longer than MAX_SOURCE_LINES
 """
 
 from __future__ import annotations
@@ -380,7 +381,32 @@ def sync(args: list[str]) -> None:
         print("dev.py sync: tox.ini and pyproject.toml match DISTRIBUTIONS")
 
 
-COMMANDS = {"demo": demo, "test": test, "sync": sync}
+# A source file holds one idea; past this many lines it holds several (the lint environment runs `dev.py sizes`).
+MAX_SOURCE_LINES = 600
+
+
+def oversized_sources(packages: Path, limit: int = MAX_SOURCE_LINES) -> list[tuple[str, int]]:
+    """The files under each distribution's ``src`` in ``packages`` longer than ``limit`` lines, with their lengths."""
+    found = []
+    for path in sorted(packages.glob("*/src/**/*")):
+        if path.is_file() and path.suffix in (".py", ".pyi", ".js", ".capnp"):
+            lines = len(path.read_text(errors="replace").splitlines())
+            if lines > limit:
+                found.append((str(path.relative_to(packages.parent)), lines))
+    return found
+
+
+def sizes(args: list[str]) -> None:
+    if args:
+        sys.exit("usage: dev.py sizes")
+    found = oversized_sources(ROOT / "packages")
+    if found:
+        listed = "; ".join(f"{path} ({lines} lines)" for path, lines in found)
+        sys.exit(f"dev.py sizes: over {MAX_SOURCE_LINES} lines, split each along its ideas: {listed}")
+    print(f"dev.py sizes: every source file of packages/*/src is at most {MAX_SOURCE_LINES} lines")
+
+
+COMMANDS = {"demo": demo, "test": test, "sync": sync, "sizes": sizes}
 
 
 def main() -> None:

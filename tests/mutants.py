@@ -63,7 +63,7 @@ FAULTS = [
         "the object storage server never forgets a peer that left",
         [
             (
-                f"{STORAGE}/object_store.py",
+                f"{STORAGE}/peer_lifecycle.py",
                 "        (S.GREETED, E.LEFT): T(S.STRANGER, (A.FORGET,)),\n",
                 "        (S.GREETED, E.LEFT): T(S.GREETED),\n",
             )

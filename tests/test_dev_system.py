@@ -61,3 +61,16 @@ def test_without_root_it_stops_naming_the_packages_root_and_the_commands() -> No
 def test_as_root_without_apt_it_names_the_packages() -> None:
     plan = dev.plan_system(["py311-system"], _present(set()), True, False, COMMAND)
     assert "No apt-get here" in plan.problem and "chromium, chromium-driver, slurm-wlm, munge, iproute2" in plan.problem
+
+
+def test_a_source_file_over_the_limit_is_named_with_its_length(tmp_path: Path) -> None:
+    source = tmp_path / "packages" / "scaler-x" / "src" / "scaler" / "x"
+    source.mkdir(parents=True)
+    (source / "fits.py").write_text("x = 1\n" * dev.MAX_SOURCE_LINES)
+    (source / "long.py").write_text("x = 1\n" * (dev.MAX_SOURCE_LINES + 1))
+    tests = tmp_path / "packages" / "scaler-x" / "tests"
+    tests.mkdir()
+    (tests / "test_long.py").write_text("x = 1\n" * (dev.MAX_SOURCE_LINES + 1))  # tests are not sources
+    assert dev.oversized_sources(tmp_path / "packages") == [
+        ("packages/scaler-x/src/scaler/x/long.py", dev.MAX_SOURCE_LINES + 1)
+    ]

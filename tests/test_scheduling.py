@@ -98,6 +98,25 @@ def test_priorities_are_honoured(cluster, client, tmp_path):
         assert order == sorted(order, key=["high", "low"].index), per_worker
 
 
+def test_tasks_sent_ahead_behind_an_endless_task_move_to_the_idle_worker(client, tmp_path):
+    """Each worker has just run quick tasks, so it sends a few tasks ahead into its processor behind the one that
+    runs. One task that does not end, then a map: the tasks sent ahead behind that task have not started, and
+    when the scheduler balances they are taken back from the processor and run on the other worker."""
+    assert client.map(square, [(n,) for n in range(200)]) == [n * n for n in range(200)]  # quick: both send ahead
+    started, release = tmp_path / "started", tmp_path / "release"
+    started.mkdir()
+    endless = client.submit(hold, str(started), str(release))
+    try:
+        futures = [client.submit(where, n) for n in range(40)]
+        done, not_done = concurrent.futures.wait(futures, timeout=60)
+        assert not not_done, f"{len(not_done)} tasks of the map never ran (sent ahead behind the endless task?)"
+        assert {future.result()[0] for future in done} == set(range(40))
+        assert len(list(started.iterdir())) == 1 and not endless.done()  # it still runs: none of them waited for it
+    finally:
+        release.touch()
+    endless.result(timeout=60)
+
+
 def test_retries_run_a_failing_task_again(client, tmp_path):
     assert client.submit_verbose(fail_first_times, (str(tmp_path), 2), {}, retries=2).result(timeout=60) == "ok"
     (tmp_path / "again").mkdir()

@@ -35,6 +35,7 @@ def test_public_names():
     from scaler.client._version import __version__
 
     assert scaler.__version__ == __version__ == "0.2.0"
+    assert set(scaler.__all__) == set(scaler._MODULE_OF) and all(getattr(scaler, name) for name in scaler.__all__)
     assert scaler.Client is scaler.client.Client
     assert scaler.DisconnectedError is scaler.protocol.errors.DisconnectedError
 
@@ -80,3 +81,25 @@ def test_client_sources_use_no_posix_only_module():
             else:
                 continue
             assert not {name.split(".")[0] for name in names} & POSIX_ONLY_MODULES, f"{source.name} imports {names}"
+
+
+def test_a_serializer_of_the_user_refers_to_its_base_by_the_public_name():
+    """The serializers live in scaler.protocol, but a pickled one names its base as users import it, which every
+    release has: a serializer a client pickles loads on a worker of another version."""
+    import pickletools
+
+    import cloudpickle
+
+    from scaler.client.serializer import DefaultSerializer, Serializer
+
+    class Upper(Serializer):  # defined here, so pickled by value: its base by reference
+        def serialize(self, obj):
+            return str(obj).upper().encode()
+
+        def deserialize(self, payload):
+            return payload.decode()
+
+    for pickled in (cloudpickle.dumps(Upper()), cloudpickle.dumps(DefaultSerializer())):
+        names = [argument for opcode, argument, _ in pickletools.genops(pickled) if opcode.name.endswith("UNICODE")]
+        assert "scaler.client.serializer" in names and "scaler.protocol.serializer" not in names
+        assert type(cloudpickle.loads(pickled)).__mro__[-3] is Serializer  # (then ABC, object)

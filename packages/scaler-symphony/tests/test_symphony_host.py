@@ -11,8 +11,8 @@ from typing import Any, Callable, List
 
 import cloudpickle
 
-from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer, serialize_payload
 from scaler.symphony.symphony_runner import (
     AbortTask,
     OpenSession,

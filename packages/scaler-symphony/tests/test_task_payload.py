@@ -9,10 +9,10 @@ import threading
 import cloudpickle
 import pytest
 
-from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import clients_made_in, new_client_id
+from scaler.protocol.serializer import DefaultSerializer, serialize_payload
 from scaler.symphony.task_payload import (
     EXCEPTION,
     RESULT,

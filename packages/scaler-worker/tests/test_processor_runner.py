@@ -9,9 +9,9 @@ from typing import Any, List
 import pytest
 from core_harness import Harness, load_failure, make_task, task_id
 
-from scaler.client.serializer import DefaultSerializer, serialize_payload
 from scaler.protocol import messages as m
 from scaler.protocol.errors import TaskTimeoutError
+from scaler.protocol.serializer import DefaultSerializer, serialize_payload
 from scaler.worker.lru_cache import SizedLRUCache
 from scaler.worker.processor_lifecycle import SentState
 from scaler.worker.processor_protocol import Drop, ProcessorResult
@@ -477,6 +477,16 @@ def test_processor_death_kills_the_running_task_and_puts_the_tasks_sent_ahead_ba
     assert h.run_all() == [task_id(4), task_id(5)]
 
 
+def test_what_a_dying_processor_wrote_counts_in_order_also_past_a_wait():
+    h = pipelined(3, depth=1)  # task 2 runs, task 3 is sent ahead
+    waiting = h.processor_waits()  # task 2 waits: the processor starts task 3, which ends
+    h.pump()
+    result = h.processor_finishes()
+    h.die("processor was killed by signal SIGKILL", last=[waiting, result])  # before the agent read either
+    statuses = {r.task_id: r.status for r in h.results()}
+    assert statuses == {task_id(3): m.TaskStatus.SUCCESS, task_id(2): m.TaskStatus.WORKER_DIED}  # 3 ran once
+
+
 def test_when_the_running_task_waits_the_tasks_sent_ahead_start_and_nothing_more_is_sent_ahead():
     h = pipelined(6, depth=2)
     assert h.runner.inbox == h.fifo_ids() == [task_id(3), task_id(4)]
@@ -499,6 +509,17 @@ def test_a_higher_priority_task_takes_back_the_lower_ones_sent_ahead():
     h.assign(make_task(9, priority=5))
     assert h.pipe == [[Drop(task_id(3)), Drop(task_id(4))]]  # read by the processor between two tasks
     assert h.run_all() == [task_id(2), task_id(9), task_id(3), task_id(4), task_id(5)]
+
+
+def test_a_balance_the_queue_cannot_answer_takes_back_what_was_sent_ahead_for_the_next_one():
+    h = pipelined(5, depth=2)  # task 2 runs; 3 and 4 are sent ahead; 5 is queued
+    assert h.balance(2) == [task_id(5)]  # the queue had one; of those sent ahead, the one that would run last is asked
+    assert h.pipe[-1] == [Drop(task_id(4))]
+    h.assign(make_task(6))
+    assert h.runner.inbox == [task_id(3), task_id(4)]  # nothing more is sent ahead behind task 2: it may never end
+    h.tell(h.processor_finishes()._replace(seconds=5.0))  # it ends at last (the processor read the Drop first)
+    assert h.balance(2) == [task_id(6), task_id(4)]  # task 4 came back to the queue: it moves now
+    assert h.run_all() == [task_id(3)]
 
 
 # ----------------------------------------------------------------------------- object cache of the processor

@@ -17,11 +17,11 @@ import cloudpickle
 import psutil
 import zmq
 
-from scaler.client.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol import codec, object_frames
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.ids import IDGenerator, new_client_id
+from scaler.protocol.serializer import DefaultSerializer, deserialize_payload
 from scaler.protocol.version import PROTOCOL_VERSION
 
 DEADLINE_SECONDS = 30.0

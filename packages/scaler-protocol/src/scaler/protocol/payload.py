@@ -3,7 +3,7 @@
 A payload is bytes-like, or a list of frames (each bytes-like): a protocol-5 pickle first, then the
 buffers it refers to out of band, in order. Buffers from `OUT_OF_BAND_BYTES` on travel as frames of
 their own, never copied into the pickle; smaller ones stay inside it. The client's default serializer
-makes such lists (`scaler.client.serializer`); the worker passes them on frame by frame.
+makes such lists (`scaler.protocol.serializer`); the worker passes them on frame by frame.
 """
 
 from __future__ import annotations

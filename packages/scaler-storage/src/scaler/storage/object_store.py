@@ -9,7 +9,7 @@ A peer is served once it said Hello with a compatible version, as a role its
 credential allows (`security.Credential`: the roles of its key; any role without
 security), and only while its messages come with the key it said Hello with: what
 each peer may send in each of its states, and what the store then does, is the
-table `PEER_LIFECYCLE`. A peer's session is its connection: the store is told the
+table `PEER_LIFECYCLE` (`peer_lifecycle.py`). A peer's session is its connection: the store is told the
 connection of each Hello (`PeerConnection`) and each connection that closed
 (`ConnectionClosed`), and forgets a peer whose connection of its last Hello
 closed (it says Hello again on its next connection). Objects are not tied to a
@@ -45,14 +45,12 @@ object, once a second while a monitor subscribes), for monitors.
 
 from __future__ import annotations
 
-import enum
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import object_frames
 from scaler.protocol.codec import message_name
 from scaler.protocol.ids import show
-from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.message_limits import show_size, storage_max_message_size
 from scaler.protocol.messages import (
     Hello,
@@ -70,6 +68,7 @@ from scaler.protocol.security import RefusalLog
 from scaler.protocol.version import ISOLATION_VERSION, PROTOCOL_VERSION, incompatibility, knows
 from scaler.storage.object_places import ObjectPlaces, SpillDirectory
 from scaler.storage.peer_access import INSTRUCTED, Admissions, Peer, forbidden, reachable_owner
+from scaler.storage.peer_lifecycle import PEER_LIFECYCLE, PeerAction, PeerEvent, PeerState
 from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
 DEFAULT_MAX_OBJECT_SIZE = 1 << 30  # 1 GiB
@@ -79,50 +78,6 @@ logger = logging.getLogger(__name__)
 
 # the first protocol version whose peers read objects of several frames
 _FRAMES_VERSION = (1, 1)
-
-
-class PeerState(enum.Enum):
-    STRANGER = "stranger"  # no Hello yet, or a Hello of an incompatible version: not served
-    GREETED = "greeted"  # said Hello with a compatible version: served
-
-
-class PeerEvent(enum.Enum):
-    HELLO = "hello"  # of a compatible version, as a role its credential allows
-    BAD_HELLO = "bad_hello"  # of an incompatible version
-    FORBIDDEN = "forbidden"  # a Hello as a role its key is not authorized as, or any message with another key
-    REQUEST = "request"  # any other message
-    LEFT = "left"  # the connection of its last Hello closed
-
-
-class PeerAction(enum.Enum):
-    ACKNOWLEDGE = "acknowledge"  # HelloAck; note the peer's role, key and whether it reads objects of several frames
-    REFUSE_VERSION = "refuse_version"  # Refusal naming both versions; forget the peer
-    REFUSE_CREDENTIAL = "refuse_credential"  # Refusal naming the key and the role (a greeted peer stays as it was)
-    REFUSE_STRANGER = "refuse_stranger"  # Refusal: send Hello first
-    SERVE = "serve"  # the answer to its request
-    FORGET = "forget"  # its greeting: its next connection says Hello again
-
-
-S, E, A, T = PeerState, PeerEvent, PeerAction, Transition
-PEER_LIFECYCLE: Lifecycle[PeerState, PeerEvent] = Lifecycle(
-    "storage peer",
-    states=PeerState,
-    terminal=(),
-    always_possible=PeerEvent,
-    table={
-        (S.STRANGER, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
-        (S.STRANGER, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),
-        (S.STRANGER, E.FORBIDDEN): T(S.STRANGER, (A.REFUSE_CREDENTIAL,)),
-        (S.STRANGER, E.REQUEST): T(S.STRANGER, (A.REFUSE_STRANGER,)),
-        (S.STRANGER, E.LEFT): T(S.STRANGER),
-        (S.GREETED, E.HELLO): T(S.GREETED, (A.ACKNOWLEDGE,)),
-        (S.GREETED, E.BAD_HELLO): T(S.STRANGER, (A.REFUSE_VERSION,)),  # no longer served
-        (S.GREETED, E.FORBIDDEN): T(S.GREETED, (A.REFUSE_CREDENTIAL,)),  # its identity stays bound to its key
-        (S.GREETED, E.REQUEST): T(S.GREETED, (A.SERVE,)),
-        (S.GREETED, E.LEFT): T(S.STRANGER, (A.FORGET,)),
-    },
-)
-del S, E, A, T
 
 
 class _StoredObject:

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 import cloudpickle
 import soamapi
 
-from scaler.client.serializer import DefaultSerializer
 from scaler.protocol import messages as m
+from scaler.protocol.serializer import DefaultSerializer
 from scaler.symphony.soam_message import PayloadMessage
 from scaler.symphony.symphony_runner import (
     AbortTask,

@@ -187,6 +187,9 @@ class SymphonyRunner:
             if taken is not None:
                 self._step(taken, SymphonyEvent.CANCEL, owner, out, "cancelled")
 
+    def take_back(self, owner: RunnerOwner, count: int, out: List[Any]) -> None:
+        """Nothing to give back: every task it took is Symphony's (`unstarted` is 0)."""
+
     def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
         taken = self._by_task.get(task_id)
         if taken is not None:

@@ -29,10 +29,10 @@ from typing import Any, List, Optional, Tuple
 
 import cloudpickle
 
-from scaler.client.serializer import serialize_payload
 from scaler.protocol import messages as m
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import made_in
+from scaler.protocol.serializer import serialize_payload
 from scaler.worker.task_failure import failure_payload
 from scaler.worker.task_runner import ReadyTask
 

@@ -1,10 +1,11 @@
 """Bounded mappings that forget their least recently used entry first.
 
-The agent keeps one `LRUCache` per processor that mirrors the processor's own
-function cache (and a `SizedLRUCache` for its object cache): both sides apply
-the same `get`/`put` sequence with the same capacity, so the agent knows,
-without asking, which functions and objects a processor already holds and
-sends their bytes only once.
+A processor caches its functions and serializers in `LRUCache`s and its object
+arguments in a `SizedLRUCache`, and the agent keeps a copy of the same caches:
+both ends apply the same `get`/`put` sequence with the same capacity
+(`processor_caches`), so the agent knows, without asking, which functions and
+objects a processor already holds and sends their bytes only once. The agent
+also keeps the functions it fetched (`storage_requests`).
 """
 
 from __future__ import annotations

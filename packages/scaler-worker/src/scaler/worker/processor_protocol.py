@@ -16,7 +16,10 @@ task ended or waits. Idle, it reads one message at a time; it reads the rest of 
 starts a task ``sent_ahead`` (the agent sent it while it took another for running, so a ``Drop`` of it may
 follow), not before one the agent sent as nothing ran (never dropped). A ``Drop`` that comes once its task
 started (it was written as the processor took the task) is not answered; the agent learns that the task
-started from the processor's next message.
+started from the processor's next message. While a task runs long (`READ_BESIDE_SECONDS` or more since it
+started or resumed), a thread of the processor also reads the Pipe beside it and answers a ``Drop`` at once:
+the agent takes back the tasks it sent ahead behind a task that may never end (the scheduler balances them
+onto an idle worker), and the tasks it sends meanwhile join the FIFO.
 
 Results. The processor answers each task with its `ProcessorResult`, possibly several in one list. It sends
 at once when its FIFO is empty, or when the task that just finished took longer than
@@ -33,11 +36,12 @@ it prints travels as lists of `TaskOutputText`, every `task_output.FLUSH_SECONDS
 of the processor) and when it ends, before its result.
 
 Caches. A function, a serializer or an object-storage argument travels as bytes only the first time the
-processor needs it; afterwards its ID alone refers to the processor's cached copy (`lru_cache`). The
-processor updates its caches when it reads a task from the Pipe (not when it runs it), so the agent, which
-applies the same get/put sequence when it sends, mirrors them exactly, whatever order the tasks then run
-in and even if some are dropped. When the processor loads a function the agent sent, it says its name
-(``FunctionLoaded``, as it reads the task), which the agent needs should it have to stop that task for memory.
+processor needs it; afterwards its ID alone refers to the processor's cached copy. The processor updates its
+caches when it reads a task from the Pipe (not when it runs it), so the agent, which applies the same get/put
+sequence when it sends, keeps an exact copy, whatever order the tasks then run in and even if some are
+dropped: both ends take the rule from one module (`processor_caches`). When the processor loads a function
+the agent sent, it says its name (``FunctionLoaded``, as it reads the task), which the agent needs should it
+have to stop that task for memory.
 
 Memory. With a memory limit, the processor bounds its data segment to it (`memory_limit`): an allocation of a
 task past it fails, and its result says so (``ProcessorResult.over_memory``): the agent recycles the processor
@@ -80,6 +84,8 @@ PIPELINE_TASK_SECONDS = 0.1
 # the processor holds a result back (to send it with the next ones) only after a task this quick, and only
 # while the oldest held result is younger than RESULT_HOLD_SECONDS; whatever the tasks started meanwhile do, a
 # thread of the processor sends what is held once the oldest of it is RESULT_HOLD_LIMIT_SECONDS old
+# the processor reads the Pipe beside a task that has run this long (from a thread of its own: see above)
+READ_BESIDE_SECONDS = PIPELINE_TASK_SECONDS
 RESULT_HOLD_TASK_SECONDS = 0.0002
 RESULT_HOLD_SECONDS = 0.001
 RESULT_HOLD_LIMIT_SECONDS = 0.005

@@ -4,7 +4,7 @@ processor subprocess, and what it sends it.
 The worker has one slot and one processor. The model is the tasks that run on the processor (normally one;
 two for a moment when a task the agent sent crosses a waiting task the processor resumed), the tasks that
 wait there (each in its greenlet, holding no slot), its inbox (tasks sent ahead into its FIFO, not started,
-in order), and mirrors of its caches. `processor_protocol` describes the conversation;
+in order), and its copy of the caches (`processor_caches`). `processor_protocol` describes the conversation;
 `processor_host.ProcessorHost` carries out the effects (`StartProcessor`, `SendToProcessor`) and delivers
 the processor's messages and end (`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner`
 events).
@@ -16,7 +16,10 @@ ahead (several in one Pipe message), so that the processor starts the next one w
 agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
 so when the last running task ends or waits, the head of the inbox has started (its timeout counts from
 then). Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor
-answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back.
+answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the
+tasks sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer
+alone): the processor answers even while the task before them runs on, once it has run long
+(`READ_BESIDE_SECONDS`), so a task that never ends keeps none of them.
 
 Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor
 (`TaskWaiting`); the runner tells the core (`RunnerOwner.waiting`, which tells the scheduler: the task no
@@ -44,13 +47,13 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from scaler.protocol import object_frames
 from scaler.protocol.message_limits import show_size
 from scaler.protocol.messages import MemoryKill, TaskStatus
-from scaler.worker.lru_cache import LRUCache, SizedLRUCache
+from scaler.worker.lru_cache import LRUCache
 from scaler.worker.memory_limit import over_limit
+from scaler.worker.processor_caches import ProcessorCaches
 from scaler.worker.processor_lifecycle import PROCESSOR_TASK_LIFECYCLE, SentAction, SentEvent, SentState
 from scaler.worker.processor_memory import MeasureMemory, MemoryMeasured, MemoryWatch
 from scaler.worker.processor_protocol import (
@@ -58,7 +61,6 @@ from scaler.worker.processor_protocol import (
     OBJECT_CACHE_BYTES,
     PIPELINE_TASK_SECONDS,
     PROCESSOR_PIPELINE_DEPTH,
-    SERIALIZER_CACHE_CAPACITY,
     Drop,
     Dropped,
     FunctionLoaded,
@@ -66,7 +68,6 @@ from scaler.worker.processor_protocol import (
     ProcessorTask,
     TaskOutputText,
     TaskWaiting,
-    out_of_band,
 )
 from scaler.worker.task_failure import error_line, failure_payload
 from scaler.worker.task_runner import ReadyTask, RunnerOwner
@@ -158,10 +159,7 @@ class ProcessorRunner:
         self._returning: List[bytes] = []  # to report returned once the event is handled (taken back, cancelled)
         self._drops: List[Drop] = []
         self._to_stop: List[_Sent] = []  # cancelled and started: the processor is stopped once the event is handled
-        # mirrors of the processor's caches (same capacity, same get/put sequence)
-        self._functions: LRUCache[bytes, bool] = LRUCache(FUNCTION_CACHE_CAPACITY)
-        self._serializers: LRUCache[bytes, bool] = LRUCache(SERIALIZER_CACHE_CAPACITY)
-        self._objects: SizedLRUCache[bytes, bool] = SizedLRUCache(object_cache_bytes)
+        self._caches: ProcessorCaches[bool] = ProcessorCaches(object_cache_bytes)  # which IDs the processor holds
         self._function_names: LRUCache[bytes, str] = LRUCache(FUNCTION_CACHE_CAPACITY)  # for memory errors
         self._memory = MemoryWatch(memory_limit)
         self._message_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
@@ -215,7 +213,7 @@ class ProcessorRunner:
         if not running and not inbox:
             ready = owner.next_ready(self._waiting > 0)
             if ready is not None:
-                batch = [self._to_processor(ready, False)]
+                batch = [self._caches.outgoing(ready, False)]
                 self._run(owner, ready)
         if len(running) == 1 and not self._waiting and self._quick and not memory.suspect:
             depth = self._pipeline_depth
@@ -226,7 +224,7 @@ class ProcessorRunner:
                         break
                     if batch is None:
                         batch = []
-                    batch.append(self._to_processor(ready, True))
+                    batch.append(self._caches.outgoing(ready, True))
                     task = ready.task
                     sent = _Sent(task.task_id, task.priority, task.function_id, SentState.SENT)
                     self._tasks[task.task_id] = sent
@@ -248,6 +246,16 @@ class ProcessorRunner:
         if drops:
             out.append(SendToProcessor(self._processor_id, drops))
 
+    def take_back(self, owner: RunnerOwner, count: int, out: List[Any]) -> None:
+        """Take back up to ``count`` tasks sent ahead (those that would start last first): the processor gives them
+        up, if they have not started, even while the task before them runs on (it reads its Pipe beside a task
+        that runs long), and they return to the queue (`RunnerOwner.returned`). Nothing more is sent ahead until a
+        task ends quickly: the one that runs may never end."""
+        taken = [sent for sent in reversed(self._inbox) if sent.state is _SENT][:count]
+        if taken:
+            self._quick = False
+            self._recall(taken, owner, out)
+
     def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
         if task_id in self._tasks:
             self._stop(owner, f"its processor was stopped: {why}", out)
@@ -256,13 +264,13 @@ class ProcessorRunner:
         self._message_handlers[type(message)](owner, message, out)
 
     def holds_function(self, function_id: bytes) -> bool:
-        return function_id in self._functions
+        return function_id in self._caches.functions
 
     def holds_serializer(self, serializer_id: bytes) -> bool:
-        return serializer_id in self._serializers
+        return serializer_id in self._caches.serializers
 
     def holds_objects(self, object_ids: Sequence[bytes]) -> bool:
-        objects = self._objects
+        objects = self._caches.objects
         return all(object_id in objects for object_id in object_ids)
 
     @property
@@ -336,13 +344,15 @@ class ProcessorRunner:
         self._stop_for_cancels(owner, out)  # a cancelled task started, and it did not end in this message
 
     def _on_ended(self, owner: RunnerOwner, ended: ProcessorEnded, out: List[Any]) -> None:
-        """The results it wrote before it ended count; every task started there and not ended died with it."""
+        """What it wrote before it ended counts, in order (results, and the waits and Dropped between them: a result
+        after a wait notice is of the task that started then); every task started there and not ended died with
+        it."""
         if ended.processor_id != self._processor_id:
             return
+        handlers = self._output_handlers
         for message in ended.last_messages:
             for each in message if type(message) is list else (message,):
-                if type(each) is ProcessorResult:
-                    self._on_result(owner, each, out)
+                handlers[type(each)](owner, each, out)
         cause = ended.cause
         running = ", ".join(sent.task_id.hex() for sent in self._running)
         reason = f"{cause}, while task {running} ran beside this one" if running else cause
@@ -564,37 +574,5 @@ class ProcessorRunner:
     def _new_processor(self, out: List[Any]) -> None:
         self._processor_id = next(self._processor_ids)
         self._memory.new_processor()
-        self._functions.clear()
-        self._serializers.clear()
-        self._objects.clear()
+        self._caches.clear()
         out.append(StartProcessor(self._processor_id))
-
-    def _to_processor(self, ready: ReadyTask, sent_ahead: bool) -> ProcessorTask:
-        """What the processor gets for ``ready``: the same get/put sequence on the cache mirrors as the
-        processor applies to its own caches when it reads the task."""
-        task = ready.task
-        function: Optional[bytes] = None
-        if not self._functions.get(task.function_id):
-            function = ready.function
-            self._functions.put(task.function_id, True)
-        serializer: Optional[bytes] = None
-        if task.serializer_id and not self._serializers.get(task.serializer_id):
-            serializer = ready.serializer
-            self._serializers.put(task.serializer_id, True)
-        arguments = ready.arguments
-        if ready.objects:
-            objects = self._objects
-            sent_arguments: List[Tuple[str, Any, bytes]] = []
-            for name, data, object_id in arguments:
-                if not object_id:
-                    sent_arguments.append((name, data, object_id))
-                elif objects.get(object_id) is None:
-                    objects.put(object_id, True, object_frames.size(data))
-                    sent_arguments.append((name, out_of_band(data), object_id))
-                else:
-                    sent_arguments.append((name, None, object_id))
-            arguments = sent_arguments
-        return ProcessorTask(
-            task.task_id, task.function_id, function, task.serializer_id, serializer, arguments, task.profiling,
-            task.stream_output, sent_ahead, task.scope_id or task.client_id,
-        )  # fmt: skip

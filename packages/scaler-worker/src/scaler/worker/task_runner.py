@@ -8,7 +8,8 @@ runner; a runner that hands tasks to IBM Symphony, at most N at a time, is anoth
 halves:
 
 - `TaskRunner`, sans-I/O like the core, which the core drives: it takes ready tasks when it has room
-  (`fill`: a task that waits leaves room), is asked to end tasks (`cancel`, `abort`), reads what its other
+  (`fill`: a task that waits leaves room), is asked to end tasks (`cancel`, `abort`) or to give back those it
+  has not started (`take_back`, as the scheduler balances), reads what its other
   half reports (`on_message`, the core's `FromRunner` events), and answers with effects for its other half
   (start a processor, write to its pipe, ...) appended to ``out``;
 - `RunnerHost`, the I/O half in the worker's event loop: it carries out those effects and delivers what
@@ -105,6 +106,10 @@ class TaskRunner(Protocol):
 
     def cancel(self, owner: RunnerOwner, task_ids: Sequence[bytes], out: List[Any]) -> None:
         """End these tasks, which the runner holds, without a result as soon as possible."""
+
+    def take_back(self, owner: RunnerOwner, count: int, out: List[Any]) -> None:
+        """Give back up to ``count`` tasks it took that have not started (they come back through
+        `RunnerOwner.returned`, now or later): the scheduler balances them onto an idle worker."""
 
     def abort(self, owner: RunnerOwner, task_id: bytes, why: str, out: List[Any]) -> None:
         """End this started task now (``why``: it exceeded its timeout); tasks that end with it died of ``why``."""

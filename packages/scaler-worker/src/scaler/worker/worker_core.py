@@ -6,9 +6,10 @@ it, which the shell (`worker_agent.py`) carries out. Nothing here reads a socket
 pid: the shell passes the time and the worker's identity in.
 
 What the core decides: the session (`worker_session`: Hello, heartbeats, a silent scheduler, leaving); the
-queue (`task_queue`); what each task needs from object storage and what comes back (`storage_requests`);
-each task's life (`task_lifecycle`, one table); task timeouts; the answers to the scheduler, and when they
-go (`scheduler_answers`: results in batches, cancel confirms, balance responses). Where the tasks run is
+queue and the tasks staged ahead (`task_staging`, `task_queue`); what each task needs from object storage
+and what comes back (`storage_requests`); each task's life (`task_lifecycle`, one table); task timeouts; the
+answers to the scheduler, and when they go (`scheduler_answers`: results in batches, cancel confirms, balance
+responses). Where the tasks run is
 the task runner's business (`task_runner`): after every event the runner takes the ready tasks it has room
 for (`TaskRunner.fill` calls back `next_ready`) and reports what became of them through the `RunnerOwner`
 methods below.
@@ -24,12 +25,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.ids import show
 from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, add_output, profile, timeout_error
-from scaler.worker.storage_requests import Fetch, StorageRequests, read_scope
+from scaler.worker.storage_requests import StorageRequests
 from scaler.worker.task_lifecycle import (
     HISTORY_LENGTH,
     TASK_LIFECYCLE,
@@ -41,9 +42,9 @@ from scaler.worker.task_lifecycle import (
     TaskEvent,
     TaskState,
 )
-from scaler.worker.task_queue import TaskQueue
 from scaler.worker.task_runner import ReadyTask, TaskRunner
 from scaler.worker.task_runs import TaskRunRecorder
+from scaler.worker.task_staging import TaskStaging
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
     EXIT_FAILURE,
@@ -75,8 +76,6 @@ logger = logging.getLogger(__name__)
 
 _TABLE = TASK_LIFECYCLE.table
 _IDLE: List[Effect] = []  # the effects list between two events: nothing may be added to it
-_QUEUED = TaskState.QUEUED
-_TASK_ARGUMENT = m.ArgumentKind.TASK
 _E = TaskEvent
 
 
@@ -94,15 +93,14 @@ class WorkerCore:
         self._runner = runner
         self._session = WorkerSession(config, identity, self._name, self._leave, self._held_tasks)
         self._storage_timeout = config.worker_timeout_seconds
-        self._prefetch = max(1, prefetch_tasks)
 
         self._tasks: Dict[bytes, TaskEntry] = {}
         self._last_batch = 0  # the sequence of the last TaskBatch received
         self._usage = UsageMeasured(0.0, 0, 0.0, 0)  # the last measured, for a heartbeat that lists the tasks
         self._unsent: List[SendToStorage] = []  # storage requests made while its connection was down
-        self._queue = TaskQueue()  # QUEUED and STAGED tasks
-        self._staged: Dict[bytes, TaskEntry] = {}
         self._storage = StorageRequests(identity.object_ids)
+        self._staging = TaskStaging(self._storage, prefetch_tasks, self._apply)  # the queue, and what is staged
+        self._queue = self._staging.queue
         self._answers = SchedulerAnswers(result_batch_seconds)
         self._function_stats = FunctionStatsTable()  # what ran, per function, for the heartbeats
         self._task_runs = TaskRunRecorder()  # each run, for the heartbeats, while the scheduler asks (task_runs.py)
@@ -137,8 +135,8 @@ class WorkerCore:
         A = TaskAction
         answers = self._answers
         self._actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
-            A.DEQUEUE: self._dequeue,
-            A.DEQUEUE_STAGED: self._dequeue_staged,
+            A.DEQUEUE: self._staging.dequeue,
+            A.DEQUEUE_STAGED: self._staging.dequeue_staged,
             A.REQUEUE: self._requeue,
             A.PUT_RESULT: self._put_result,
             A.ASK_RUNNER: self._ask_runner,
@@ -172,7 +170,7 @@ class WorkerCore:
             if self._exited:
                 return out
             self._runner.fill(self, out)
-            self._stage_ahead()
+            self._staging.stage_ahead(self._runner)
             answers = self._answers
             storage = self._storage
             answering = answers.pending and self._session.accepted  # (held while the scheduler is away)
@@ -354,10 +352,13 @@ class WorkerCore:
             self._answers.message(m.TaskCancelConfirm(confirm.task_ids, confirm.cancelled))
 
     def _on_balance_request(self, request: m.BalanceRequest) -> None:
-        """Give back up to ``count`` queued tasks (never one the runner has): those that would run last."""
+        """Give back up to ``count`` queued tasks: those that would run last. Short of them, the runner is asked
+        for those it took and has not started (they come back to the queue, for the next request)."""
         given = self._queue.last(request.count, self._runner.newest_first)
         for entry in given:
             self._apply(entry, _E.BALANCE)
+        if len(given) < request.count:
+            self._runner.take_back(self, request.count - len(given), self._out)
         self._answers.message(m.BalanceResponse([entry.task.task_id for entry in given]))
 
     # ------------------------------------------------------------------------- the storage server's answers
@@ -367,7 +368,7 @@ class WorkerCore:
         if response.kind == m.ObjectRequestKind.GET:
             failed = storage.on_get_response(response, blobs)
             if failed:
-                self._fail_staged_needing(failed)
+                self._staging.fail_needing(failed, self._runner)
         elif response.kind == m.ObjectRequestKind.PUT:
             for (entry, object_id, _, profiling), error in storage.on_put_response(
                 response, self._now, self._storage_limit
@@ -378,15 +379,6 @@ class WorkerCore:
                     self._apply(entry, _E.FAIL, (error, profiling))
         else:
             logger.warning(f"{self._name}: dropped storage response of unexpected kind {response.kind.name}")
-
-    def _fail_staged_needing(self, failed: Dict[Fetch, Exception]) -> None:
-        for entry in list(self._staged.values()):
-            scope = read_scope(entry.task)
-            for object_id, _ in self._storage.missing(entry, self._runner):
-                error = failed.get((scope, object_id))
-                if error is not None:
-                    self._apply(entry, _E.FAIL, (error, None))
-                    break
 
     @property
     def _storage_limit(self) -> float:
@@ -411,7 +403,7 @@ class WorkerCore:
         problem = DisconnectedError(why)
         logger.error(f"{self._name}: {problem}")
         if fetches:
-            self._fail_staged_needing(dict.fromkeys(fetches, problem))
+            self._staging.fail_needing(dict.fromkeys(fetches, problem), self._runner)
         for entry, _, _, profiling in puts:
             self._apply(entry, _E.FAIL, (problem, profiling))
 
@@ -426,28 +418,7 @@ class WorkerCore:
     def next_ready(
         self, newest_first: bool, accept: Optional[Callable[[m.Task], bool]] = None
     ) -> Optional[ReadyTask]:
-        queue = self._queue
-        storage = self._storage
-        if storage.waiting_for_room:  # back-pressure: results wait for room in storage, make no more
-            return None
-        while True:
-            if accept is None:
-                entry = queue.first(newest_first)
-            else:
-                entry = next((each for each in queue.in_run_order(newest_first) if accept(each.task)), None)
-            if entry is None:
-                return None
-            if entry.state is _QUEUED:
-                lacks = self._stage(entry)
-                if lacks is None:
-                    continue  # it failed while staging
-            else:
-                lacks = storage.request_missing(entry, self._runner)
-            if lacks:
-                return None  # strict priority order: wait for what the best task needs
-            ready = storage.ready_task(entry)
-            self._apply(entry, _E.RUN)
-            return ready
+        return self._staging.next_ready(self._runner, newest_first, accept)
 
     def started(self, task_id: bytes) -> None:
         entry = self._tasks[task_id]
@@ -519,7 +490,7 @@ class WorkerCore:
             if entry is not None:
                 self._apply(entry, _E.RETURNED)
         if self._requeued:
-            self._queue.push_front(self._requeued)
+            self._staging.push_front(self._requeued)
             self._requeued = []
 
     # ------------------------------------------------------------------------- transitions and actions
@@ -540,44 +511,6 @@ class WorkerCore:
             actions[action](entry, detail)
         if state in TERMINAL_STATES:
             del self._tasks[entry.task.task_id]
-
-    def _stage(self, entry: TaskEntry) -> Optional[bool]:
-        """Keep what ``entry`` will need and fetch what it lacks: whether it lacks anything; None if it cannot
-        run (it failed)."""
-        for argument in entry.task.arguments:
-            if argument.kind == _TASK_ARGUMENT:
-                error = ProtocolError(
-                    f"argument {argument.name or '(positional)'} refers to task {argument.data.hex()}: "
-                    "the scheduler must replace task references before assigning a task to a worker"
-                )
-                self._apply(entry, _E.FAIL, (error, None))
-                return None
-        self._apply(entry, _E.STAGE)
-        self._staged[entry.task.task_id] = entry
-        self._storage.hold(entry)
-        return self._storage.request_missing(entry, self._runner)
-
-    def _stage_ahead(self) -> None:
-        """Stage the next few tasks in run order, so that their data is fetched while others run."""
-        missing = self._prefetch - len(self._staged)
-        if missing <= 0 or len(self._queue) <= len(self._staged):
-            return
-        ahead = []
-        for entry in self._queue.in_run_order(self._runner.newest_first):
-            if entry.state is _QUEUED:
-                ahead.append(entry)
-                if len(ahead) == missing:
-                    break
-        for entry in ahead:
-            self._stage(entry)
-
-    def _dequeue(self, entry: TaskEntry, detail: Detail) -> None:
-        self._queue.remove(entry)
-
-    def _dequeue_staged(self, entry: TaskEntry, detail: Detail) -> None:
-        self._queue.remove(entry)
-        del self._staged[entry.task.task_id]
-        self._storage.release(entry)
 
     def _requeue(self, entry: TaskEntry, detail: Detail) -> None:
         entry.run = 0  # a timer of its start is stale
