@@ -104,9 +104,9 @@ class Monitoring:
         """The state a client may see (`SchedulerInfo`): workers, worker managers, task counts and quotas; of the
         clients, their number and only that one."""
         storage = self._storage
-        snapshot = state_snapshot(
-            self._workers, {client_id: self._clients[client_id]}, self._routing.state_counts, storage.stored_bytes, now
-        )
+        stored = (storage.stored_bytes, storage.spilled_bytes)
+        own = {client_id: self._clients[client_id]}
+        snapshot = state_snapshot(self._workers, own, self._routing.state_counts, stored, now)
         snapshot.clients = len(self._clients)
         snapshot.managers = self._managers.snapshots(now)
         snapshot.client_task_quota = self._client_task_quota
