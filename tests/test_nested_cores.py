@@ -28,10 +28,11 @@ from scaler.protocol import messages as m
 from scaler.protocol import object_frames
 from scaler.protocol.ids import IDGenerator
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import FromPeer, Send
 from scaler.scheduler.scheduler_events import FromStorage as SchedulerFromStorage
 from scaler.scheduler.scheduler_events import Start as SchedulerStart
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.worker.processor_protocol import Drop, Dropped, ProcessorResult, ProcessorTask, TaskWaiting
 from scaler.worker.processor_runner import ProcessorOutput, ProcessorRunner, SendToProcessor, StartProcessor
 from scaler.worker.worker_config import WorkerConfig

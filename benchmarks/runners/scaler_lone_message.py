@@ -22,8 +22,9 @@ import zmq.asyncio
 from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import FromPeer, FromStorage, Send, Start
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.worker.peer_connection import _Reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packages" / "scaler-worker" / "tests"))

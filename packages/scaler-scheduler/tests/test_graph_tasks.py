@@ -18,8 +18,9 @@ from scaler.scheduler.graph_index import GraphBLASGraphIndex, PythonGraphIndex, 
 from scaler.scheduler.graph_node_lifecycle import FINISHED_STATES, NODE_STATES, NodeEvent, NodeState
 from scaler.scheduler.graph_record import GraphActions
 from scaler.scheduler.graph_tasks import CYCLE_REASON
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import STORAGE, Continue, FromPeer, FromStorage, MoreToDo, Send, Start
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 
 CLIENT = b"C|host|1|aa"
 OTHER_CLIENT = b"C|host|1|bb"

@@ -10,8 +10,9 @@ from typing import List
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import Burst, FromPeer, FromStorage, Send, Start, Tick
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 
 CLIENT = b"C|host|1|aa"
 OTHER_CLIENT = b"C|host|1|bb"

@@ -14,7 +14,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.routed import decode_routed
 from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     FromPeer,
@@ -26,6 +26,7 @@ from scaler.scheduler.scheduler_events import (
     Start,
     Tick,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskEvent, TaskState
 
 CLIENT = b"C|host|1|aa"

@@ -10,8 +10,9 @@ from test_scheduler_core import CLIENT, WORKER_A, admitted, core_with, hello, se
 from scaler.protocol import messages as m
 from scaler.protocol.security import OPEN, Credential
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import STORAGE, AuthorizedKeysRead, FromPeer
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.task_lifecycle import TaskState
 
 CLIENT_KEY = Credential("c" * 40, frozenset({m.PeerRole.CLIENT}))

@@ -9,8 +9,9 @@ from test_scheduler_core import CLIENT, WORKER_A, admitted, hello, sent, serving
 from scaler.protocol import codec, routed
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import STORAGE, FromPeer, FromStorage, MonitorSubscription, Publish, Start, Tick
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 
 
 def test_every_hello_ack_states_the_message_size_limit():

@@ -30,7 +30,7 @@ from test_scheduler_core import (
 from scaler.protocol import messages as m
 from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.reconnections import AWAY_MARGIN_SECONDS, UNKNOWN_TASK_SECONDS
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     ConnectionClosed,
@@ -40,6 +40,7 @@ from scaler.scheduler.scheduler_events import (
     Send,
     Tick,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.task_lifecycle import TaskState
 
 KEY_A = b"k" * 32

@@ -9,7 +9,7 @@ import pytest
 from scaler.protocol import messages as m
 from scaler.protocol.lifecycle import TransitionError
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     FromPeer,
@@ -24,6 +24,7 @@ from scaler.scheduler.scheduler_events import (
     StorageLost,
     Tick,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.storage_link import ANSWER_SECONDS, PROBE_SECONDS
 
 ADDRESS = "tcp://127.0.0.1:2346"

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     Burst,
     CannotForward,
@@ -39,6 +39,7 @@ from scaler.scheduler.scheduler_events import (
     Start,
     Tick,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.task_lifecycle import TERMINAL_STATES, TaskState
 
 CLIENTS = [b"C|host|1|c%d" % i for i in range(3)]

@@ -25,7 +25,7 @@ from test_scheduler_core import (
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_runs import Arrival
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     FromPeer,
@@ -36,6 +36,7 @@ from scaler.scheduler.scheduler_events import (
     Start,
     Tick,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 
 OTHER_CLIENT = b"C|host|9|bb"
 NESTED_CLIENT = b"C|host|7|cc"  # a Client made inside a task

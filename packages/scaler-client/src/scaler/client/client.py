@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import weakref
-from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from scaler.client import current_client
 from scaler.client.agent import ClientAgent, close_unreferenced
@@ -25,14 +25,14 @@ from scaler.client.graph_builder import (
     pack_results,
     to_task_spec,
 )
-from scaler.client.graph_parser import GraphKeyError
+from scaler.client.graph_parser import requested_keys
 from scaler.client.nested_references import lift
 from scaler.client.object_reference import ObjectReference
 from scaler.client.performance_report import PerformanceReport
 from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import check_serializer, serialize_payload
 from scaler.client.shared_connection import ClientView, shared_connection
-from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder
+from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder, capability_list
 from scaler.client.task_stream import TaskStream
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
@@ -241,7 +241,7 @@ class Client(DaskCalls):
             raise ValueError("timeout_seconds and retries must not be negative")
         self._calls.check(fn, args, kwargs or {})
         puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
-        task = self._builder.build(*lift(fn, tuple(args), kwargs or {}), _capabilities(capabilities), puts)
+        task = self._builder.build(*lift(fn, tuple(args), kwargs or {}), capability_list(capabilities), puts)
         task.priority = priority
         task.timeout_seconds = float(timeout_seconds)
         task.retries = retries
@@ -269,7 +269,7 @@ class Client(DaskCalls):
             raise TypeError(f"map() needs a callable, got {type(fn).__name__}")
         if iterables:
             iterable = zip(iterable, *iterables, strict=False)
-        needs = _capabilities(capabilities)
+        needs = capability_list(capabilities)
         futures: List[ScalerFuture] = []
         chunk: List[Task] = []
         chunk_futures: Dict[bytes, ScalerFuture] = {}
@@ -367,7 +367,7 @@ class Client(DaskCalls):
             raise ValueError("progress needs block=True; for the futures of block=False use scaler.progress(futures)")
         bar = start_progress(progress, "graph")  # a bad option is refused before anything is sent
         batch = FutureBatch() if block else None
-        futures = self._submit_graph(graph, _requested_keys(graph, keys), batch, _capabilities(capabilities))
+        futures = self._submit_graph(graph, requested_keys(graph, keys), batch, capability_list(capabilities))
         if batch is None:
             return futures
         distinct = list({id(future): future for future in futures.values()}.values())
@@ -566,36 +566,6 @@ def _raise_first_failure(futures: List[ScalerFuture], batch: FutureBatch) -> Non
     for future in futures:
         if future.cancelled() or (future.done() and future._exception is not None):
             future.result()  # raises
-
-
-def _capabilities(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:
-    if not capabilities:
-        return []
-    result = []
-    for name, value in capabilities.items():
-        if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"capabilities map names (str) to integers; got {name!r}: {value!r}")
-        if not -(2**63) <= value < 2**63:
-            raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
-        result.append(Capability(name=name, value=value))
-    return result
-
-
-def _requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
-    """``keys`` as a list: a list (or other iterable) of keys, or one key of the graph. A key given twice is a
-    `GraphKeyError` (a `KeyError`, as in the earlier engine): the answer, a dict, could hold it only once."""
-    single = isinstance(keys, (str, bytes, tuple)) or not isinstance(keys, Iterable)
-    if isinstance(keys, tuple):
-        try:
-            single = keys in graph
-        except TypeError:
-            single = False
-    distinct: Dict[Hashable, None] = {}
-    for key in [keys] if single else keys:
-        if key in distinct:
-            raise GraphKeyError(f"key {key!r} is requested more than once in keys")
-        distinct[key] = None
-    return list(distinct)
 
 
 def _unpickle_client(

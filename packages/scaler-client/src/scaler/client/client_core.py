@@ -62,12 +62,12 @@ from scaler.client.client_events import (
     ToScheduler,
 )
 from scaler.client.client_lifecycles import SESSION, SessionAction, SessionEvent, SessionState
+from scaler.client.session_stops import STOP_ERRORS, gone
 from scaler.client.storage_requests import StorageRequests
 from scaler.client.tasks_in_flight import TasksInFlight
 from scaler.protocol import connection_events
 from scaler.protocol.addresses import default_storage_address
-from scaler.protocol.connection_events import closed_in_handshake, role_name
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import show
 from scaler.protocol.messages import (
     ClientHeartbeatEcho,
@@ -171,46 +171,20 @@ class ClientCore:
             SessionAction.SAY_HELLO: self._say_hello,
             SessionAction.JOIN: self._join,
             SessionAction.SAY_GOODBYE: self._say_goodbye,
-            SessionAction.ANSWER_DISCONNECT: lambda disconnect, now: self._out.append(
-                Reply(disconnect.command_id, None)
-            ),
-            SessionAction.STOP_REFUSED: lambda refusal, now: self._stop(
-                ProtocolError(f"scheduler at {self._address} refused the client: {refusal.reason}")
-            ),
-            SessionAction.STOP_EXPELLED: lambda refusal, now: self._stop(
-                DisconnectedError(f"scheduler at {self._address} refused the client: {refusal.reason}")
-            ),
-            SessionAction.STOP_UNANSWERED: lambda detail, now: self._stop(
-                DisconnectedError(f"no scheduler answered at {self._address} within {self._timeout:g}s")
-            ),
-            SessionAction.STOP_LOST: lambda detail, now: self._stop(
-                DisconnectedError(f"the scheduler at {self._address} sent nothing for {self._timeout:g}s: lost it")
-            ),
-            SessionAction.STOP_LEFT: lambda request, now: self._stop(
-                DisconnectedError(
-                    f"the scheduler at {self._address} closed the connection"
-                    + (f": {request.reason}" if request.reason else "")
-                )
-            ),
+            SessionAction.ANSWER_DISCONNECT: self._answer_disconnect,
+            **{action: self._stop_on(action) for action in STOP_ERRORS},
             SessionAction.STOP_DISCONNECTED: self._stop_disconnected,
             SessionAction.STOP_ABORTED: lambda abort, now: self._stop(abort.error),
-            SessionAction.FINISH_DISCONNECT: lambda detail, now: self._stop(
-                DisconnectedError("the client disconnected before the task finished"), cause=False
-            ),
+            SessionAction.FINISH_DISCONNECT: self._finish_disconnect,
             SessionAction.HELLO_LOST: self._on_hello_lost,
             SessionAction.HELLO_AGAIN: self._hello_again,
-            SessionAction.STOP_NOT_A_SCHEDULER: lambda ack, now: self._stop(
-                DisconnectedError(
-                    closed_in_handshake(self._address, "a scheduler")
-                    if ack is None
-                    else f"{self._address} is {role_name(ack.role)}, not a scheduler"
-                )
-            ),
             SessionAction.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
             SessionAction.RENEW_CONNECTION: lambda detail, now: self._out.append(RenewConnection()),
             SessionAction.HELLO_ON_RETURN: self._hello_on_return,
             SessionAction.REJOIN: self._rejoin,
-            SessionAction.STOP_GONE: lambda detail, now: self._stop(DisconnectedError(self._gone())),
+            SessionAction.STOP_GONE: lambda detail, now: self._stop(
+                gone(self._address, self._reconnect, self._last_refusal)
+            ),
             SessionAction.LEAVE_AWAY: self._leave_away,
             SessionAction.NOTE_REFUSAL: self._note_refusal,
         }
@@ -237,16 +211,10 @@ class ClientCore:
             AskInfo: self._ask_info,
             ReportTasks: self._report_tasks,
         }
-        reply_error = self._reply_error
         self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
             Submit: lambda submit, error: self._out.extend(TaskFailed(task.task_id, error) for task in submit.tasks),
             SubmitGraph: lambda submit, error: self._out.extend(TaskFailed(target, error) for target in submit.targets),
-            PutObject: reply_error,
-            Clear: reply_error,
-            Shutdown: reply_error,
-            AskInfo: reply_error,
-            ReportTasks: reply_error,
-            Connect: reply_error,
+            **{command: self._reply_error for command in (PutObject, Clear, Shutdown, AskInfo, ReportTasks, Connect)},
         }
         # The dispatch table of each session state: what the commands do there is the SESSION table's
         # answer for COMMAND, looked up here once. After the client stopped, commands are answered with
@@ -258,7 +226,7 @@ class ClientCore:
         self._handlers_by_state[SessionState.STOPPED] = {
             **{event_type: _ignore for event_type in always},
             **{event_type: self._refuse_stopped for event_type in self._refusals},
-            Disconnect: lambda disconnect, now: self._out.append(Reply(disconnect.command_id, None)),
+            Disconnect: self._answer_disconnect,
         }
         self._handlers = self._handlers_by_state[self._state]
         self._scheduler_handlers: Dict[type, Callable[[Any, float], None]] = {
@@ -366,16 +334,20 @@ class ClientCore:
             self._hello_lost = False
             self._out.append(ToScheduler(self._hello))
 
-    def _join(self, message: HelloAck, now: float) -> None:
+    def _answered(self, message: HelloAck, now: float) -> None:
+        """The Hello is answered: heartbeats from now (the next starts the wait), and the scheduler's limits."""
         if message.timeout_seconds > 0:  # be heard well within the scheduler's own patience
             self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
         self._next_heartbeat = now + self._heartbeat_interval
-        self._silent_after = math.inf  # the Hello is answered; the next heartbeat starts the wait
+        self._silent_after = math.inf
+        self._tasks.take_limits(message)
+
+    def _join(self, message: HelloAck, now: float) -> None:
+        self._answered(message, now)
         address = message.object_storage_address
         if not address:
             address = default_storage_address(self._address)
             logger.warning(f"Client: scheduler named no object storage server; using {address}")
-        self._tasks.take_limits(message)
         self._out.append(ConnectStorage(address))
         self._storage.hello(address)
         self._out.append(Reply(self._ready_command, message))
@@ -424,11 +396,7 @@ class ClientCore:
         self._shutdown_commands.clear()
         self._heartbeats_sent = self._echoes_received = 0
         self._echo_barriers = collections.deque((1, command_id) for _, command_id in self._echo_barriers)
-        if message.timeout_seconds > 0:
-            self._heartbeat_interval = min(self._heartbeat_interval, message.timeout_seconds / 3)
-        self._next_heartbeat = now + self._heartbeat_interval
-        self._silent_after = math.inf
-        self._tasks.take_limits(message)
+        self._answered(message, now)
         tasks, graphs = self._tasks.resend()
         logger.info(
             f"Client: the scheduler at {self._address} answered again; sent again {tasks} task(s) and {graphs} "
@@ -437,7 +405,7 @@ class ClientCore:
 
     def _leave_away(self, disconnect: Disconnect, now: float) -> None:
         self._disconnect_command = disconnect.command_id
-        self._stop(DisconnectedError("the client disconnected before the task finished"), cause=False)
+        self._finish_disconnect(disconnect, now)
 
     def _made_in(self, made_in: MadeIn, now: float) -> None:
         """The Hello said again names the task a Client of this connection was made in last (still running)."""
@@ -448,19 +416,24 @@ class ClientCore:
     def _note_refusal(self, refusal: HandshakeFailed, now: float) -> None:
         self._last_refusal = refusal.reason
 
-    def _gone(self) -> str:
-        lost = f"lost the connection to the scheduler at {self._address}"
-        if self._reconnect <= 0:
-            return lost
-        refused = f" (its last handshake: {self._last_refusal})" if self._last_refusal else ""
-        return f"{lost}, which did not come back within {self._reconnect:g}s{refused}"
-
     def _say_goodbye(self, disconnect: Disconnect, now: float) -> None:
         """Send DisconnectRequest and wait (bounded) for DisconnectResponse; then fail what is left."""
         self._disconnect_command = disconnect.command_id
         self._out.append(ToScheduler(DisconnectRequest(reason="client disconnects")))
         self._next_heartbeat = math.inf
         self._closing_deadline = now + self._disconnect_wait
+
+    def _answer_disconnect(self, disconnect: Disconnect, now: float) -> None:
+        self._out.append(Reply(disconnect.command_id, None))
+
+    def _finish_disconnect(self, detail: Any, now: float) -> None:
+        """The client left: what is left ends, without that counting as why the client stopped."""
+        self._stop(DisconnectedError("the client disconnected before the task finished"), cause=False)
+
+    def _stop_on(self, action: SessionAction) -> Callable[[Any, float], None]:
+        """The action that stops the client with the error `session_stops.STOP_ERRORS` makes for ``action``."""
+        error_of = STOP_ERRORS[action]
+        return lambda detail, now: self._stop(error_of(self._address, self._timeout, detail))
 
     def _stop_disconnected(self, disconnect: Disconnect, now: float) -> None:
         """A disconnect before the scheduler answered the Hello: done at once."""

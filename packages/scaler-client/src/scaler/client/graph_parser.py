@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import graphlib
 import sys
-from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Sequence, Tuple
 
 from scaler.client.object_reference import ObjectReference
 
@@ -257,3 +257,21 @@ class GraphReader:
 
 
 _END = object()
+
+
+def requested_keys(graph: Mapping[Any, Any], keys: Any) -> List[Hashable]:
+    """``keys`` as a list: a list (or other iterable) of keys, or one key of the graph. A key given twice is a
+    `GraphKeyError` (a `KeyError`, as in the earlier engine): the answer, a dict, could hold it only once."""
+    single = isinstance(keys, (str, bytes, tuple)) or not isinstance(keys, Iterable)
+    if isinstance(keys, tuple):
+        try:
+            single = keys in graph
+        except TypeError:
+            single = False
+    distinct: Dict[Hashable, None] = {}
+    for key in [keys] if single else keys:
+        if key in distinct:
+            raise GraphKeyError(f"key {key!r} is requested more than once in keys")
+        distinct[key] = None
+    return list(distinct)
+

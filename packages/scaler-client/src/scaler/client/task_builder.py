@@ -156,3 +156,18 @@ def _make_argument(name: str, kind: ArgumentKind, data: bytes) -> Argument:
     if _POSITIONAL_MESSAGES:
         return Argument(name, kind, data)
     return Argument(name=name, kind=kind, data=data)
+
+
+def capability_list(capabilities: Optional[Mapping[str, int]]) -> List[Capability]:
+    """A task's ``capabilities=`` as the protocol's list, each name a str and each value a signed 64-bit int."""
+    if not capabilities:
+        return []
+    result = []
+    for name, value in capabilities.items():
+        if not isinstance(name, str) or not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"capabilities map names (str) to integers; got {name!r}: {value!r}")
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
+        result.append(Capability(name=name, value=value))
+    return result
+

@@ -14,6 +14,8 @@ from scaler.protocol.command_line import (
     parse_size,
     positive_float,
     positive_int,
+    run_event_loop,
+    setup_logging,
 )
 from scaler.protocol.errors import ScalerError
 from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE, show_size
@@ -159,15 +161,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         args.max_message_size = parse_size(args.max_message_size)
     except ValueError as error:
         parser.error(f"argument --max-message-size: {error}")
-    from scaler.scheduler.server import run_scheduler
+    from scaler.scheduler.server import SchedulerServer
 
     try:
-        run_scheduler(
+        setup_logging(args.logging_level, tuple(args.logging_paths), args.logging_config_file)
+        server = SchedulerServer(
             args.address,
-            event_loop=args.event_loop,
-            logging_level=args.logging_level,
-            logging_paths=tuple(args.logging_paths),
-            logging_config_file=args.logging_config_file,
             object_storage_address=args.object_storage_address,
             monitor_address=args.monitor_address,
             metrics_port=args.metrics_port,
@@ -193,6 +192,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 *_logging_arguments(args),
             ],
         )
+        run_event_loop(server.run, args.event_loop)  # until SIGTERM/SIGINT or an accepted client shutdown
     except ScalerError as error:
         print(f"scaler_scheduler: error: {error}", file=sys.stderr)
         sys.exit(1)

@@ -35,32 +35,27 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
-from scaler.protocol.message_limits import DEFAULT_MAX_MESSAGE_SIZE
 from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.security import Credential, RefusalLog
 from scaler.protocol.version import (
-    MANAGING_VERSION,
     PROTOCOL_VERSION,
     TASK_OUTPUT_VERSION,
-    incompatibility,
     knows,
-    show_version,
 )
 from scaler.scheduler.graph_routes import GraphRoutes
-from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET, GraphTasks
-from scaler.scheduler.hello_checks import awaits_holder, credential_problem, scope_of
+from scaler.scheduler.graph_tasks import GraphTasks
+from scaler.scheduler.hello_checks import awaits_holder, credential_problem, hello_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.missing_capabilities import MissingCapabilities
 from scaler.scheduler.monitor_snapshot import Monitoring
 from scaler.scheduler.outbox import Outbox
 from scaler.scheduler.peers import Client, Silence, Worker
 from scaler.scheduler.reconnections import Reconnections
-from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingPolicy, ScalingSettings
+from scaler.scheduler.scaling_policy import ScalingPolicy
 from scaler.scheduler.scheduler_events import (
     AuthorizedKeysRead,
     Burst,
@@ -81,8 +76,9 @@ from scaler.scheduler.scheduler_events import (
     Tick,
     describe,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.storage_link import StorageLink
-from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS, TaskRouting
+from scaler.scheduler.task_routing import TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
@@ -92,29 +88,6 @@ BUSY_SECONDS = 1.0  # after a burst that left messages waiting, the scheduler co
 logger = logging.getLogger(__name__)
 
 _PeerHandler = Callable[[bytes, Any, float, Outbox], None]
-
-
-@dataclass
-class SchedulerSettings:
-    object_storage_address: str = ""
-    object_storage_address_given: bool = False  # else the default: a server is started there if none answers
-    pid: int = 0  # this process's, for the Hello to the object storage server
-    heartbeat_interval_seconds: float = 1.0
-    client_timeout_seconds: float = 60.0
-    worker_timeout_seconds: float = 60.0
-    protected: bool = False
-    allocate_policy: str = "even"  # or "capability", the same: tasks go only to workers with the capabilities they need
-    missing_capabilities: str = "wait"  # tasks whose capabilities no worker has: "wait" (with a warning) or "fail"
-    max_task_deaths: int = 3  # a task whose processor or worker died this many times fails
-    graph_sorter: str = "auto"  # graph bookkeeping: "graphblas", "python", or "auto" (GraphBLAS if installed)
-    graph_inline_bytes: int = DEFAULT_INLINE_BUDGET  # small graph results held here for dependants; 0: all in storage
-    snapshot_every_second: bool = False  # a snapshot each second even with no monitor subscribed (--metrics-port)
-    scaling: ScalingSettings = DEFAULT_SCALING  # when worker managers grow and shrink their groups
-    adapter_webhook_url: str = ""  # an OpenGRIS worker adapter's webhook: one more manager (--adapter-webhook-url)
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE  # the ROUTER's ZMQ_MAXMSGSIZE (--max-message-size)
-    max_client_tasks: int = DEFAULT_MAX_CLIENT_TASKS  # a client's quota of tasks here (--max-client-tasks)
-    monitor_address: str = ""  # where monitors subscribe, told to clients that ask (SchedulerInfo)
-    dashboard_link: str = ""  # the web monitor's page, told to clients that ask (--dashboard-link)
 
 
 class SchedulerCore:
@@ -389,16 +362,9 @@ class SchedulerCore:
     def _on_hello(
         self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox, deferred: bool = False
     ) -> None:
-        reason = incompatibility(hello.version)
+        reason = hello_problem(hello)
         if reason is not None:
             self._events.warning("refused", source, f"refused {show(source)}: {reason}")
-            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
-            return
-        if hello.role not in (m.PeerRole.WORKER, m.PeerRole.CLIENT, m.PeerRole.WORKER_MANAGER):
-            out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, f"role {hello.role.name} cannot connect here")))
-            return
-        if hello.role == m.PeerRole.WORKER_MANAGER and not knows(hello.version, MANAGING_VERSION):
-            reason = f"a worker manager needs protocol {show_version(MANAGING_VERSION)} or later"
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         known = self._clients.get(source) or self._workers.get(source) or self._managers.get(source)

@@ -68,7 +68,7 @@ from scaler.protocol.security import (
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.monitor_feed import MonitorFeed
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
-from scaler.scheduler.scheduler_core import SchedulerCore, SchedulerSettings
+from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
     AuthorizedKeysRead,
@@ -93,6 +93,7 @@ from scaler.scheduler.scheduler_events import (
     Tick,
     describe,
 )
+from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.storage_process import StorageStartError, start_object_storage_process
 from scaler.scheduler.task_routing import DEFAULT_MAX_CLIENT_TASKS
 from scaler.scheduler.webhook_calls import WebhookCaller, check_webhook_url
@@ -587,18 +588,3 @@ class SchedulerServer:
         logger.info(f"Scheduler: shutting down: {effect.reason}")
         asyncio.get_running_loop().call_later(_SHUTDOWN_GRACE_SECONDS, self._stop.set)  # type: ignore[union-attr]
 
-
-def run_scheduler(
-    address: str,
-    event_loop: str = "auto",
-    logging_level: str = "INFO",
-    logging_paths: tuple = ("/dev/stdout",),
-    logging_config_file: Optional[str] = None,
-    **options: Any,
-) -> None:
-    """Run a scheduler until SIGTERM/SIGINT or an accepted client shutdown (blocking)."""
-    from scaler.protocol.command_line import run_event_loop, setup_logging
-
-    setup_logging(logging_level, logging_paths, logging_config_file)
-    server = SchedulerServer(address, **options)
-    run_event_loop(server.run, event_loop)
