@@ -17,6 +17,7 @@ import signal
 import time
 from typing import Any, Dict, List
 
+import psutil
 import pytest
 from cluster_processes import next_snapshot, wait_until, worker_count
 from keyed_clusters import Cluster
@@ -216,3 +217,26 @@ def test_a_storage_server_without_a_directory_restarts_empty_and_tasks_that_need
         error = client.submit(length, data).exception(timeout=60)
         assert isinstance(error, ObjectNotFoundError) and data.object_id.hex() in str(error), error
         assert client.submit(square, 6).result(timeout=60) == 36  # the function is put again
+
+
+def test_the_storage_server_a_scheduler_starts_keeps_its_objects_in_the_schedulers_object_directory(
+    processes, address, tmp_path
+):
+    """``scaler_scheduler --object-directory``: the storage server it starts (none given) keeps every object there,
+    dies with the scheduler, and the one the next scheduler starts serves them again."""
+    directory = ["--object-directory", str(tmp_path / "objects")]
+    scheduler = processes.scheduler(address, *directory, log_path=str(tmp_path / "scheduler-1.log"))
+    processes.cluster(address, 1, log_path=str(tmp_path / "cluster.log"))
+    wait_until(lambda: worker_count(default_monitor_address(address)) == 1, 60, "the worker")
+    started = psutil.Process(scheduler.pid).children(recursive=True)
+    assert [child.cmdline()[1:3] for child in started] == [["-m", "scaler.storage"]]  # the storage server it started
+    with Client(address=address, timeout_seconds=30) as client:
+        assert client.submit(square, 5).result(timeout=60) == 25
+        data = client.send_object(b"y" * 300_000)  # in storage, not read by any worker yet
+        scheduler.send_signal(signal.SIGKILL)
+        scheduler.wait(30)
+        psutil.wait_procs(started, timeout=30)
+        assert not any(child.is_running() and child.status() != psutil.STATUS_ZOMBIE for child in started)
+        processes.scheduler(address, *directory, log_path=str(tmp_path / "scheduler-2.log"))
+        assert client.submit(length, data).result(timeout=60) == 300_000  # kept there, and its function
+

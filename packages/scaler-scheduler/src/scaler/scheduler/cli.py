@@ -31,6 +31,7 @@ STORAGE_OPTIONS = {
     "max_object_size": "--max-object-size",
     "storage_memory_limit": "--memory-limit",
     "spill_directory": "--spill-directory",
+    "object_directory": "--object-directory",
 }
 
 
@@ -146,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--spill-directory", default=None, metavar="DIR",
         help="where it spills objects past its memory limit, or none (default: the storage server's, the temporary "
         "directory)",
+    )  # fmt: skip
+    storage.add_argument(
+        "--object-directory", default=None, metavar="DIR",
+        help="keep every object in a file there too: the storage server started again with it (after this scheduler "
+        "was restarted, or died) serves them again (default: none)",
     )  # fmt: skip
     add_security_arguments(parser, serves=True, scheduler=True)
     add_common_arguments(parser)
