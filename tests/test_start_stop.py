@@ -34,23 +34,27 @@ def test_a_stop_signal_at_any_moment_of_a_schedulers_start_leaves_nothing_behind
     and after it does. Each stop is clean (no traceback), its storage server goes with it, and the next
     scheduler takes the same address at once."""
     storage = default_storage_address(address)
-    delays = [0.05, 0.3, 0.6, 0.9, 1.0, 1.1, 1.2, 1.4, 1.7, 2.2]
-    for delay in delays:
+    moments: List[object] = [0.05, 0.3, 0.6, 0.9, 1.0, 1.1, "storage", 1.2, 1.4, 1.7, 2.2]
+    for moment in moments:
         scheduler = subprocess.Popen(
             [os.path.join(BIN, "scaler_scheduler"), address], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
         try:
-            time.sleep(delay)
-            # Ctrl-C once, while it starts its storage server (before its main runs, Python itself would say
-            # KeyboardInterrupt)
-            scheduler.send_signal(signal.SIGINT if delay == 1.2 else signal.SIGTERM)
+            if moment == "storage":
+                # Ctrl-C once, as soon as its storage server's process exists (its main runs then: before it,
+                # while the interpreter starts, Python itself would say KeyboardInterrupt)
+                wait_until(psutil.Process(scheduler.pid).children, 60, "the storage server's process")
+                scheduler.send_signal(signal.SIGINT)
+            else:
+                time.sleep(moment)  # type: ignore[arg-type]
+                scheduler.send_signal(signal.SIGTERM)
             output, _ = scheduler.communicate(timeout=60)
         finally:
             scheduler.kill()
             scheduler.wait(30)
         assert b"Traceback" not in output, output.decode(errors="replace")
         gone, alive = psutil.wait_procs(_processes_serving(storage), timeout=30)
-        assert alive == [], f"left behind after a stop {delay} s into the start: {alive}"
+        assert alive == [], f"left behind after a stop at {moment} (s) of the start: {alive}"
 
 
 def test_a_killed_scheduler_takes_the_storage_server_it_started_with_it(processes, address):
