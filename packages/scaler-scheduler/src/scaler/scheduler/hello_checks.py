@@ -1,6 +1,6 @@
 """What the scheduler checks of a Hello before it admits the peer (sans-I/O, for `scheduler_core.SchedulerCore`).
 
-- whether the peer's protocol version and role can connect here at all (`hello_problem`);
+- whether the peer's role can connect here at all (`role_problem`);
 - whether the peer's key may say Hello as that role, and its identity is not bound to another key
   (`credential_problem`);
 - whose objects a new client's tasks read (`scope_of`): its own, or, for a Client made inside a task (protocol
@@ -19,7 +19,7 @@ from scaler.protocol import delegation
 from scaler.protocol import messages as m
 from scaler.protocol.ids import show
 from scaler.protocol.security import Credential
-from scaler.protocol.version import MANAGING_VERSION, incompatibility, knows, show_version
+from scaler.protocol.version import MANAGING_VERSION, knows, show_version
 from scaler.scheduler.peers import Worker
 from scaler.scheduler.task_routing import TaskRouting
 
@@ -27,12 +27,9 @@ logger = logging.getLogger(__name__)
 _ROLES = (m.PeerRole.WORKER, m.PeerRole.CLIENT, m.PeerRole.WORKER_MANAGER)
 
 
-def hello_problem(hello: m.Hello) -> Optional[str]:
-    """Why a Hello is refused whatever its key (None: it is not): an incompatible protocol version, a role that
-    does not connect to a scheduler, or a worker manager older than the managing protocol."""
-    reason = incompatibility(hello.version)
-    if reason is not None:
-        return reason
+def role_problem(hello: m.Hello) -> Optional[str]:
+    """Why a Hello of a compatible version is refused whatever its key (None: it is not): a role that does not
+    connect to a scheduler, or a worker manager older than the managing protocol."""
     if hello.role not in _ROLES:
         return f"role {hello.role.name} cannot connect here"
     if hello.role == m.PeerRole.WORKER_MANAGER and not knows(hello.version, MANAGING_VERSION):

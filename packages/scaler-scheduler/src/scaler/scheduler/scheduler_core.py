@@ -41,14 +41,10 @@ from scaler.protocol import messages as m
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.peer_connections import PeerConnections
 from scaler.protocol.security import Credential, RefusalLog
-from scaler.protocol.version import (
-    PROTOCOL_VERSION,
-    TASK_OUTPUT_VERSION,
-    knows,
-)
+from scaler.protocol.version import PROTOCOL_VERSION, TASK_OUTPUT_VERSION, incompatibility, knows
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import GraphTasks
-from scaler.scheduler.hello_checks import awaits_holder, credential_problem, hello_problem, scope_of
+from scaler.scheduler.hello_checks import awaits_holder, credential_problem, role_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.missing_capabilities import MissingCapabilities
 from scaler.scheduler.monitor_snapshot import Monitoring
@@ -362,9 +358,12 @@ class SchedulerCore:
     def _on_hello(
         self, source: bytes, hello: m.Hello, credential: Credential, now: float, out: Outbox, deferred: bool = False
     ) -> None:
-        reason = hello_problem(hello)
+        reason = incompatibility(hello.version)
         if reason is not None:
             self._events.warning("refused", source, f"refused {show(source)}: {reason}")
+        else:  # a role that does not connect here (a monitor's probe, say) is answered without a log line
+            reason = role_problem(hello)
+        if reason is not None:
             out.sends.append(Send(source, m.Refusal(PROTOCOL_VERSION, reason)))
             return
         known = self._clients.get(source) or self._workers.get(source) or self._managers.get(source)
