@@ -34,6 +34,7 @@ class TaskStatus(enum.IntEnum):
     CANCELLED = 2
     WORKER_DIED = 3
     REJECTED = 4
+    INPUTS_GONE = 5
 
 
 class PayloadKind(enum.IntEnum):

@@ -48,6 +48,7 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import GraphTasks
+from scaler.scheduler.task_inputs import TaskInputs
 from scaler.scheduler.hello_checks import awaits_holder, credential_problem, hello_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.missing_capabilities import MissingCapabilities
@@ -124,7 +125,8 @@ class SchedulerCore:
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._caught_up_at = float("-inf")  # when the shell last had read all its peers had sent
-        self._graph_routes = GraphRoutes(self._graphs, self._routing, self._storage)
+        self._inputs = TaskInputs(self._routing.holds)
+        self._graph_routes = GraphRoutes(self._graphs, self._routing, self._storage, self._inputs)
         self._slices = MessageSlices(self._routing, self._graphs, self._handlers_of, self._graph_routes.apply)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
@@ -226,7 +228,7 @@ class SchedulerCore:
                 )
         else:
             self._handlers[type(event)](event, now, out)
-        if self._graphs.active:
+        if self._graph_routes.active:
             self._graph_routes.through(out, now)
 
     @property
@@ -310,7 +312,7 @@ class SchedulerCore:
         if client is not None:
             if self._returns.client_gone(client, now):  # it said it comes back: kept meanwhile, its tasks stopped
                 self._connections.forget(peer_id)
-                self._graphs.forget_client(peer_id)
+                self._graph_routes.forget_client(peer_id)
                 self._routing.withdraw(client, out)
                 return
             self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
@@ -570,7 +572,7 @@ class SchedulerCore:
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)
             self._slices.forget(client.client_id)
-        self._graphs.forget_client(client.client_id)
+        self._graph_routes.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
         if not forget:  # the clear ended its admission too: it stays, so it is admitted again
