@@ -29,7 +29,8 @@ def submit(core: SchedulerCore, *tasks: m.Task, client: bytes = CLIENT, now: flo
 
 
 def end(core: SchedulerCore, n: int, status=m.TaskStatus.SUCCESS, kind=m.PayloadKind.INLINE, payload=b"value"):
-    return core.handle(FromPeer(WORKER_A, m.TaskResultBatch([m.TaskResult(tid(n), 1, status, kind, payload, "why")])), 2.0)
+    result = m.TaskResult(tid(n), 1, status, kind, payload, "why")
+    return core.handle(FromPeer(WORKER_A, m.TaskResultBatch([result])), 2.0)
 
 
 def results(effects, client: bytes = CLIENT) -> List[m.TaskResult]:
@@ -99,9 +100,7 @@ def test_an_input_the_scheduler_does_not_hold_is_answered_inputs_gone():
     connect_client(core, OTHER_CLIENT)
     submit(core, task(5), client=OTHER_CLIENT)
     effects = submit(core, task(2, 1), task(3, 2), task(4, 5))  # ended; depends on a refused one; another's
-    assert {r.task_id: r.status for r in results(effects)} == {
-        tid(n): m.TaskStatus.INPUTS_GONE for n in (2, 3, 4)
-    }
+    assert {r.task_id: r.status for r in results(effects)} == {tid(n): m.TaskStatus.INPUTS_GONE for n in (2, 3, 4)}
     assert core._inputs.held_count == 0 and sent_tasks(effects) == []
 
 

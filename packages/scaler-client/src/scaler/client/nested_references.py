@@ -45,9 +45,7 @@ def _any_holds(values: Iterable[Any]) -> bool:
 
 def _holds_reference(value: Any) -> bool:
     items = value.values() if type(value) is dict else value
-    return any(
-        type(item) in _REFERENCES or (type(item) in _CONTAINERS and _holds_reference(item)) for item in items
-    )
+    return any(type(item) in _REFERENCES or (type(item) in _CONTAINERS and _holds_reference(item)) for item in items)
 
 
 def _template(value: Any, references: List[Any]) -> Any:

@@ -29,7 +29,6 @@ INLINE_ARGUMENT_LIMIT = 64 * 1024  # larger serialized arguments travel through 
 _FUNCTION_CACHE_LIMIT = 1024  # distinct function objects remembered per client
 
 
-
 class Puts(Dict[bytes, List[Tuple[bytes, Any]]]):
     """Task ID -> (object ID, payload) of its arguments put in storage; ``inputs``: task ID -> the futures whose
     results it takes (None until one does)."""
@@ -204,4 +203,3 @@ def capability_list(capabilities: Optional[Mapping[str, int]]) -> List[Capabilit
             raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
         result.append(Capability(name=name, value=value))
     return result
-

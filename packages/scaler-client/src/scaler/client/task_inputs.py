@@ -42,7 +42,7 @@ class Inputs:
 
 
 class TaskInputs:
-    def __init__(self, tasks: "TasksInFlight", storage: StorageRequests, out: List[Effect]) -> None:
+    def __init__(self, tasks: TasksInFlight, storage: StorageRequests, out: List[Effect]) -> None:
         self._tasks = tasks
         self._storage = storage
         self._out = out
@@ -98,7 +98,7 @@ class TaskInputs:
 
     def on_ended(self, event: InputsEnded, now: float) -> None:
         """The parked task's inputs ended: it goes with their values, or ends as the first that did not succeed."""
-        record = self._tasks.record(event.task_id)
+        record: Any = self._tasks.record(event.task_id)  # parked: it keeps its message and its inputs
         if record is None or record.state is not TaskState.PARKED:
             return  # it ended meanwhile (cancelled, the client stopped)
         if event.cancelled:

@@ -50,7 +50,6 @@ from scaler.client.task_inputs import TaskInputs
 from scaler.protocol import object_frames
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
-from scaler.protocol.version import TASK_INPUTS_VERSION, knows
 from scaler.protocol.message_limits import batches, message_budget, task_size, too_large_for
 from scaler.protocol.messages import (
     HelloAck,
@@ -63,6 +62,7 @@ from scaler.protocol.messages import (
     TaskResultBatch,
     TaskStatus,
 )
+from scaler.protocol.version import TASK_INPUTS_VERSION, knows
 
 logger = logging.getLogger(__name__)
 
@@ -251,7 +251,8 @@ class TasksInFlight:
                 logger.debug(f"Client: dropped result of unknown or finished task {show(task_id)}")
                 self._drop_result(task_id, None, result)
             elif result.payload_kind != PayloadKind.OBJECT:
-                step(task_id, record, _RESULT if result.status is not _INPUTS_GONE or not record.inputs else _PARK, result)
+                gone = result.status is _INPUTS_GONE and record.inputs is not None  # its inputs end here first
+                step(task_id, record, _PARK if gone else _RESULT, result)
             elif storage.error is None:
                 step(task_id, record, TaskEvent.RESULT_STORED, result)
             else:

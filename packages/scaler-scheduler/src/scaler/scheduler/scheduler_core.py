@@ -48,7 +48,6 @@ from scaler.protocol.version import (
 )
 from scaler.scheduler.graph_routes import GraphRoutes
 from scaler.scheduler.graph_tasks import GraphTasks
-from scaler.scheduler.task_inputs import TaskInputs
 from scaler.scheduler.hello_checks import awaits_holder, credential_problem, hello_problem, scope_of
 from scaler.scheduler.message_slices import MessageSlices
 from scaler.scheduler.missing_capabilities import MissingCapabilities
@@ -79,6 +78,7 @@ from scaler.scheduler.scheduler_events import (
 )
 from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.storage_link import StorageLink
+from scaler.scheduler.task_inputs import TaskInputs
 from scaler.scheduler.task_routing import TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers

@@ -106,7 +106,7 @@ class TaskInputs:
             HeldAction.RELEASE: lambda held, result, out: self._released.append(held.task),
             HeldAction.GIVE_FAILURE: self._give_failure,
             HeldAction.GIVE_CANCELLED: self._give_cancelled,
-            HeldAction.CONFIRM_CANCELLED: lambda held, result, out: out.confirm(held.client_id, held.task.task_id, True),
+            HeldAction.CONFIRM_CANCELLED: self._confirm_cancelled,
         }
 
     @property
@@ -222,6 +222,9 @@ class TaskInputs:
                 failure.error_text,
             )
         )  # fmt: skip
+
+    def _confirm_cancelled(self, held: _Held, result: Any, out: Outbox) -> None:
+        out.confirm(held.client_id, held.task.task_id, True)
 
     def _give_cancelled(self, held: _Held, result: Any, out: Outbox) -> None:
         out.results[held.client_id].append(
