@@ -3,7 +3,8 @@
 Events are the user threads' commands (queued by the agent thread, `agent.py`), the messages the agent
 receives from the scheduler and from object storage, and `Tick`. Effects are what the agent then does, in
 order: sends, and the ends of tasks and commands, named by task ID or command ID. The core holds no
-future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures its callers wait on.
+future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures its callers wait on (but the
+futures whose results a task takes, opaque to the core, which hands them back to the agent: `ResolveInputs`).
 
 One event per command or received message, never one per task: a `Submit` carries a whole chunk of a
 `map`, a `TaskResults` effect every result of one `TaskResultBatch`.
