@@ -86,11 +86,12 @@ def test_a_cancelled_input_cancels_its_dependents_and_a_held_task_cancels_at_onc
     effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(4)])), 2.0)  # held: confirmed at once
     (confirm,) = sent(effects, to=CLIENT, kind=m.TaskCancelConfirm)
     assert (confirm.task_ids, confirm.cancelled) == ([tid(4)], [True])
+    assert list(core._inputs._dependents[tid(1)]) == [tid(2)]  # its input no longer waits for it
     effects = core.handle(FromPeer(CLIENT, m.TaskCancel([tid(1)])), 3.0)
     assert {r.task_id: r.status for r in results(effects)} == {
         tid(2): m.TaskStatus.CANCELLED, tid(3): m.TaskStatus.CANCELLED,
     }  # fmt: skip
-    assert core._inputs.held_count == 0
+    assert core._inputs.held_count == 0 and not core._inputs._dependents
 
 
 def test_an_input_the_scheduler_does_not_hold_is_answered_inputs_gone():

@@ -98,7 +98,7 @@ class TaskInputs:
     def __init__(self, live: Callable[[bytes, bytes], bool]) -> None:
         self._live = live
         self._held: Dict[bytes, _Held] = {}  # task ID -> the task held here
-        self._dependents: Dict[bytes, List[bytes]] = {}  # an input's task ID -> the tasks held for it
+        self._dependents: Dict[bytes, Dict[bytes, None]] = {}  # an input's task ID -> the tasks held for it, in order
         self._released: List[Any] = []  # of the current round, for the caller to queue
         self._carry_out: Dict[HeldAction, Callable[[_Held, Any, Outbox], None]] = {
             HeldAction.TAKE_VALUE: self._take_value,
@@ -138,7 +138,7 @@ class TaskInputs:
                 continue
             self._held[task_id] = _Held(task, client_id, inputs)
             for input_id in inputs:
-                self._dependents.setdefault(input_id, []).append(task_id)
+                self._dependents.setdefault(input_id, {})[task_id] = None
 
     def on_results(self, client_id: bytes, results: Sequence[Any], out: Outbox) -> List[Any]:
         """Results about to leave for ``client_id`` (they still do): those of inputs decide for their dependents.
@@ -149,7 +149,7 @@ class TaskInputs:
             if waiting is None:
                 continue
             status = result.status
-            for task_id in dict.fromkeys(waiting):
+            for task_id in waiting:
                 held = self._held.get(task_id)
                 if held is None or held.client_id != client_id:
                     continue  # it ended already, by another of its inputs
@@ -168,7 +168,7 @@ class TaskInputs:
         for task_id, cancelled in zip(task_ids, flags, strict=False):
             if not cancelled or task_id not in dependents:
                 continue
-            for dependent_id in dict.fromkeys(dependents.pop(task_id)):
+            for dependent_id in dependents.pop(task_id):
                 held = self._held.get(dependent_id)
                 if held is not None and held.client_id == client_id:
                     self._step(held, HeldEvent.INPUT_CANCELLED, None, out)
@@ -189,10 +189,6 @@ class TaskInputs:
         out = Outbox()  # nothing is sent to a client that left
         for held in [held for held in self._held.values() if held.client_id == client_id]:
             self._step(held, HeldEvent.CLIENT_GONE, None, out)
-        self._dependents = {
-            input_id: kept for input_id, waiting in self._dependents.items()
-            if (kept := [task_id for task_id in waiting if task_id in self._held])
-        }  # fmt: skip
 
     def _step(self, held: _Held, event: HeldEvent, result: Any, out: Outbox) -> None:
         transition = HELD_TASK.step(held.state, event, show(held.task.task_id))
@@ -213,7 +209,15 @@ class TaskInputs:
         held.missing.discard(input_id)
 
     def _forget(self, held: _Held, result: Any, out: Outbox) -> None:
-        del self._held[held.task.task_id]
+        task_id = held.task.task_id
+        del self._held[task_id]
+        dependents = self._dependents
+        for input_id in held.missing:  # the inputs still waited for no longer wait for it
+            waiting = dependents.get(input_id)
+            if waiting is not None:
+                waiting.pop(task_id, None)
+                if not waiting:
+                    del dependents[input_id]
 
     def _give_failure(self, held: _Held, failure: Any, out: Outbox) -> None:
         out.results[held.client_id].append(
