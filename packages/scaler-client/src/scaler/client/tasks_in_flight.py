@@ -326,6 +326,8 @@ class TasksInFlight:
         """The task left the scheduler (it waits here for its inputs): it no longer counts against the quota."""
         record.admitted = False
         self._admitted -= 1
+        if self._held:
+            self._start_held()
 
     def _failed_need(self, record: _TaskRecord) -> Optional[Exception]:
         """The error of a failed put of the task's function or serializer, if one failed."""
