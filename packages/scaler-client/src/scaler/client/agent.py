@@ -44,6 +44,7 @@ from scaler.client.client_events import (
     RenewConnection,
     Reply,
     ReplyError,
+    ResolveInputs,
     Stopped,
     TaskCancelled,
     TaskFailed,
@@ -54,6 +55,7 @@ from scaler.client.client_events import (
     ToStorage,
 )
 from scaler.client.future import ScalerFuture
+from scaler.client.task_inputs import inputs_ended
 from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec, connection_events
 from scaler.protocol.connection_events import ConnectionWatch
@@ -123,6 +125,7 @@ class ClientAgent:
             TaskFailed: self._fail_future,
             TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
             CancelRefused: self._tell_cancel_refused,
+            ResolveInputs: self._resolve_inputs,
             Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
             ReplyError: lambda effect: self._reply(effect.command_id).set_exception(_fresh(effect.error)),
             ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
@@ -357,6 +360,22 @@ class ClientAgent:
             future._set_cancelled()  # as the earlier engine ends them: the user gave the task up
         else:
             future._set_error(_fresh(effect.error))
+
+    def _resolve_inputs(self, effect: ResolveInputs) -> None:
+        """Tell the core how the futures of a parked task ended, once all have (their callbacks run here)."""
+        futures = list(dict.fromkeys(future for _, _, future in effect.futures))
+        left = [len(futures)]
+
+        def one_ended(_: Any) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                try:
+                    self.send(inputs_ended(effect.task_id, effect.futures))
+                except DisconnectedError:  # the client stopped: the task ended with it
+                    pass
+
+        for future in futures:
+            future.add_done_callback(one_ended)
 
     def _end_future(self, task_id: bytes) -> ScalerFuture:
         return self._futures.pop(task_id)

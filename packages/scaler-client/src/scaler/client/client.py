@@ -32,7 +32,7 @@ from scaler.client.performance_report import PerformanceReport
 from scaler.client.progress_bar import ProgressOption, start_progress
 from scaler.client.serializer import check_serializer, serialize_payload
 from scaler.client.shared_connection import ClientView, shared_connection
-from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, TaskBuilder, capability_list
+from scaler.client.task_builder import INLINE_ARGUMENT_LIMIT, Puts, TaskBuilder, capability_list
 from scaler.client.task_stream import TaskStream
 from scaler.protocol import object_frames
 from scaler.protocol.addresses import check_address
@@ -213,7 +213,7 @@ class Client(DaskCalls):
         """Run ``fn(*args, **kwargs)`` on a worker; returns its future. A call that cannot bind raises `TypeError`
         here."""
         self._calls.check(fn, args, kwargs)
-        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        puts = Puts()
         task = self._builder.build(*lift(fn, args, kwargs), [], puts)
         future = ScalerFuture(task.task_id, self, self._serializer, self._profiling, self._bounded_wait)
         self._agent.send(Submit([task], puts), {task.task_id: future})
@@ -240,7 +240,7 @@ class Client(DaskCalls):
         if timeout_seconds < 0 or retries < 0:
             raise ValueError("timeout_seconds and retries must not be negative")
         self._calls.check(fn, args, kwargs or {})
-        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        puts = Puts()
         task = self._builder.build(*lift(fn, tuple(args), kwargs or {}), capability_list(capabilities), puts)
         task.priority = priority
         task.timeout_seconds = float(timeout_seconds)
@@ -273,7 +273,7 @@ class Client(DaskCalls):
         futures: List[ScalerFuture] = []
         chunk: List[Task] = []
         chunk_futures: Dict[bytes, ScalerFuture] = {}
-        puts: Dict[bytes, List[Tuple[bytes, Any]]] = {}
+        puts = Puts()
         batch = FutureBatch()  # the map waits on this one condition, not on each future
         bar = start_progress(progress, "map")
         build, serializer, profiling, wait = self._builder.build, self._serializer, self._profiling, self._bounded_wait
@@ -296,7 +296,7 @@ class Client(DaskCalls):
                     self._agent.send(Submit(chunk, puts), chunk_futures)
                     if bar is not None:
                         bar.watch(futures[-len(chunk) :])
-                    chunk, chunk_futures, puts = [], {}, {}
+                    chunk, chunk_futures, puts = [], {}, Puts()
             if chunk:
                 self._agent.send(Submit(chunk, puts), chunk_futures)
                 if bar is not None:

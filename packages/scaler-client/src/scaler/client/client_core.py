@@ -44,6 +44,7 @@ from scaler.client.client_events import (
     FromStorage,
     HandshakeFailed,
     Heartbeat,
+    InputsEnded,
     MadeIn,
     PutObject,
     Release,
@@ -201,6 +202,7 @@ class ClientCore:
             HandshakeFailed: self._on_handshake_failed,
             ConnectionChanged: self._on_connection,
             Tick: self._on_tick,
+            InputsEnded: self._tasks.inputs.on_ended,  # a task parked for its inputs (task_inputs.py)
         }
         self._commands: Dict[type, Callable[[Any, float], None]] = {
             Submit: self._tasks.submit,

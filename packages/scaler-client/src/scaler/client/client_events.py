@@ -3,7 +3,8 @@
 Events are the user threads' commands (queued by the agent thread, `agent.py`), the messages the agent
 receives from the scheduler and from object storage, and `Tick`. Effects are what the agent then does, in
 order: sends, and the ends of tasks and commands, named by task ID or command ID. The core holds no
-future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures its callers wait on.
+future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures its callers wait on (but the
+futures whose results a task takes, opaque to the core, which hands them back to the agent: `ResolveInputs`).
 
 One event per command or received message, never one per task: a `Submit` carries a whole chunk of a
 `map`, a `TaskResults` effect every result of one `TaskResultBatch`.
@@ -37,7 +38,18 @@ class Submit:
     """
 
     tasks: List[Task]
-    puts: Mapping[bytes, Sequence[Tuple[bytes, Any]]]
+    puts: Mapping[bytes, Sequence[Tuple[bytes, Any]]]  # a `task_builder.Puts`: also the tasks' inputs (futures)
+
+
+@dataclass(slots=True)
+class InputsEnded:
+    """The agent's answer to `ResolveInputs`: the payload of each argument that is an input's result (by position),
+    or the first input's error, or that an input was cancelled."""
+
+    task_id: bytes
+    payloads: Mapping[int, Any]
+    error: Optional[BaseException] = None
+    cancelled: bool = False
 
 
 @dataclass(slots=True)
@@ -170,7 +182,7 @@ TICK = Tick()
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, AskInfo, ReportTasks, Disconnect,
-    Abort, MadeIn, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick,
+    Abort, MadeIn, FromScheduler, FromStorage, HandshakeFailed, ConnectionChanged, Tick, InputsEnded,
 ]  # fmt: skip
 
 # --- effects, carried out by the agent in order ----------------------------------------------------------
@@ -246,6 +258,15 @@ class TaskCancelled:
 
 
 @dataclass(slots=True)
+class ResolveInputs:
+    """The task takes the results of these futures, and the scheduler will not hold it for them (it does not hold
+    one of them, or is older than 1.8): once all have ended, the agent tells the core (`InputsEnded`)."""
+
+    task_id: bytes
+    futures: Sequence[Any]  # ScalerFuture
+
+
+@dataclass(slots=True)
 class CancelRefused:
     """The scheduler could not cancel the task (it runs on): not an end, its result will come."""
 
@@ -282,5 +303,5 @@ class Stopped:
 
 Effect = Union[
     ToScheduler, ToStorage, ConnectStorage, RenewConnection, Heartbeat, TaskRunsArrived, TaskResults, TaskPrinted,
-    TaskFailed, TaskCancelled, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
+    TaskFailed, TaskCancelled, ResolveInputs, CancelRefused, Reply, ReplyError, ObjectsFailed, Stopped,
 ]  # fmt: skip

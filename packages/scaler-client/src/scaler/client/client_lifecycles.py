@@ -169,6 +169,7 @@ class TaskState(enum.Enum):
     SENT = "sent"  # at the scheduler
     CANCELLING = "cancelling"  # cancel sent, waiting for the confirmation (or the result)
     FETCHING = "fetching"  # its result's payload is being read from storage
+    PARKED = "parked"  # waiting here for the tasks whose results it takes (the scheduler does not hold it for them)
     DONE = "done"  # ended with a result from the scheduler (success, failure, cancelled, ...)
     FAILED = "failed"  # ended with an error on the client's side
     CANCELLED = "cancelled"
@@ -191,6 +192,7 @@ class TaskEvent(enum.Enum):
     CLEAR = "clear"  # Client.clear: storage and scheduler forget everything of this client
     STOP = "stop"  # the client stopped (scheduler lost, disconnected)
     RESEND = "resend"  # the scheduler answered again after the connection was lost: what it may not hold goes again
+    PARK = "park"  # its inputs' values are taken here: the scheduler does not hold one of them, or is older than 1.8
 
     __hash__ = object.__hash__
 
@@ -208,17 +210,19 @@ class TaskAction(enum.Enum):
     GIVE_ERROR = "give_error"
     GIVE_CANCELLED = "give_cancelled"
     TELL_CANCEL_REFUSED = "tell_cancel_refused"
+    RESOLVE_INPUTS = "resolve_inputs"  # ask the agent for its inputs' outcomes once they ended (`ResolveInputs`)
 
     __hash__ = object.__hash__
 
 
 # A task is NEW only while its Submit is handled: then it is in one of these, until it ends.
-LIVE = (TaskState.HELD, TaskState.STORING, TaskState.SENT, TaskState.CANCELLING, TaskState.FETCHING)
+LIVE = (TaskState.HELD, TaskState.STORING, TaskState.SENT, TaskState.CANCELLING, TaskState.FETCHING, TaskState.PARKED)
 # What may come to any live task, whatever its state: each has an entry in every state of LIVE.
 ANY_TIME = (
     TaskEvent.CANCEL, TaskEvent.FAIL, TaskEvent.CLEAR, TaskEvent.STOP,  # the user, storage, the client's end
     TaskEvent.RESEND,  # the scheduler came back
     TaskEvent.RESULT, TaskEvent.RESULT_STORED, TaskEvent.CANCEL_CONFIRMED, TaskEvent.CANCEL_REFUSED,  # the scheduler
+    TaskEvent.PARK,
 )  # fmt: skip
 
 
@@ -263,11 +267,23 @@ def _task_table():
     for state in (S.HELD, S.STORING, S.FETCHING):  # not at the scheduler yet, or its result here already
         table[(state, E.RESEND)] = Transition(state)
     # Answers it cannot have (never sent, or its result already here): dropped.
-    for state in (S.HELD, S.STORING, S.FETCHING):
+    for state in (S.HELD, S.STORING, S.FETCHING, S.PARKED):
         table[(state, E.RESULT)] = Transition(state)
         table[(state, E.RESULT_STORED)] = Transition(state, (A.DROP_RESULT,))
         table[(state, E.CANCEL_CONFIRMED)] = Transition(state)
         table[(state, E.CANCEL_REFUSED)] = Transition(state)
+        table[(state, E.PARK)] = Transition(state)
+    # A task that takes other tasks' results (futures as arguments), when the scheduler does not hold it for them:
+    # it waits here for them to end, then goes with their values (or ends as the first failed or cancelled one).
+    table[(S.NEW, E.PARK)] = Transition(S.PARKED, (A.RESOLVE_INPUTS,))
+    table[(S.SENT, E.PARK)] = Transition(S.PARKED, (A.RESOLVE_INPUTS,))
+    table[(S.CANCELLING, E.PARK)] = Transition(S.CANCELLED, give_cancelled)  # the scheduler never held it
+    table[(S.PARKED, E.HOLD)] = Transition(S.HELD, (A.HOLD,))
+    table[(S.PARKED, E.STORE)] = Transition(S.STORING)
+    table[(S.PARKED, E.SEND)] = Transition(S.SENT, (A.SEND,))
+    table[(S.PARKED, E.FAIL)] = Transition(S.FAILED, give_error)
+    table[(S.PARKED, E.CANCEL)] = Transition(S.CANCELLED, give_cancelled)
+    table[(S.PARKED, E.RESEND)] = Transition(S.PARKED)
     return table
 
 

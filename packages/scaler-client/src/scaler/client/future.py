@@ -16,7 +16,7 @@ from concurrent.futures import _base as _futures_base
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 from scaler.client.remote_errors import exception_from_result
-from scaler.client.serializer import deserialize_payload
+from scaler.client.serializer import deserialize_payload, serialize_payload
 from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
 from scaler.protocol.messages import Profiling, TaskResult, TaskStatus
@@ -352,6 +352,25 @@ class ScalerFuture(concurrent.futures.Future):
         if profiling is None:
             raise ValueError(f"task {show(self._task_id)} has no profiling: it ended without a result from a worker")
         return profiling
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            f"{self!r} cannot be pickled. Pass a future to a task as an argument of its own, or inside a list, tuple "
+            "or dict (the task receives its value), or pass future.result()"
+        )
+
+    def _argument_outcome(self) -> Tuple[Any, Optional[BaseException], bool]:
+        """How a done future is another task's argument: (its payload, None, False), (None, its error, False) or
+        (None, None, True) if cancelled. Its payload as it came, or, once decoded, its value serialized again."""
+        with _LOCK:
+            state, value, error, payload = self._state, self._result, self._exception, self._payload
+        if state in _CANCELLED_STATES:
+            return None, None, True
+        if error is not None:
+            return None, error, False
+        if value is _UNDECODED:
+            return payload, None, False
+        return serialize_payload(self._serializer, value), None, False
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self).__await__()

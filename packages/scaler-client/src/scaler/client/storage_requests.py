@@ -29,7 +29,7 @@ import itertools
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from scaler.client import received_payloads
 from scaler.client.client_events import Effect, HandshakeFailed, ObjectsFailed, Reply, ReplyError, ToStorage
@@ -99,6 +99,7 @@ class StorageRequests:
         self._max_message_size = 0  # the largest frame the server takes (its HelloAck, 1.8); 0: not said
         self._gets: List[bytes] = []
         self._deletes: List[bytes] = []
+        self._kept: Set[bytes] = set()  # results being read that stay in storage (tasks take them as arguments)
 
     @property
     def next_deadline(self) -> float:
@@ -129,10 +130,13 @@ class StorageRequests:
         if command_id:
             self._out.append(ReplyError(command_id, self.error))
 
-    def read(self, object_id: bytes, task_id: bytes) -> None:
-        """Get a result's payload (then delete it there): `tasks.result_read` or `result_lost` follows."""
+    def read(self, object_id: bytes, task_id: bytes, keep: bool = False) -> None:
+        """Get a result's payload (then delete it there, unless ``keep``: tasks take it as an argument):
+        `tasks.result_read` or `result_lost` follows."""
         self._reads[object_id] = task_id
         self._gets.append(object_id)
+        if keep:
+            self._kept.add(object_id)
 
     def delete(self, object_ids: Sequence[bytes]) -> None:
         self._deletes.extend(object_ids)
@@ -244,7 +248,10 @@ class StorageRequests:
         payloads = object_frames.found(message, blobs)
         for object_id, status, payload in zip(message.object_ids, message.statuses, payloads, strict=False):
             if payload is not None:
-                self._deletes.append(object_id)
+                if self._kept and object_id in self._kept:
+                    self._kept.discard(object_id)
+                else:
+                    self._deletes.append(object_id)
             task_id = self._reads.pop(object_id, None)
             if task_id is None:
                 continue

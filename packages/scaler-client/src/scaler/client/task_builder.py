@@ -4,7 +4,9 @@ The function is cloudpickled and put in object storage once per client (its obje
 function object, at most ``_FUNCTION_CACHE_LIMIT`` of them); a custom serializer likewise, once. Each
 argument is serialized; one over ``INLINE_ARGUMENT_LIMIT`` (or of several frames) travels through object
 storage: the builder names it by a new object ID and hands its payload to the caller, whose `Submit`
-lets the client's core put it before the task goes.
+lets the client's core put it before the task goes. A future of this client is the result of its task: a task
+argument of ``kind task`` naming it (`Puts.inputs` hands the future to the core: task_inputs.py), or its value
+once it succeeded.
 """
 
 from __future__ import annotations
@@ -16,16 +18,26 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import cloudpickle
 
 from scaler.client.client_events import Event, PutObject, Release
+from scaler.client.future import ScalerFuture
 from scaler.client.object_reference import ObjectReference
 from scaler.client.serializer import DefaultSerializer, serialize_payload
-from scaler.protocol.ids import IDGenerator
+from scaler.protocol.ids import IDGenerator, show
 from scaler.protocol.messages import Argument, ArgumentKind, Capability, Task
 from scaler.protocol.task_runs import function_name
 
 INLINE_ARGUMENT_LIMIT = 64 * 1024  # larger serialized arguments travel through object storage
 _FUNCTION_CACHE_LIMIT = 1024  # distinct function objects remembered per client
 
-Puts = Dict[bytes, List[Tuple[bytes, Any]]]  # task ID -> (object ID, payload) of its arguments put in storage
+
+class Puts(Dict[bytes, List[Tuple[bytes, Any]]]):
+    """Task ID -> (object ID, payload) of its arguments put in storage; ``inputs``: task ID -> the futures whose
+    results it takes (None until one does)."""
+
+    __slots__ = ("inputs",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: Optional[Dict[bytes, List[ScalerFuture]]] = None
 
 
 class TaskBuilder:
@@ -82,12 +94,33 @@ class TaskBuilder:
     def _argument(self, name: str, value: Any, task_id: bytes, puts: Puts) -> Argument:
         if isinstance(value, ObjectReference):
             return _make_argument(name, ArgumentKind.OBJECT, value.object_id)
-        data = serialize_payload(self.serializer, value)
+        if type(value) is ScalerFuture:
+            return self._future_argument(name, value, task_id, puts)
+        return self._payload_argument(name, serialize_payload(self.serializer, value), task_id, puts)
+
+    def _payload_argument(self, name: str, data: Any, task_id: bytes, puts: Puts) -> Argument:
         if type(data) is not list and len(data) <= INLINE_ARGUMENT_LIMIT:  # a list of frames: too large
             return _make_argument(name, ArgumentKind.INLINE, data)
         object_id = self.ids.next_id()
         puts.setdefault(task_id, []).append((object_id, data))
         return _make_argument(name, ArgumentKind.OBJECT, object_id)
+
+    def _future_argument(self, name: str, future: ScalerFuture, task_id: bytes, puts: Puts) -> Argument:
+        """A future as an argument: its value once it succeeded, else its task's result (``kind task``)."""
+        owner = getattr(future._client, "client_id", None)
+        if owner != self.client_id:
+            raise TypeError(
+                f"{future!r} is a future of another client ({show(owner) if owner else 'none'}): a task takes the "
+                "futures of its own client as arguments; pass future.result(), or submit through that client"
+            )
+        if future.done():
+            payload, _, _ = future._argument_outcome()
+            if payload is not None:
+                return self._payload_argument(name, payload, task_id, puts)
+        if puts.inputs is None:
+            puts.inputs = {}
+        puts.inputs.setdefault(task_id, []).append(future)
+        return _make_argument(name, ArgumentKind.TASK, future.task_id)
 
     def function_id(self, fn: Callable[..., Any]) -> bytes:
         entry = self._functions.get(id(fn))
@@ -170,4 +203,3 @@ def capability_list(capabilities: Optional[Mapping[str, int]]) -> List[Capabilit
             raise ValueError(f"capability {name!r}: {value} does not fit in a signed 64-bit integer")
         result.append(Capability(name=name, value=value))
     return result
-

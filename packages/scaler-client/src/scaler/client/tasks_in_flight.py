@@ -17,7 +17,9 @@ Ordering rules it keeps:
   ``batch_size`` tasks, and so that no message is larger than the scheduler takes: `max_message_size`, from
   its HelloAck); a task that alone is larger fails, unsent;
 - a result whose payload is in object storage is read (then deleted there) before the task ends; a task's
-  temporary argument objects are deleted once it ends.
+  temporary argument objects are deleted once it ends;
+- a task that takes other tasks' results (futures as arguments, ``kind task``: `task_inputs.py`) keeps its
+  message until it ends; the result object of an input stays in storage until its dependents ended.
 
 The scheduler owns retries and re-dispatch; the client sends a task again only when the scheduler answers
 again after its connection was lost (`resend`): a client that resumes (``keep_sent``) keeps each task's message
@@ -44,6 +46,7 @@ from scaler.client.client_events import (
 from scaler.client.client_lifecycles import TASK, TaskAction, TaskEvent, TaskState
 from scaler.client.graph_submissions import GraphSubmissions
 from scaler.client.storage_requests import PUTTING, StorageRequests
+from scaler.client.task_inputs import TaskInputs
 from scaler.protocol import object_frames
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.ids import show
@@ -57,7 +60,9 @@ from scaler.protocol.messages import (
     TaskCancelConfirm,
     TaskResult,
     TaskResultBatch,
+    TaskStatus,
 )
+from scaler.protocol.version import TASK_INPUTS_VERSION, knows
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +70,8 @@ _EVENTS = list(TaskEvent)
 _CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits each in a task's story
 assert len(_CODES) < 16
 _STORY_MASK = (1 << 24) - 1  # the last six events
-_SEND, _RESULT = TaskEvent.SEND, TaskEvent.RESULT  # the events of the hot path, looked up once
+_SEND, _RESULT, _PARK = TaskEvent.SEND, TaskEvent.RESULT, TaskEvent.PARK  # the events of the hot path, looked up once
+_INPUTS_GONE = TaskStatus.INPUTS_GONE
 _CANCEL_BYTES = 32  # a task ID in a TaskCancel, at most
 
 
@@ -87,6 +93,7 @@ class _TaskRecord:
     admitted: bool = False  # it counts against the quota of tasks at the scheduler (it left NEW or HELD)
     missing: int = 0  # objects it waits for
     fetching: Optional[TaskResult] = None  # its result, while the payload is read from storage
+    inputs: Optional[Any] = None  # the futures whose results it takes (task_inputs.Inputs)
 
 
 def _story_of(story: int) -> List[TaskEvent]:
@@ -119,6 +126,7 @@ class TasksInFlight:
         self.task_quota = 0  # the tasks it may have at the scheduler (HelloAck, 1.8); 0: no quota stated
         self._admitted = 0  # tasks that count against it
         self.graphs = GraphSubmissions(self, storage, out)
+        self.inputs = TaskInputs(self, storage, out)
         carry_out: Dict[TaskAction, Callable[[bytes, Any, Any], None]] = {
             TaskAction.HOLD: self._hold,
             TaskAction.SEND: self._send,
@@ -132,6 +140,7 @@ class TasksInFlight:
             TaskAction.GIVE_ERROR: self._give_error,
             TaskAction.GIVE_CANCELLED: self._give_cancelled,
             TaskAction.TELL_CANCEL_REFUSED: self._tell_cancel_refused,
+            TaskAction.RESOLVE_INPUTS: self.inputs.resolve,
         }
         # The table by event (event -> state -> (next state, event code, the actions' bound methods)), looked
         # up once per event of a task.
@@ -169,12 +178,16 @@ class TasksInFlight:
     def submit(self, event: Submit, now: float) -> None:
         tasks, users, objects, step, send = self._tasks, self.function_users, self._storage.objects, self.step, _SEND
         all_puts, quota = event.puts, self.task_quota or math.inf
+        inputs = getattr(all_puts, "inputs", None)  # task ID -> the futures whose results it takes
         for task in event.tasks:
             task_id, function_id = task.task_id, task.function_id
             record = _TaskRecord(task, function_id)
             tasks[task_id] = record
             users[function_id] = users.get(function_id, 0) + 1
             puts = all_puts.get(task_id) if all_puts else None
+            if inputs is not None and task_id in inputs and not self.inputs.added(task, record, inputs[task_id], puts):
+                step(task_id, record, TaskEvent.PARK)  # the scheduler will not hold it: its inputs end here first
+                continue
             # nothing is being put and no put failed (its objects are stored), and there is room at the scheduler
             if puts is None and not objects and self._admitted < quota:
                 record.admitted = True
@@ -225,6 +238,7 @@ class TasksInFlight:
         self._out_tasks.clear()
         self._out_cancels.clear()
         self.graphs.clear()
+        self.inputs.clear()
 
     # --- messages from the scheduler ----------------------------------------------------------------------------
 
@@ -237,7 +251,8 @@ class TasksInFlight:
                 logger.debug(f"Client: dropped result of unknown or finished task {show(task_id)}")
                 self._drop_result(task_id, None, result)
             elif result.payload_kind != PayloadKind.OBJECT:
-                step(task_id, record, _RESULT, result)
+                gone = result.status is _INPUTS_GONE and record.inputs is not None  # its inputs end here first
+                step(task_id, record, _PARK if gone else _RESULT, result)
             elif storage.error is None:
                 step(task_id, record, TaskEvent.RESULT_STORED, result)
             else:
@@ -297,13 +312,22 @@ class TasksInFlight:
             self.step(task_id, record, TaskEvent.FAIL, error)
             return
         puts = puts or ()
-        record.temporary_objects = [object_id for object_id, _ in puts]
+        record.temporary_objects = [*record.temporary_objects, *(object_id for object_id, _ in puts)]
         size = sum(object_frames.size(data) for _, data in puts)
         if not self._room_at_scheduler() or (size and (self._held or not self._room_for(size))):
             self.step(task_id, record, TaskEvent.HOLD, (puts, size))
             return
         self._start(task_id, record, puts, size)
         self.step(task_id, record, self._await(task_id, record))
+
+    admit = _admit  # a task whose inputs ended here, with their values (task_inputs.py)
+
+    def unadmit(self, record: _TaskRecord) -> None:
+        """The task left the scheduler (it waits here for its inputs): it no longer counts against the quota."""
+        record.admitted = False
+        self._admitted -= 1
+        if self._held:
+            self._start_held()
 
     def _failed_need(self, record: _TaskRecord) -> Optional[Exception]:
         """The error of a failed put of the task's function or serializer, if one failed."""
@@ -371,7 +395,7 @@ class TasksInFlight:
 
     def _send(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
         self._out_tasks.append(record.task)  # type: ignore[arg-type]  # a task sent alone has its message
-        if not self._keep_sent:
+        if not self._keep_sent and record.inputs is None:  # one with inputs may be sent again with their values
             record.task = None
 
     def _send_again(self, task_id: bytes, record: _TaskRecord, value: Any) -> None:
@@ -383,7 +407,7 @@ class TasksInFlight:
 
     def _fetch(self, task_id: bytes, record: _TaskRecord, result: TaskResult) -> None:
         record.fetching = result
-        self._storage.read(result.payload, task_id)
+        self._storage.read(result.payload, task_id, self.inputs.keep(task_id, result.payload))
 
     def _drop_result(self, task_id: bytes, record: Optional[_TaskRecord], result: TaskResult) -> None:
         if result.payload_kind == PayloadKind.OBJECT and result.payload:
@@ -401,6 +425,8 @@ class TasksInFlight:
                 self.function_users[function_id] = users
         if delete and record.temporary_objects:
             self._storage.delete(record.temporary_objects)
+        if record.inputs is not None:
+            self.inputs.ended(record.inputs)
         if record.argument_bytes or record.admitted:
             self._argument_bytes -= record.argument_bytes
             self._admitted -= record.admitted
@@ -433,6 +459,7 @@ class TasksInFlight:
         self.max_message_size = ack.max_message_size
         self.message_budget = message_budget(ack.max_message_size)
         self.task_quota = ack.client_quota
+        self.inputs.scheduler_holds = knows(ack.version, TASK_INPUTS_VERSION)
 
     def too_large(self, what: str, size: int) -> ProtocolError:
         option = "scaler_scheduler --max-message-size"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterable, List
+from typing import Iterable, List, Sequence, Tuple
 
 
 class PeerRole(enum.IntEnum):
@@ -34,6 +34,7 @@ class TaskStatus(enum.IntEnum):
     CANCELLED = 2
     WORKER_DIED = 3
     REJECTED = 4
+    INPUTS_GONE = 5
 
 
 class PayloadKind(enum.IntEnum):
@@ -292,6 +293,12 @@ class Task:
     stream_output: bool = False
     scope_id: bytes = b""  # 1.8, set by the scheduler: the client whose objects the task reads; b"": client_id
     queued_seconds: float = 0.0  # 1.8: how long it waited in the scheduler (set while it records task runs)
+
+    @property
+    def dependencies(self) -> Sequence[Tuple[int, bytes]]:
+        """The tasks whose results it takes: (position of the argument, task ID), for each argument of kind task
+        (as `routed.RoutedTask` reads them)."""
+        return [(i, a.data) for i, a in enumerate(self.arguments) if a.kind == ArgumentKind.TASK] or ()
 
 
 @dataclass(slots=True)

@@ -31,7 +31,8 @@ from scaler.protocol.messages import Version
 #      ObjectStatus.overQuota; what a scheduler serves, for its clients: SchedulerInfoRequest, SchedulerInfo;
 #      reconnecting to a scheduler that restarted: Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks
 #      (HeldTask), GraphTask.again; what is spilled to disk: ObjectResponse.spilledSizes,
-#      ClientSnapshot.spilledBytes, ObjectSummary.largestSpilled, memoryBytes, spilledBytes
+#      ClientSnapshot.spilledBytes, ObjectSummary.largestSpilled, memoryBytes, spilledBytes; futures as task
+#      arguments: Argument kind task in a TaskBatch, TaskStatus.inputsGone
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -43,6 +44,7 @@ RECONCILING_VERSION = Version(major=1, minor=5)  # a worker's heartbeat says wha
 MANAGING_VERSION = Version(major=1, minor=6)  # the first version whose worker managers the scheduler serves
 GRAPH_PARTS_VERSION = Version(major=1, minor=7)  # a scheduler that reads a graph sent in parts (GraphTask.more)
 USAGE_VERSION = Version(major=1, minor=8)  # a storage server that answers ObjectRequest(usage)
+TASK_INPUTS_VERSION = Version(major=1, minor=8)  # a scheduler that holds a task until the tasks it names end
 ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
 TASK_RUNS_VERSION = Version(major=1, minor=8)  # a scheduler that sends a client the runs of its tasks (TaskRuns)
 SCHEDULER_INFO_VERSION = Version(major=1, minor=8)  # a scheduler that answers SchedulerInfoRequest

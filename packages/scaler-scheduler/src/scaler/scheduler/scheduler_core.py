@@ -74,6 +74,7 @@ from scaler.scheduler.scheduler_events import (
 )
 from scaler.scheduler.scheduler_settings import SchedulerSettings
 from scaler.scheduler.storage_link import StorageLink
+from scaler.scheduler.task_inputs import TaskInputs
 from scaler.scheduler.task_routing import TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
@@ -120,7 +121,8 @@ class SchedulerCore:
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._caught_up_at = float("-inf")  # when the shell last had read all its peers had sent
-        self._graph_routes = GraphRoutes(self._graphs, self._routing, self._storage)
+        self._inputs = TaskInputs(self._routing.holds)
+        self._graph_routes = GraphRoutes(self._graphs, self._routing, self._storage, self._inputs)
         self._slices = MessageSlices(self._routing, self._graphs, self._handlers_of, self._graph_routes.apply)
         self._handlers: Dict[type, Callable[[Any, float, Outbox], None]] = {
             Start: self._on_start,
@@ -222,7 +224,7 @@ class SchedulerCore:
                 )
         else:
             self._handlers[type(event)](event, now, out)
-        if self._graphs.active:
+        if self._graph_routes.active:
             self._graph_routes.through(out, now)
 
     @property
@@ -306,7 +308,7 @@ class SchedulerCore:
         if client is not None:
             if self._returns.client_gone(client, now):  # it said it comes back: kept meanwhile, its tasks stopped
                 self._connections.forget(peer_id)
-                self._graphs.forget_client(peer_id)
+                self._graph_routes.forget_client(peer_id)
                 self._routing.withdraw(client, out)
                 return
             self._events.warning("client left", peer_id, f"client {show(peer_id)} disconnected (its connection closed)")
@@ -569,7 +571,7 @@ class SchedulerCore:
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)
             self._slices.forget(client.client_id)
-        self._graphs.forget_client(client.client_id)
+        self._graph_routes.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)
         if not forget:  # the clear ended its admission too: it stays, so it is admitted again

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Any, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Container, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.held_tasks import folded, task_term
@@ -63,6 +63,8 @@ class TaskRouting(TaskRecords):
         self._deadlines: List[Tuple[float, bytes]] = []  # (deadline, task_id) of tasks with a timeout
         self.dropped_results = 0
         self._dropped_output = RefusalLog()  # output dropped by the worker that sent it: logged rate-limited
+        # where tasks that name other tasks' results go (task_inputs.TaskInputs.hold, set by the core)
+        self.hold_dependents: Callable[[bytes, List[Any], Outbox], None] = lambda source, tasks, out: None
 
     # ----------------------------------------------------------------- peers
 
@@ -101,6 +103,11 @@ class TaskRouting(TaskRecords):
     def offers(self, needs: FrozenSet[str]) -> bool:
         """Whether a connected worker offers every capability in ``needs`` (with room or not)."""
         return self._loads.offers(needs)
+
+    def holds(self, task_id: bytes, client_id: bytes) -> bool:
+        """Whether the scheduler holds this task of ``client_id`` (a graph's nodes aside: they are the graph's)."""
+        record = self._tasks.get(task_id)
+        return record is not None and record.task.client_id == client_id and task_id not in self._graph_nodes
 
     def reject_queued(self, needs: FrozenSet[str], reason: str, out: Outbox) -> int:
         """Reject every task queued here that needs ``needs`` (no worker can run them), saying ``reason``; how
@@ -224,6 +231,7 @@ class TaskRouting(TaskRecords):
         tasks = self._tasks
         graph_nodes = self._graph_nodes
         fresh = []
+        dependents = []
         for task in message.tasks:
             task_id = task.task_id
             if task_id in tasks or task_id in graph_nodes:
@@ -233,8 +241,13 @@ class TaskRouting(TaskRecords):
                 else:
                     self._refuse_taken(source, task, out)
                 continue
+            if task.dependencies:  # it takes other tasks' results: held until they end (task_inputs.py)
+                dependents.append(task)
+                continue
             fresh.append(task)
         self.queue(source, fresh, now, out, submitted=True)
+        if dependents:
+            self.hold_dependents(source, dependents, out)
 
     def queue(self, source: bytes, new_tasks: List[Any], now: float, out: Outbox, submitted: bool = False) -> None:
         """Queue tasks of client ``source``: checked by `on_task_batch` (``submitted``: within its quota,

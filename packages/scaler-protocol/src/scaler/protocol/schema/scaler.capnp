@@ -170,7 +170,8 @@ struct WorkerHeartbeatEcho {
 enum ArgumentKind {
   inline @0;                              # data: serialized value
   object @1;                              # data: object ID in the storage server
-  task @2;                                # data: task ID of another task of the same graph
+  task @2;                                # data: task ID of another task of the same graph; in a TaskBatch
+                                          # (1.8): of an earlier task of the same client, whose result it takes
 }
 
 struct Argument {
@@ -212,6 +213,9 @@ enum TaskStatus {
   cancelled @2;
   workerDied @3;                          # the processor running it died
   rejected @4;                            # the scheduler will not run it (errorText says why)
+  inputsGone @5;                          # 1.8, scheduler -> client: the task names (Argument kind task) a task the
+                                          # scheduler does not hold (it ended, or is not the client's): send it
+                                          # again with that input's value
 }
 
 enum PayloadKind {
