@@ -93,7 +93,7 @@ SIZES: Dict[str, Tuple[int, int]] = {
     "graph": (10_000, 1_000),
     "chain": (1_000, 200),
     "graph_vs_map": (100_000, 10_000),
-    "monitored_map": (100_000, 10_000),
+    "monitored_map": (40_000, 8_000),
     "queued_memory": (1_000_000, 100_000),
     "executor_map": (100_000, 10_000),
 }
