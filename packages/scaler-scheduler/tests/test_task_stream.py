@@ -27,8 +27,8 @@ from test_worker_managers import MANAGER, SCALING, manager_hello
 from test_worker_managers import beat as manager_beat
 
 from scaler.protocol import messages as m
-from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.protocol.task_runs import Arrival
+from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
