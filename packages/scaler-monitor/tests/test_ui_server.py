@@ -240,6 +240,7 @@ def test_a_search_that_cannot_match_is_refused_naming_what_is_wrong(ui):
         ("state=failure", "state 'failure' is none of success, failed, cancelled, worker died, rejected, running"),
         ("task=0x02", "task '0x02' is not the start of a task ID (hexadecimal digits)"),
         ("limit=-1", "limit '-1' is not a number"),
+        ("limit=%C2%B2", "limit '\u00b2' is not a number"),
     ):
         with pytest.raises(urllib.error.HTTPError) as refused:
             _get(ui + "/tasks.json?" + query)

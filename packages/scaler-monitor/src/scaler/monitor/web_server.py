@@ -248,7 +248,8 @@ def _query_problem(query: Dict[str, str]) -> Optional[str]:
         return f"state {query['state']!r} is none of {', '.join(_RUN_STATES)}"
     if any(digit not in string.hexdigits for digit in query.get("task", "")):
         return f"task {query['task']!r} is not the start of a task ID (hexadecimal digits)"
-    if not query.get("limit", "0").isdigit():
+    limit = query.get("limit", "0")
+    if not (limit.isascii() and limit.isdigit()):
         return f"limit {query['limit']!r} is not a number"
     return None
 
