@@ -77,6 +77,23 @@ def _drawn(browser, attribute: str) -> int:
     return int(browser.execute_script(script) or 0)
 
 
+def _drawn_functions(browser) -> set:
+    return set(browser.find_element("id", "task-stream").get_attribute("data-functions").split("\n"))
+
+
+# turns the mouse wheel ``arguments[1]`` times over the middle of the first bar of function ``arguments[0]``
+_ZOOM_INTO_A_RUN = """
+const [name, turns] = arguments;
+const canvas = document.getElementById("task-stream");
+for (let turn = 0; turn < turns; turn++) {
+  const rect = canvas.getBoundingClientRect();
+  const [, x0, x1, y] = taskChart.placed.find(([run]) => run.function === name);
+  canvas.dispatchEvent(new WheelEvent("wheel", {deltaY: -100, clientX: rect.left + (x0 + x1) / 2,
+                                                clientY: rect.top + y + 5, cancelable: true}));
+}
+"""
+
+
 def _workers(ui_url: str) -> int:
     try:
         snapshot = _get_json(ui_url + "/state.json")["snapshot"]
@@ -112,6 +129,13 @@ def test_the_task_stream_the_task_table_and_the_logs_show_each_task_in_a_real_br
             wait.until(lambda b: _drawn(b, "data-bars") >= 309 and _drawn(b, "data-failures") == 3)
             functions = browser.find_element(By.ID, "task-stream").get_attribute("data-functions").split("\n")
             assert {square_name, pause_name, fail_name} <= set(functions)
+            # zoomable: the wheel over a bar narrows the view around it (a few bars drawn, that one among them),
+            # and a double-click follows the last minutes again
+            drawn = _drawn(browser, "data-bars")
+            browser.execute_script(_ZOOM_INTO_A_RUN, pause_name, 20)
+            wait.until(lambda b: 0 < _drawn(b, "data-bars") < 20 and _drawn_functions(b) >= {pause_name})
+            browser.execute_script("document.getElementById('task-stream').dispatchEvent(new MouseEvent('dblclick'))")
+            wait.until(lambda b: _drawn(b, "data-bars") >= drawn)
 
             # the task table finds the failed tasks by their function, each with its error
             browser.find_element(By.ID, "search-function").send_keys("fail")

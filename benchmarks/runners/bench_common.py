@@ -342,37 +342,53 @@ _WATCHING = {
     "ui": lambda engine: engine.watched(report=False),  # a live monitor with a viewer
     "on": lambda engine: engine.watched(report=True),  # and a report open
 }
+MONITORED_ROUNDS = 4  # rounds of off, ui, on, on, ui, off: each gives a ratio, and the median of them is reported
 
 
 def workload_monitored_map(engine: Engine, size: int):
-    """In one cluster, a no-op map of ``size`` tasks with nothing watching (off), with a live monitor and its viewer
-    (ui), and with those and a report open too (on: everything that watches each task, `Engine.watched`), twice
-    each, in turn and then in the reverse order (so that a drift of the machine's speed weighs on each alike): the
-    throughput of each as a share of off's, and the CPU per task of each process role in each
-    case (``on_monitor_us_per_task``...)."""
-    items = list(range(size))
+    """In one cluster, rounds of no-op maps of ``size`` // 2 tasks: with nothing watching (off), with a live
+    monitor and its viewer (ui), and with those and a report open too (on: everything that watches each task,
+    `Engine.watched`), in turn and then in the reverse order (so that a drift of the machine's speed within the
+    round weighs on each alike). Each round gives each mode's throughput (its ``size`` tasks over its two maps'
+    time) and the watched ones' as a share of off's; reported are the median of the rounds' rates and ratios (the
+    machine's load moves between rounds far more than monitoring costs: ``on_vs_off_round1``... show it), and
+    the CPU per task of each process role in each mode, the median of its maps (``on_monitor_us_per_task``...)."""
+    half = max(1, size // 2)
+    items = list(range(half))
     rates: Dict[str, List[float]] = {name: [] for name in _WATCHING}
     cpu: Dict[str, Dict[str, List[float]]] = {name: {} for name in _WATCHING}
+    ratios: Dict[str, List[float]] = {"ui": [], "on": []}
     seconds = 0.0
-    for name in [*_WATCHING, *reversed(_WATCHING)]:
-        with _WATCHING[name](engine):
-            before, start = cpu_snapshot(engine), time.perf_counter()
-            results = engine.map(bench_tasks.noop, items)
-            elapsed = time.perf_counter() - start
-            for role, entry in cpu_breakdown(before, cpu_snapshot(engine), size).items():
-                cpu[name].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
-        _check(results == items, "map returned wrong results")
-        rates[name].append(size / elapsed)
-        seconds += elapsed
-    metrics = {f"{name}_per_s": statistics.median(values) for name, values in rates.items()}
-    metrics["ui_vs_off"] = metrics["ui_per_s"] / metrics["off_per_s"]
-    metrics["on_vs_off"] = metrics["on_per_s"] / metrics["off_per_s"]
+    for _ in range(MONITORED_ROUNDS):
+        elapsed_of = {name: 0.0 for name in _WATCHING}
+        for name in [*_WATCHING, *reversed(_WATCHING)]:
+            with _WATCHING[name](engine):
+                before, start = cpu_snapshot(engine), time.perf_counter()
+                results = engine.map(bench_tasks.noop, items)
+                elapsed = time.perf_counter() - start
+                for role, entry in cpu_breakdown(before, cpu_snapshot(engine), half).items():
+                    cpu[name].setdefault(role.replace(" ", "_"), []).append(entry["cpu_us_per_task"])
+            _check(results == items, "map returned wrong results")
+            elapsed_of[name] += elapsed
+            seconds += elapsed
+        for name, elapsed in elapsed_of.items():
+            rates[name].append(2 * half / elapsed)
+        for name in ratios:
+            ratios[name].append(elapsed_of["off"] / elapsed_of[name])
+    metrics: Dict[str, Any] = {f"{name}_per_s": statistics.median(values) for name, values in rates.items()}
+    for name, values in ratios.items():
+        metrics[f"{name}_vs_off"] = statistics.median(values)
+    for name, values in ratios.items():
+        for number, value in enumerate(values, 1):
+            metrics[f"{name}_vs_off_round{number}"] = value
     metrics["seconds"] = seconds
     for name, roles in cpu.items():
         for role, values in roles.items():
             metrics[f"{name}_{role}_us_per_task"] = statistics.median(values)
         metrics[f"{name}_total_us_per_task"] = sum(statistics.median(values) for values in roles.values())
-    return metrics, 2 * len(_WATCHING) * size
+    for name in ratios:
+        metrics[f"{name}_cpu_vs_off"] = metrics["off_total_us_per_task"] / metrics[f"{name}_total_us_per_task"]
+    return metrics, MONITORED_ROUNDS * 2 * len(_WATCHING) * half
 
 
 def workload_chain(engine: Engine, size: int):

@@ -3,6 +3,7 @@
 import contextlib
 import json
 import logging
+import select
 import subprocess
 import sys
 import tempfile
@@ -15,8 +16,13 @@ from bench_common import Engine, Unsupported
 from scaler import Client, SchedulerClusterCombo
 from scaler.protocol.addresses import default_monitor_address, free_tcp_port
 
-# a viewer of scaler_ui's page: it reads the live event stream, as a browser's page does, and drops it
-_VIEWER = "import sys, urllib.request\nfor _ in urllib.request.urlopen(sys.argv[1] + '/events'): pass"
+# a viewer of scaler_ui's page: it reads the live event stream, as a browser's page does, and drops it; it says
+# when the first update came, so that its start is not timed with the workload
+_VIEWER = (
+    "import sys, urllib.request\n"
+    "for number, _ in enumerate(urllib.request.urlopen(sys.argv[1] + '/events')):\n"
+    "    if not number: print('viewing', flush=True)\n"
+)
 
 
 class ScalerEngine(Engine):
@@ -60,7 +66,9 @@ class ScalerEngine(Engine):
                 if time.monotonic() > deadline or ui.poll() is not None:
                     raise RuntimeError("scaler_ui did not show the workers within 60 s")
                 time.sleep(0.2)
-            viewer = subprocess.Popen([sys.executable, "-c", _VIEWER, url])
+            viewer = subprocess.Popen([sys.executable, "-c", _VIEWER, url], stdout=subprocess.PIPE)
+            if not select.select([viewer.stdout], [], [], 60)[0] or not viewer.stdout.readline():
+                raise RuntimeError("the viewer of scaler_ui's page received nothing within 60 s")
             with tempfile.TemporaryDirectory() as directory:
                 with self.client.performance_report(f"{directory}/report.html") if report else contextlib.nullcontext():
                     yield

@@ -231,3 +231,18 @@ def test_the_task_runs_are_searched_as_json(feed, ui):
     with pytest.raises(urllib.error.HTTPError) as refused:
         _get(ui + "/tasks.json?limit=many")
     assert refused.value.code == 400
+
+
+def test_a_search_that_cannot_match_is_refused_naming_what_is_wrong(ui):
+    """A typo in a search is told, not answered as "nothing matched"."""
+    for query, named in (
+        ("fn=square", "unknown parameter(s) fn: /tasks.json takes function, state, task, limit"),
+        ("state=failure", "state 'failure' is none of success, failed, cancelled, worker died, rejected, running"),
+        ("task=0x02", "task '0x02' is not the start of a task ID (hexadecimal digits)"),
+        ("limit=-1", "limit '-1' is not a number"),
+        ("limit=%C2%B2", "limit '\u00b2' is not a number"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(ui + "/tasks.json?" + query)
+        assert refused.value.code == 400 and refused.value.read().decode().strip() == named
+    assert json.load(_get(ui + "/tasks.json?state=worker+died&task=+0A+"))["matched"] == 0  # spaces around are cut

@@ -11,6 +11,7 @@ from test_scheduler_core import (
     CLIENT,
     KEY_A,
     WORKER_A,
+    WORKER_B,
     admitted,
     connect_client,
     core_with,
@@ -22,15 +23,20 @@ from test_scheduler_core import (
     sent,
     task,
 )
+from test_worker_managers import MANAGER, SCALING, manager_hello
+from test_worker_managers import beat as manager_beat
 
 from scaler.protocol import messages as m
 from scaler.protocol.task_runs import Arrival
+from scaler.protocol.version import PROTOCOL_VERSION
 from scaler.scheduler.scheduler_core import SchedulerCore
 from scaler.scheduler.scheduler_events import (
     STORAGE,
+    ConnectionClosed,
     FromPeer,
     FromStorage,
     MonitorSubscription,
+    PeerConnection,
     Publish,
     Send,
     Start,
@@ -183,6 +189,24 @@ def test_the_events_of_a_second_go_in_the_next_snapshot_only_while_a_monitor_sub
     assert [e.seconds_ago for e in events] == [0.5, 0.25]
     assert "stopping" in events[1].text
     assert snapshot(core, 4.0).events == []
+
+
+def test_workers_that_die_or_time_out_refused_peers_and_scaling_commands_are_events():
+    core = core_with(workers=(), scaling=SCALING, worker_timeout_seconds=10, client_timeout_seconds=1e9)
+    core.handle(MonitorSubscription(1), 0.0)
+    core.handle(FromPeer(MANAGER, manager_hello()), 0.0)
+    core.handle(PeerConnection(WORKER_A, 21), 0.0)
+    core.handle(FromPeer(WORKER_A, hello(m.PeerRole.WORKER)), 0.0)
+    core.handle(FromPeer(WORKER_B, hello(m.PeerRole.WORKER)), 0.0)
+    core.handle(FromPeer(MANAGER, manager_beat()), 0.5)
+    core.handle(FromPeer(CLIENT, m.TaskBatch([task(n) for n in range(1, 40)])), 1.0)  # work for more groups
+    core.handle(ConnectionClosed(21), 2.0)
+    core.handle(FromPeer(b"W|host|6|ff", hello(m.PeerRole.WORKER, major=PROTOCOL_VERSION.major + 1)), 3.0)
+    core.handle(FromPeer(MANAGER, manager_beat()), 4.0)
+    core.handle(FromPeer(MANAGER, manager_beat()), 11.0)
+    kinds = {(e.kind, e.subject) for e in snapshot(core, 11.0).events}
+    assert {("worker died", WORKER_A), ("refused", b"W|host|6|ff"), ("worker timed out", WORKER_B)} <= kinds
+    assert ("scaling", MANAGER) in kinds
 
 
 def test_a_task_a_worker_stopped_for_memory_is_an_event_told_once():

@@ -18,6 +18,7 @@ import http.server
 import importlib.resources
 import json
 import logging
+import string
 import threading
 import time
 import urllib.parse
@@ -31,6 +32,7 @@ from scaler.monitor.task_log import KEPT_RUNS, SEARCH_LIMIT, search
 from scaler.protocol.errors import ProtocolError
 from scaler.protocol.snapshot_metrics import SnapshotCollector, snapshot_registry
 from scaler.protocol.task_chart import SCRIPT as TASK_CHART_SCRIPT
+from scaler.protocol.task_runs import RUNNING, STATES
 
 logger = logging.getLogger(__name__)
 
@@ -181,12 +183,12 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
         """The task runs kept (going on, then ended, newest first) that match the query's ``function`` (a part of
         its name), ``state`` and ``task`` (the start of its ID), at most ``limit``: ``{"matched", "tasks"}``."""
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-        first = {name: values[0] for name, values in query.items()}
-        try:
-            limit = max(0, min(int(first.get("limit", SEARCH_LIMIT)), KEPT_RUNS))
-        except ValueError:
-            self._send(400, b"limit is not a number\n", "text/plain; charset=utf-8")
+        first = {name: values[0].strip() for name, values in query.items()}
+        problem = _query_problem(first)
+        if problem is not None:
+            self._send(400, f"{problem}\n".encode(), "text/plain; charset=utf-8")
             return
+        limit = max(0, min(int(first.get("limit", SEARCH_LIMIT)), KEPT_RUNS))
         feed = self.server.feed
         with feed.changed:
             arrivals = feed.state.tasks.newest_first()
@@ -231,6 +233,25 @@ class DashboardRequestHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the name http.server calls
         logger.debug(f"scaler_ui: {self.address_string()} {format % args}")
+
+
+_TASK_QUERY = ("function", "state", "task", "limit")
+_RUN_STATES = (*STATES.values(), RUNNING)
+
+
+def _query_problem(query: Dict[str, str]) -> Optional[str]:
+    """What is wrong with a ``/tasks.json`` query, in words (None: nothing): a typo must not read as no match."""
+    unknown = sorted(set(query) - set(_TASK_QUERY))
+    if unknown:
+        return f"unknown parameter(s) {', '.join(unknown)}: /tasks.json takes {', '.join(_TASK_QUERY)}"
+    if query.get("state", "") not in ("", *_RUN_STATES):
+        return f"state {query['state']!r} is none of {', '.join(_RUN_STATES)}"
+    if any(digit not in string.hexdigits for digit in query.get("task", "")):
+        return f"task {query['task']!r} is not the start of a task ID (hexadecimal digits)"
+    limit = query.get("limit", "0")
+    if not (limit.isascii() and limit.isdigit()):
+        return f"limit {query['limit']!r} is not a number"
+    return None
 
 
 _ROUTES: Dict[str, Callable[[DashboardRequestHandler], None]] = {

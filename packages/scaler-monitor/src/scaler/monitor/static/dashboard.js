@@ -378,7 +378,11 @@ async function searchTasks() {
   let found;
   try {
     const response = await fetch("tasks.json?" + query);
-    if (!response.ok) return;
+    if (!response.ok) {  // a refused search (a task ID that is not hexadecimal...) says why, in place of the runs
+      setText("tasks-count", `(${(await response.text()).trim()})`);
+      document.getElementById("tasks").tBodies[0].replaceChildren();
+      return;
+    }
     found = await response.json();
   } catch (error) {
     return;
