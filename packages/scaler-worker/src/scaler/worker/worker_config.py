@@ -83,6 +83,7 @@ class WorkerConfig:
     # as --memory-limit says it: "auto", "none", a share of the host's memory ("80%"), or a size (bytes, "2GiB");
     # the command that runs the workers divides a share among them (`memory_limit.memory_limit_bytes`)
     memory_limit: Union[str, int] = DEFAULT_MEMORY_LIMIT
+    preload: str = ""  # a module name or a script's path, run in each processor as it starts (--preload)
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -113,6 +114,7 @@ class WorkerConfig:
             security=security_from_arguments(args),
             group_id=args.worker_group_id,
             memory_limit=getattr(args, "memory_limit", NO_MEMORY_LIMIT),  # (not an option where tasks run elsewhere)
+            preload=getattr(args, "preload", ""),
         )
 
     def memory_limit_bytes(self, workers: int = 1) -> int:
@@ -144,6 +146,7 @@ class WorkerConfig:
             *self.logging_paths,
             *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
             *(["--worker-group-id", self.group_id] if self.group_id else []),
+            *(["--preload", self.preload] if self.preload else []),
         ]
 
 
@@ -221,6 +224,14 @@ def add_worker_arguments(parser: argparse.ArgumentParser, local_tasks: bool = Tr
     )
     if local_tasks:
         _add_memory_limit_argument(parser)
+        parser.add_argument(
+            "--preload",
+            default="",
+            metavar="MODULE_OR_SCRIPT",
+            help="a module to import (a name: my_setup) or a Python script to run (a path ending in .py) in each "
+            "processor as it starts, before its first task: a worker whose preload fails exits, naming the error, "
+            "and is not replaced (docs/interfaces.md, \"Coming from Dask\"; default: none)",
+        )
     parser.add_argument(
         "--worker-group-id",
         default="",

@@ -1,0 +1,114 @@
+"""Code and set-up on a worker (docs/interfaces.md, "Coming from Dask"), the I/O of it: where the files that
+clients upload go (`Client.upload_file`) and how the agent saves one, how it runs a `Client.run` function, and
+what each processor does as it starts (the uploaded files on its path, then the ``--preload``).
+
+Uploaded files live in a directory of the worker's own, removed when it exits; a processor puts the directory
+and each uploaded archive (``.zip``, ``.whl``) at the *end* of its ``sys.path``, so an uploaded module never
+shadows one installed on the host. Every processor of the worker, whichever client's task it runs, imports from
+there. Keep this module's imports light: every processor start imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from typing import Dict, List, Optional, Tuple
+
+UPLOADS_ENVIRONMENT_VARIABLE = "SCALER_UPLOADS_DIRECTORY"  # the processor's, set by the agent
+PRELOAD_ENVIRONMENT_VARIABLE = "SCALER_PRELOAD"
+UPLOAD_SUFFIXES = (".py", ".zip", ".whl")
+ARCHIVE_SUFFIXES = (".zip", ".whl")
+PRELOAD_FAILED_EXIT = 213  # a processor's exit code when its --preload failed (the agent then exits, refused)
+
+
+def uploads_directory(worker_id: str) -> str:
+    """The directory of the files uploaded to the worker ``worker_id`` (its ID as text)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in worker_id)
+    return os.path.join(tempfile.gettempdir(), f"scaler-uploads-{safe}")
+
+
+def processor_environment(uploads: str, preload: str) -> Dict[str, str]:
+    """What a processor is told of its set-up, in its environment."""
+    return {UPLOADS_ENVIRONMENT_VARIABLE: uploads, **({PRELOAD_ENVIRONMENT_VARIABLE: preload} if preload else {})}
+
+
+def upload_name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be an uploaded file's name (None: it can)."""
+    if not name or name != os.path.basename(name) or name.startswith("."):
+        return f"{name!r} is not a file name (no directory, not hidden)"
+    if not name.endswith(UPLOAD_SUFFIXES):
+        return f"{name!r} is not a .py, .zip or .whl file"
+    return None
+
+
+def save_upload(directory: str, name: str, data: bytes) -> Optional[str]:
+    """Save an uploaded file in ``directory`` (whole or not at all: a processor never reads half of it); the
+    problem, if it could not be."""
+    problem = upload_name_problem(name)
+    if problem is not None:
+        return problem
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")
+        with open(partial, "wb") as file:
+            file.write(data)
+        os.replace(partial, os.path.join(directory, name))
+    except OSError as error:
+        return f"cannot save {name!r} in {directory}: {error}"
+    return None
+
+
+def add_uploads_to_path(directory: str) -> None:
+    """The uploaded files importable here: the directory (its ``.py`` files) and each archive in it, appended to
+    ``sys.path`` (never ahead of what is installed)."""
+    entries: List[str] = [directory]
+    try:
+        entries += sorted(os.path.join(directory, name) for name in os.listdir(directory) if name.endswith(ARCHIVE_SUFFIXES))
+    except OSError:  # nothing uploaded yet
+        pass
+    for entry in entries:
+        if entry not in sys.path:
+            sys.path.append(entry)
+
+
+def run_function(uploads: str, payload: bytes) -> Tuple[bool, bytes, str]:
+    """A `Client.run` call in the agent: (success, the cloudpickled value or exception, the traceback)."""
+    import cloudpickle
+
+    add_uploads_to_path(uploads)
+    try:
+        function, args, kwargs = cloudpickle.loads(payload)
+        return True, cloudpickle.dumps(function(*args, **kwargs)), ""
+    except BaseException as error:  # noqa: BLE001 - the caller's error, raised in the client
+        text = traceback.format_exc()
+        try:
+            pickled = cloudpickle.dumps(error)
+        except Exception:  # noqa: BLE001 - its text says it all
+            pickled = b""
+        return False, pickled, text
+
+
+def prepare_processor() -> None:
+    """In a processor as it starts, before its first task: the uploaded files on its path, then its preload (a
+    module imported by name, or a script run by path). A preload that fails prints its traceback and ends the
+    processor with `PRELOAD_FAILED_EXIT`: the worker then exits, naming it, rather than run tasks without it."""
+    uploads = os.environ.get(UPLOADS_ENVIRONMENT_VARIABLE)
+    if uploads:
+        add_uploads_to_path(uploads)
+    preload = os.environ.get(PRELOAD_ENVIRONMENT_VARIABLE)
+    if not preload:
+        return
+    try:
+        if preload.endswith(".py") or os.sep in preload:
+            import runpy
+
+            runpy.run_path(preload, run_name="__scaler_preload__")
+        else:
+            import importlib
+
+            importlib.import_module(preload)
+    except BaseException:  # noqa: BLE001 - whatever it is, the worker must not run tasks without its preload
+        print(f"Scaler processor: --preload {preload!r} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        os._exit(PRELOAD_FAILED_EXIT)
