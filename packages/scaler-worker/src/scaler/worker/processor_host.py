@@ -187,7 +187,7 @@ class ProcessorHost:
         self._link = None
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
         preload = self._environment.get(PRELOAD_ENVIRONMENT_VARIABLE)
-        if preload and link.process.exitcode == PRELOAD_FAILED_EXIT:  # no processor of ours can run tasks
+        if preload and link.exit_code == PRELOAD_FAILED_EXIT:  # no processor of ours can run tasks
             why = f"its --preload {preload!r} failed in its processor (the error is above)"
             self._deliver(Broken(why, EXIT_REFUSED))
             return

@@ -10,6 +10,7 @@ from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import non_negative_int, positive_float, positive_int
 from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
+from scaler.worker.worker_setup import preload_problem
 from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, NO_MEMORY_LIMIT, memory_limit_bytes
 
 DEFAULT_QUEUE_CAPACITY = 1000
@@ -96,6 +97,9 @@ class WorkerConfig:
             raise ValueError(f"worker timeout must be positive, not {self.worker_timeout_seconds}")
         if self.task_inline_threshold < 0:
             raise ValueError(f"task inline threshold must not be negative, not {self.task_inline_threshold}")
+        problem = preload_problem(self.preload) if self.preload else None
+        if problem is not None:
+            raise ValueError(problem)
 
     @classmethod
     def from_arguments(cls, args: Any) -> WorkerConfig:

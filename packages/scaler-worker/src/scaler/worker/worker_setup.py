@@ -90,6 +90,21 @@ def run_function(uploads: str, payload: bytes) -> Tuple[bool, bytes, str]:
         return False, pickled, text
 
 
+def preload_problem(preload: str) -> Optional[str]:
+    """Why ``preload`` cannot be run here, as far as can be told without running it (None: it may be): a script
+    that is not there, a module that is not installed."""
+    if preload.endswith(".py") or os.sep in preload:
+        return None if os.path.isfile(preload) else f"--preload {preload!r}: no such script"
+    import importlib.util
+
+    top = preload.split(".")[0]
+    try:
+        found = top.isidentifier() and importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"--preload {preload!r}: no module {top!r} is installed here"
+
+
 def prepare_processor() -> None:
     """In a processor as it starts, before its first task: the uploaded files on its path, then its preload (a
     module imported by name, or a script run by path). A preload that fails prints its traceback and ends the
