@@ -175,7 +175,8 @@ def test_restart_gives_fresh_processors_cancels_this_clients_tasks_and_keeps_ano
         mine = client.submit(time.sleep, 60)
 
         result = {}
-        mapping = threading.Thread(target=lambda: result.update(values=other.map(_slow_double, [(i,) for i in range(40)])))
+        arguments = [(i,) for i in range(40)]
+        mapping = threading.Thread(target=lambda: result.update(values=other.map(_slow_double, arguments)))
         mapping.start()
         time.sleep(1.0)  # the other client's map runs
         client.restart()

@@ -52,7 +52,8 @@ def test_a_worker_that_leaves_before_it_answers_is_an_answer_that_says_so():
     effects = core.handle(FromPeer(CLIENT, m.WorkerCall(6, m.WorkerCallKind.RESTART)), 1.0)
     (call,) = sent(effects, to=WORKER_A, kind=m.WorkerCall)
     core.handle(FromPeer(WORKER_A, _answer(call)), 2.0)
-    (answer,) = sent(core.handle(FromPeer(WORKER_B, m.DisconnectRequest("bye")), 3.0), to=CLIENT, kind=m.WorkerCallAnswer)
+    effects = core.handle(FromPeer(WORKER_B, m.DisconnectRequest("bye")), 3.0)
+    (answer,) = sent(effects, to=CLIENT, kind=m.WorkerCallAnswer)
     (left,) = [result for result in answer.results if result.worker_id == WORKER_B]
     assert not left.success and "left before it answered" in left.error
 

@@ -32,8 +32,8 @@ from scaler.protocol.keygen import ClusterKeys, write_cluster_keys
 from scaler.protocol.process_control import stop_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig
 from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, memory_limit_bytes
-from scaler.worker.worker_setup import preload_problem
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
+from scaler.worker.worker_setup import preload_problem
 
 logger = logging.getLogger(__name__)
 

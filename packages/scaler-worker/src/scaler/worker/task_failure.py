@@ -13,7 +13,6 @@ from typing import Optional, Tuple
 
 import cloudpickle
 
-
 _UPLOAD_HINT = "on the worker: install it on the workers' hosts, or send it to them with client.upload_file"
 
 

@@ -37,7 +37,6 @@ from scaler.worker.resource_usage import ProcessUsage
 from scaler.worker.task_runner import RunnerHost, TaskRunner
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_core import WorkerCore
-from scaler.worker.worker_setup import processor_environment, run_function, save_upload, uploads_directory
 from scaler.worker.worker_events import (
     Broken,
     CallDone,
@@ -58,6 +57,7 @@ from scaler.worker.worker_events import (
     WakeAt,
     WorkerIdentity,
 )
+from scaler.worker.worker_setup import processor_environment, run_function, save_upload, uploads_directory
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from scaler.protocol.addresses import AddressError, check_address
 from scaler.protocol.command_line import non_negative_int, positive_float, positive_int
 from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
-from scaler.worker.worker_setup import preload_problem
 from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, NO_MEMORY_LIMIT, memory_limit_bytes
+from scaler.worker.worker_setup import preload_problem
 
 DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0

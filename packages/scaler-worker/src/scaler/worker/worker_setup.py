@@ -65,7 +65,8 @@ def add_uploads_to_path(directory: str) -> None:
     ``sys.path`` (never ahead of what is installed)."""
     entries: List[str] = [directory]
     try:
-        entries += sorted(os.path.join(directory, name) for name in os.listdir(directory) if name.endswith(ARCHIVE_SUFFIXES))
+        names = sorted(name for name in os.listdir(directory) if name.endswith(ARCHIVE_SUFFIXES))
+        entries += [os.path.join(directory, name) for name in names]
     except OSError:  # nothing uploaded yet
         pass
     for entry in entries:
