@@ -17,7 +17,7 @@ import pytest
 from cluster_processes import wait_until, worker_count
 from keyed_clusters import start_cluster
 
-from scaler import Client
+from scaler import Client, SchedulerClusterCombo
 from scaler.client.worker_calls import MAX_CALL_BYTES
 from scaler.protocol.addresses import default_monitor_address
 
@@ -227,3 +227,15 @@ def test_a_preload_that_fails_ends_the_workers_naming_it(processes, address, tmp
     missing = processes.cluster(address, 1, "--preload", "no_such_module_30f", log_path=str(tmp_path / "m.log"))
     assert missing.wait(60) != 0
     assert "no module 'no_such_module_30f' is installed here" in (tmp_path / "m.log").read_text()
+
+
+def test_a_combos_preload_runs_in_its_workers_and_one_not_installed_is_refused_at_once(tmp_path):
+    with pytest.raises(ValueError, match="no module 'no_such_module_30g'"):
+        SchedulerClusterCombo(n_workers=1, preload="no_such_module_30g")
+    script = _write(tmp_path / "setup_30g.py", "import os\nos.environ['PRELOADED_30G'] = 'combo'\n")
+    combo = SchedulerClusterCombo(n_workers=1, preload=script)
+    try:
+        with Client(combo.get_address(), timeout_seconds=30) as client:
+            assert client.submit(_environment, "PRELOADED_30G").result(timeout=60) == "combo"
+    finally:
+        combo.shutdown()

@@ -62,6 +62,7 @@ def test_a_run_is_the_shells_and_its_answer_goes_to_the_scheduler_as_it_is():
 
 def test_an_uploaded_file_has_a_plain_name_and_is_saved_whole(tmp_path):
     directory = str(tmp_path / "uploads")
+    os.mkdir(directory)  # the agent makes it as it starts
     assert "not a file name" in save_upload(directory, "../escape.py", b"")
     assert "not a file name" in save_upload(directory, ".hidden.py", b"")
     assert ".py, .zip or .whl" in save_upload(directory, "notes.txt", b"")
@@ -87,3 +88,16 @@ def test_a_preload_that_cannot_run_here_is_named(tmp_path):
     script = tmp_path / "setup.py"
     script.write_text("")
     assert preload_problem(str(script)) is None
+
+
+def test_a_run_returns_its_value_or_its_exception_and_refuses_a_large_result(tmp_path):
+    import cloudpickle
+
+    from scaler.worker.worker_setup import RUN_RESULT_BYTES, run_function
+
+    success, value, error = run_function(str(tmp_path), cloudpickle.dumps((divmod, (7, 2), {})))
+    assert (success, cloudpickle.loads(value), error) == (True, (3, 1), "")
+    success, value, error = run_function(str(tmp_path), cloudpickle.dumps((bytes, (RUN_RESULT_BYTES,), {})))
+    assert not success and "more than run's" in str(cloudpickle.loads(value)) and "Traceback" in error
+    success, value, error = run_function(str(tmp_path), cloudpickle.dumps((int, ("x",), {})))
+    assert not success and isinstance(cloudpickle.loads(value), ValueError)

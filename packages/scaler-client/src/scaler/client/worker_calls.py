@@ -57,8 +57,8 @@ class WorkerCallsOnClient:
         whose state a restart or a memory kill ends; for that, ``--preload``), on a thread of its own: a dict of
         the results by worker ID, the keys of ``scheduler_info()["workers"]``. ``on_error``: ``"raise"`` a failing
         worker's exception (the first, with its traceback as ``__cause__``), ``"return"`` it in place of the
-        result, ``"ignore"`` leave that worker out. `TimeoutError` if the workers do not all answer within the
-        client's ``timeout_seconds``."""
+        result, ``"ignore"`` leave that worker out (a value over 1 MiB pickled is such a failure: data goes through
+        tasks). `TimeoutError` if the workers do not all answer within the client's ``timeout_seconds``."""
         if on_error not in _ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(_ON_ERROR)}, not {on_error!r}")
         payload = cloudpickle.dumps((function, args, kwargs))

@@ -381,6 +381,7 @@ class SchedulerCore:
             if old is not None:
                 self._routing.remove_worker(old, out)
                 self._managers.on_worker_left(old)
+                self._calls.worker_gone(source, out)  # what it was asked is lost with its session
                 self._slices.forget(source)  # what its earlier session sent
             worker = Worker(source, hello, now, credential)
             self._routing.add_worker(worker)

@@ -138,6 +138,7 @@ class WorkerAgent:
         connect = self._connect = self._connect or own_connect
         assert connect is not None
         try:
+            os.mkdir(self._uploads, 0o700)  # before its name (the worker's ID) is told anyone: nobody else's
             self._host.open(loop, self._deliver)
             try:
                 self._scheduler = connect(self._config.scheduler_address, self.worker_id, False)

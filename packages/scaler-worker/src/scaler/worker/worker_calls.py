@@ -14,22 +14,24 @@ from __future__ import annotations
 from typing import Any, List
 
 from scaler.protocol import messages as m
+from scaler.worker.scheduler_answers import SchedulerAnswers
 from scaler.worker.task_runner import RunnerOwner, TaskRunner
-from scaler.worker.worker_events import CallDone, CarryOutCall, SendToScheduler
+from scaler.worker.worker_events import CallDone, CarryOutCall
 
 
 class WorkerCalls:
-    def __init__(self, runner: TaskRunner) -> None:
+    def __init__(self, runner: TaskRunner, answers: SchedulerAnswers) -> None:
         self._runner = runner
+        self._answers = answers  # the answers go with the others (held while the scheduler is away)
 
     def on_call(self, call: m.WorkerCall, owner: RunnerOwner, out: List[Any]) -> None:
         if call.kind == m.WorkerCallKind.RESTART:
             self._runner.restart(owner, "its processor was restarted (Client.restart)", out)
-            out.append(SendToScheduler(m.WorkerCallResult(call.call_id, call.client_id, b"", True)))
+            self._answers.message(m.WorkerCallResult(call.call_id, call.client_id, b"", True))
             return
         out.append(CarryOutCall(call))
 
     def on_done(self, done: CallDone, out: List[Any]) -> None:
         if done.uploaded and done.result.success:
             self._runner.refresh(out)
-        out.append(SendToScheduler(done.result))
+        self._answers.message(done.result)

@@ -113,7 +113,7 @@ class WorkerCore:
         self._out: List[Effect] = []  # the effects of the event being handled
         self._to_runner: List[bytes] = []  # tasks to ask the runner to end, collected by the actions
         self._requeued: List[TaskEntry] = []
-        self._calls = WorkerCalls(runner)  # Client.upload_file, run, restart (worker_calls.py)
+        self._calls = WorkerCalls(runner, self._answers)  # Client.upload_file, run, restart (worker_calls.py)
 
         self._event_handlers: Dict[type, Callable[[Any], None]] = {
             FromScheduler: self._on_scheduler_message,

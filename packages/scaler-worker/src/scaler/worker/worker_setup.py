@@ -2,7 +2,8 @@
 clients upload go (`Client.upload_file`) and how the agent saves one, how it runs a `Client.run` function, and
 what each processor does as it starts (the uploaded files on its path, then the ``--preload``).
 
-Uploaded files live in a directory of the worker's own, removed when it exits; a processor puts the directory
+Uploaded files live in a directory of the worker's own (private, made as it starts, before its ID is told
+anyone: nobody else can have made it first), removed when it exits; a processor puts the directory
 and each uploaded archive (``.zip``, ``.whl``) at the *end* of its ``sys.path``, so an uploaded module never
 shadows one installed on the host. Every processor of the worker, whichever client's task it runs, imports from
 there. Keep this module's imports light: every processor start imports it.
@@ -20,6 +21,8 @@ UPLOADS_ENVIRONMENT_VARIABLE = "SCALER_UPLOADS_DIRECTORY"  # the processor's, se
 PRELOAD_ENVIRONMENT_VARIABLE = "SCALER_PRELOAD"
 UPLOAD_SUFFIXES = (".py", ".zip", ".whl")
 ARCHIVE_SUFFIXES = (".zip", ".whl")
+RUN_RESULT_BYTES = 1024 * 1024  # a Client.run function's pickled value: small answers (data goes through tasks)
+ERROR_CHARACTERS = 64 * 1024  # of a failed run's traceback
 PRELOAD_FAILED_EXIT = 213  # a processor's exit code when its --preload failed (the agent then exits, refused)
 
 
@@ -50,7 +53,6 @@ def save_upload(directory: str, name: str, data: bytes) -> Optional[str]:
     if problem is not None:
         return problem
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
         partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")
         with open(partial, "wb") as file:
             file.write(data)
@@ -81,9 +83,12 @@ def run_function(uploads: str, payload: bytes) -> Tuple[bool, bytes, str]:
     add_uploads_to_path(uploads)
     try:
         function, args, kwargs = cloudpickle.loads(payload)
-        return True, cloudpickle.dumps(function(*args, **kwargs)), ""
+        value = cloudpickle.dumps(function(*args, **kwargs))
+        if len(value) > RUN_RESULT_BYTES:
+            raise ValueError(f"the result pickles to {len(value):,} bytes, more than run's {RUN_RESULT_BYTES:,}")
+        return True, value, ""
     except BaseException as error:  # noqa: BLE001 - the caller's error, raised in the client
-        text = traceback.format_exc()
+        text = traceback.format_exc()[-ERROR_CHARACTERS:]
         try:
             pickled = cloudpickle.dumps(error)
         except Exception:  # noqa: BLE001 - its text says it all
