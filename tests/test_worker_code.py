@@ -57,6 +57,13 @@ def _workers(address: str, count: int) -> None:
     wait_until(lambda: worker_count(default_monitor_address(address)) == count, 60, f"{count} workers")
 
 
+@pytest.fixture
+def both(client):
+    """The module's client once both workers of its cluster are connected."""
+    wait_until(lambda: len(client.scheduler_info()["workers"]) == 2, 60, "the cluster's 2 workers")
+    return client
+
+
 # ----------------------------------------------------------------------------------------------------- upload_file
 
 
@@ -121,13 +128,15 @@ def _module_value_or_name(name: str) -> str:
 # ------------------------------------------------------------------------------------------------------------- run
 
 
-def test_run_calls_a_function_in_every_workers_agent_keyed_by_worker_id(client):
+def test_run_calls_a_function_in_every_workers_agent_keyed_by_worker_id(both):
+    client = both
     workers = client.scheduler_info()["workers"]
     assert client.run(os.getpid) == {worker_id: worker["pid"] for worker_id, worker in workers.items()}
     assert set(client.run(int, "ff", base=16).values()) == {255}
 
 
-def test_run_raises_a_workers_exception_or_returns_it_or_leaves_it_out(client):
+def test_run_raises_a_workers_exception_or_returns_it_or_leaves_it_out(both):
+    client = both
     with pytest.raises(ValueError, match="no good") as raised:
         client.run(_raise, "no good")
     assert "_raise" in str(raised.value.__cause__)  # the worker's traceback
@@ -138,7 +147,8 @@ def test_run_raises_a_workers_exception_or_returns_it_or_leaves_it_out(client):
         client.run(os.getpid, on_error="skip")
 
 
-def test_run_refuses_an_unpicklable_function_and_names_an_unpicklable_result(client):
+def test_run_refuses_an_unpicklable_function_and_names_an_unpicklable_result(both):
+    client = both
     lock = threading.Lock()
     with pytest.raises(TypeError, match="lock"):
         client.run(lambda: lock.locked())
@@ -147,7 +157,7 @@ def test_run_refuses_an_unpicklable_function_and_names_an_unpicklable_result(cli
     assert client.submit(abs, -2).result(timeout=60) == 2
 
 
-def test_run_is_bounded_by_the_clients_timeout(cluster):
+def test_run_is_bounded_by_the_clients_timeout(cluster, both):
     with Client(cluster.get_address(), timeout_seconds=1) as client:
         with pytest.raises(TimeoutError, match="did not all answer"):
             client.run(time.sleep, 30)
@@ -239,3 +249,23 @@ def test_a_combos_preload_runs_in_its_workers_and_one_not_installed_is_refused_a
             assert client.submit(_environment, "PRELOADED_30G").result(timeout=60) == "combo"
     finally:
         combo.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------- get_worker_logs
+
+
+def _log_warning(text: str) -> None:
+    import logging
+
+    logging.getLogger("scaler.test").warning(text)
+
+
+def test_get_worker_logs_gives_each_workers_recent_lines(both):
+    client = both
+    client.run(_log_warning, "a line from run 30h")
+    logs = client.get_worker_logs()
+    assert set(logs) == set(client.scheduler_info()["workers"])
+    for lines in logs.values():
+        assert ("WARNING", lines[-1][1]) == lines[-1] and lines[-1][1].endswith("a line from run 30h")
+    assert all(len(lines) == 1 for lines in client.get_worker_logs(n=1).values())
+    assert all(lines == [] for lines in client.get_worker_logs(n=0).values())

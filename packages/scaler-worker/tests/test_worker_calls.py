@@ -101,3 +101,21 @@ def test_a_run_returns_its_value_or_its_exception_and_refuses_a_large_result(tmp
     assert not success and "more than run's" in str(cloudpickle.loads(value)) and "Traceback" in error
     success, value, error = run_function(str(tmp_path), cloudpickle.dumps((int, ("x",), {})))
     assert not success and isinstance(cloudpickle.loads(value), ValueError)
+
+
+def test_the_recent_log_lines_are_the_last_ones_as_the_log_shows_them():
+    import logging
+
+    from scaler.worker.worker_setup import LOG_LINES, RecentLogs
+
+    logs = RecentLogs()
+    logger = logging.getLogger("scaler.test.recent")
+    logger.addHandler(logs)
+    try:
+        for number in range(LOG_LINES + 10):
+            logger.warning(f"line {number}")
+    finally:
+        logger.removeHandler(logs)
+    assert len(logs.lines) == LOG_LINES
+    assert logs.lines[0][0] == "WARNING" and logs.lines[0][1].endswith("line 10")
+    assert logs.lines[-1][1].startswith("[WARNING]") and logs.lines[-1][1].endswith(f"line {LOG_LINES + 9}")

@@ -1,6 +1,6 @@
 """The calls of Dask's ``Client`` that mean the same here, by Dask's names: `gather`, `scatter`,
 `scheduler_info`, `dashboard_link` and `current` (docs/interfaces.md, "Coming from Dask"), and those that put
-code on the workers (`worker_calls`: `upload_file`, `run`, `restart`). `Client` has them
+code on the workers (`worker_calls`: `upload_file`, `run`, `restart`, `get_worker_logs`). `Client` has them
 from `DaskCalls`, over what it is made of: its agent (the answers of the scheduler), its object puts and its
 address."""
 

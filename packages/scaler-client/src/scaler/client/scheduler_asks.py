@@ -1,6 +1,7 @@
 """What the client asked the scheduler and waits for an answer to, without I/O (part of `ClientCore`): its
 `SchedulerInfo` (`Client.scheduler_info`; answered in the order asked) and the workers' answers to a
-`WorkerCall` (`Client.upload_file`, `run`, `restart`; answered by call ID, which is the command's ID)."""
+`WorkerCall` (`Client.upload_file`, `run`, `restart`, `get_worker_logs`; answered by call ID, which is the
+command's ID)."""
 
 from __future__ import annotations
 

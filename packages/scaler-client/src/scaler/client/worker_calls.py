@@ -1,6 +1,6 @@
 """Code and set-up on the workers, by Dask's names (docs/interfaces.md, "Coming from Dask"): `upload_file`,
-`run` and `restart`. Each is one `WorkerCall` (protocol 1.8) that the scheduler sends to every worker it serves,
-and answers once each of them answered or left; `Client` has them from `DaskCalls`.
+`run`, `restart` and `get_worker_logs`. Each is one `WorkerCall` (protocol 1.8) that the scheduler sends to every
+worker it serves, and answers once each of them answered or left; `Client` has them from `DaskCalls`.
 
 Who sees what: an uploaded file is saved on every worker, and every processor there imports from it, whichever
 client's task it runs (as with Dask); it is placed after what is installed, so it never shadows an installed
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import cloudpickle
 
@@ -75,6 +75,17 @@ class WorkerCallsOnClient:
             elif on_error == "return":
                 answers[show(result.worker_id)] = _exception(result)
         return answers
+
+    def get_worker_logs(self, n: Optional[int] = None) -> Dict[str, List[Tuple[str, str]]]:
+        """Each worker's recent log lines (its last ``n``, of the 500 it keeps), oldest first, as ``(level, line)``,
+        by worker ID, as Dask's; the lines of its agent process as its log shows them (at its
+        ``--logging-level``)."""
+        if n is not None and n < 0:
+            raise ValueError(f"n must not be negative, not {n}")
+        results = self._call_workers(WorkerCall(0, WorkerCallKind.LOGS), "get_worker_logs")
+        _raise_first(results)
+        logs = {show(result.worker_id): cloudpickle.loads(result.payload) for result in results}
+        return {worker: (lines if n is None else lines[max(0, len(lines) - n) :]) for worker, lines in logs.items()}
 
     def restart(self) -> None:
         """Fresh processors on every worker, as Dask's ``restart``: first every task of this client is cancelled

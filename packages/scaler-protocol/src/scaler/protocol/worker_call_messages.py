@@ -1,6 +1,6 @@
-"""The messages of calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`), mirrors of
-``WorkerCall``, ``WorkerCallResult`` and ``WorkerCallAnswer`` in ``schema/scaler.capnp``; `messages` takes them
-among the members of the `Message` union."""
+"""The messages of calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`,
+`get_worker_logs`), mirrors of ``WorkerCall``, ``WorkerCallResult`` and ``WorkerCallAnswer`` in
+``schema/scaler.capnp``; `messages` takes them among the members of the `Message` union."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ class WorkerCallKind(enum.IntEnum):
     RUN = 0
     UPLOAD = 1
     RESTART = 2
+    LOGS = 3
 
 
 @dataclass(slots=True)

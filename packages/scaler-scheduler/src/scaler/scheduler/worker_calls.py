@@ -1,4 +1,4 @@
-"""Calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`), without I/O.
+"""Calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`, `get_worker_logs`), without I/O.
 
 A client's `WorkerCall` goes to every worker of protocol 1.8 connected now, with the client's ID written in; the
 scheduler gathers each worker's `WorkerCallResult` and answers the client one `WorkerCallAnswer` once every one

@@ -57,7 +57,13 @@ from scaler.worker.worker_events import (
     WakeAt,
     WorkerIdentity,
 )
-from scaler.worker.worker_setup import processor_environment, run_function, save_upload, uploads_directory
+from scaler.worker.worker_setup import (
+    RecentLogs,
+    processor_environment,
+    run_function,
+    save_upload,
+    uploads_directory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +118,12 @@ class WorkerAgent:
         self._timer: Optional[asyncio.TimerHandle] = None
         self._usage = ProcessUsage([self._identity.pid])
         self._uploads = uploads_directory(show(worker_id))  # Client.upload_file's files (worker_setup.py)
+        self._logs = RecentLogs()  # Client.get_worker_logs, while it runs
+        self._calls: Dict[m.WorkerCallKind, Callable[[m.WorkerCall], None]] = {
+            m.WorkerCallKind.UPLOAD: self._save_upload,
+            m.WorkerCallKind.RUN: self._run_function,
+            m.WorkerCallKind.LOGS: self._tell_logs,
+        }
         self._effect_handlers: Dict[type, Callable[[Any], None]] = {
             SendToScheduler: self._send_to_scheduler,
             SendToStorage: self._send_to_storage,
@@ -139,6 +151,7 @@ class WorkerAgent:
         assert connect is not None
         try:
             os.mkdir(self._uploads, 0o700)  # before its name (the worker's ID) is told anyone: nobody else's
+            logging.getLogger().addHandler(self._logs)
             self._host.open(loop, self._deliver)
             try:
                 self._scheduler = connect(self._config.scheduler_address, self.worker_id, False)
@@ -245,15 +258,17 @@ class WorkerAgent:
         self._timer = self._loop.call_later(max(0.0, effect.when - time.monotonic()), self._deliver, Tick())
 
     def _carry_out_call(self, effect: CarryOutCall) -> None:
-        """Save an upload now; run a `Client.run` function on a thread of its own (it may take its time, and the
-        worker goes on meanwhile), answering from there."""
-        loop, call = self._loop, effect.call
+        self._calls[effect.call.kind](effect.call)
+
+    def _save_upload(self, call: m.WorkerCall) -> None:
+        problem = save_upload(self._uploads, call.name, call.payload)
+        result = m.WorkerCallResult(call.call_id, call.client_id, b"", problem is None, b"", problem or "")
+        self._answer_call(CallDone(result, uploaded=True))
+
+    def _run_function(self, call: m.WorkerCall) -> None:
+        """On a thread of its own: it may take its time, and the worker goes on meanwhile."""
+        loop = self._loop
         assert loop is not None
-        if call.kind == m.WorkerCallKind.UPLOAD:
-            problem = save_upload(self._uploads, call.name, call.payload)
-            result = m.WorkerCallResult(call.call_id, call.client_id, b"", problem is None, b"", problem or "")
-            loop.call_soon(self._deliver, CallDone(result, uploaded=True))
-            return
 
         def run() -> None:
             success, payload, error = run_function(self._uploads, call.payload)
@@ -264,6 +279,16 @@ class WorkerAgent:
                 pass
 
         threading.Thread(target=run, name="scaler-worker-run", daemon=True).start()
+
+    def _tell_logs(self, call: m.WorkerCall) -> None:
+        import cloudpickle
+
+        lines = cloudpickle.dumps(list(self._logs.lines))
+        self._answer_call(CallDone(m.WorkerCallResult(call.call_id, call.client_id, b"", True, lines)))
+
+    def _answer_call(self, done: CallDone) -> None:
+        assert self._loop is not None
+        self._loop.call_soon(self._deliver, done)
 
     def _on_exit(self, effect: Exit) -> None:
         if self._exit is not None and not self._exit.done():
@@ -284,6 +309,7 @@ class WorkerAgent:
         self._background.clear()
         await self._host.close()
         shutil.rmtree(self._uploads, ignore_errors=True)
+        logging.getLogger().removeHandler(self._logs)
         if self._storage is not None:
             self._storage.close(0)
         if self._scheduler is not None:

@@ -1,10 +1,11 @@
-"""Calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`), the worker core's part, without
-I/O: what the core does with a `WorkerCall` from the scheduler and how it answers.
+"""Calls on every worker (protocol 1.8: `Client.upload_file`, `run`, `restart`, `get_worker_logs`), the worker
+core's part, without I/O: what the core does with a `WorkerCall` from the scheduler and how it answers.
 
 A restart replaces the runner's processor now (`TaskRunner.restart`: the tasks started there end as when their
-processor dies, and the scheduler runs them again, up to its ``--max-task-deaths``), answered at once. A run
-and an upload are carried out by the shell (`CarryOutCall`: the function runs on a thread of the agent; the file
-is saved in the worker's uploads directory, `worker_setup`), answered when it says `CallDone`; once a file is
+processor dies, and the scheduler runs them again, up to its ``--max-task-deaths``), answered at once. A run,
+an upload and a request for the logs are carried out by the shell (`CarryOutCall`: the function runs on a thread
+of the agent; the file is saved in the worker's uploads directory; the recent log lines, `worker_setup`),
+answered when it says `CallDone`; once a file is
 saved, the runner replaces its processor as soon as no task runs there (`TaskRunner.refresh`), so every task
 that starts after the answer imports the files as they are now.
 """

@@ -1,6 +1,7 @@
 """Code and set-up on a worker (docs/interfaces.md, "Coming from Dask"), the I/O of it: where the files that
-clients upload go (`Client.upload_file`) and how the agent saves one, how it runs a `Client.run` function, and
-what each processor does as it starts (the uploaded files on its path, then the ``--preload``).
+clients upload go (`Client.upload_file`) and how the agent saves one, how it runs a `Client.run` function, the
+recent log lines it keeps for `Client.get_worker_logs`, and what each processor does as it starts (the uploaded
+files on its path, then the ``--preload``).
 
 Uploaded files live in a directory of the worker's own (private, made as it starts, before its ID is told
 anyone: nobody else can have made it first), removed when it exits; a processor puts the directory
@@ -11,11 +12,13 @@ there. Keep this module's imports light: every processor start imports it.
 
 from __future__ import annotations
 
+import collections
+import logging
 import os
 import sys
 import tempfile
 import traceback
-from typing import Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 UPLOADS_ENVIRONMENT_VARIABLE = "SCALER_UPLOADS_DIRECTORY"  # the processor's, set by the agent
 PRELOAD_ENVIRONMENT_VARIABLE = "SCALER_PRELOAD"
@@ -23,6 +26,8 @@ UPLOAD_SUFFIXES = (".py", ".zip", ".whl")
 ARCHIVE_SUFFIXES = (".zip", ".whl")
 RUN_RESULT_BYTES = 1024 * 1024  # a Client.run function's pickled value: small answers (data goes through tasks)
 ERROR_CHARACTERS = 64 * 1024  # of a failed run's traceback
+LOG_LINES = 500  # the recent log lines a worker keeps, each cut to LOG_LINE_CHARACTERS
+LOG_LINE_CHARACTERS = 1000
 PRELOAD_FAILED_EXIT = 213  # a processor's exit code when its --preload failed (the agent then exits, refused)
 
 
@@ -109,6 +114,23 @@ def preload_problem(preload: str) -> Optional[str]:
     except (ImportError, ValueError):
         found = False
     return None if found else f"--preload {preload!r}: no module {top!r} is installed here"
+
+
+class RecentLogs(logging.Handler):
+    """The worker process's last `LOG_LINES` log lines, as its log shows them, for `Client.get_worker_logs`."""
+
+    def __init__(self) -> None:
+        from scaler.protocol.command_line import LOG_DATE_FORMAT, LOG_FORMAT
+
+        super().__init__()
+        self.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
+        self.lines: Deque[Tuple[str, str]] = collections.deque(maxlen=LOG_LINES)  # (level, line), oldest first
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append((record.levelname, self.format(record)[:LOG_LINE_CHARACTERS]))
+        except Exception:  # noqa: BLE001 - logging's own rule: a record that cannot be formatted is not fatal
+            self.handleError(record)
 
 
 def prepare_processor() -> None:

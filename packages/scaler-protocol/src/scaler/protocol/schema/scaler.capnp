@@ -503,6 +503,7 @@ enum WorkerCallKind {
   run @0;                                 # call a function in the worker's agent
   upload @1;                              # save a file where the worker's processors import from
   restart @2;                             # replace the worker's processor with a fresh one
+  logs @3;                                # the worker's recent log lines
 }
 
 struct WorkerCall {
@@ -519,7 +520,8 @@ struct WorkerCallResult {
   clientId @1 :Data;                      # the call's client: the scheduler routes by it
   workerId @2 :Data;                      # written by the scheduler for the client
   success @3 :Bool;
-  payload @4 :Data;                       # run: the cloudpickled value, or exception when it failed
+  payload @4 :Data;                       # run: the cloudpickled value, or exception when it failed; logs: the
+                                          # cloudpickled list of (level, line), oldest first
   error @5 :Text;                         # a failure in words (its traceback for run)
 }
 
