@@ -82,3 +82,20 @@ def test_an_upload_reaches_a_worker_that_joins_later_while_its_client_stays():
 
     core.handle(FromPeer(CLIENT, m.DisconnectRequest()), 4.0)
     assert sent(core.handle(FromPeer(WORKER_C, _worker_hello()), 5.0), to=WORKER_C, kind=m.WorkerCall) == []
+
+
+def test_uploads_past_what_the_scheduler_keeps_of_a_client_are_refused_at_once(monkeypatch):
+    from scaler.scheduler import worker_calls
+
+    monkeypatch.setattr(worker_calls, "MAX_KEPT_BYTES", 10)
+    core = _core(workers=(WORKER_A,))
+    kept = m.WorkerCall(1, m.WorkerCallKind.UPLOAD, b"", "a.py", b"123456")
+    assert len(sent(core.handle(FromPeer(CLIENT, kept), 1.0), to=WORKER_A, kind=m.WorkerCall)) == 1
+    again = m.WorkerCall(2, m.WorkerCallKind.UPLOAD, b"", "a.py", b"1234567890")  # replaces a.py: within
+    assert len(sent(core.handle(FromPeer(CLIENT, again), 1.0), to=WORKER_A, kind=m.WorkerCall)) == 1
+    other = m.WorkerCall(3, m.WorkerCallKind.UPLOAD, b"", "b.py", b"1")
+    effects = core.handle(FromPeer(CLIENT, other), 2.0)
+    assert sent(effects, to=WORKER_A) == []
+    (answer,) = sent(effects, to=CLIENT)
+    (failure,) = answer.results
+    assert answer.call_id == 3 and not failure.success and "at most 10 bytes of uploads per client" in failure.error

@@ -18,6 +18,7 @@ import cloudpickle
 
 from scaler.client.client_events import AskWorkers
 from scaler.client.remote_errors import RemoteTraceback
+from scaler.client.shared_connection import ClientView
 from scaler.protocol.ids import show
 from scaler.protocol.messages import WorkerCall, WorkerCallAnswer, WorkerCallKind, WorkerCallResult
 from scaler.protocol.version import WORKER_CALLS_VERSION, require_scheduler
@@ -97,7 +98,7 @@ class WorkerCallsOnClient:
         _raise_first(self._call_workers(WorkerCall(0, WorkerCallKind.RESTART, b"", "", b""), "restart"))
 
     def _call_workers(self, call: WorkerCall, what: str) -> List[WorkerCallResult]:
-        if type(self._agent).__name__ == "ClientView":
+        if isinstance(self._agent, ClientView):
             raise RuntimeError(f"{what} is called by a Client outside a task, not by one inside a task")
         require_scheduler(self._agent.scheduler_version, WORKER_CALLS_VERSION, what)
         reply = self._agent.ask(AskWorkers, call)
@@ -117,7 +118,7 @@ def _raise_first(results: List[WorkerCallResult]) -> None:
 def _exception(result: WorkerCallResult) -> BaseException:
     """A worker's failure as the exception it raised (its traceback as ``__cause__``), else a `RuntimeError`
     that names the worker and says what went wrong."""
-    where = f"on worker {show(result.worker_id)}"
+    where = f"on worker {show(result.worker_id)}" if result.worker_id else "at the scheduler"
     if result.payload:
         try:
             error = cloudpickle.loads(result.payload)

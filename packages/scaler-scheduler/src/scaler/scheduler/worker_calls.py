@@ -4,8 +4,9 @@ A client's `WorkerCall` goes to every worker of protocol 1.8 connected now, with
 scheduler gathers each worker's `WorkerCallResult` and answers the client one `WorkerCallAnswer` once every one
 of those workers answered or left (a worker that left is an answer that says so). An upload is kept while its
 client stays (the latest of each file name), and sent to each worker that joins meanwhile, after its HelloAck,
-so that every worker of the cluster has the files of the clients connected; the client's limit on a file's size
-(`scaler.client.worker_calls`) and the scheduler's message size limit bound what is kept.
+so that every worker of the cluster has the files of the clients connected; what it keeps of a client is bounded
+(`MAX_KEPT_BYTES`: an upload past it is refused, answered at once with a failure that says so), and each file by
+the scheduler's message size limit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from scaler.scheduler.peers import Worker
 from scaler.scheduler.scheduler_events import Send
 
 logger = logging.getLogger(__name__)
+
+MAX_KEPT_BYTES = 256 * 1024 * 1024  # the uploads the scheduler keeps of one client, for the workers that join later
 
 
 class _Gathering:
@@ -40,8 +43,8 @@ class WorkerCalls:
 
     def on_call(self, source: bytes, call: m.WorkerCall, now: float, out: Outbox) -> None:
         call.client_id = source
-        if call.kind == m.WorkerCallKind.UPLOAD:
-            self._uploads.setdefault(source, {})[call.name] = call
+        if call.kind == m.WorkerCallKind.UPLOAD and not self._keep(source, call, out):
+            return
         workers = [worker.worker_id for worker in self._workers.values() if worker.takes_calls]
         for worker_id in workers:
             out.sends.append(Send(worker_id, call))
@@ -58,6 +61,20 @@ class WorkerCalls:
         result.worker_id = source
         gathering.results.append(result)
         self._answer_if_done(*key, gathering, out)
+
+    def _keep(self, source: bytes, call: m.WorkerCall, out: Outbox) -> bool:
+        """Keep an upload for the workers that join later; False (the client answered) past `MAX_KEPT_BYTES`."""
+        uploads = self._uploads.setdefault(source, {})
+        kept = sum(len(upload.payload) for name, upload in uploads.items() if name != call.name)
+        if kept + len(call.payload) > MAX_KEPT_BYTES:
+            why = (f"the scheduler keeps at most {MAX_KEPT_BYTES:,} bytes of uploads per client: {call.name!r} "
+                   f"({len(call.payload):,} bytes) is past it, with the {kept:,} it keeps")  # fmt: skip
+            failure = m.WorkerCallResult(call.call_id, source, b"", False, b"", why)
+            logger.warning(f"Scheduler: refused an upload of client {show(source)}: {why}")
+            out.sends.append(Send(source, m.WorkerCallAnswer(call.call_id, [failure])))
+            return False
+        uploads[call.name] = call
+        return True
 
     def worker_joined(self, worker: Worker, out: Outbox) -> None:
         """The uploads of the clients connected, for a worker that joins (their results are not waited for)."""
