@@ -44,7 +44,7 @@ FROZEN = {
     "1.5": "c7b3ef6b209b07c836da3fe2e20a2c047460f04eb3ed4619065eee272607da95",
     "1.6": "1e5a617b076e56d5da19d499278e0bba9d2390c9e0ef50bba76ec5604dd2415d",
     "1.7": "ea55ca9b8b731e39e253831312affaac22181827130fc4de5402faf19c75454c",
-    "1.8": "570e6343630e16072e7d0ffc6170fb5a99e3ea341615018df400222bcf00e728",
+    "1.8": "92baea660e0e3e34d095a5a5126a334e6e13b8c6b1df082945e33862b9957d0d",
 }
 
 # Fields each version appended, as (message or struct type, field name): zero in every older vector; a field
@@ -104,6 +104,9 @@ ADDED_IN: Dict[str, List[Tuple[type, Optional[str]]]] = {
         (m.WorkerHeartbeat, "memory_kills"),
         (m.SchedulerInfoRequest, None),
         (m.SchedulerInfo, None),
+        (m.WorkerCall, None),
+        (m.WorkerCallResult, None),
+        (m.WorkerCallAnswer, None),
         (m.Hello, "reconnect_seconds"),
         (m.Hello, "resuming"),
         (m.WorkerInfo, "held_tasks"),
@@ -352,6 +355,13 @@ GOLDEN = [
     m.SchedulerInfoRequest(),
     m.SchedulerInfo(
         snapshot=_STATE_SNAPSHOT, monitor_address="tcp://127.0.0.1:2347", dashboard_link="http://127.0.0.1:8081/"
+    ),
+    m.WorkerCall(call_id=7, kind=m.WorkerCallKind.UPLOAD, client_id=_CLIENT_ID, name="helper.py", payload=b"X = 1\n"),
+    m.WorkerCallResult(
+        call_id=7, client_id=_CLIENT_ID, worker_id=b"W|host|42|ab", success=True, payload=b"\x80\x05K\x01.", error="no"
+    ),
+    m.WorkerCallAnswer(
+        call_id=7, results=[m.WorkerCallResult(call_id=7, client_id=_CLIENT_ID, success=True, payload=b"\x80\x05N.")]
     ),
 ]
 

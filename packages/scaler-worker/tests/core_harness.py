@@ -33,6 +33,7 @@ from scaler.worker.processor_runner import (
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_core import WorkerCore
 from scaler.worker.worker_events import (
+    CarryOutCall,
     ConnectStorage,
     Exit,
     FromRunner,
@@ -132,6 +133,7 @@ class Harness:
         self.started: List[int] = []
         self.wake = math.inf  # when the core asked to be woken
         self.exit_code: Optional[int] = None
+        self.calls: List[m.WorkerCall] = []  # what the shell was asked to run or save (CarryOutCall)
         self.storage_address: Optional[str] = None
         self.to_scheduler: List[Any] = []
         self.to_storage: List[Any] = []  # other than object requests
@@ -181,6 +183,8 @@ class Harness:
                 self.storage_address = effect.address
             elif kind is Exit:
                 self.exit_code = effect.code
+            elif kind is CarryOutCall:
+                self.calls.append(effect.call)
             else:
                 raise AssertionError(f"unknown effect {effect!r}")
         self.pump()

@@ -32,6 +32,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from scaler.client.client_events import (
     Abort,
     AskInfo,
+    AskWorkers,
     Cancel,
     Clear,
     Connect,
@@ -63,6 +64,7 @@ from scaler.client.client_events import (
     ToScheduler,
 )
 from scaler.client.client_lifecycles import SESSION, SessionAction, SessionEvent, SessionState
+from scaler.client.scheduler_asks import SchedulerAsks
 from scaler.client.session_stops import STOP_ERRORS, gone
 from scaler.client.storage_requests import StorageRequests
 from scaler.client.tasks_in_flight import TasksInFlight
@@ -85,10 +87,10 @@ from scaler.protocol.messages import (
     PeerRole,
     Refusal,
     SchedulerInfo,
-    SchedulerInfoRequest,
     TaskCancelConfirm,
     TaskOutputBatch,
     TaskResultBatch,
+    WorkerCallAnswer,
 )
 from scaler.protocol.version import PROTOCOL_VERSION
 
@@ -106,6 +108,7 @@ _CONNECTION_EVENTS = {
     connection_events.DOWN: SessionEvent.CONNECTION_LOST,
     connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
 }
+_ASKS = (PutObject, Clear, Shutdown, AskInfo, AskWorkers, ReportTasks, Connect)  # refused once the client stopped
 _SCHEDULER_ROLES = (PeerRole.SCHEDULER, PeerRole.CLIENT)  # CLIENT: an older scheduler, which does not say
 
 
@@ -160,7 +163,7 @@ class ClientCore:
         self._last_refusal = ""  # of a handshake while it was away
         self._disconnect_command = 0
         self._shutdown_commands: Deque[int] = collections.deque()
-        self._info_commands: Deque[int] = collections.deque()  # waiting for a SchedulerInfo, in order
+        self._asks = SchedulerAsks(self._out, scheduler_address)  # scheduler_info, and the calls on every worker
         self._heartbeats_sent = 0
         self._echoes_received = 0
         self._echo_barriers: Deque[Tuple[int, int]] = collections.deque()  # (heartbeats sent, command)
@@ -210,13 +213,14 @@ class ClientCore:
             PutObject: self._put,
             Clear: self._clear,
             Shutdown: self._shutdown,
-            AskInfo: self._ask_info,
+            AskInfo: self._asks.ask_info,
+            AskWorkers: self._asks.ask_workers,
             ReportTasks: self._report_tasks,
         }
         self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
             Submit: lambda submit, error: self._out.extend(TaskFailed(task.task_id, error) for task in submit.tasks),
             SubmitGraph: lambda submit, error: self._out.extend(TaskFailed(target, error) for target in submit.targets),
-            **{command: self._reply_error for command in (PutObject, Clear, Shutdown, AskInfo, ReportTasks, Connect)},
+            **{command: self._reply_error for command in _ASKS},
         }
         # The dispatch table of each session state: what the commands do there is the SESSION table's
         # answer for COMMAND, looked up here once. After the client stopped, commands are answered with
@@ -239,7 +243,8 @@ class ClientCore:
             TaskCancelConfirm: self._tasks.on_cancel_confirm,
             TaskOutputBatch: lambda message, now: self._out.append(TaskPrinted(message.outputs)),
             ClientShutdownResponse: self._on_shutdown_response,
-            SchedulerInfo: self._on_scheduler_info,
+            SchedulerInfo: self._asks.on_info,
+            WorkerCallAnswer: self._asks.on_workers_answer,
             DisconnectResponse: lambda message, now: self._session(SessionEvent.DISCONNECT_RESPONSE, message, now),
             DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),
         }
@@ -449,14 +454,13 @@ class ClientCore:
         self._tasks.stop(error)
         self._storage.stop(error)
         out = self._out
-        waiting = [self._ready_command, *self._shutdown_commands, *self._info_commands]
+        waiting = [self._ready_command, *self._shutdown_commands, *self._asks.stop()]
         waiting += [command for _, command in self._echo_barriers]
         out.extend(ReplyError(command_id, error) for command_id in waiting if command_id)
         if self._disconnect_command:
             out.append(Reply(self._disconnect_command, None))
         self._ready_command = self._disconnect_command = 0
         self._shutdown_commands.clear()
-        self._info_commands.clear()
         self._echo_barriers.clear()
         self._silent_after = self._next_heartbeat = self._closing_deadline = math.inf
         self._withheld = False
@@ -493,10 +497,6 @@ class ClientCore:
     def _shutdown(self, shutdown: Shutdown, now: float) -> None:
         self._out.append(ToScheduler(ClientShutdownRequest()))
         self._shutdown_commands.append(shutdown.command_id)
-
-    def _ask_info(self, ask: AskInfo, now: float) -> None:
-        self._out.append(ToScheduler(SchedulerInfoRequest()))
-        self._info_commands.append(ask.command_id)
 
     # --- messages and time ------------------------------------------------------------------------------------
 
@@ -556,12 +556,6 @@ class ClientCore:
         command_id = self._shutdown_commands.popleft()
         if command_id:
             self._out.append(Reply(command_id, (message.accepted, message.reason)))
-
-    def _on_scheduler_info(self, message: SchedulerInfo, now: float) -> None:
-        if not self._info_commands:
-            logger.warning(f"Client: dropped unexpected SchedulerInfo from scheduler {self._address}")
-            return
-        self._out.append(Reply(self._info_commands.popleft(), message))
 
     def _on_tick(self, tick: Tick, now: float) -> None:
         """The deadlines that passed, then the batches of the turn."""

@@ -109,6 +109,15 @@ class AskInfo:
 
 
 @dataclass(slots=True)
+class AskWorkers:
+    """Send a `WorkerCall` to every worker (protocol 1.8; its call ID is this command's); replied with the
+    scheduler's `WorkerCallAnswer`."""
+
+    command_id: int
+    call: Any
+
+
+@dataclass(slots=True)
 class Disconnect:
     """Leave the scheduler (bounded wait for its answer); replied once the client has stopped."""
 

@@ -1,5 +1,6 @@
 """The calls of Dask's ``Client`` that mean the same here, by Dask's names: `gather`, `scatter`,
-`scheduler_info`, `dashboard_link` and `current` (docs/interfaces.md, "Coming from Dask"). `Client` has them
+`scheduler_info`, `dashboard_link` and `current` (docs/interfaces.md, "Coming from Dask"), and those that put
+code on the workers (`worker_calls`: `upload_file`, `run`, `restart`, `get_worker_logs`). `Client` has them
 from `DaskCalls`, over what it is made of: its agent (the answers of the scheduler), its object puts and its
 address."""
 
@@ -12,11 +13,12 @@ from scaler.client.client_events import AskInfo
 from scaler.client.gather_scatter import gather, scatter
 from scaler.client.object_reference import ObjectReference
 from scaler.client.scheduler_info import info_dict
+from scaler.client.worker_calls import WorkerCallsOnClient
 from scaler.protocol.messages import SchedulerInfo
 from scaler.protocol.version import SCHEDULER_INFO_VERSION, knows, require_scheduler
 
 
-class DaskCalls:
+class DaskCalls(WorkerCallsOnClient):
     _address: str
     _agent: Any
     _dashboard_link: Optional[str]  # once asked: the scheduler's answer ("" for none)

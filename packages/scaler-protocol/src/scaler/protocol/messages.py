@@ -536,6 +536,15 @@ class SchedulerInfo:
     dashboard_link: str = ""  # the web monitor's page, when the scheduler was told of one
 
 
+# calls on every worker (1.8), in a module of their own; WorkerCallKind for their fields' type hints
+from scaler.protocol.worker_call_messages import (  # noqa: E402, F401
+    WorkerCall,
+    WorkerCallAnswer,
+    WorkerCallKind,
+    WorkerCallResult,
+)
+
+
 # The members of the `Message` union, in schema order.
 class OutputStream(enum.IntEnum):
     STDOUT = 0
@@ -584,4 +593,7 @@ MESSAGE_TYPES = (
     WaitingTasks,
     SchedulerInfoRequest,
     SchedulerInfo,
+    WorkerCall,
+    WorkerCallResult,
+    WorkerCallAnswer,
 )

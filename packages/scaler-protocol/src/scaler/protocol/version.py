@@ -32,7 +32,8 @@ from scaler.protocol.messages import Version
 #      reconnecting to a scheduler that restarted: Hello.reconnectSeconds and resuming, WorkerInfo.heldTasks
 #      (HeldTask), GraphTask.again; what is spilled to disk: ObjectResponse.spilledSizes,
 #      ClientSnapshot.spilledBytes, ObjectSummary.largestSpilled, memoryBytes, spilledBytes; futures as task
-#      arguments: Argument kind task in a TaskBatch, TaskStatus.inputsGone
+#      arguments: Argument kind task in a TaskBatch, TaskStatus.inputsGone; calls on every worker: WorkerCall
+#      (WorkerCallKind), WorkerCallResult, WorkerCallAnswer
 PROTOCOL_VERSION = Version(major=1, minor=8)
 
 
@@ -48,6 +49,7 @@ TASK_INPUTS_VERSION = Version(major=1, minor=8)  # a scheduler that holds a task
 ISOLATION_VERSION = Version(major=1, minor=8)  # a storage server that takes admit; a worker that reads for a scope
 TASK_RUNS_VERSION = Version(major=1, minor=8)  # a scheduler that sends a client the runs of its tasks (TaskRuns)
 SCHEDULER_INFO_VERSION = Version(major=1, minor=8)  # a scheduler that answers SchedulerInfoRequest
+WORKER_CALLS_VERSION = Version(major=1, minor=8)  # a scheduler and a worker that take a WorkerCall
 
 
 def knows(theirs: Version, since: Version) -> bool:

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Mapping, Set, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol.security import Credential
-from scaler.protocol.version import RECONCILING_VERSION, knows
+from scaler.protocol.version import RECONCILING_VERSION, WORKER_CALLS_VERSION, knows
 
 DEFAULT_QUEUE_CAPACITY = 1000
 
@@ -16,7 +16,7 @@ class Worker:
     __slots__ = (
         "worker_id", "info", "hostname", "pid", "tasks", "last_seen", "heartbeat", "capacity", "capabilities",
         "balance_pending", "waiting", "credential", "reconciles", "batch_sequence", "group_id", "draining",
-        "digest", "filed_load", "filed_with_room", "delegation_key",
+        "digest", "filed_load", "filed_with_room", "delegation_key", "takes_calls",
     )  # fmt: skip
     role = m.PeerRole.WORKER
 
@@ -36,6 +36,7 @@ class Worker:
         self.balance_pending = False  # a BalanceRequest awaits its BalanceResponse
         # its heartbeats say what it holds (protocol 1.5): the scheduler checks them against `tasks`
         self.reconciles = knows(hello.version, RECONCILING_VERSION)
+        self.takes_calls = knows(hello.version, WORKER_CALLS_VERSION)  # Client.upload_file, run, restart (1.8)
         self.batch_sequence = 0  # of the last TaskBatch sent to it
         self.waiting: Set[bytes] = set()  # of its tasks, those that wait for tasks they submitted (no room held)
         self.group_id = hello.worker_info.group_id  # the worker group a manager started it in (b"": none)

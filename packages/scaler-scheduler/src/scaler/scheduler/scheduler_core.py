@@ -77,6 +77,7 @@ from scaler.scheduler.storage_link import StorageLink
 from scaler.scheduler.task_inputs import TaskInputs
 from scaler.scheduler.task_routing import TaskRouting
 from scaler.scheduler.webhook_manager import WebhookAnswer
+from scaler.scheduler.worker_calls import WorkerCalls
 from scaler.scheduler.worker_managers import Manager, WorkerManagers
 
 TICK_SECONDS = 0.5  # timeouts, queue expiry and balancing are looked at this often
@@ -118,6 +119,7 @@ class SchedulerCore:
             self._clients, self._routing, self._events, settings.client_timeout_seconds, self._delete_objects
         )
         self._refusals = RefusalLog()  # refusals of keys are logged rate-limited
+        self._calls = WorkerCalls(self._workers)  # Client.upload_file, run, restart
         self._next_tick = 0.0
         self._busy_until = float("-inf")  # while busy, each worker is sent tasks in full runs (TaskRouting.dispatch)
         self._caught_up_at = float("-inf")  # when the shell last had read all its peers had sent
@@ -149,6 +151,7 @@ class SchedulerCore:
             m.ClientShutdownRequest: self._on_shutdown_request,
             m.DisconnectRequest: self._on_client_disconnect,
             m.SchedulerInfoRequest: self._on_info_request,
+            m.WorkerCall: self._calls.on_call,
         }
         self._worker_handlers: Dict[type, _PeerHandler] = {
             m.WorkerHeartbeat: self._on_worker_heartbeat,
@@ -158,6 +161,7 @@ class SchedulerCore:
             m.WaitingTasks: routing.on_waiting_tasks,
             m.DisconnectRequest: self._on_worker_disconnect,
             m.TaskOutputBatch: routing.on_task_output,
+            m.WorkerCallResult: self._calls.on_result,
         }
         self._manager_handlers: Dict[type, _PeerHandler] = {
             m.WorkerManagerHeartbeat: self._managers.on_heartbeat,
@@ -378,6 +382,7 @@ class SchedulerCore:
             if old is not None:
                 self._routing.remove_worker(old, out)
                 self._managers.on_worker_left(old)
+                self._calls.worker_gone(source, out)  # what it was asked is lost with its session
                 self._slices.forget(source)  # what its earlier session sent
             worker = Worker(source, hello, now, credential)
             self._routing.add_worker(worker)
@@ -422,6 +427,7 @@ class SchedulerCore:
         out.sends.append(self._hello_ack(source, timeout))
         if hello.role == m.PeerRole.WORKER:
             self._monitoring.on_worker_hello(source, out)
+            self._calls.worker_joined(self._workers[source], out)
 
     def _hello_ack(self, source: bytes, timeout: float) -> Send:
         ack = m.HelloAck(
@@ -540,6 +546,7 @@ class SchedulerCore:
         self._slices.forget(worker.worker_id)
         self._routing.remove_worker(worker, out)
         self._managers.on_worker_left(worker)
+        self._calls.worker_gone(worker.worker_id, out)
 
     def _on_shutdown_request(self, source: bytes, message: Any, now: float, out: Outbox) -> None:
         if self.settings.protected:
@@ -571,6 +578,7 @@ class SchedulerCore:
             self._storage.forget(client.client_id)
             self._monitoring.forget_client(client.client_id, out)
             self._slices.forget(client.client_id)
+            self._calls.client_gone(client.client_id)
         self._graph_routes.forget_client(client.client_id)
         self._routing.withdraw(client, out)
         self._storage.send(m.ObjectRequest(0, m.ObjectRequestKind.CLEAR_OWNER, client.client_id, []), out)

@@ -198,6 +198,12 @@ class SymphonyRunner:
     def on_message(self, owner: RunnerOwner, message: Any, out: List[Any]) -> None:
         self._message_handlers[type(message)](owner, message, out)
 
+    def restart(self, owner: RunnerOwner, why: str, out: List[Any]) -> None:
+        """Nothing to replace here: each task runs in Symphony's own service processes."""
+
+    def refresh(self, out: List[Any]) -> None:
+        """Uploaded files stay on this host: Symphony's compute hosts do not see them (docs/symphony.md)."""
+
     def holds_function(self, function_id: bytes) -> bool:
         return False
 

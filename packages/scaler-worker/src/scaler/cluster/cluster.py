@@ -69,6 +69,7 @@ def run_cluster(
     security: SecurityConfig = NO_SECURITY,
     worker_group_id: str = "",
     memory_limit: Union[str, int] = DEFAULT_MEMORY_LIMIT,
+    preload: str = "",
 ) -> int:
     """Keep ``n_workers`` workers of the scheduler at ``address`` alive until SIGTERM or SIGINT. Blocks.
 
@@ -76,7 +77,7 @@ def run_cluster(
     refused. Call it from the main thread of its process (it handles the signals); with
     ``die_with_parent_process`` (the default) the process ends when its parent does. ``security``: the workers'
     keys (checked here first: `SecurityError` for files they cannot use); the workers are given the paths of the
-    key files, never a key.
+    key files, never a key. ``preload``: each worker's ``--preload`` (a module name or a script's path).
     """
     if die_with_parent_process:
         die_with_parent(signal.SIGTERM, os.getppid())
@@ -97,6 +98,7 @@ def run_cluster(
         security=security,
         group_id=worker_group_id,
         memory_limit=memory_limit_bytes(memory_limit, n_workers) or NO_MEMORY_LIMIT,  # each worker's, in bytes
+        preload=preload,
     )
     peer_keys(security)  # the workers would fail alike: say why once, before starting them
     return ClusterSupervisor(config, n_workers).run()

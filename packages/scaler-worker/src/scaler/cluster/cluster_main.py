@@ -65,6 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             security=security_from_arguments(args),
             worker_group_id=args.worker_group_id,
             memory_limit=args.memory_limit,
+            preload=args.preload,
         )
     except (ScalerError, ValueError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -33,6 +33,7 @@ from scaler.protocol.process_control import stop_child
 from scaler.protocol.security import NO_SECURITY, SecurityConfig
 from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, memory_limit_bytes
 from scaler.worker.worker_config import format_capabilities, parse_capabilities
+from scaler.worker.worker_setup import preload_problem
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class SchedulerClusterCombo:
     takes (default 1 GiB) and ``storage_memory_limit`` the memory it holds objects in (default: half the host's),
     past which it spills them to ``spill_directory`` (default: the temporary directory; ``"none"``: it refuses them).
 
+    ``preload`` (a module name or a script's path) runs in each worker's processor as it starts, before its
+    first task, as each worker's ``--preload`` (docs/interfaces.md, "Coming from Dask").
+
     Logging: every process it starts logs at ``logging_level`` (default ``"WARNING"``: a combo that works prints
     nothing; ``"INFO"`` shows each process's start, its peers and its end) to ``logging_paths`` (default this
     process's stdout), or as ``logging_config_file`` says.
@@ -121,11 +125,14 @@ class SchedulerClusterCombo:
         storage_memory_limit: Union[int, str, None] = None,
         spill_directory: Optional[str] = None,
         dashboard_address: Union[str, int, None] = None,
+        preload: str = "",
     ) -> None:
         if per_worker_task_queue_size is not None:
             per_worker_queue_size = per_worker_task_queue_size
         capabilities = format_capabilities(parse_capabilities(per_worker_capabilities))
         memory_limit_bytes(memory_limit, n_workers)  # ValueError now, naming what is wrong
+        if preload and preload_problem(preload):
+            raise ValueError(preload_problem(preload))
         storage_options: List[str] = []
         for option, size in (("--max-object-size", max_object_size), ("--memory-limit", storage_memory_limit)):
             if size is not None:
@@ -190,6 +197,7 @@ class SchedulerClusterCombo:
                 "--worker-timeout-seconds", str(worker_timeout_seconds),
                 "--memory-limit", str(memory_limit),
                 *(["--per-worker-capabilities", capabilities] if capabilities else []),
+                *(["--preload", preload] if preload else []),
             )  # fmt: skip
         except BaseException:
             self.shutdown()

@@ -62,6 +62,7 @@ from scaler.worker.processor_core import (
 from scaler.worker.processor_protocol import READ_BESIDE_SECONDS, RESULT_HOLD_LIMIT_SECONDS, PipeEnd
 from scaler.worker.task_call import Loaded, call_task
 from scaler.worker.task_output import OutputCapture
+from scaler.worker.worker_setup import prepare_processor
 
 SCHEDULER_ADDRESS_ENVIRONMENT_VARIABLE = "SCALER_SCHEDULER_ADDRESS"
 WORKER_ID_ENVIRONMENT_VARIABLE = "SCALER_WORKER_ID"
@@ -134,6 +135,7 @@ def run_processor(
     os.environ[WORKER_ID_ENVIRONMENT_VARIABLE] = worker_id
     os.environ.update(environment or {})
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+    prepare_processor()  # the uploaded files on its path, its --preload (worker_setup.py)
     processor = _Processor(
         connection, function_cache_capacity, serializer_cache_capacity, object_cache_bytes, memory_limit
     )

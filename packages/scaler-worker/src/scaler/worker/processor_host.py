@@ -23,7 +23,8 @@ from scaler.worker.processor_link import ProcessorLink
 from scaler.worker.processor_memory import MeasureMemory, MemoryMeasured
 from scaler.worker.processor_runner import ProcessorEnded, ProcessorOutput, SendToProcessor, StartProcessor
 from scaler.worker.resource_usage import ProcessUsage, TreeMemory, kill_descendants
-from scaler.worker.worker_events import Broken, FromRunner
+from scaler.worker.worker_events import EXIT_REFUSED, Broken, FromRunner
+from scaler.worker.worker_setup import PRELOAD_ENVIRONMENT_VARIABLE, PRELOAD_FAILED_EXIT
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +186,11 @@ class ProcessorHost:
         self._watch_memory(None)
         self._link = None
         cause = link.reap(_PROCESSOR_STOP_SECONDS) or "processor ended for an unknown reason"
+        preload = self._environment.get(PRELOAD_ENVIRONMENT_VARIABLE)
+        if preload and link.exit_code == PRELOAD_FAILED_EXIT:  # no processor of ours can run tasks
+            why = f"its --preload {preload!r} failed in its processor (the error is above)"
+            self._deliver(Broken(why, EXIT_REFUSED))
+            return
         logger.warning(f"{self._worker_name}: {cause} (processor {link.processor_id}, pid {link.pid})")
         self._deliver(FromRunner(ProcessorEnded(link.processor_id, cause, last_messages)))
 

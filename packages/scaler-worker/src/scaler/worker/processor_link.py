@@ -55,6 +55,7 @@ class ProcessorLink:
         "pid",
         "sentinel",
         "_cause",
+        "exit_code",
         "_fd",
         "_socket",
         "_out",
@@ -70,6 +71,7 @@ class ProcessorLink:
         self.pid: Optional[int] = process.pid
         self.sentinel: int = process.sentinel
         self._cause: Optional[str] = None
+        self.exit_code: Optional[int] = None  # once reaped
         self._fd = connection.fileno()
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=os.dup(self._fd))
         self._out: Deque[memoryview] = deque()  # bytes not written yet
@@ -254,6 +256,7 @@ class ProcessorLink:
         if exit_code is None:
             return None
         self._cause = processor_exit_cause(exit_code)
+        self.exit_code = exit_code
         self.close()
         self.process.close()
         return self._cause

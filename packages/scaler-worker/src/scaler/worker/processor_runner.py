@@ -162,6 +162,7 @@ class ProcessorRunner:
         self._caches: ProcessorCaches[bool] = ProcessorCaches(object_cache_bytes)  # which IDs the processor holds
         self._function_names: LRUCache[bytes, str] = LRUCache(FUNCTION_CACHE_CAPACITY)  # for memory errors
         self._memory = MemoryWatch(memory_limit)
+        self._stale = False  # files were uploaded since it started: replaced as soon as no task runs there
         self._message_handlers: Dict[type, Callable[[RunnerOwner, Any, List[Any]], None]] = {
             ProcessorOutput: self._on_output,
             ProcessorEnded: self._on_ended,
@@ -209,13 +210,15 @@ class ProcessorRunner:
                 memory.checking = True
                 out.append(MeasureMemory(self._processor_id))
                 return
+        if self._stale and not running and not inbox and not self._waiting:
+            self._recycle("files were uploaded (Client.upload_file)", out)
         batch: Optional[List[ProcessorTask]] = None
         if not running and not inbox:
             ready = owner.next_ready(self._waiting > 0)
             if ready is not None:
                 batch = [self._caches.outgoing(ready, False)]
                 self._run(owner, ready)
-        if len(running) == 1 and not self._waiting and self._quick and not memory.suspect:
+        if len(running) == 1 and not self._waiting and self._quick and not memory.suspect and not self._stale:
             depth = self._pipeline_depth
             if len(inbox) < depth and not (inbox and any(sent.state is _RECALLING for sent in inbox)):
                 while len(inbox) < depth:
@@ -262,6 +265,12 @@ class ProcessorRunner:
 
     def on_message(self, owner: RunnerOwner, message: Any, out: List[Any]) -> None:
         self._message_handlers[type(message)](owner, message, out)
+
+    def restart(self, owner: RunnerOwner, why: str, out: List[Any]) -> None:
+        self._stop(owner, why, out)
+
+    def refresh(self, out: List[Any]) -> None:
+        self._stale = True
 
     def holds_function(self, function_id: bytes) -> bool:
         return function_id in self._caches.functions
@@ -573,6 +582,7 @@ class ProcessorRunner:
 
     def _new_processor(self, out: List[Any]) -> None:
         self._processor_id = next(self._processor_ids)
+        self._stale = False
         self._memory.new_processor()
         self._caches.clear()
         out.append(StartProcessor(self._processor_id))

@@ -141,7 +141,7 @@ class SchedulerAnswers:
         ]
 
     def message(self, message: Any) -> None:
-        """A cancel confirm or a balance response."""
+        """A cancel confirm, a balance response or a `WorkerCallResult`."""
         self._messages.append(message)
 
     # ------------------------------------------------------------------------- when

@@ -13,9 +13,13 @@ from typing import Optional, Tuple
 
 import cloudpickle
 
+_UPLOAD_HINT = "on the worker: install it on the workers' hosts, or send it to them with client.upload_file"
+
 
 def failure_payload(exception: BaseException, traceback_text: Optional[str] = None) -> Tuple[bytes, str]:
     """``(payload, error_text)`` of a failed result carrying ``exception``; exactly one of them is non-empty."""
+    if isinstance(exception, ModuleNotFoundError):
+        _hint_upload(exception)
     if traceback_text is None:
         traceback_text = "".join(traceback.format_exception_only(type(exception), exception))
     try:
@@ -24,6 +28,18 @@ def failure_payload(exception: BaseException, traceback_text: Optional[str] = No
     except Exception:
         return b"", f"{type(exception).__name__}: {exception}\n{traceback_text}"
     return payload, ""
+
+
+def _hint_upload(error: ModuleNotFoundError) -> None:
+    """A module the worker lacks (raised by the task, or while its function or arguments were loaded): its message
+    says how to give the workers the module (once: a function that failed to load is cached with its error)."""
+    message = error.msg or str(error)
+    if _UPLOAD_HINT in message:
+        return
+    top = (error.name or "").split(".")[0]
+    hinted = f"{message} {_UPLOAD_HINT}({top + '.py' if top else 'PATH'!r}) (or as a .zip or .whl)"
+    error.msg = hinted
+    error.args = (hinted, *error.args[1:])
 
 
 ERROR_LINE_CHARACTERS = 300  # of a failure's one-line summary in the task runs (monitors, reports)

@@ -117,6 +117,14 @@ class TaskRunner(Protocol):
     def on_message(self, owner: RunnerOwner, message: Any, out: List[Any]) -> None:
         """What the runner's host delivered (`FromRunner.message`)."""
 
+    def restart(self, owner: RunnerOwner, why: str, out: List[Any]) -> None:
+        """Run the next tasks afresh (`Client.restart`): what runs them now is replaced, the tasks started there
+        died of ``why``."""
+
+    def refresh(self, out: List[Any]) -> None:
+        """Files were uploaded (`Client.upload_file`): the tasks that start from now on must see them as they are
+        now (the local processor is replaced as soon as no task runs there)."""
+
     def holds_function(self, function_id: bytes) -> bool: ...
 
     def holds_serializer(self, serializer_id: bytes) -> bool: ...

@@ -18,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import socket
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import codec, connection_events, delegation
+from scaler.protocol import messages as m
 from scaler.protocol.errors import DisconnectedError, ProtocolError
 from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
@@ -36,6 +39,8 @@ from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_core import WorkerCore
 from scaler.worker.worker_events import (
     Broken,
+    CallDone,
+    CarryOutCall,
     ConnectionChanged,
     ConnectStorage,
     Exit,
@@ -52,6 +57,13 @@ from scaler.worker.worker_events import (
     WakeAt,
     WorkerIdentity,
 )
+from scaler.worker.worker_setup import (
+    RecentLogs,
+    processor_environment,
+    run_function,
+    save_upload,
+    uploads_directory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +78,10 @@ def local_processor(config: WorkerConfig, worker_id: str, delegation_key: bytes)
     """Tasks run in a local processor subprocess (the default); their Clients use the worker's task key, and
     stand for the clients of the tasks they are made in; the processor is held to the worker's memory limit."""
     memory_limit = config.memory_limit_bytes()
-    environment = config.security.task_environment()
+    environment = {
+        **config.security.task_environment(),
+        **processor_environment(uploads_directory(worker_id), config.preload),
+    }
     return (
         ProcessorRunner(memory_limit=memory_limit),
         ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key, memory_limit),
@@ -102,6 +117,13 @@ class WorkerAgent:
         self._storage: Optional[PeerConnection] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         self._usage = ProcessUsage([self._identity.pid])
+        self._uploads = uploads_directory(show(worker_id))  # Client.upload_file's files (worker_setup.py)
+        self._logs = RecentLogs()  # Client.get_worker_logs, while it runs
+        self._calls: Dict[m.WorkerCallKind, Callable[[m.WorkerCall], None]] = {
+            m.WorkerCallKind.UPLOAD: self._save_upload,
+            m.WorkerCallKind.RUN: self._run_function,
+            m.WorkerCallKind.LOGS: self._tell_logs,
+        }
         self._effect_handlers: Dict[type, Callable[[Any], None]] = {
             SendToScheduler: self._send_to_scheduler,
             SendToStorage: self._send_to_storage,
@@ -109,6 +131,7 @@ class WorkerAgent:
             MeasureUsage: self._measure_usage,
             WakeAt: self._wake_at,
             Exit: self._on_exit,
+            CarryOutCall: self._carry_out_call,
             **self._host.effect_handlers,
         }
 
@@ -127,6 +150,8 @@ class WorkerAgent:
         connect = self._connect = self._connect or own_connect
         assert connect is not None
         try:
+            os.mkdir(self._uploads, 0o700)  # before its name (the worker's ID) is told anyone: nobody else's
+            logging.getLogger().addHandler(self._logs)
             self._host.open(loop, self._deliver)
             try:
                 self._scheduler = connect(self._config.scheduler_address, self.worker_id, False)
@@ -232,6 +257,39 @@ class WorkerAgent:
             self._timer.cancel()
         self._timer = self._loop.call_later(max(0.0, effect.when - time.monotonic()), self._deliver, Tick())
 
+    def _carry_out_call(self, effect: CarryOutCall) -> None:
+        self._calls[effect.call.kind](effect.call)
+
+    def _save_upload(self, call: m.WorkerCall) -> None:
+        problem = save_upload(self._uploads, call.name, call.payload)
+        result = m.WorkerCallResult(call.call_id, call.client_id, b"", problem is None, b"", problem or "")
+        self._answer_call(CallDone(result, uploaded=True))
+
+    def _run_function(self, call: m.WorkerCall) -> None:
+        """On a thread of its own: it may take its time, and the worker goes on meanwhile."""
+        loop = self._loop
+        assert loop is not None
+
+        def run() -> None:
+            success, payload, error = run_function(self._uploads, call.payload)
+            result = m.WorkerCallResult(call.call_id, call.client_id, b"", success, payload, error)
+            try:
+                loop.call_soon_threadsafe(self._deliver, CallDone(result))
+            except RuntimeError:  # the worker has left meanwhile
+                pass
+
+        threading.Thread(target=run, name="scaler-worker-run", daemon=True).start()
+
+    def _tell_logs(self, call: m.WorkerCall) -> None:
+        import cloudpickle
+
+        lines = cloudpickle.dumps(list(self._logs.lines))
+        self._answer_call(CallDone(m.WorkerCallResult(call.call_id, call.client_id, b"", True, lines)))
+
+    def _answer_call(self, done: CallDone) -> None:
+        assert self._loop is not None
+        self._loop.call_soon(self._deliver, done)
+
     def _on_exit(self, effect: Exit) -> None:
         if self._exit is not None and not self._exit.done():
             self._exit.set_result(effect.code)
@@ -250,6 +308,8 @@ class WorkerAgent:
                 pass
         self._background.clear()
         await self._host.close()
+        shutil.rmtree(self._uploads, ignore_errors=True)
+        logging.getLogger().removeHandler(self._logs)
         if self._storage is not None:
             self._storage.close(0)
         if self._scheduler is not None:

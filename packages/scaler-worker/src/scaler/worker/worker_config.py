@@ -11,6 +11,7 @@ from scaler.protocol.command_line import non_negative_int, positive_float, posit
 from scaler.protocol.messages import Capability
 from scaler.protocol.security import NO_SECURITY, SecurityConfig, add_security_arguments, security_from_arguments
 from scaler.worker.memory_limit import DEFAULT_MEMORY_LIMIT, NO_MEMORY_LIMIT, memory_limit_bytes
+from scaler.worker.worker_setup import preload_problem
 
 DEFAULT_QUEUE_CAPACITY = 1000
 DEFAULT_HEARTBEAT_INTERVAL_SECONDS = 1.0
@@ -83,6 +84,7 @@ class WorkerConfig:
     # as --memory-limit says it: "auto", "none", a share of the host's memory ("80%"), or a size (bytes, "2GiB");
     # the command that runs the workers divides a share among them (`memory_limit.memory_limit_bytes`)
     memory_limit: Union[str, int] = DEFAULT_MEMORY_LIMIT
+    preload: str = ""  # a module name or a script's path, run in each processor as it starts (--preload)
 
     def __post_init__(self) -> None:
         check_address(self.scheduler_address)
@@ -95,6 +97,9 @@ class WorkerConfig:
             raise ValueError(f"worker timeout must be positive, not {self.worker_timeout_seconds}")
         if self.task_inline_threshold < 0:
             raise ValueError(f"task inline threshold must not be negative, not {self.task_inline_threshold}")
+        problem = preload_problem(self.preload) if self.preload else None
+        if problem is not None:
+            raise ValueError(problem)
 
     @classmethod
     def from_arguments(cls, args: Any) -> WorkerConfig:
@@ -113,6 +118,7 @@ class WorkerConfig:
             security=security_from_arguments(args),
             group_id=args.worker_group_id,
             memory_limit=getattr(args, "memory_limit", NO_MEMORY_LIMIT),  # (not an option where tasks run elsewhere)
+            preload=getattr(args, "preload", ""),
         )
 
     def memory_limit_bytes(self, workers: int = 1) -> int:
@@ -144,6 +150,7 @@ class WorkerConfig:
             *self.logging_paths,
             *(["--logging-config-file", self.logging_config_file] if self.logging_config_file else []),
             *(["--worker-group-id", self.group_id] if self.group_id else []),
+            *(["--preload", self.preload] if self.preload else []),
         ]
 
 
@@ -221,6 +228,14 @@ def add_worker_arguments(parser: argparse.ArgumentParser, local_tasks: bool = Tr
     )
     if local_tasks:
         _add_memory_limit_argument(parser)
+        parser.add_argument(
+            "--preload",
+            default="",
+            metavar="MODULE_OR_SCRIPT",
+            help="a module to import (a name: my_setup) or a Python script to run (a path ending in .py) in each "
+            "processor as it starts, before its first task: a worker whose preload fails exits, naming the error, "
+            "and is not replaced (docs/interfaces.md, \"Coming from Dask\"; default: none)",
+        )
     parser.add_argument(
         "--worker-group-id",
         default="",

@@ -45,12 +45,13 @@ from scaler.worker.task_lifecycle import (
 from scaler.worker.task_runner import ReadyTask, TaskRunner
 from scaler.worker.task_runs import TaskRunRecorder
 from scaler.worker.task_staging import TaskStaging
+from scaler.worker.worker_calls import WorkerCalls
 from scaler.worker.worker_config import WorkerConfig
 from scaler.worker.worker_events import (
-    EXIT_FAILURE,
     EXIT_OK,
     EXIT_REFUSED,
     Broken,
+    CallDone,
     ConnectionChanged,
     Effect,
     Exit,
@@ -112,6 +113,7 @@ class WorkerCore:
         self._out: List[Effect] = []  # the effects of the event being handled
         self._to_runner: List[bytes] = []  # tasks to ask the runner to end, collected by the actions
         self._requeued: List[TaskEntry] = []
+        self._calls = WorkerCalls(runner, self._answers)  # Client.upload_file, run, restart (worker_calls.py)
 
         self._event_handlers: Dict[type, Callable[[Any], None]] = {
             FromScheduler: self._on_scheduler_message,
@@ -124,6 +126,7 @@ class WorkerCore:
             StopRequested: self._on_stop,
             Broken: self._on_broken,
             HandshakeFailed: self._on_handshake_failed,
+            CallDone: lambda done: self._calls.on_done(done, self._out),
         }
         self._task_handlers: Dict[type, Callable[[Any], None]] = {
             m.TaskBatch: self._on_task_batch,
@@ -131,6 +134,7 @@ class WorkerCore:
             m.TaskCancel: self._on_task_cancel,
             m.BalanceRequest: self._on_balance_request,
             m.WorkerHeartbeatEcho: self._on_heartbeat_echo,
+            m.WorkerCall: lambda call: self._calls.on_call(call, self, self._out),
         }
         A = TaskAction
         answers = self._answers
@@ -298,7 +302,7 @@ class WorkerCore:
         self._leave(EXIT_OK, event.reason, True)
 
     def _on_broken(self, event: Broken) -> None:
-        self._leave(EXIT_FAILURE, event.reason, True)
+        self._leave(event.exit_code, event.reason, True)
 
     def _on_handshake_failed(self, event: HandshakeFailed) -> None:
         session = self._session

@@ -99,9 +99,19 @@ class HandshakeFailed:
 @dataclass(slots=True)
 class Broken:
     """The shell cannot go on (a connection that cannot be made, a processor that cannot be started, an
-    internal error): the worker exits with EXIT_FAILURE, saying why."""
+    internal error): the worker exits with ``exit_code`` (EXIT_REFUSED: retrying will not help, e.g. its
+    ``--preload`` fails), saying why."""
 
     reason: str
+    exit_code: int = EXIT_FAILURE
+
+
+@dataclass(slots=True)
+class CallDone:
+    """The answer to `CarryOutCall`: the worker's `WorkerCallResult`; ``uploaded``: a file was saved."""
+
+    result: Any
+    uploaded: bool = False
 
 
 # ----------------------------------------------------------------------------- effects
@@ -135,6 +145,13 @@ class WakeAt:
     """Deliver `Tick` at ``when`` (the clock of ``now``), instead of at any earlier-asked time."""
 
     when: float
+
+
+@dataclass(slots=True)
+class CarryOutCall:
+    """Run a `WorkerCall`'s function, or save its upload (`worker_calls.py`); answer with `CallDone`."""
+
+    call: Any
 
 
 @dataclass(slots=True)

@@ -499,6 +499,42 @@ struct SchedulerInfo {
   dashboardLink @2 :Text;                 # the web monitor's page it was told of (--dashboard-link); empty: none
 }
 
+# Client -> scheduler -> every worker (1.8): set up or look at the workers (Client.upload_file, run, restart).
+# The scheduler writes the asking client's ID and sends it to each worker of protocol 1.8 it serves (an upload
+# also to each worker that joins later, while its client stays); each worker answers a WorkerCallResult, and
+# the scheduler answers the client once every worker it sent the call to answered or left.
+enum WorkerCallKind {
+  run @0;                                 # call a function in the worker's agent
+  upload @1;                              # save a file where the worker's processors import from
+  restart @2;                             # replace the worker's processor with a fresh one
+  logs @3;                                # the worker's recent log lines
+}
+
+struct WorkerCall {
+  callId @0 :UInt64;                      # the client's: the answer names it
+  kind @1 :WorkerCallKind;
+  clientId @2 :Data;                      # written by the scheduler: who asked
+  name @3 :Text;                          # upload: the file's name (a .py, .zip or .whl, no directory)
+  payload @4 :Data;                       # run: the cloudpickled (function, args, kwargs); upload: the file
+}
+
+# Worker -> scheduler (1.8): one worker's answer to a WorkerCall.
+struct WorkerCallResult {
+  callId @0 :UInt64;
+  clientId @1 :Data;                      # the call's client: the scheduler routes by it
+  workerId @2 :Data;                      # written by the scheduler for the client
+  success @3 :Bool;
+  payload @4 :Data;                       # run: the cloudpickled value, or exception when it failed; logs: the
+                                          # cloudpickled list of (level, line), oldest first
+  error @5 :Text;                         # a failure in words (its traceback for run)
+}
+
+# Scheduler -> client (1.8): every worker's answer to a WorkerCall of the client.
+struct WorkerCallAnswer {
+  callId @0 :UInt64;
+  results @1 :List(WorkerCallResult);     # one per worker it was sent to; a worker that left says so (error)
+}
+
 struct Message {
   union {
     hello @0 :Hello;
@@ -529,5 +565,8 @@ struct Message {
     waitingTasks @25 :WaitingTasks;
     schedulerInfoRequest @26 :SchedulerInfoRequest;
     schedulerInfo @27 :SchedulerInfo;
+    workerCall @28 :WorkerCall;
+    workerCallResult @29 :WorkerCallResult;
+    workerCallAnswer @30 :WorkerCallAnswer;
   }
 }
