@@ -29,6 +29,7 @@ from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
 from scaler.worker.peer_connection import Connect, PeerConnection, ZmqConnect
 from scaler.worker.processor_host import ProcessorHost
+from scaler.worker.processor_protocol import TINY_TASKS_PIPELINE_DEPTH
 from scaler.worker.processor_runner import ProcessorRunner
 from scaler.worker.resource_usage import ProcessUsage
 from scaler.worker.task_runner import RunnerHost, TaskRunner
@@ -68,7 +69,7 @@ def local_processor(config: WorkerConfig, worker_id: str, delegation_key: bytes)
     memory_limit = config.memory_limit_bytes()
     environment = config.security.task_environment()
     return (
-        ProcessorRunner(memory_limit=memory_limit),
+        ProcessorRunner(memory_limit=memory_limit, tiny_tasks_depth=TINY_TASKS_PIPELINE_DEPTH),
         ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key, memory_limit),
     )
 
