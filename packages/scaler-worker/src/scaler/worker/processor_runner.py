@@ -9,18 +9,18 @@ in order), and its copy of the caches (`processor_caches`). `processor_protocol`
 the processor's messages and end (`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner`
 events).
 
-The slot is free when no task runs: the next ready task is sent then (the newest first while tasks wait,
-so that a waiting task's children run before older work). Pipeline: while one task runs, none waits, and
-the last one that ended took less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent
-ahead (several in one Pipe message; up to ``tiny_tasks_depth`` while it took less than
-`RESULT_HOLD_TASK_SECONDS`, so that tiny tasks cross the Pipe dozens per message), so that the processor starts the next one without waiting for the
-agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
-so when the last running task ends or waits, the head of the inbox has started (its timeout counts from
-then). Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor
-answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the
-tasks sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer
-alone): the processor answers even while the task before them runs on, once it has run long
-(`READ_BESIDE_SECONDS`), so a task that never ends keeps none of them.
+The slot is free when no task runs: the next ready task is sent then (the newest first while tasks wait, so
+that a waiting task's children run before older work). Pipeline: while one task runs, none waits, and the last
+one that ended took less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent ahead (several
+in one Pipe message; up to ``tiny_tasks_depth`` while it took less than `RESULT_HOLD_TASK_SECONDS`, so that
+tiny tasks cross the Pipe dozens per message), so that the processor starts the next one without waiting for
+the agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
+so when the last running task ends or waits, the head of the inbox has started (its timeout counts from then).
+Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor answers
+``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the tasks
+sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer alone):
+the processor answers even while the task before them runs on, once it has run long (`READ_BESIDE_SECONDS`),
+so a task that never ends keeps none of them.
 
 Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor
 (`TaskWaiting`); the runner tells the core (`RunnerOwner.waiting`, which tells the scheduler: the task no
