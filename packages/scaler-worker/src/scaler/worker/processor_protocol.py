@@ -84,7 +84,7 @@ PROCESSOR_PIPELINE_DEPTH = 4
 PIPELINE_TASK_SECONDS = 0.1
 # ... and up to TINY_TASKS_PIPELINE_DEPTH while they run quicker than RESULT_HOLD_TASK_SECONDS (a no-op takes
 # 10-20 µs: four ahead made a Pipe message, a wake-up of each end and an event of the agent's core per five
-# tasks; 32 ahead are still well under a millisecond of work that a balance or a cancel takes back)
+# tasks; 32 ahead are at most ~6 ms of work, which a balance or a cancel takes back as it does 4)
 TINY_TASKS_PIPELINE_DEPTH = 32
 # the processor holds a result back (to send it with the next ones) only after a task this quick, and only
 # while the oldest held result is younger than RESULT_HOLD_SECONDS; whatever the tasks started meanwhile do, a
