@@ -105,6 +105,7 @@ class Harness:
         connect: bool = True,
         max_message_size: int = 0,  # what the scheduler's HelloAck says it takes (0: an older one, not said)
         memory_limit: int = 0,  # bytes, 0: none
+        tiny_tasks_depth: int = 0,  # no deeper pipeline for tiny tasks; tests of it say so
     ) -> None:
         config = WorkerConfig(
             SCHEDULER,
@@ -112,7 +113,7 @@ class Harness:
             worker_timeout_seconds=storage_timeout_seconds,
             memory_limit=memory_limit or "none",
         )
-        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes, memory_limit)
+        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes, memory_limit, tiny_tasks_depth)
         identity = WorkerIdentity(WORKER_ID, 1, "test", IDGenerator())
         self.core = WorkerCore(
             config, identity, self.runner, prefetch_tasks=prefetch_tasks, result_batch_seconds=result_batch_seconds

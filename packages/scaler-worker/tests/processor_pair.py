@@ -235,10 +235,10 @@ class Shell:
 
 
 class Pair:
-    def __init__(self, pipeline_depth: int) -> None:
+    def __init__(self, pipeline_depth: int, tiny_tasks_depth: int = 0) -> None:
         self.now = 0.0
         self.owner = Owner()
-        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes=40)
+        self.runner = ProcessorRunner(pipeline_depth, object_cache_bytes=40, tiny_tasks_depth=tiny_tasks_depth)
         self.to_agent: List[Tuple[int, Any]] = []  # (processor, message) written, not read by the agent
         self.shells: Dict[int, Shell] = {}
         self.current: Optional[Shell] = None

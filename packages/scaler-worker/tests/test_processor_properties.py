@@ -33,9 +33,9 @@ def _live(machine: ProcessorPairMachine) -> bool:
 
 
 class ProcessorPairMachine(RuleBasedStateMachine):
-    @initialize(depth=st.sampled_from([0, 1, 4]))
-    def start(self, depth: int) -> None:
-        self.pair = Pair(depth)
+    @initialize(depth=st.sampled_from([0, 1, 4]), tiny_depth=st.sampled_from([0, 8]))
+    def start(self, depth: int, tiny_depth: int) -> None:
+        self.pair = Pair(depth, tiny_depth)  # (a task that took under RESULT_HOLD_TASK_SECONDS: deeper, if not 0)
         self.left = False
 
     # ------------------------------------------------------------------------- the worker core

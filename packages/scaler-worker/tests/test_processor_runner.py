@@ -343,6 +343,16 @@ def test_a_slow_task_stops_the_sending_ahead():
     assert sorted(h.runner.started_tasks) == [task_id(4)] and h.runner.inbox == [task_id(5), task_id(6)]
 
 
+def test_tiny_tasks_are_sent_further_ahead_than_quick_ones():
+    h = pipelined(20, depth=2, tiny_tasks_depth=6)  # task 1 took no time: tiny
+    assert h.running_task() == task_id(2) and h.runner.inbox == [task_id(n) for n in range(3, 9)]
+    assert h.messages[-1] == [h.current, *h.fifo]  # task 2 and the six ahead: one Pipe message
+    h.tell(h.processor_finishes()._replace(seconds=0.01))  # task 2 was quick, not tiny: task 3 starts
+    assert h.runner.inbox == [task_id(n) for n in range(4, 9)]  # more than two ahead already: none sent
+    h.tell(h.processor_finishes())  # task 3 was tiny again
+    assert h.runner.inbox == [task_id(n) for n in range(5, 11)]
+
+
 def test_results_in_one_message_are_read_one_by_one():
     h = pipelined(6, depth=3)
     first = h.processor_finishes()

@@ -15,7 +15,7 @@ from scaler.protocol import messages as m
 from scaler.protocol.errors import ObjectNotFoundError, TaskTimeoutError
 from scaler.protocol.ids import show
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.worker.processor_protocol import PROCESSOR_PIPELINE_DEPTH
+from scaler.worker.processor_protocol import TINY_TASKS_PIPELINE_DEPTH
 
 
 def read_pid(path) -> int:
@@ -223,8 +223,8 @@ def test_heartbeat_reports_usage_and_counts(driver: TaskDriver, tmp_path):
 def test_balance_gives_back_queued_tasks_not_the_running_one(driver: TaskDriver, tmp_path):
     release = tmp_path / "release"
     blocker = driver.task(tasks.block, str(tmp_path / "pid"), str(release), "done")
-    # the first (quick) task lets the worker send tasks ahead while the blocker runs: those stay
-    numbers = list(range(2, PROCESSOR_PIPELINE_DEPTH + 4))
+    # the first (quick, tiny) task lets the worker send tasks ahead while the blocker runs: those stay
+    numbers = list(range(2, TINY_TASKS_PIPELINE_DEPTH + 4))
     queued = [driver.task(tasks.add, 1, priority=1)] + [driver.task(tasks.add, n) for n in numbers]
     driver.send(blocker, *queued)
     read_pid(str(tmp_path / "pid"))

@@ -45,13 +45,15 @@ class WorkerCoreMachine(RuleBasedStateMachine):
         inline=st.sampled_from([0, 4, 1 << 20]),
         prefetch=st.integers(1, 4),
         depth=st.sampled_from([0, 1, 2, 4]),
+        tiny_depth=st.sampled_from([0, 8]),  # the tasks here take no time: deeper while it is not 0
         batch_seconds=st.sampled_from([0.0, 0.005]),
     )
-    def start(self, inline: int, prefetch: int, depth: int, batch_seconds: float) -> None:
+    def start(self, inline: int, prefetch: int, depth: int, tiny_depth: int, batch_seconds: float) -> None:
         self.h = Harness(
             inline_threshold_bytes=inline,
             prefetch_tasks=prefetch,
             pipeline_depth=depth,
+            tiny_tasks_depth=tiny_depth,
             storage_timeout_seconds=STORAGE_TIMEOUT_SECONDS,
             result_batch_seconds=batch_seconds,
         )

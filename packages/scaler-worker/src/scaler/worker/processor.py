@@ -343,7 +343,7 @@ class _Processor:
         pipe = self._pipe
         messages = []
         try:
-            while pipe.poll(0):
+            while pipe.readable():
                 messages.append(pipe.receive())
         except (EOFError, OSError):
             return None

@@ -9,17 +9,18 @@ in order), and its copy of the caches (`processor_caches`). `processor_protocol`
 the processor's messages and end (`ProcessorOutput`, `ProcessorEnded`, inside the core's `FromRunner`
 events).
 
-The slot is free when no task runs: the next ready task is sent then (the newest first while tasks wait,
-so that a waiting task's children run before older work). Pipeline: while one task runs, none waits, and
-the last one that ended took less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent
-ahead (several in one Pipe message), so that the processor starts the next one without waiting for the
-agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
-so when the last running task ends or waits, the head of the inbox has started (its timeout counts from
-then). Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor
-answers ``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the
-tasks sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer
-alone): the processor answers even while the task before them runs on, once it has run long
-(`READ_BESIDE_SECONDS`), so a task that never ends keeps none of them.
+The slot is free when no task runs: the next ready task is sent then (the newest first while tasks wait, so
+that a waiting task's children run before older work). Pipeline: while one task runs, none waits, and the last
+one that ended took less than `PIPELINE_TASK_SECONDS`, up to ``pipeline_depth`` more are sent ahead (several
+in one Pipe message; up to ``tiny_tasks_depth`` while it took less than `RESULT_HOLD_TASK_SECONDS`, so that
+tiny tasks cross the Pipe dozens per message), so that the processor starts the next one without waiting for
+the agent. The processor starts the head of its FIFO whenever no task runs, before it resumes a waiting task,
+so when the last running task ends or waits, the head of the inbox has started (its timeout counts from then).
+Tasks sent ahead that a higher-priority task arrived after are taken back (``Drop``; the processor answers
+``Dropped``) and return to the queue; nothing is sent ahead while one is being taken back. So are the tasks
+sent ahead that the scheduler asks back (`take_back`, on a ``BalanceRequest`` the queue cannot answer alone):
+the processor answers even while the task before them runs on, once it has run long (`READ_BESIDE_SECONDS`),
+so a task that never ends keeps none of them.
 
 Nested tasks: a task that waits inside the Scaler client gives the slot up without leaving the processor
 (`TaskWaiting`); the runner tells the core (`RunnerOwner.waiting`, which tells the scheduler: the task no
@@ -61,6 +62,7 @@ from scaler.worker.processor_protocol import (
     OBJECT_CACHE_BYTES,
     PIPELINE_TASK_SECONDS,
     PROCESSOR_PIPELINE_DEPTH,
+    RESULT_HOLD_TASK_SECONDS,
     Drop,
     Dropped,
     FunctionLoaded,
@@ -146,9 +148,12 @@ class ProcessorRunner:
         pipeline_depth: int = PROCESSOR_PIPELINE_DEPTH,
         object_cache_bytes: int = OBJECT_CACHE_BYTES,
         memory_limit: int = 0,
+        tiny_tasks_depth: int = 0,
     ) -> None:
         self._pipeline_depth = max(0, pipeline_depth)
+        self._tiny_tasks_depth = max(self._pipeline_depth, tiny_tasks_depth)  # the worker: TINY_TASKS_PIPELINE_DEPTH
         self._quick = False  # the last task that ended while no other ran or waited was quick: send ahead
+        self._tiny = False  # ... and tiny: send further ahead
         self._processor_ids = itertools.count()
         self._processor_id = -1
         self._tasks: Dict[bytes, _Sent] = {}
@@ -219,7 +224,7 @@ class ProcessorRunner:
                 batch = [self._caches.outgoing(ready, False)]
                 self._run(owner, ready)
         if len(running) == 1 and not self._waiting and self._quick and not memory.suspect and not self._stale:
-            depth = self._pipeline_depth
+            depth = self._tiny_tasks_depth if self._tiny else self._pipeline_depth
             if len(inbox) < depth and not (inbox and any(sent.state is _RECALLING for sent in inbox)):
                 while len(inbox) < depth:
                     ready = owner.next_ready(False)
@@ -379,6 +384,7 @@ class ProcessorRunner:
             self._memory.refused_allocation(result.task_id, result.function)
         if len(self._running) == 1 and not self._waiting:
             self._quick = result.seconds < PIPELINE_TASK_SECONDS
+            self._tiny = result.seconds < RESULT_HOLD_TASK_SECONDS
         self._leave(sent, owner, out)
         if sent.state is not _FINISHED:  # its cancel was confirmed: it delivers nothing
             logger.debug(f"Worker: dropped result of task {result.task_id.hex()}: cancelled")

@@ -32,6 +32,7 @@ from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
 from scaler.worker.peer_connection import Connect, PeerConnection, ZmqConnect
 from scaler.worker.processor_host import ProcessorHost
+from scaler.worker.processor_protocol import TINY_TASKS_PIPELINE_DEPTH
 from scaler.worker.processor_runner import ProcessorRunner
 from scaler.worker.resource_usage import ProcessUsage
 from scaler.worker.task_runner import RunnerHost, TaskRunner
@@ -83,7 +84,7 @@ def local_processor(config: WorkerConfig, worker_id: str, delegation_key: bytes)
         **processor_environment(uploads_directory(worker_id), config.preload),
     }
     return (
-        ProcessorRunner(memory_limit=memory_limit),
+        ProcessorRunner(memory_limit=memory_limit, tiny_tasks_depth=TINY_TASKS_PIPELINE_DEPTH),
         ProcessorHost(config.scheduler_address, worker_id, environment, delegation_key, memory_limit),
     )
 
