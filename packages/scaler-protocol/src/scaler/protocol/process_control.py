@@ -4,7 +4,6 @@ starting children that end with them, and reusing the memory of freed payloads."
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -79,7 +78,9 @@ def _set_parent_death_signal(sig: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # the symbols this process has loaded, libc's among them (ctypes.util.find_library would run ldconfig in
+        # a subprocess: most of what a processor's start cost)
+        libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
