@@ -143,7 +143,7 @@ def test_refusals_wrong_peers_silence_and_a_lost_connection_end_it_with_a_clear_
     assert exit.code == 1 and "no answer from the scheduler at tcp://127.0.0.1:2345 within 10s" in exit.reason
     core = connected()
     command(core, 1.0, 2)
-    effects = core.handle(ConnectionChanged(connection_events.DOWN), 2.0)
+    effects = core.handle(ConnectionChanged(False, connection_events.DOWN), 2.0)
     assert len(of(effects, StopGroup)) == 2 and of(effects, Exit)[0].code == 1
     core = connected(timeout_seconds=10.0)
     (exit,) = of(core.handle(Tick(), 10.5), Exit)

@@ -35,6 +35,7 @@ from scaler.worker_manager.manager_events import (
     GroupRunning,
     GroupStarted,
     GroupStartFailed,
+    HandshakeFailed,
     Send,
     StartGroup,
     StopGroup,
@@ -142,8 +143,10 @@ class ManagerAgent:
         assert self._scheduler is not None
         while True:
             change = await self._scheduler.change()
-            refusal = self._scheduler.refusal if change == connection_events.REFUSED else None
-            self._deliver(ConnectionChanged(change, refusal or ""))
+            if change == connection_events.REFUSED and self._scheduler.refusal is not None:
+                self._deliver(HandshakeFailed(self._scheduler.refusal, False))
+            else:
+                self._deliver(ConnectionChanged(False, change))
 
     async def _tick(self) -> None:
         while True:

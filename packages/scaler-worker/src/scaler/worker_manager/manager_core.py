@@ -52,6 +52,7 @@ from scaler.worker_manager.manager_events import (
     GroupRunning,
     GroupStarted,
     GroupStartFailed,
+    HandshakeFailed,
     Send,
     StartGroup,
     StopGroup,
@@ -186,6 +187,7 @@ class ManagerCore:
             Begin: self._on_begin,
             FromScheduler: self._on_scheduler_message,
             ConnectionChanged: self._on_connection,
+            HandshakeFailed: self._on_handshake_failed,
             Tick: self._on_tick,
             GroupStarted: self._on_group_started,
             GroupStartFailed: lambda e: self._step_id(e.group_id, _E.START_FAILED, e.reason),
@@ -296,14 +298,15 @@ class ManagerCore:
                 self._hello_lost = False
                 self._out.append(Send(self._hello))
         elif event.change == connection_events.REFUSED:
-            if event.refusal:
-                self._end(EXIT_REFUSED, event.refusal)
-            elif not self._connected:
+            if not self._connected:
                 self._end(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"))
         elif self._connected:
             self._lost(f"lost the connection to scheduler {address}")
         else:
             self._hello_lost = True
+
+    def _on_handshake_failed(self, event: HandshakeFailed) -> None:
+        self._end(EXIT_REFUSED, event.reason)
 
     # ----------------------------------------------------------------- time
 
