@@ -22,6 +22,11 @@ class FromScheduler:
     message: Any
 
 
+def from_scheduler(message: Any, blobs: Sequence[Any]) -> FromScheduler:
+    """The event of a decoded message of the scheduler (its frames carry no payload): for `socket_reader.decoder`."""
+    return FromScheduler(message)
+
+
 @dataclass(slots=True)
 class FromStorage:
     """One decoded message of the object storage server; ``blobs``: the payload frames after it."""
