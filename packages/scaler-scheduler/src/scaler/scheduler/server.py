@@ -45,6 +45,7 @@ import zmq
 from scaler.protocol import codec, connection_events, routed
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
+from scaler.protocol.alarm import Alarm
 from scaler.protocol.connection_events import AcceptedConnections, ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
@@ -216,6 +217,7 @@ class SchedulerServer:
             MoreToDo: self._more_to_do,
         }
         self._continuing = False  # a Continue is on its way to the core
+        self._alarm = Alarm(self._ring)  # for the core's next_wakeup, read after each Tick
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -237,9 +239,9 @@ class SchedulerServer:
             assert self._connections is not None  # made with the ROUTER
             self._watch(self._connections.monitor, self._router_connection_event)
             self._feed(Start())
-            ticks = asyncio.ensure_future(self._tick_when_due())
+            self._alarm.at(self.core.next_wakeup)
             await self._stop.wait()
-            ticks.cancel()
+            self._alarm.cancel()
             if self._failure is not None:
                 raise SchedulerStartError(self._failure)
         finally:
@@ -409,15 +411,16 @@ class SchedulerServer:
             return StorageRefused(watch.refusal)
         return None if change is None else StorageLost()
 
-    async def _tick_when_due(self) -> None:
-        while True:
-            await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
-            try:
-                self._reread_keys()
-                self._feed(Tick(caught_up=self._read_all()))
-                self._read_all()  # sending can consume a file descriptor's edge: look for pending input ourselves
-            except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
-                logger.exception("Scheduler: failed to tick")
+    def _ring(self) -> None:
+        """The core's next_wakeup came: its Tick (the keys read again first), and the alarm set for the next."""
+        try:
+            self._reread_keys()
+            self._feed(Tick(caught_up=self._read_all()))
+            self._read_all()  # sending can consume a file descriptor's edge: look for pending input ourselves
+        except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
+            logger.exception("Scheduler: failed to tick")
+        finally:
+            self._alarm.at(self.core.next_wakeup)
 
     def _read_all(self) -> bool:
         """A burst of what waits on each socket; whether nothing is left to read on the ROUTER."""

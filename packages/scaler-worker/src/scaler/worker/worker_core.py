@@ -64,7 +64,6 @@ from scaler.worker.worker_events import (
     StopRequested,
     Tick,
     UsageMeasured,
-    WakeAt,
     WorkerIdentity,
 )
 from scaler.worker.worker_session import WorkerSession
@@ -106,7 +105,7 @@ class WorkerCore:
         self._task_runs = TaskRunRecorder()  # each run, for the heartbeats, while the scheduler asks (task_runs.py)
         self._deadlines: List[Tuple[float, int, bytes]] = []  # (when, run, task ID) of started tasks with a timeout
         self._runs = itertools.count(1)
-        self._wake_at = math.inf  # the Tick asked of the shell
+        self._wake_at = math.inf  # the Tick asked of the shell (`next_wakeup`)
         self._exited = False
         self._now = 0.0
         self._out: List[Effect] = []  # the effects of the event being handled
@@ -159,7 +158,7 @@ class WorkerCore:
     def handle(self, event: Any, now: float) -> List[Effect]:
         """What to do about ``event`` (see `worker_events`), at monotonic time ``now``: the event's handler,
         then the runner takes what it has room for, tasks are staged ahead, what was collected is sent (or
-        held: `scheduler_answers`), and a Tick is asked for when something comes due."""
+        held: `scheduler_answers`), and the time of the next Tick noted (`next_wakeup`)."""
         out: List[Effect] = []
         if self._exited:
             return out
@@ -189,10 +188,15 @@ class WorkerCore:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
                 self._wake_at = when
-                out.append(WakeAt(when))
         finally:
             self._out = _IDLE  # what was sent is the shell's (keeping it here would keep large buffers alive)
         return out
+
+    @property
+    def next_wakeup(self) -> float:
+        """When the core next wants a `Tick` (as ``now``; the earliest since the last one): the heartbeat, the
+        HelloAck's deadline, results held for company, a storage request timing out, a task's timeout."""
+        return self._wake_at
 
     # ------------------------------------------------------------------------- events
 

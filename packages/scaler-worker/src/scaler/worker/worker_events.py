@@ -105,13 +105,6 @@ class MeasureUsage:
 
 
 @dataclass(slots=True)
-class WakeAt:
-    """Deliver `Tick` at ``when`` (the clock of ``now``), instead of at any earlier-asked time."""
-
-    when: float
-
-
-@dataclass(slots=True)
 class Exit:
     """The worker is done: stop everything and end the process with ``code``."""
 

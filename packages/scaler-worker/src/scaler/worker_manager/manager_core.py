@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 MAX_RETRY_SECONDS = 30.0
 STABLE_SECONDS = 10.0  # a group that ran this long ends the back-off
 STOP_AGAIN_SECONDS = 10.0  # a group still stopping is asked to stop again this often
+TICK_SECONDS = 0.5  # its deadlines (silence, heartbeats, start timeouts, retiring, leaving) are looked at this often
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,7 @@ class ManagerCore:
         self._leaving = False
         self._ended = False
         self._now = 0.0
+        self._next_tick = math.inf  # the Tick it asks for (`next_wakeup`)
         self._out: List[Any] = []
         self._handlers: Dict[type, Callable[[Any], None]] = {
             Begin: self._on_begin,
@@ -216,12 +218,18 @@ class ManagerCore:
         return out
 
     @property
+    def next_wakeup(self) -> float:
+        """When the core next wants a `Tick` (monotonic seconds, as ``now``): every `TICK_SECONDS` from `Begin`."""
+        return self._next_tick
+
+    @property
     def group_states(self) -> Dict[bytes, GroupState]:
         return {group_id: group.state for group_id, group in self._groups.items()}
 
     # ----------------------------------------------------------------- the scheduler
 
     def _on_begin(self, event: Begin) -> None:
+        self._next_tick = self._now + TICK_SECONDS
         self._hello_deadline = self._now + self.settings.timeout_seconds
         self._out.append(Send(self._hello))
 
@@ -312,6 +320,7 @@ class ManagerCore:
 
     def _on_tick(self, event: Tick) -> None:
         now, settings = self._now, self.settings
+        self._next_tick = now + TICK_SECONDS
         if now >= self._hello_deadline:
             self._end(EXIT_FAILURE, f"no answer from the scheduler at {settings.scheduler_address} within "
                                     f"{settings.timeout_seconds:g}s")  # fmt: skip
