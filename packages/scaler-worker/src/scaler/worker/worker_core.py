@@ -32,7 +32,6 @@ from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, add_output, profile, timeout_error
 from scaler.worker.storage_requests import StorageRequests
 from scaler.worker.task_lifecycle import (
-    HISTORY_LENGTH,
     TASK_LIFECYCLE,
     TERMINAL_STATES,
     Detail,
@@ -73,7 +72,6 @@ RECONNECT_SECONDS = 5.0  # how long a storage request made while its connection 
 
 logger = logging.getLogger(__name__)
 
-_TABLE = TASK_LIFECYCLE.table
 _IDLE: List[Effect] = []  # the effects list between two events: nothing may be added to it
 _E = TaskEvent
 
@@ -133,7 +131,7 @@ class WorkerCore:
         }
         A = TaskAction
         answers = self._answers
-        self._actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
+        actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
             A.DEQUEUE: self._staging.dequeue,
             A.DEQUEUE_STAGED: self._staging.dequeue_staged,
             A.REQUEUE: self._requeue,
@@ -152,6 +150,7 @@ class WorkerCore:
             A.RESOLVE_CANCELLED: answers.resolve_cancelled,
             A.RESOLVE_NOT_CANCELLED: answers.resolve_not_cancelled,
         }
+        self._plans = TASK_LIFECYCLE.plans(actions.__getitem__)
 
     # ------------------------------------------------------------------------- the entry point
 
@@ -500,20 +499,10 @@ class WorkerCore:
     # ------------------------------------------------------------------------- transitions and actions
 
     def _apply(self, entry: TaskEntry, event: TaskEvent, detail: Detail = None) -> None:
-        """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions."""
-        # a pair missing from the table is a bug: step() raises, naming the task and its recent events
-        transition = _TABLE.get((entry.state, event)) or TASK_LIFECYCLE.step(
-            entry.state, event, entry.task.task_id.hex(), entry.history
-        )
-        history = entry.history
-        history.append(event)
-        if len(history) > HISTORY_LENGTH:
-            del history[0]
-        entry.state = state = transition.next_state
-        actions = self._actions
-        for action in transition.actions:
-            actions[action](entry, detail)
-        if state in TERMINAL_STATES:
+        """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions (a pair
+        missing from the table is a bug: it raises, naming the task and its recent events)."""
+        plan = TASK_LIFECYCLE.advance(self._plans, entry, event, entry.task.task_id, (entry, detail))
+        if plan.next_state in TERMINAL_STATES:
             del self._tasks[entry.task.task_id]
 
     def _requeue(self, entry: TaskEntry, detail: Detail) -> None:

@@ -71,7 +71,7 @@ class ManagerAgent:
         self._effects: Dict[type, Callable[[Any], None]] = {
             Send: self._send,
             StartGroup: self._start_group,
-            StopGroup: lambda effect: self._in_backend(self._stop_group, effect.group_id),
+            StopGroup: self._stop_group_effect,
             Exit: self._on_exit,
         }
 
@@ -165,6 +165,9 @@ class ManagerAgent:
 
     def _start_group(self, effect: StartGroup) -> None:
         self._in_backend(self._start, effect.group_id, effect.workers)
+
+    def _stop_group_effect(self, effect: StopGroup) -> None:
+        self._in_backend(self._stop_group, effect.group_id)
 
     def _on_exit(self, effect: Exit) -> None:
         if self._exit is not None and not self._exit.done():

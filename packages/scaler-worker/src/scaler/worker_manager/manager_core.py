@@ -139,6 +139,7 @@ GROUP_LIFECYCLE: Lifecycle[GroupState, GroupEvent] = Lifecycle(
         (_S.STOPPING, _E.ENDED): Transition(_S.GONE, (_A.TELL_STOPPED, _A.FORGET)),
     },
     always_possible=(_E.RETIRE, _E.STOP, _E.ENDED),
+    show=show_group,
 )
 
 _REPORTED = {
@@ -150,7 +151,7 @@ _REPORTED = {
 
 
 class _Group:
-    __slots__ = ("group_id", "state", "created", "running_since", "detail", "history", "reason", "stop_sent")
+    __slots__ = ("group_id", "state", "created", "running_since", "detail", "story", "reason", "stop_sent")
 
     def __init__(self, group_id: bytes, now: float) -> None:
         self.group_id = group_id
@@ -158,7 +159,7 @@ class _Group:
         self.created = now
         self.running_since = math.inf
         self.detail = "starting"
-        self.history: List[GroupEvent] = []
+        self.story = 0  # its last events (`Lifecycle.advance`)
         self.reason = ""  # why it ended, for TELL_ENDED
         self.stop_sent = math.inf  # when it was last asked to stop
 
@@ -192,19 +193,20 @@ class ManagerCore:
             HandshakeFailed: self._on_handshake_failed,
             Tick: self._on_tick,
             GroupStarted: self._on_group_started,
-            GroupStartFailed: lambda e: self._step_id(e.group_id, _E.START_FAILED, e.reason),
-            GroupRunning: lambda e: self._step_id(e.group_id, _E.RUNS),
-            GroupEnded: lambda e: self._step_id(e.group_id, _E.ENDED, e.reason),
+            GroupStartFailed: self._on_group_start_failed,
+            GroupRunning: self._on_group_running,
+            GroupEnded: self._on_group_ended,
             StopRequested: self._on_stop_requested,
         }
-        self._carry_out: Dict[GroupAction, Callable[[_Group], None]] = {
+        carry_out: Dict[GroupAction, Callable[[_Group], None]] = {
             _A.STOP: self._stop,
             _A.NOTE_RUNNING: self._note_running,
             _A.BACK_OFF: self._back_off,
-            _A.TELL_ENDED: lambda g: logger.warning(f"{self._name}: group {show_group(g.group_id)} ended: {g.reason}"),
-            _A.TELL_STOPPED: lambda g: logger.info(f"{self._name}: group {show_group(g.group_id)} stopped"),
+            _A.TELL_ENDED: self._tell_ended,
+            _A.TELL_STOPPED: self._tell_stopped,
             _A.FORGET: self._forget,
         }
+        self._plans = GROUP_LIFECYCLE.plans(carry_out.__getitem__)
 
     def handle(self, event: Any, now: float) -> List[Any]:
         self._now = now
@@ -356,6 +358,15 @@ class ManagerCore:
             group.detail = event.detail
             logger.info(f"{self._name}: group {show_group(group.group_id)}: {event.detail}")
 
+    def _on_group_start_failed(self, event: GroupStartFailed) -> None:
+        self._step_id(event.group_id, _E.START_FAILED, event.reason)
+
+    def _on_group_running(self, event: GroupRunning) -> None:
+        self._step_id(event.group_id, _E.RUNS)
+
+    def _on_group_ended(self, event: GroupEnded) -> None:
+        self._step_id(event.group_id, _E.ENDED, event.reason)
+
     def _step_id(self, group_id: bytes, event: GroupEvent, reason: str = "") -> None:
         group = self._groups.get(group_id)
         if group is None:
@@ -367,12 +378,13 @@ class ManagerCore:
         self._step(group, event)
 
     def _step(self, group: _Group, event: GroupEvent) -> None:
-        transition = GROUP_LIFECYCLE.step(group.state, event, show_group(group.group_id), group.history)
-        group.state = transition.next_state
-        group.history.append(event)
-        del group.history[:-8]
-        for action in transition.actions:
-            self._carry_out[action](group)
+        GROUP_LIFECYCLE.advance(self._plans, group, event, group.group_id, (group,))
+
+    def _tell_ended(self, group: _Group) -> None:
+        logger.warning(f"{self._name}: group {show_group(group.group_id)} ended: {group.reason}")
+
+    def _tell_stopped(self, group: _Group) -> None:
+        logger.info(f"{self._name}: group {show_group(group.group_id)} stopped")
 
     def _forget(self, group: _Group) -> None:
         del self._groups[group.group_id]
