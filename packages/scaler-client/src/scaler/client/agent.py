@@ -227,7 +227,8 @@ class ClientAgent:
         wake.setsockopt(zmq.LINGER, 0)
         turn: List[Event] = []  # this turn's events, in order
         ready: Dict[Any, int] = {}
-        woken, wake_ups = SocketReader(wake), []
+        woken = SocketReader(wake)
+        wake_ups: List[Any] = []
         try:
             wake.bind(self._wake_address)
             self._connect_scheduler()

@@ -126,8 +126,9 @@ class Lifecycle(Generic[State, Event]):
 
     def refuse(self, state: State, event: Event, subject_id: Any, story: int) -> NoReturn:
         """Raise the `TransitionError` of ``event`` in ``state``, naming the subject and its recent events."""
-        self.step(state, event, self.show(subject_id), self.recent(story))
-        raise TransitionError(f"{self.name}: {_name(state)} on {_name(event)} is in the table")  # (not reached)
+        subject = self.show(subject_id)
+        self.step(state, event, subject, self.recent(story))  # raises, for a pair missing from the table
+        raise TransitionError(f"{self.name} {subject}: {_name(state)} on {_name(event)} is missing from the plans")
 
     def told(self, story: int, event: Event) -> int:
         """``story`` with ``event`` told last."""

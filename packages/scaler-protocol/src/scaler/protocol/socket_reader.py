@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, MutableSequence, Optional
 
 import zmq
 
@@ -56,7 +56,7 @@ class SocketReader:
         self.name = name  # who reads, for the log
         self.routed = routed  # a ROUTER's: the first frame names the sender
 
-    def read(self, events: List[Any]) -> bool:
+    def read(self, events: MutableSequence[Any]) -> bool:
         """Append the events of what waits, up to a burst; whether more may wait. A `zmq.ZMQError` other than
         nothing to read (the socket or its context closed) is raised."""
         sock, to_event, copy = self.socket, self.to_event, self.copy

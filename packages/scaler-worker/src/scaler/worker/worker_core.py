@@ -21,7 +21,7 @@ import heapq
 import itertools
 import logging
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
@@ -366,7 +366,7 @@ class WorkerCore:
 
     # ------------------------------------------------------------------------- the storage server's answers
 
-    def _on_object_response(self, response: m.ObjectResponse, blobs: List[Any]) -> None:
+    def _on_object_response(self, response: m.ObjectResponse, blobs: Sequence[Any]) -> None:
         storage = self._storage
         if response.kind == m.ObjectRequestKind.GET:
             failed = storage.on_get_response(response, blobs)

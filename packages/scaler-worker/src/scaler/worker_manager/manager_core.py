@@ -240,7 +240,8 @@ class ManagerCore:
 
     def handle(self, event: Any, now: float) -> List[Any]:
         self._now = now
-        self._out = out = []
+        out: List[Any] = []
+        self._out = out
         if self.state is not SessionState.ENDED:
             self._handlers[type(event)](event)
             if self.state in LEAVING and not self._groups:
