@@ -115,20 +115,20 @@ class ClientAgent:
         self._readers: List[SocketReader] = []  # of the scheduler's socket, then the storage server's
         self._monitors: List[SocketReader] = []  # of their socket monitors
         self._perform: Dict[type, Callable[[Any], Any]] = {
-            ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
+            ToScheduler: self._send_to_scheduler,
             ToStorage: self._send_to_storage,
             ConnectStorage: self._connect_storage,
             RenewConnection: self._renew_connection,
             Heartbeat: self._send_heartbeat,
             TaskRunsArrived: self._give_runs,
             TaskResults: self._give_results,
-            TaskPrinted: lambda effect: self._printer.print(effect.outputs),
+            TaskPrinted: self._print,
             TaskFailed: self._fail_future,
-            TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
+            TaskCancelled: self._cancel_future,
             CancelRefused: self._tell_cancel_refused,
-            Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
-            ReplyError: lambda effect: self._reply(effect.command_id).set_exception(_fresh(effect.error)),
-            ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
+            Reply: self._give_reply,
+            ReplyError: self._give_reply_error,
+            ObjectsFailed: self._objects_failed,
             Stopped: self._on_stopped,
         }
         self._printer = OutputPrinter()
@@ -306,6 +306,9 @@ class ClientAgent:
         self._monitors = [reader for reader in self._monitors if id(reader.socket) not in gone]
         old.close(linger=0)
 
+    def _send_to_scheduler(self, effect: ToScheduler) -> None:
+        self._scheduler.send_multipart(codec.encode(effect.message), copy=False)
+
     def _send_to_storage(self, effect: ToStorage) -> None:
         if self._storage is not None:
             self._storage.send_multipart(codec.encode(effect.message, effect.blobs), copy=False)
@@ -351,6 +354,21 @@ class ClientAgent:
             future._set_cancelled()  # as the earlier engine ends them: the user gave the task up
         else:
             future._set_error(_fresh(effect.error))
+
+    def _cancel_future(self, effect: TaskCancelled) -> None:
+        self._end_future(effect.task_id)._set_cancelled()
+
+    def _print(self, effect: TaskPrinted) -> None:
+        self._printer.print(effect.outputs)
+
+    def _give_reply(self, effect: Reply) -> None:
+        self._reply(effect.command_id).set_result(effect.value)
+
+    def _give_reply_error(self, effect: ReplyError) -> None:
+        self._reply(effect.command_id).set_exception(_fresh(effect.error))
+
+    def _objects_failed(self, effect: ObjectsFailed) -> None:
+        self._on_objects_failed(effect.object_ids)
 
     def _end_future(self, task_id: bytes) -> ScalerFuture:
         return self._futures.pop(task_id)
