@@ -2,7 +2,7 @@ import enum
 
 import pytest
 
-from scaler.protocol.lifecycle import Lifecycle, Transition, TransitionError
+from scaler.protocol.lifecycle import STORY_LENGTH, Lifecycle, Transition, TransitionError
 
 
 class S(enum.Enum):
@@ -46,3 +46,33 @@ def test_table_checked_when_built():
         Lifecycle("task", S, {S.DONE}, {**TABLE, (S.DONE, E.START): Transition(S.RUNNING)})
     with pytest.raises(TransitionError, match="elsewhere is not a state"):
         Lifecycle("task", S, {S.DONE}, {(S.WAITING, E.START): Transition("elsewhere")})
+
+
+class _Subject:
+    def __init__(self) -> None:
+        self.state = S.WAITING
+        self.story = 0
+
+
+def test_advance_steps_a_subject_tells_its_story_and_carries_out_the_actions_in_order():
+    life = Lifecycle("task", S, {S.DONE}, TABLE, show=bytes.hex)
+    done = []
+    plans = life.plans(lambda action: lambda subject, detail: done.append((action, detail)))
+    subject = _Subject()
+    life.advance(plans, subject, E.START, b"\xab\x12", (subject, 1))
+    assert subject.state is S.RUNNING and done == [("send", 1)]
+    life.advance(plans, subject, E.FINISH, b"\xab\x12", (subject, 2))
+    assert subject.state is S.DONE and done == [("send", 1), ("reply", 2), ("forget", 2)]
+    assert life.recent(subject.story) == [E.START, E.FINISH]
+    with pytest.raises(TransitionError, match=r"task ab12: no transition from done on start; recent events: start -> "):
+        life.advance(plans, subject, E.START, b"\xab\x12", (subject, 3))
+    assert subject.state is S.DONE and len(done) == 3  # nothing moved, nothing carried out
+
+
+def test_a_story_keeps_the_last_events_only():
+    life = Lifecycle("task", S, {S.DONE}, TABLE)
+    story = 0
+    for _ in range(20):
+        story = life.told(story, E.PEER_GONE)
+    story = life.told(story, E.START)
+    assert life.recent(story) == [E.PEER_GONE] * (STORY_LENGTH - 1) + [E.START]

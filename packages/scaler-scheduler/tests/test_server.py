@@ -10,12 +10,11 @@ from typing import Any, List
 import zmq
 import zmq.asyncio
 
-from scaler.protocol import codec, connection_events, routed
+from scaler.protocol import codec, connection_events, routed, socket_reader
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import free_tcp_port
 from scaler.protocol.connection_events import AcceptedConnections
 from scaler.protocol.version import PROTOCOL_VERSION
-from scaler.scheduler import server as server_module
 from scaler.scheduler.scheduler_events import (
     Burst,
     ConnectionClosed,
@@ -93,11 +92,11 @@ def test_messages_read_in_one_wake_up_reach_the_core_together_up_to_the_burst_li
     server = SchedulerServer("tcp://127.0.0.1:1")
     fed: List[Any] = []
     monkeypatch.setattr(server, "_feed", fed.append)
-    monkeypatch.setattr(server_module, "_BURST", 3)
+    monkeypatch.setattr(socket_reader, "BURST", 3)
     to_event = lambda frames: FromPeer(CLIENT, frames)  # noqa: E731 - the message is what was read
 
     async def drain(messages: List[Any]) -> None:
-        server._drain(_Queued(messages), to_event, True, True)
+        server._reader(_Queued(messages), to_event, True, True).drain()
         for _ in range(5):  # the drains it asked for
             await asyncio.sleep(0)
 
@@ -134,7 +133,7 @@ def test_an_error_reading_one_message_or_carrying_out_one_effect_stops_no_reader
         return frames
 
     async def drain() -> None:
-        server._drain(_Queued(["unreadable", "act"]), to_event)
+        server._reader(_Queued(["unreadable", "act"]), to_event).drain()
         for _ in range(3):
             await asyncio.sleep(0)
 
@@ -156,13 +155,14 @@ def test_what_a_peer_sent_before_its_connection_closed_reaches_the_core_before_t
     fed: List[Any] = []
     monkeypatch.setattr(server, "_feed", fed.append)
     monkeypatch.setattr(server, "_router_event", lambda frames: FromPeer(WORKER, frames))
-    monkeypatch.setattr(server_module, "_BURST", 2)
+    monkeypatch.setattr(socket_reader, "BURST", 2)
     monkeypatch.setattr(connection_events, "parse_monitor_message", lambda frames: frames)  # the test's reports
     listener = server._context.socket(zmq.ROUTER)  # whose monitor is not read: the test reports instead
     server._connections = AcceptedConnections(listener)
 
     async def reported(router: _Queued, *events: int) -> None:
         server._router = router
+        server._router_reader = server._reader(router, server._router_event, False, True)
         for event in events:
             server._router_connection_event({"event": event, "value": 7})  # descriptor 7
 

@@ -59,7 +59,7 @@ def test_a_failing_handler_is_logged_and_the_server_keeps_serving(caplog: pytest
 
     with caplog.at_level(logging.INFO):
         asyncio.run(scenario())
-    assert "drop message from C|shell-test|1|ab: handling failed" in caplog.text
+    assert "dropped a message from C|shell-test|1|ab it failed to read (_on_frames)" in caplog.text
     assert "RuntimeError: boom" in caplog.text
     assert "ObjectStorageServer: test over, shutting down" in caplog.text
 

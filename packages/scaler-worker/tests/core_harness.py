@@ -45,7 +45,6 @@ from scaler.worker.worker_events import (
     Start,
     Tick,
     UsageMeasured,
-    WakeAt,
     WorkerIdentity,
 )
 
@@ -174,8 +173,6 @@ class Harness:
                     self.gets.append(effect.message)
                 else:
                     self.puts.append((effect.message, effect.blobs))
-            elif kind is WakeAt:
-                self.wake = effect.when
             elif kind is MeasureUsage:
                 self.perform(self.core.handle(UsageMeasured(1.0, 100, 2.0, 200), self.now))
             elif kind is MeasureMemory:
@@ -189,6 +186,7 @@ class Harness:
             else:
                 raise AssertionError(f"unknown effect {effect!r}")
         self.pump()
+        self.wake = self.core.next_wakeup
 
     def tick(self, now: float) -> None:
         """The clock reads ``now``: the core is woken (it does what is due, if anything)."""

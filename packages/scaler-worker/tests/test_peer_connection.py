@@ -8,7 +8,8 @@ import pytest
 import zmq
 
 from scaler.protocol.errors import DisconnectedError
-from scaler.worker.peer_connection import _BURST, ZmqConnect
+from scaler.protocol.socket_reader import BURST as _BURST
+from scaler.worker.peer_connection import ZmqConnect
 
 ADDRESS = "inproc://peer-connection-test"
 

@@ -17,12 +17,14 @@ from scaler.worker_manager.manager_events import (
     GroupRunning,
     GroupStarted,
     GroupStartFailed,
+    HandshakeFailed,
     Send,
     StartGroup,
     StopGroup,
     StopRequested,
     Tick,
 )
+from scaler.worker_manager.manager_session import SessionState
 
 MANAGER = b"M|host|1|aa"
 ACK = m.HelloAck(PROTOCOL_VERSION, "", 1.0, 60.0, m.PeerRole.SCHEDULER)
@@ -143,11 +145,30 @@ def test_refusals_wrong_peers_silence_and_a_lost_connection_end_it_with_a_clear_
     assert exit.code == 1 and "no answer from the scheduler at tcp://127.0.0.1:2345 within 10s" in exit.reason
     core = connected()
     command(core, 1.0, 2)
-    effects = core.handle(ConnectionChanged(connection_events.DOWN), 2.0)
+    effects = core.handle(ConnectionChanged(False, connection_events.DOWN), 2.0)
     assert len(of(effects, StopGroup)) == 2 and of(effects, Exit)[0].code == 1
     core = connected(timeout_seconds=10.0)
     (exit,) = of(core.handle(Tick(), 10.5), Exit)
     assert exit.code == 1 and "silent for 10s" in exit.reason
+
+
+def test_the_session_says_hello_again_once_a_connection_lost_before_the_hello_ack_is_back():
+    core = ManagerCore(settings(), MANAGER, 1, "host")
+    (hello,) = sent(core.handle(Begin(), 0.0), m.Hello)
+    assert sent(core.handle(ConnectionChanged(False, connection_events.UP), 0.1), m.Hello) == []  # said already
+    assert core.handle(ConnectionChanged(False, connection_events.DOWN), 0.2) == []  # not lost: not answered yet
+    assert sent(core.handle(ConnectionChanged(False, connection_events.UP), 0.3), m.Hello) == [hello]
+    assert core.state is SessionState.CONNECTING
+    (exit,) = of(core.handle(HandshakeFailed("the scheduler refused this key", False), 0.4), Exit)
+    assert exit.code == 78 and exit.reason == "the scheduler refused this key"
+
+
+def test_a_stop_before_the_hello_ack_leaves_at_once_without_a_goodbye():
+    core = ManagerCore(settings(), MANAGER, 1, "host")
+    core.handle(Begin(), 0.0)
+    effects = core.handle(StopRequested("received SIGTERM"), 0.1)
+    assert [exit.code for exit in of(effects, Exit)] == [0] and sent(effects, m.DisconnectRequest) == []
+    assert core.state is SessionState.ENDED
 
 
 def test_on_a_stop_signal_every_group_drains_then_stops_and_it_leaves_saying_so():

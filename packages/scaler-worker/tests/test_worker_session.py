@@ -24,7 +24,6 @@ from scaler.worker.worker_events import (
     Start,
     StopRequested,
     Tick,
-    WakeAt,
     WorkerIdentity,
 )
 
@@ -36,7 +35,7 @@ def ack(storage: str = STORAGE, heartbeat_interval: float = 2.0) -> FromSchedule
 def test_start_says_hello_with_what_the_shell_looked_up_and_starts_the_processor():
     config = WorkerConfig(SCHEDULER, queue_capacity=17, capabilities=[m.Capability("gpu", -1)])
     core = WorkerCore(config, WorkerIdentity(b"W|h|42|x", 42, "host-a", IDGenerator()), ProcessorRunner())
-    hello, start, wake = core.handle(Start(), 100.0)
+    hello, start = core.handle(Start(), 100.0)
     assert hello == SendToScheduler(
         m.Hello(
             PROTOCOL_VERSION,
@@ -47,7 +46,7 @@ def test_start_says_hello_with_what_the_shell_looked_up_and_starts_the_processor
         )
     )
     assert start == StartProcessor(0)
-    assert wake == WakeAt(160.0)  # the HelloAck must come within the worker timeout
+    assert core.next_wakeup == 160.0  # the HelloAck must come within the worker timeout
 
 
 def test_no_hello_ack_within_the_worker_timeout_ends_the_worker():

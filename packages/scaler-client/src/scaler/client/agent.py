@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 import zmq
 
@@ -36,7 +36,6 @@ from scaler.client.client_events import (
     ConnectStorage,
     Disconnect,
     Event,
-    FromScheduler,
     FromStorage,
     HandshakeFailed,
     Heartbeat,
@@ -59,9 +58,11 @@ from scaler.client.task_inputs import inputs_ended
 from scaler.client.task_output import OutputPrinter
 from scaler.protocol import codec, connection_events
 from scaler.protocol.connection_events import ConnectionWatch
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.core_events import from_scheduler
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.messages import ClientHeartbeat, Version
 from scaler.protocol.security import NO_KEYS, Keys, new_socket
+from scaler.protocol.socket_reader import SocketReader, decoder
 
 logger = logging.getLogger(__name__)
 
@@ -113,22 +114,24 @@ class ClientAgent:
         self._task_streams: Tuple[Any, ...] = ()  # the open ones (task_stream.py), replaced whole under _lock
         self._watches: Dict[Any, Tuple[ConnectionWatch, bool]] = {}  # monitor socket -> (its watch, storage?)
         self._poller = zmq.Poller()
+        self._readers: List[SocketReader] = []  # of the scheduler's socket, then the storage server's
+        self._monitors: List[SocketReader] = []  # of their socket monitors
         self._perform: Dict[type, Callable[[Any], Any]] = {
-            ToScheduler: lambda effect: self._scheduler.send_multipart(codec.encode(effect.message), copy=False),
+            ToScheduler: self._send_to_scheduler,
             ToStorage: self._send_to_storage,
             ConnectStorage: self._connect_storage,
             RenewConnection: self._renew_connection,
             Heartbeat: self._send_heartbeat,
             TaskRunsArrived: self._give_runs,
             TaskResults: self._give_results,
-            TaskPrinted: lambda effect: self._printer.print(effect.outputs),
+            TaskPrinted: self._print,
             TaskFailed: self._fail_future,
-            TaskCancelled: lambda effect: self._end_future(effect.task_id)._set_cancelled(),
+            TaskCancelled: self._cancel_future,
             CancelRefused: self._tell_cancel_refused,
             ResolveInputs: self._resolve_inputs,
-            Reply: lambda effect: self._reply(effect.command_id).set_result(effect.value),
-            ReplyError: lambda effect: self._reply(effect.command_id).set_exception(_fresh(effect.error)),
-            ObjectsFailed: lambda effect: self._on_objects_failed(effect.object_ids),
+            Reply: self._give_reply,
+            ReplyError: self._give_reply_error,
+            ObjectsFailed: self._objects_failed,
             Stopped: self._on_stopped,
         }
         self._printer = OutputPrinter()
@@ -227,44 +230,25 @@ class ClientAgent:
         wake.setsockopt(zmq.LINGER, 0)
         turn: List[Event] = []  # this turn's events, in order
         ready: Dict[Any, int] = {}
-        watches = self._watches
+        woken = SocketReader(wake)
+        wake_ups: List[Any] = []
         try:
             wake.bind(self._wake_address)
             self._connect_scheduler()
             poller.register(wake, zmq.POLLIN)
             while True:
                 if wake in ready:
-                    for _ in _received(wake):
-                        pass
+                    while woken.read(wake_ups):
+                        wake_ups.clear()
+                    wake_ups.clear()  # they say nothing but "wake up"
                     with self._lock:
                         self._wake_pending = False
                 events = self._events
                 while events:
                     turn.append(events.popleft())
-                for peer, from_storage in ((self._scheduler, False), (self._storage, True)):
-                    if peer is None or peer not in ready:
-                        continue
-                    # large results: read where they arrived
-                    for frames in _received(peer, copy=not from_storage, limit=_MAX_MESSAGES_PER_SOCKET):
-                        try:
-                            message, blobs = codec.decode(frames)
-                        except ProtocolError as error:
-                            logger.warning(f"Client: dropped malformed message from {_PEERS[from_storage]}: {error}")
-                            continue
-                        if from_storage:
-                            turn.append(FromStorage(message, codec.received_blobs(blobs)))
-                        else:
-                            turn.append(FromScheduler(message))
-                for monitor, (watch, to_storage) in list(watches.items()):
-                    if monitor in ready:
-                        for frames in _received(monitor):
-                            change = watch.change(frames)
-                            if change is None:
-                                continue
-                            if change == connection_events.REFUSED and watch.refusal is not None:
-                                turn.append(HandshakeFailed(watch.refusal, to_storage))
-                            else:
-                                turn.append(ConnectionChanged(to_storage, change))
+                for reader in (*self._readers, *self._monitors):  # messages first, then connection changes
+                    if reader.socket in ready:
+                        reader.read(turn)
                 turn.append(TICK)
                 now = time.monotonic()
                 for event in turn:
@@ -303,6 +287,11 @@ class ClientAgent:
         self._watch(sock, to_storage)
         sock.connect(address)
         self._poller.register(sock, zmq.POLLIN)
+        # large results are read where they arrived; a burst per socket and turn, so one busy peer cannot starve
+        # the others
+        to_event = decoder(_from_storage if to_storage else from_scheduler, "Client", _PEERS[to_storage])
+        reader = SocketReader(sock, to_event, copy=not to_storage, burst=_MAX_MESSAGES_PER_SOCKET)
+        self._readers.insert(len(self._readers) if to_storage else 0, reader)  # the scheduler's first
 
     def _renew_connection(self, effect: RenewConnection) -> None:
         """A new socket to the scheduler (the same identity): what the old one still queued is dropped with it. The
@@ -315,7 +304,13 @@ class ClientAgent:
             watch.close()
             del self._watches[monitor]
         self._poller.unregister(old)
+        self._readers = [reader for reader in self._readers if reader.socket is not old]
+        gone = {id(monitor) for monitor, _ in old_watches}
+        self._monitors = [reader for reader in self._monitors if id(reader.socket) not in gone]
         old.close(linger=0)
+
+    def _send_to_scheduler(self, effect: ToScheduler) -> None:
+        self._scheduler.send_multipart(codec.encode(effect.message), copy=False)
 
     def _send_to_storage(self, effect: ToStorage) -> None:
         if self._storage is not None:
@@ -333,6 +328,8 @@ class ClientAgent:
         watch = ConnectionWatch(sock, self._keys, peer)
         self._watches[watch.monitor] = (watch, to_storage)
         self._poller.register(watch.monitor, zmq.POLLIN)
+        reader = SocketReader(watch.monitor, _ChangeOf(watch, to_storage), name="Client")
+        self._monitors.insert(len(self._monitors) if to_storage else 0, reader)
 
     def _send_heartbeat(self, effect: Heartbeat) -> None:
         cpu, rss = self._usage()
@@ -376,6 +373,21 @@ class ClientAgent:
 
         for future in futures:
             future.add_done_callback(one_ended)
+
+    def _cancel_future(self, effect: TaskCancelled) -> None:
+        self._end_future(effect.task_id)._set_cancelled()
+
+    def _print(self, effect: TaskPrinted) -> None:
+        self._printer.print(effect.outputs)
+
+    def _give_reply(self, effect: Reply) -> None:
+        self._reply(effect.command_id).set_result(effect.value)
+
+    def _give_reply_error(self, effect: ReplyError) -> None:
+        self._reply(effect.command_id).set_exception(_fresh(effect.error))
+
+    def _objects_failed(self, effect: ObjectsFailed) -> None:
+        self._on_objects_failed(effect.object_ids)
 
     def _end_future(self, task_id: bytes) -> ScalerFuture:
         return self._futures.pop(task_id)
@@ -436,18 +448,27 @@ def _fresh(error: Exception) -> Exception:
         return error
 
 
-def _received(sock: zmq.Socket, copy: bool = True, limit: int = 0) -> Iterator[List[Any]]:
-    """The messages waiting on ``sock`` (at most ``limit``, if given). After each, ZMQ_EVENTS says whether more
-    wait (~1 µs): cheaper than reading until a read fails (pyzmq raises zmq.Again, ~3 µs, in every turn)."""
-    count = 0
-    try:
-        while True:
-            yield sock.recv_multipart(zmq.NOBLOCK, copy=copy)
-            count += 1
-            if count == limit or not int(sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                return
-    except zmq.Again:  # woken with nothing to read
-        return
+def _from_storage(message: Any, blobs: List[Any]) -> FromStorage:
+    return FromStorage(message, codec.received_blobs(blobs))
+
+
+class _ChangeOf:
+    """A connection's change as its socket monitor reports it, as the core's event (None: nothing to tell)."""
+
+    __slots__ = ("_watch", "_to_storage")
+
+    def __init__(self, watch: ConnectionWatch, to_storage: bool) -> None:
+        self._watch = watch
+        self._to_storage = to_storage
+
+    def __call__(self, frames: List[Any]) -> Any:
+        watch = self._watch
+        change = watch.change(frames)
+        if change is None:
+            return None
+        if change == connection_events.REFUSED and watch.refusal is not None:
+            return HandshakeFailed(watch.refusal, self._to_storage)
+        return ConnectionChanged(self._to_storage, change)
 
 
 class _ProcessUsage:

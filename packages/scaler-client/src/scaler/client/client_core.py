@@ -27,6 +27,7 @@ import collections
 import dataclasses
 import logging
 import math
+from functools import partial
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from scaler.client.client_events import (
@@ -57,21 +58,25 @@ from scaler.client.client_events import (
     Stopped,
     Submit,
     SubmitGraph,
-    TaskFailed,
     TaskPrinted,
     TaskRunsArrived,
     Tick,
     ToScheduler,
 )
-from scaler.client.client_lifecycles import SESSION, SessionAction, SessionEvent, SessionState
+from scaler.client.client_lifecycles import (
+    CONNECTION_EVENTS,
+    SCHEDULER_ROLES,
+    SESSION,
+    SessionAction,
+    SessionEvent,
+    SessionState,
+)
 from scaler.client.scheduler_asks import SchedulerAsks
-from scaler.client.session_stops import STOP_ERRORS, gone
+from scaler.client.session_stops import COMMAND_REFUSALS, REFUSE_COMMAND, STOP_ERRORS, gone
 from scaler.client.storage_requests import StorageRequests
 from scaler.client.tasks_in_flight import TasksInFlight
-from scaler.protocol import connection_events
 from scaler.protocol.addresses import default_storage_address
 from scaler.protocol.errors import DisconnectedError
-from scaler.protocol.ids import show
 from scaler.protocol.messages import (
     ClientHeartbeatEcho,
     ClientShutdownRequest,
@@ -98,18 +103,6 @@ logger = logging.getLogger(__name__)
 
 TASK_BATCH_SIZE = 1000
 ARGUMENT_BYTES_IN_STORAGE = 128 * 1024 * 1024  # large arguments of tasks in flight, per client
-_STORY_LENGTH = 8  # session events told when a transition is illegal
-_REFUSALS = {
-    SessionAction.REFUSE_COMMAND_EARLY: "the client is not connected yet",
-    SessionAction.REFUSE_COMMAND: "the client is disconnected",
-}
-_CONNECTION_EVENTS = {
-    connection_events.UP: SessionEvent.CONNECTION_UP,
-    connection_events.DOWN: SessionEvent.CONNECTION_LOST,
-    connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
-}
-_ASKS = (PutObject, Clear, Shutdown, AskInfo, AskWorkers, ReportTasks, Connect)  # refused once the client stopped
-_SCHEDULER_ROLES = (PeerRole.SCHEDULER, PeerRole.CLIENT)  # CLIENT: an older scheduler, which does not say
 
 
 class ClientCore:
@@ -147,8 +140,8 @@ class ClientCore:
         )
         self._storage.tasks = self._tasks
 
-        self._state = SessionState.IDLE
-        self._story: Deque[SessionEvent] = collections.deque(maxlen=_STORY_LENGTH)
+        self.state = SessionState.IDLE  # of the session with the scheduler (SESSION)
+        self.story = 0  # its recent events (`Lifecycle.move`), for the error of a missing transition
         self._error: Optional[Exception] = None  # why the client stopped, when it stopped on an error
         # the scheduler is lost if nothing comes by then: the timeout after the first Hello or heartbeat sent since
         # it was last heard (infinite while nothing is asked of it)
@@ -171,34 +164,35 @@ class ClientCore:
         self._watched = False  # a monitor watches (the last echo said): the heartbeats count tasks per function
         self._function_names: Dict[bytes, str] = {}  # function object ID -> module.qualname
 
-        self._session_actions: Dict[SessionAction, Callable[[Any, float], None]] = {
+        session_actions: Dict[SessionAction, Callable[[Any, float], None]] = {
             SessionAction.SAY_HELLO: self._say_hello,
             SessionAction.JOIN: self._join,
             SessionAction.SAY_GOODBYE: self._say_goodbye,
             SessionAction.ANSWER_DISCONNECT: self._answer_disconnect,
             **{action: self._stop_on(action) for action in STOP_ERRORS},
             SessionAction.STOP_DISCONNECTED: self._stop_disconnected,
-            SessionAction.STOP_ABORTED: lambda abort, now: self._stop(abort.error),
+            SessionAction.STOP_ABORTED: self._stop_aborted,
             SessionAction.FINISH_DISCONNECT: self._finish_disconnect,
             SessionAction.HELLO_LOST: self._on_hello_lost,
             SessionAction.HELLO_AGAIN: self._hello_again,
             SessionAction.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
-            SessionAction.RENEW_CONNECTION: lambda detail, now: self._out.append(RenewConnection()),
+            SessionAction.RENEW_CONNECTION: self._renew_connection,
             SessionAction.HELLO_ON_RETURN: self._hello_on_return,
             SessionAction.REJOIN: self._rejoin,
-            SessionAction.STOP_GONE: lambda detail, now: self._stop(
-                gone(self._address, self._reconnect, self._last_refusal)
-            ),
+            SessionAction.STOP_GONE: self._stop_gone,
             SessionAction.LEAVE_AWAY: self._leave_away,
             SessionAction.NOTE_REFUSAL: self._note_refusal,
+            # (a command's actions are compiled into each state's dispatch table: `_command_in`)
+            **dict.fromkeys(COMMAND_REFUSALS.keys() | {SessionAction.RUN_COMMAND}, _ignore),
         }
+        self._session_plans = SESSION.plans(session_actions.__getitem__)
 
         always: Dict[type, Callable[[Any, float], None]] = {
-            Connect: lambda event, now: self._session(SessionEvent.CONNECT, event, now),
+            Connect: partial(self._session, SessionEvent.CONNECT),
             Release: self._release,
-            Cancel: lambda event, now: self._tasks.cancel(event.task_ids),
-            Disconnect: lambda event, now: self._session(SessionEvent.DISCONNECT, event, now),
-            Abort: lambda event, now: self._session(SessionEvent.ABORT, event, now),
+            Cancel: self._cancel,
+            Disconnect: partial(self._session, SessionEvent.DISCONNECT),
+            Abort: partial(self._session, SessionEvent.ABORT),
             MadeIn: self._made_in,
             FromScheduler: self._on_scheduler,
             FromStorage: self._on_storage,
@@ -217,11 +211,6 @@ class ClientCore:
             AskWorkers: self._asks.ask_workers,
             ReportTasks: self._report_tasks,
         }
-        self._refusals: Dict[type, Callable[[Any, Exception], None]] = {
-            Submit: lambda submit, error: self._out.extend(TaskFailed(task.task_id, error) for task in submit.tasks),
-            SubmitGraph: lambda submit, error: self._out.extend(TaskFailed(target, error) for target in submit.targets),
-            **{command: self._reply_error for command in _ASKS},
-        }
         # The dispatch table of each session state: what the commands do there is the SESSION table's
         # answer for COMMAND, looked up here once. After the client stopped, commands are answered with
         # the error and the rest is dropped.
@@ -231,22 +220,22 @@ class ClientCore:
         }
         self._handlers_by_state[SessionState.STOPPED] = {
             **{event_type: _ignore for event_type in always},
-            **{event_type: self._refuse_stopped for event_type in self._refusals},
+            **{event_type: self._refuse_stopped for event_type in REFUSE_COMMAND},
             Disconnect: self._answer_disconnect,
         }
-        self._handlers = self._handlers_by_state[self._state]
+        self._handlers = self._handlers_by_state[self.state]
         self._scheduler_handlers: Dict[type, Callable[[Any, float], None]] = {
             HelloAck: self._on_hello_ack,
-            Refusal: lambda message, now: self._session(SessionEvent.REFUSED, message, now),
+            Refusal: partial(self._session, SessionEvent.REFUSED),
             ClientHeartbeatEcho: self._on_heartbeat_echo,
             TaskResultBatch: self._tasks.on_results,
             TaskCancelConfirm: self._tasks.on_cancel_confirm,
-            TaskOutputBatch: lambda message, now: self._out.append(TaskPrinted(message.outputs)),
+            TaskOutputBatch: self._on_task_output,
             ClientShutdownResponse: self._on_shutdown_response,
             SchedulerInfo: self._asks.on_info,
             WorkerCallAnswer: self._asks.on_workers_answer,
-            DisconnectResponse: lambda message, now: self._session(SessionEvent.DISCONNECT_RESPONSE, message, now),
-            DisconnectRequest: lambda message, now: self._session(SessionEvent.SCHEDULER_LEAVING, message, now),
+            DisconnectResponse: partial(self._session, SessionEvent.DISCONNECT_RESPONSE),
+            DisconnectRequest: partial(self._session, SessionEvent.SCHEDULER_LEAVING),
         }
         self._storage_handlers: Dict[type, Callable[[Any, Any], None]] = {
             HelloAck: self._storage.on_hello_ack,
@@ -284,22 +273,16 @@ class ClientCore:
         return min(self._silent_after, self._next_heartbeat, self._closing_deadline, self._storage.next_deadline)
 
     @property
-    def state(self) -> SessionState:
-        return self._state
-
-    @property
     def pending_tasks(self) -> int:
         return self._tasks.count
 
     # --- the session's table --------------------------------------------------------------------------------
 
     def _session(self, event: SessionEvent, detail: Any, now: float) -> None:
-        transition = SESSION.step(self._state, event, f"of {show(self._client_id)}", self._story)
-        self._story.append(event)
-        self._state = transition.next_state
-        self._handlers = self._handlers_by_state[self._state]
-        for action in transition.actions:
-            self._session_actions[action](detail, now)
+        plan = SESSION.move(self._session_plans, self, event, self._client_id)
+        self._handlers = self._handlers_by_state[plan.next_state]
+        for action in plan.actions:
+            action(detail, now)
 
     def _command_in(self, state: SessionState, run: Callable[[Any, float], None]) -> Callable[[Any, float], None]:
         """What a command does in ``state``: run, or be refused, as the SESSION table says."""
@@ -310,19 +293,15 @@ class ClientCore:
         (action,) = transition.actions
         if action is SessionAction.RUN_COMMAND:
             return run
-        error = _REFUSALS[action]
+        error = COMMAND_REFUSALS[action]
         return lambda event, now: self._refuse(event, DisconnectedError(error))
 
     def _refuse(self, event: Any, error: Exception) -> None:
         """A command the client cannot run now: its tasks fail, or its caller gets ``error``."""
-        self._refusals[type(event)](event, error)
+        REFUSE_COMMAND[type(event)](event, error, self._out)
 
     def _refuse_stopped(self, event: Any, now: float) -> None:
         self._refuse(event, self._error or DisconnectedError("the client is disconnected"))
-
-    def _reply_error(self, command: Any, error: Exception) -> None:
-        if command.command_id:
-            self._out.append(ReplyError(command.command_id, error))
 
     # --- the session's actions ------------------------------------------------------------------------------
 
@@ -442,6 +421,15 @@ class ClientCore:
         error_of = STOP_ERRORS[action]
         return lambda detail, now: self._stop(error_of(self._address, self._timeout, detail))
 
+    def _stop_aborted(self, abort: Abort, now: float) -> None:
+        self._stop(abort.error)
+
+    def _stop_gone(self, detail: Any, now: float) -> None:
+        self._stop(gone(self._address, self._reconnect, self._last_refusal))
+
+    def _renew_connection(self, detail: Any, now: float) -> None:
+        self._out.append(RenewConnection())
+
     def _stop_disconnected(self, disconnect: Disconnect, now: float) -> None:
         """A disconnect before the scheduler answered the Hello: done at once."""
         self._disconnect_command = disconnect.command_id
@@ -489,6 +477,9 @@ class ClientCore:
             self._function_names[put.object_id] = put.function_name
         self._storage.put_for_command(put.object_id, put.data, put.command_id)
 
+    def _cancel(self, cancel: Cancel, now: float) -> None:
+        self._tasks.cancel(cancel.task_ids)
+
     def _release(self, release: Release, now: float) -> None:
         for object_id in release.object_ids:
             self._function_names.pop(object_id, None)
@@ -529,14 +520,14 @@ class ClientCore:
 
     def _on_hello_ack(self, message: HelloAck, now: float) -> None:
         """A HelloAck says who answered (protocol 1.5): a storage server's port given by mistake says so."""
-        event = SessionEvent.HELLO_ACK if message.role in _SCHEDULER_ROLES else SessionEvent.WRONG_PEER
+        event = SessionEvent.HELLO_ACK if message.role in SCHEDULER_ROLES else SessionEvent.WRONG_PEER
         self._session(event, message, now)
 
     def _on_connection(self, event: ConnectionChanged, now: float) -> None:
         if event.to_storage:
             self._storage.on_connection(event.change)
         else:
-            self._session(_CONNECTION_EVENTS[event.change], None, now)
+            self._session(CONNECTION_EVENTS[event.change], None, now)
 
     def _on_heartbeat_echo(self, message: ClientHeartbeatEcho, now: float) -> None:
         self._watched = message.record_tasks
@@ -556,6 +547,9 @@ class ClientCore:
         command_id = self._shutdown_commands.popleft()
         if command_id:
             self._out.append(Reply(command_id, (message.accepted, message.reason)))
+
+    def _on_task_output(self, message: TaskOutputBatch, now: float) -> None:
+        self._out.append(TaskPrinted(message.outputs))
 
     def _on_tick(self, tick: Tick, now: float) -> None:
         """The deadlines that passed, then the batches of the turn."""

@@ -7,7 +7,8 @@ future: the agent maps task IDs to `ScalerFuture` and command IDs to the futures
 futures whose results a task takes, opaque to the core, which hands them back to the agent: `ResolveInputs`).
 
 One event per command or received message, never one per task: a `Submit` carries a whole chunk of a
-`map`, a `TaskResults` effect every result of one `TaskResultBatch`.
+`map`, a `TaskResults` effect every result of one `TaskResultBatch`. `FromScheduler`, `FromStorage`,
+`ConnectionChanged`, `HandshakeFailed` and `Tick` are every core's (`scaler.protocol.core_events`), named here too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
+from scaler.protocol.core_events import TICK, ConnectionChanged, FromScheduler, FromStorage, HandshakeFailed, Tick  # noqa: F401
 from scaler.protocol.messages import Counter, GraphTask, Task, TaskOutput, TaskResult, TaskRuns
 
 # --- commands from the user threads ------------------------------------------------------------------------
@@ -149,45 +151,7 @@ class Abort:
     error: Exception
 
 
-# --- what the agent received, and time -------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class FromScheduler:
-    message: Any
-
-
-@dataclass(slots=True)
-class FromStorage:
-    message: Any
-    blobs: Sequence[Any]  # the frames after the message (object payloads)
-
-
-@dataclass(slots=True)
-class HandshakeFailed:
-    """The scheduler (or the object storage server) refused this client's connection in the CurveZMQ
-    handshake: no key, an unknown key, or the wrong server key (``reason`` says which)."""
-
-    reason: str
-    from_storage: bool
-
-
-@dataclass(slots=True)
-class ConnectionChanged:
-    """The connection to the scheduler (``to_storage`` False) or to the storage server changed, as its socket
-    monitor says: ``change`` is `connection_events.UP`, ``DOWN`` or ``REFUSED``."""
-
-    to_storage: bool
-    change: str
-
-
-@dataclass(slots=True)
-class Tick:
-    """A turn of the agent's loop ended (everything that had arrived is handled) or a deadline came: send
-    what waits to be batched, and act on the deadlines that passed (`ClientCore.next_wakeup`)."""
-
-
-TICK = Tick()
+# --- what the agent received, and time: `scaler.protocol.core_events` (every core's) ----------------------
 
 Event = Union[
     Connect, Submit, SubmitGraph, PutObject, Release, Cancel, Clear, Shutdown, AskInfo, ReportTasks, Disconnect,

@@ -8,18 +8,21 @@
 - `TASK`: one task of this client, from its submission to its one end: a result (`DONE`), an error on the
   client's side (`FAILED`), or `CANCELLED`. A graph's targets are tasks too.
 
-The core (`client_core.py`, `tasks_in_flight.py`) looks the pair up, moves the subject to the next state and
-carries out the actions in order; it never re-checks the state after the table answered. A pair missing
-from a table is a bug: `Lifecycle.step` raises naming the subject's recent events. Messages from the peers
-that make no sense in a state (a result for a task the scheduler never got) have entries that drop them,
-so bad input is dropped, never raised.
+The core (`client_core.py`, `tasks_in_flight.py`) steps each subject with `Lifecycle.move` or `advance`: the
+next state, the event told in the subject's story, the actions carried out in order; it never re-checks the
+state after the table answered. A pair missing from a table is a bug: it raises naming the subject's story.
+Messages from the peers that make no sense in a state (a result for a task the scheduler never got) have
+entries that drop them, so bad input is dropped, never raised.
 """
 
 from __future__ import annotations
 
 import enum
 
+from scaler.protocol import connection_events
+from scaler.protocol.ids import show
 from scaler.protocol.lifecycle import Lifecycle, Transition
+from scaler.protocol.messages import PeerRole
 
 
 class SessionState(enum.Enum):
@@ -153,13 +156,25 @@ def _session_table():
     return table
 
 
+def _of_client(client_id: bytes) -> str:
+    return f"of {show(client_id)}"
+
+
 SESSION = Lifecycle(
     "client session",
     states=SessionState,
     terminal=[SessionState.STOPPED],
     table=_session_table(),
     always_possible=[SessionEvent.DISCONNECT, SessionEvent.ABORT],
+    show=_of_client,
 )
+# the session's events of a connection's changes (its socket monitor's), and of a HelloAck's role
+CONNECTION_EVENTS = {
+    connection_events.UP: SessionEvent.CONNECTION_UP,
+    connection_events.DOWN: SessionEvent.CONNECTION_LOST,
+    connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
+}
+SCHEDULER_ROLES = (PeerRole.SCHEDULER, PeerRole.CLIENT)  # CLIENT: an older scheduler, which does not say
 
 
 class TaskState(enum.Enum):
@@ -293,4 +308,5 @@ TASK = Lifecycle(
     terminal=[TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED],
     table=_task_table(),
     always_possible=[TaskEvent.FAIL],  # NEW too: a new task whose function's put failed
+    show=show,
 )

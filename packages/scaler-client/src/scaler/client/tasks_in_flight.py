@@ -66,10 +66,6 @@ from scaler.protocol.version import TASK_INPUTS_VERSION, knows
 
 logger = logging.getLogger(__name__)
 
-_EVENTS = list(TaskEvent)
-_CODES = {event: code for code, event in enumerate(_EVENTS, 1)}  # four bits each in a task's story
-assert len(_CODES) < 16
-_STORY_MASK = (1 << 24) - 1  # the last six events
 _SEND, _RESULT, _PARK = TaskEvent.SEND, TaskEvent.RESULT, TaskEvent.PARK  # the events of the hot path, looked up once
 _INPUTS_GONE = TaskStatus.INPUTS_GONE
 _CANCEL_BYTES = 32  # a task ID in a TaskCancel, at most
@@ -87,21 +83,13 @@ class _TaskRecord:
     task: Optional[Task]  # the message (None once sent, unless kept to send again; for a graph's target)
     function_id: bytes  # b"" for a graph's target: its graph counts the uses of its functions
     state: TaskState = TaskState.NEW
-    story: int = 0  # its last events (TaskEvent codes, four bits each): told when a transition is illegal
+    story: int = 0  # its last events (`Lifecycle.move`): told when a transition is illegal
     temporary_objects: Sequence[bytes] = ()  # its large arguments' objects, deleted once it ends
     argument_bytes: int = 0  # of its large arguments in storage
     admitted: bool = False  # it counts against the quota of tasks at the scheduler (it left NEW or HELD)
     missing: int = 0  # objects it waits for
     fetching: Optional[TaskResult] = None  # its result, while the payload is read from storage
     inputs: Optional[Any] = None  # the futures whose results it takes (task_inputs.Inputs)
-
-
-def _story_of(story: int) -> List[TaskEvent]:
-    events: List[TaskEvent] = []
-    while story:
-        events.append(_EVENTS[(story & 15) - 1])
-        story >>= 4
-    return events[::-1]
 
 
 class TasksInFlight:
@@ -142,14 +130,7 @@ class TasksInFlight:
             TaskAction.TELL_CANCEL_REFUSED: self._tell_cancel_refused,
             TaskAction.RESOLVE_INPUTS: self.inputs.resolve,
         }
-        # The table by event (event -> state -> (next state, event code, the actions' bound methods)), looked
-        # up once per event of a task.
-        self._on: Dict[TaskEvent, Dict[TaskState, Tuple[TaskState, int, Tuple[Callable[..., None], ...]]]] = {
-            event: {} for event in TaskEvent
-        }
-        for (state, event), transition in TASK.table.items():
-            actions = tuple(carry_out[action] for action in transition.actions)
-            self._on[event][state] = (transition.next_state, _CODES[event], actions)
+        self._plans = TASK.plans(carry_out.__getitem__)  # the table with the actions bound to this object
 
     @property
     def keeps_sent(self) -> bool:
@@ -164,13 +145,8 @@ class TasksInFlight:
 
     def step(self, task_id: bytes, record: _TaskRecord, event: TaskEvent, value: Any = None) -> None:
         """Move the task on ``event`` and carry out the table's actions (``value``: the result or the error)."""
-        found = self._on[event].get(record.state)
-        if found is None:  # a bug: raises, naming the task's recent events
-            TASK.step(record.state, event, show(task_id), _story_of(record.story))
-            return
-        record.state, code, actions = found
-        record.story = (record.story << 4 | code) & _STORY_MASK
-        for action in actions:
+        # (a pair missing from the table is a bug: it raises, naming the task's recent events)
+        for action in TASK.move(self._plans, record, event, task_id).actions:
             action(task_id, record, value)
 
     # --- commands ------------------------------------------------------------------------------------------------

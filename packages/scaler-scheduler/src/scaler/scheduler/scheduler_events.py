@@ -2,7 +2,8 @@
 
 `SchedulerCore.handle(event, now)` takes one event and returns a list of effects, which the shell in
 `server.py` carries out in order. Peers are named by their ZeroMQ identity; `STORAGE` names the object
-storage server in `Send.to`.
+storage server in `Send.to`. `FromStorage` and `Tick` are every core's (`scaler.protocol.core_events`), named here
+too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping
 
+from scaler.protocol.core_events import FromStorage, Tick  # noqa: F401 - named here too
 from scaler.protocol.ids import show
 from scaler.protocol.security import OPEN, Credential
 
@@ -68,13 +70,6 @@ class AuthorizedKeysRead:
 
 
 @dataclass(slots=True)
-class FromStorage:
-    """One decoded message from the object storage server."""
-
-    message: Any
-
-
-@dataclass(slots=True)
 class StorageConnected:
     """The connection to the object storage server is up (again)."""
 
@@ -109,14 +104,6 @@ class MonitorSubscription:
     """A monitor subscribed (``+1``) or left (``-1``) the snapshot socket."""
 
     change: int
-
-
-@dataclass(slots=True)
-class Tick:
-    """Time passed: the shell sends one no later than `SchedulerCore.next_wakeup`. ``caught_up``: nothing waits
-    to be read on the ROUTER (what its peers sent so far has been read), so their silence can be judged."""
-
-    caught_up: bool = True
 
 
 @dataclass(slots=True)

@@ -1,13 +1,13 @@
 """The scheduler's asyncio/ZeroMQ shell around `SchedulerCore`.
 
-It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server, a ZeroMQ socket
-monitor of each, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and
-carries out the effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ
-file descriptor and drained in bursts, so a burst of messages costs one wake-up; the messages of clients and
-workers read in one burst reach the core together (`Burst`), so what they make leaves together. With keys,
-every socket is CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`) admits authorized
-keys only (monitor keys only on the XPUB, `monitor_feed.py`), and each message reaches the core with its sender's
-`Credential`; the authorized keys are read again at each tick, and the core told when they changed
+It owns the sockets (ROUTER for clients and workers, DEALER to the object storage server, a ZeroMQ socket monitor of
+each, XPUB for the monitor), turns what it reads into events, calls `SchedulerCore.handle`, and carries out the
+effects it returns; it decides nothing. Sockets are read with ``add_reader`` on their ZeroMQ file descriptor and
+drained in bursts (`scaler.protocol.socket_reader`, as every shell reads), so a burst of messages costs one wake-up;
+the messages of clients and workers read in one burst reach the core together (`Burst`), so what they make leaves
+together. With keys, every socket is CurveZMQ (`security.new_socket`), the ZAP handler (`scaler.protocol.zap`)
+admits authorized keys only (monitor keys only on the XPUB, `monitor_feed.py`), and each message reaches the core
+with its sender's `Credential`; the authorized keys are read again at each tick, and the core told when they changed
 (`AuthorizedKeysRead`).
 
 Connections: the ROUTER's monitor reports each connection accepted and closed by its file descriptor, and a
@@ -45,6 +45,7 @@ import zmq
 from scaler.protocol import codec, connection_events, routed
 from scaler.protocol import messages as m
 from scaler.protocol.addresses import check_address, default_monitor_address, default_storage_address
+from scaler.protocol.alarm import Alarm
 from scaler.protocol.connection_events import AcceptedConnections, ConnectionWatch
 from scaler.protocol.errors import ProtocolError, ScalerError
 from scaler.protocol.ids import show
@@ -65,6 +66,7 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
+from scaler.protocol.socket_reader import LoopReader, SocketReader, decoder
 from scaler.scheduler.graph_tasks import DEFAULT_INLINE_BUDGET
 from scaler.scheduler.monitor_feed import MonitorFeed
 from scaler.scheduler.scaling_policy import DEFAULT_SCALING, ScalingSettings
@@ -101,10 +103,10 @@ from scaler.scheduler.webhook_manager import CallWebhook
 
 logger = logging.getLogger(__name__)
 
-_BURST = 256  # messages read per wake-up before yielding to timers and other sockets
 _SHUTDOWN_GRACE_SECONDS = 0.5  # for the last messages to leave before the sockets close
 _STOP_TIMEOUT_SECONDS = 5.0  # for the storage server it started to end
 DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
+ToEvent = Callable[[List[Any]], Any]  # a message's frames -> its event(s), or None
 
 
 class SchedulerStartError(ScalerError):
@@ -192,7 +194,8 @@ class SchedulerServer:
         self._storage_connection: Any = None  # the monitor socket of the DEALER to storage
         self._storage_watch: Optional[ConnectionWatch] = None
         self._monitor: Any = None  # the MonitorFeed
-        self._watched: List[Any] = []  # (socket, to_event, copy, together) read by _drain
+        self._watched: List[LoopReader] = []  # every socket it reads
+        self._router_reader: Optional[LoopReader] = None  # the ROUTER's, once serving
         self._serving = False  # the ROUTER is read (from StartServing on)
         self._storage_process: Optional[subprocess.Popen] = None
         self._metrics_address = (metrics_host, metrics_port) if metrics_port is not None else None
@@ -214,6 +217,7 @@ class SchedulerServer:
             MoreToDo: self._more_to_do,
         }
         self._continuing = False  # a Continue is on its way to the core
+        self._alarm = Alarm(self._ring)  # for the core's next_wakeup, read after each Tick
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -230,14 +234,14 @@ class SchedulerServer:
                 logger.info(f"Scheduler: worker adapter webhook at {self._webhook_url}")
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._stop.set)
-            self._watch(self._storage, self._storage_event)
+            self._watch(self._storage, decoder(FromStorage, "Scheduler", "object storage server"))
             self._watch(self._storage_connection, self._storage_connection_event)
             assert self._connections is not None  # made with the ROUTER
             self._watch(self._connections.monitor, self._router_connection_event)
             self._feed(Start())
-            ticks = asyncio.ensure_future(self._tick_when_due())
+            self._alarm.at(self.core.next_wakeup)
             await self._stop.wait()
-            ticks.cancel()
+            self._alarm.cancel()
             if self._failure is not None:
                 raise SchedulerStartError(self._failure)
         finally:
@@ -305,12 +309,8 @@ class SchedulerServer:
             raise SchedulerStartError(f"cannot listen at {address}: {error}") from None
 
     def _close(self) -> None:
-        loop = asyncio.get_event_loop()
-        for socket, _, _, _ in self._watched:
-            try:
-                loop.remove_reader(socket.getsockopt(zmq.FD))
-            except Exception:  # noqa: BLE001 - the loop may be closing already
-                pass
+        for reader in self._watched:
+            reader.stop()
         if self._storage_watch is not None:
             self._storage_watch.close()
         if self._connections is not None:
@@ -331,48 +331,25 @@ class SchedulerServer:
 
     # ----------------------------------------------------------------- reading
 
-    def _watch(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True, together=False) -> None:
-        """Read ``socket`` as it becomes readable; ``copy=False``: as frames, which carry ZeroMQ's properties;
-        ``together``: the events of a burst go to the core as one `Burst`."""
-        self._watched.append((socket, to_event, copy, together))
-        loop = asyncio.get_running_loop()
-        loop.add_reader(socket.getsockopt(zmq.FD), self._drain, socket, to_event, copy, together)
-        loop.call_soon(self._drain, socket, to_event, copy, together)
+    def _watch(self, socket: Any, to_event: ToEvent, copy: bool = True, together=False) -> LoopReader:
+        """Read ``socket`` as it becomes readable (`socket_reader`: a burst at a time, a message that cannot be read
+        dropped and logged); ``copy=False``: as frames, which carry ZeroMQ's properties; ``together``: the events
+        of a burst go to the core as one `Burst`."""
+        reader = self._reader(socket, to_event, copy, together)
+        self._watched.append(reader)
+        reader.start(asyncio.get_running_loop())
+        return reader
 
-    def _drain(self, socket: Any, to_event: Callable[[List[Any]], Any], copy: bool = True, together=False) -> None:
-        if socket.closed:
-            return
-        events: List[Any] = []
-        more = True  # a full burst: more may wait
-        for _ in range(_BURST):
-            try:
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=copy)
-            except zmq.Again:  # woken with nothing to read
-                more = False
-                break
-            try:
-                event = to_event(frames)
-            except Exception:  # noqa: BLE001 - one message that cannot be read must not stop the reader
-                logger.exception(f"Scheduler: dropped a message it failed to read ({to_event.__name__})")
-                event = None
-            if event is not None:
-                if not together:
-                    self._feed(event)
-                elif type(event) is list:
-                    events.extend(event)
-                else:
-                    events.append(event)
-            # asking is cheaper than a read that fails (pyzmq raises zmq.Again: several µs, once per wake-up)
-            if not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                more = False
-                break
-        if events:
-            self._feed(events[0] if len(events) == 1 and not more else Burst(events, more))
-            # what it sent may have consumed the descriptor's edge: reading ZMQ_EVENTS resets it (and says whether
-            # more came meanwhile)
-            more = more or bool(socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-        if more:
-            asyncio.get_running_loop().call_soon(self._drain, socket, to_event, copy, together)
+    def _reader(self, socket: Any, to_event: ToEvent, copy: bool = True, together=False) -> LoopReader:
+        read = SocketReader(socket, to_event, copy=copy, name="Scheduler")
+        return LoopReader(read, self._feed_burst if together else self._feed_each)
+
+    def _feed_each(self, events: List[Any], more: bool) -> None:
+        for event in events:
+            self._feed(event)
+
+    def _feed_burst(self, events: List[Any], more: bool) -> None:
+        self._feed(events[0] if len(events) == 1 and not more else Burst(events, more))
 
     def _router_event(self, frames: List[Any]) -> Any:
         """A client's or worker's message, received as ``zmq.Frame``s (a Hello's connection is in its frame: the
@@ -418,18 +395,11 @@ class SchedulerServer:
         assert self._connections is not None  # made with the ROUTER
         if not self._connections.closed:
             return
-        while self._serving and not self._router.closed and self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._drain(self._router, self._router_event, copy=False, together=True)
+        router = self._router_reader
+        while self._serving and router is not None and not router.reader.socket.closed and router.reader.readable():
+            router.drain()
         for connection in self._connections.take_closed():
             self._feed(ConnectionClosed(connection))
-
-    def _storage_event(self, frames: List[Any]) -> Optional[FromStorage]:
-        try:
-            message, _ = codec.decode(frames)
-        except ProtocolError as error:
-            logger.warning(f"Scheduler: dropped malformed message from object storage server: {error}")
-            return None
-        return FromStorage(message)
 
     def _storage_connection_event(self, frames: List[Any]) -> Any:
         watch = self._storage_watch
@@ -441,20 +411,21 @@ class SchedulerServer:
             return StorageRefused(watch.refusal)
         return None if change is None else StorageLost()
 
-    async def _tick_when_due(self) -> None:
-        while True:
-            await asyncio.sleep(max(0.0, self.core.next_wakeup - time.monotonic()))
-            try:
-                self._reread_keys()
-                self._feed(Tick(caught_up=self._read_all()))
-                self._read_all()  # sending can consume a file descriptor's edge: look for pending input ourselves
-            except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
-                logger.exception("Scheduler: failed to tick")
+    def _ring(self) -> None:
+        """The core's next_wakeup came: its Tick (the keys read again first), and the alarm set for the next."""
+        try:
+            self._reread_keys()
+            self._feed(Tick(caught_up=self._read_all()))
+            self._read_all()  # sending can consume a file descriptor's edge: look for pending input ourselves
+        except Exception:  # noqa: BLE001 - a bug here must not stop the scheduler's clock
+            logger.exception("Scheduler: failed to tick")
+        finally:
+            self._alarm.at(self.core.next_wakeup)
 
     def _read_all(self) -> bool:
         """A burst of what waits on each socket; whether nothing is left to read on the ROUTER."""
-        for socket, to_event, copy, together in self._watched:
-            self._drain(socket, to_event, copy, together)
+        for reader in self._watched:
+            reader.drain()
         return not self._serving or not self._router.getsockopt(zmq.EVENTS) & zmq.POLLIN
 
     def _more_to_do(self, effect: MoreToDo) -> None:
@@ -563,7 +534,7 @@ class SchedulerServer:
 
     def _start_serving(self, effect: StartServing) -> None:
         self._serving = True
-        self._watch(self._router, self._router_event, copy=False, together=True)
+        self._router_reader = self._watch(self._router, self._router_event, copy=False, together=True)
         self._watch(self._monitor.socket, MonitorFeed.subscription)
         logger.info("Scheduler: started")
 

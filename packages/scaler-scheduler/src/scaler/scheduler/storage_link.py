@@ -119,14 +119,14 @@ class StorageLink:
         self._admitting: Dict[int, bytes] = {}  # admit request ID -> its client, until answered
         self._unacknowledged: Dict[bytes, Send] = {}  # client -> its HelloAck, sent once the server admitted it
         self._held: List[Any] = []  # requests for storage made while the link was not ready
-        self._history: List[LinkEvent] = []
+        self.story = 0  # its last events (`Lifecycle.advance`)
         self._reason = ""  # why the server refused, for FAIL_REFUSED and LOG_REFUSAL
         self._answers_usage = False  # its version answers ObjectRequest(usage) and ObjectRequest(summary)
         self.client_memory_quota = 0  # what one client's objects may take there (its HelloAck, 1.8; 0: not said)
         self.stored_bytes: Dict[bytes, int] = {}  # client ID -> what its objects take there, as last answered
         self.spilled_bytes: Dict[bytes, int] = {}  # client ID -> of that, what is spilled to disk
         self.object_summary = m.ObjectSummary()  # its largest objects, as last answered
-        self._carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
+        carry_out: Dict[LinkAction, Callable[[float, Outbox], None]] = {
             LinkAction.SEND_HELLO: self._send_hello,
             LinkAction.WAIT_BRIEFLY: self._wait_briefly,
             LinkAction.WAIT_FOR_ANSWER: self._wait_for_answer,
@@ -139,6 +139,7 @@ class StorageLink:
             LinkAction.FAIL_NO_ANSWER: self._fail_no_answer,
             LinkAction.FAIL_STARTED_NO_ANSWER: self._fail_started_no_answer,
         }
+        self._plans = STORAGE_LINK_LIFECYCLE.plans(carry_out.__getitem__)
         self._by_message: Dict[type, Callable[[Any], Tuple[Optional[LinkEvent], str]]] = {
             m.HelloAck: self._hello_ack_event,
             m.Refusal: _refusal_event,
@@ -241,11 +242,7 @@ class StorageLink:
                 out.sends.append(ack)
 
     def _step(self, event: LinkEvent, now: float, out: Outbox) -> None:
-        transition = STORAGE_LINK_LIFECYCLE.step(self.state, event, self.address, self._history)
-        self.state = transition.next_state
-        self._history = [*self._history[-7:], event]
-        for action in transition.actions:
-            self._carry_out[action](now, out)
+        STORAGE_LINK_LIFECYCLE.advance(self._plans, self, event, self.address, (now, out))
 
     # ----------------------------------------------------------------- actions (LinkAction)
 

@@ -78,6 +78,7 @@ TASK_LIFECYCLE: Lifecycle[TaskState, TaskEvent] = Lifecycle(
     states=TaskState,
     terminal=TERMINAL_STATES,
     always_possible=(E.CANCEL, E.WITHDRAW, E.EXPIRED),
+    show=bytes.hex,
     table={
         (S.QUEUED, E.ASSIGN): T(S.ASSIGNED, (A.SEND_TO_WORKER,)),
         (S.QUEUED, E.CANCEL): T(S.CANCELLED, (A.CONFIRM_CANCELLED, A.FINISH)),

@@ -25,18 +25,13 @@ from scaler.scheduler.peers import Client, Worker
 from scaler.scheduler.task_lifecycle import TASK_LIFECYCLE, TaskAction, TaskEvent, TaskState
 from scaler.scheduler.worker_loads import WorkerLoads
 
-# a task's recent events, four bits each in one integer (no list per task): the last eight
-_HISTORY_MASK = (1 << 32) - 1
-_EVENTS = list(TaskEvent)
-_EVENT_CODES = {event: code for code, event in enumerate(_EVENTS, start=1)}
-assert len(_EVENTS) < 16
 _QUEUED = TaskState.QUEUED
 DEFAULT_CLAIM_SECONDS = 60.0  # how long a task a worker said it held waits for its client to send it again
 
 
 class TaskRecord:
     __slots__ = (
-        "task", "state", "worker_id", "history", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
+        "task", "state", "worker_id", "story", "queue_seq", "needs", "deaths", "failures", "submitted", "queued_at",
     )  # fmt: skip
 
     def __init__(self, task: Any, needs: Optional[FrozenSet[str]], submitted: bool, queued_at: float) -> None:
@@ -45,7 +40,7 @@ class TaskRecord:
         self.queued_at = queued_at  # when it came, for its runs (Task.queued_seconds)
         self.state = TaskState.QUEUED
         self.worker_id: Optional[bytes] = None
-        self.history = 0  # its last events (_EVENT_CODES), for the error of a missing transition
+        self.story = 0  # its last events (`Lifecycle.move`), for the error of a missing transition
         self.queue_seq = 0
         self.needs = needs  # capability names a worker must have, or None
         self.deaths = 0  # times its processor or worker died while holding it
@@ -89,11 +84,7 @@ class TaskRecords:
             TaskAction.TAKE_TASK: self._take_task,
             TaskAction.KEEP_RESULT: self._keep_result,
         }
-        # the table with the actions bound to this object
-        self._plans: Dict[Tuple[TaskState, TaskEvent], Tuple[TaskState, Tuple[_Action, ...]]] = {
-            pair: (t.next_state, tuple(carry_out[action] for action in t.actions))
-            for pair, t in TASK_LIFECYCLE.table.items()
-        }
+        self._plans = TASK_LIFECYCLE.plans(carry_out.__getitem__)  # the table with the actions bound to this object
 
     @property
     def task_count(self) -> int:
@@ -138,13 +129,8 @@ class TaskRecords:
     def _step(self, record: TaskRecord, event: TaskEvent, out: Outbox, result: Any = None) -> None:
         """``event`` reaches the task: its next state and actions, from the table."""
         old = record.state
-        plan = self._plans.get((old, event))
-        if plan is None:
-            TASK_LIFECYCLE.step(old, event, record.task.task_id.hex(), _story(record.history))  # raises
-            return
-        new, actions = plan
-        record.state = new
-        record.history = ((record.history << 4) | _EVENT_CODES[event]) & _HISTORY_MASK
+        plan = TASK_LIFECYCLE.move(self._plans, record, event, record.task.task_id)  # a missing pair raises
+        new = plan.next_state
         counts = self.state_counts
         counts[old] -= 1
         counts[new] += 1
@@ -156,7 +142,7 @@ class TaskRecords:
                 client = self._clients.get(record.task.client_id)
                 if client is not None:
                     client.queued += change
-        for action in actions:
+        for action in plan.actions:
             action(record, out, result)
 
     # ----------------------------------------------------------------- actions (TaskAction)
@@ -261,12 +247,3 @@ class TaskRecords:
         if worker.waiting:
             worker.waiting.discard(task_id)
         self._loads.touch(worker)
-
-
-def _story(history: int) -> List[TaskEvent]:
-    """A task's recent events, oldest first, from its `TaskRecord.history`."""
-    events = []
-    while history:
-        events.append(_EVENTS[(history & 15) - 1])
-        history >>= 4
-    return events[::-1]

@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 _COUNTED = (m.WorkerGroupState.STARTING, m.WorkerGroupState.RUNNING)  # what a manager counts against desired
 _STOPPING = m.WorkerGroupState.STOPPING
-_HISTORY_LENGTH = 8
 
 
 class GroupState(enum.Enum):
@@ -98,12 +97,13 @@ GROUP_LIFECYCLE: Lifecycle[GroupState, GroupEvent] = Lifecycle(
         (_S.LEAVING, _E.LEFT): Transition(_S.GONE, (_A.FORGET,)),
     },
     always_possible=(_E.DRAIN, _E.WORKER_JOINED),
+    show=show_group,
 )
 _ORPHANS = (_S.ORPHANED, _S.LEAVING)  # groups whose manager is gone
 
 
 class ManagedGroup:
-    __slots__ = ("group_id", "manager_id", "state", "reported", "workers_expected", "history")
+    __slots__ = ("group_id", "manager_id", "state", "reported", "workers_expected", "story")
 
     def __init__(self, group_id: bytes, manager_id: bytes, reported: m.WorkerGroup) -> None:
         self.group_id = group_id
@@ -111,7 +111,7 @@ class ManagedGroup:
         self.state = GroupState.ACTIVE
         self.reported = reported.state  # the manager's word on it
         self.workers_expected = reported.workers
-        self.history: List[GroupEvent] = []
+        self.story = 0  # its last events (`Lifecycle.advance`)
 
 
 class Manager:
@@ -147,12 +147,13 @@ class WorkerManagers:
         self._members: Dict[bytes, Set[bytes]] = {}  # group -> its connected workers (known to a manager or not)
         self._idle_since: Dict[bytes, float] = {}  # group -> since when its workers hold no task
         self.events = MonitorEvents()  # the core's, where a manager's new command is noted for monitors
-        self._carry_out = {
+        carry_out = {
             _A.DRAIN_WORKERS: self._drain_workers,
             _A.SEND_AWAY: self._send_away,
             _A.TELL_STOP: self._tell_stop,
             _A.FORGET: self._forget,
         }
+        self._plans = GROUP_LIFECYCLE.plans(carry_out.__getitem__)
         if webhook_url:
             webhook = WebhookManager(webhook_url)
             self.add(Manager(webhook.manager_id, 0.0, OPEN, webhook))
@@ -366,12 +367,7 @@ class WorkerManagers:
             self._step(group, _E.GONE, out)
 
     def _step(self, group: ManagedGroup, event: GroupEvent, out: Outbox) -> None:
-        transition = GROUP_LIFECYCLE.step(group.state, event, show_group(group.group_id), group.history)
-        group.state = transition.next_state
-        group.history.append(event)
-        del group.history[:-_HISTORY_LENGTH]
-        for action in transition.actions:
-            self._carry_out[action](group, out)
+        GROUP_LIFECYCLE.advance(self._plans, group, event, group.group_id, (group, out))
 
     def _drain_workers(self, group: ManagedGroup, out: Outbox) -> None:
         for worker_id in self._members.get(group.group_id, ()):

@@ -9,11 +9,12 @@ and the authorized keys are read again every second: a key revoked since is
 refused at its next message.
 
 The ROUTER is read in the event loop when its file descriptor says so, a burst
-at a time. Its monitor (`connection_events.AcceptedConnections`) gives each
-accepted connection an ID; the shell tells the store the connection of each
-Hello (`PeerConnection`) and each connection that closed (`ConnectionClosed`,
-after what is readable on the ROUTER: what a peer sent before it left is served
-first), and the store forgets the peers that left.
+at a time (`scaler.protocol.socket_reader`, as every shell reads). Its monitor
+(`connection_events.AcceptedConnections`) gives each accepted connection an
+ID; the shell tells the store the connection of each Hello (`PeerConnection`)
+and each connection that closed (`ConnectionClosed`, after what is readable on
+the ROUTER: what a peer sent before it left is served first), and the store
+forgets the peers that left.
 
 Nothing a peer sends stops the loop: a message that does not decode is logged
 with its sender and dropped; an error while handling one message drops that
@@ -59,13 +60,13 @@ from scaler.protocol.security import (
     new_socket,
     server_keys,
 )
+from scaler.protocol.socket_reader import LoopReader, SocketReader
 from scaler.storage.object_places import ObjectDirectory, SpillDirectory
 from scaler.storage.object_store import DEFAULT_MAX_OBJECT_SIZE, ObjectStore
 from scaler.storage.storage_events import ConnectionClosed, FromPeer, PeerConnection, Reply
 
 logger = logging.getLogger(__name__)
 
-_BURST = 256  # messages read per wake-up before the loop's other callbacks run
 _FALLBACK_MAX_MEMORY = 4 << 30
 
 
@@ -104,6 +105,7 @@ class ObjectStorageServer:
         self._zap: Any = None
         self._serving: Optional[asyncio.Task] = None
         self._stop_requested = False
+        self._messages: Optional[LoopReader] = None  # the ROUTER's reader, while it serves
 
     def bind(self) -> None:
         """Bind the ROUTER socket; raise `AddressError` naming the address when that fails."""
@@ -157,14 +159,14 @@ class ObjectStorageServer:
         self._serving = asyncio.current_task()
         rereading = asyncio.ensure_future(self._reread_keys()) if self._zap is not None else None
         loop = asyncio.get_running_loop()
-        readers = (
-            (self._socket.getsockopt(zmq.FD), self._read_messages),
-            (self._connections.monitor.getsockopt(zmq.FD), self._read_connections),
-        )
+        # each message handled alone as it is read (`_on_frames`); a message that fails is dropped and logged
+        reader = SocketReader(self._socket, self._on_frames, copy=False, name="ObjectStorageServer", routed=True)
+        self._messages = LoopReader(reader, _nothing)
+        descriptor = self._connections.monitor.getsockopt(zmq.FD)
         try:
-            for descriptor, read in readers:
-                loop.add_reader(descriptor, read)
-                loop.call_soon(read)  # what came before anyone watched the descriptor
+            self._messages.start(loop)
+            loop.add_reader(descriptor, self._read_connections)
+            loop.call_soon(self._read_connections)  # what came before anyone watched the descriptor
             await loop.create_future()  # until stop() cancels this task
         except asyncio.CancelledError:
             if not self._stop_requested:
@@ -172,8 +174,8 @@ class ObjectStorageServer:
         finally:
             if rereading is not None:
                 rereading.cancel()
-            for descriptor, _ in readers:
-                loop.remove_reader(descriptor)
+            self._messages.stop()
+            loop.remove_reader(descriptor)
             self.close()
 
     async def _reread_keys(self) -> None:
@@ -219,25 +221,6 @@ class ObjectStorageServer:
 
     # ----------------------------------------------------------------- reading
 
-    def _read_messages(self) -> None:
-        """A burst of what the ROUTER holds, each message handled alone; more later if more waits."""
-        socket = self._socket
-        if socket is None:
-            return
-        for _ in range(_BURST):
-            try:
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:  # woken with nothing to read
-                return
-            try:
-                self._on_frames(frames)
-            except Exception:  # one bad message never stops the loop
-                sender = show(frames[0].bytes) if frames else "an unknown peer"
-                logger.exception(f"ObjectStorageServer: drop message from {sender}: handling failed")
-        # more may wait; and sending replies can consume the descriptor's signal of what came meanwhile
-        if socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            asyncio.get_running_loop().call_soon(self._read_messages)
-
     def _read_connections(self) -> None:
         """The monitor's reports; the connections that closed reach the store after what is readable on the
         ROUTER (a peer's last requests are served before it is forgotten)."""
@@ -251,8 +234,9 @@ class ObjectStorageServer:
                 break
         if not connections.closed:
             return
-        while self._socket is not None and self._socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._read_messages()
+        messages = self._messages
+        while self._socket is not None and messages is not None and messages.reader.readable():
+            messages.drain()
         for connection in connections.take_closed():
             try:
                 self._feed(ConnectionClosed(connection))
@@ -295,6 +279,10 @@ class ObjectStorageServer:
                 f"ObjectStorageServer: cannot send {message_name(type(reply.message))} to {show(reply.peer_id)}: "
                 f"{error}"
             )
+
+
+def _nothing(events: List[Any], more: bool) -> None:
+    """Each message was handled as it was read: no events are left to deliver."""
 
 
 async def _serve_until_signalled(server: ObjectStorageServer) -> None:

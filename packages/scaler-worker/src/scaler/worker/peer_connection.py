@@ -24,10 +24,9 @@ from scaler.protocol import codec
 from scaler.protocol.connection_events import ConnectionWatch
 from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.security import NO_KEYS, Keys, new_socket
+from scaler.protocol.socket_reader import SocketReader
 
 logger = logging.getLogger(__name__)
-
-_BURST = 256  # messages read per wake-up before the loop's other callbacks run
 
 
 class PeerConnection(Protocol):
@@ -123,14 +122,15 @@ class ZmqConnection:
 
 
 class _Reader:
-    """The messages of a plain ZeroMQ socket, read in the event loop when its file descriptor says so (up to
-    `_BURST` at once) and handed out one by one. zmq.asyncio makes a Future, ZMQ_EVENTS checks and a loop turn
-    of its own for each message received or sent: about 30 µs per message alone on this machine, paid twice
-    on the round trip of a task; here a message that arrives alone costs one Future."""
+    """The messages of a plain ZeroMQ socket, read in the event loop when its file descriptor says so, a burst
+    at a time (`scaler.protocol.socket_reader`, as every shell reads), and handed out one by one to the
+    coroutine that awaits them (`PeerConnection.receive`: a program that embeds a worker may give its own
+    connections, which hand out frames): a message that arrives alone costs one Future."""
 
     def __init__(self, sock: Any, copy: bool, address: str) -> None:
         self._socket = sock
         self.copy = copy
+        self._burst = SocketReader(sock, copy=copy)  # the frames of each message, as they are
         self._address = address
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._frames: Deque[List[Any]] = deque()
@@ -178,13 +178,9 @@ class _Reader:
     def _read(self) -> None:
         if self._closed is not None:
             return
-        sock, copy, frames = self._socket, self.copy, self._frames
+        frames = self._frames
         try:
-            for _ in range(_BURST):
-                if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    break
-                frames.append(sock.recv_multipart(zmq.NOBLOCK, copy=copy))
-            else:  # more may wait: after the other callbacks of this turn
+            if self._burst.read(frames):  # more may wait: after the other callbacks of this turn
                 assert self._loop is not None
                 self._loop.call_soon(self._read)
         except zmq.ZMQError as error:  # its context ended

@@ -23,7 +23,7 @@ import itertools
 import logging
 import math
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import messages as m
 from scaler.protocol import object_frames
@@ -206,7 +206,7 @@ class StorageRequests:
 
     # ------------------------------------------------------------------------- answers
 
-    def on_get_response(self, response: m.ObjectResponse, blobs: List[Any]) -> Dict[Fetch, Exception]:
+    def on_get_response(self, response: m.ObjectResponse, blobs: Sequence[Any]) -> Dict[Fetch, Exception]:
         """Keep what arrived, granted to the scope it was read for; what could not be had, by (scope, object
         ID)."""
         request = self._gets.pop(response.request_id, None)

@@ -135,11 +135,9 @@ _TABLE = {
 TERMINAL_STATES = frozenset({_S.DONE, _S.CANCELLED, _S.BALANCED})
 
 TASK_LIFECYCLE: Lifecycle[TaskState, TaskEvent] = Lifecycle(
-    "worker task", TaskState, TERMINAL_STATES, _TABLE, always_possible=(_E.CANCEL, _E.REASSIGNED)
+    "worker task", TaskState, TERMINAL_STATES, _TABLE, always_possible=(_E.CANCEL, _E.REASSIGNED), show=bytes.hex
 )
 del _S, _E, _A
-
-HISTORY_LENGTH = 8
 
 
 class PendingConfirm:
@@ -159,7 +157,7 @@ _OBJECT_ARGUMENT = m.ArgumentKind.OBJECT
 class TaskEntry:
     """A task this worker holds, with its state in `TASK_LIFECYCLE`."""
 
-    __slots__ = ("task", "object_ids", "state", "history", "run", "confirms", "received", "started", "waiting")
+    __slots__ = ("task", "object_ids", "state", "story", "run", "confirms", "received", "started", "waiting")
 
     def __init__(self, task: m.Task, received: float = 0.0) -> None:
         self.task = task
@@ -171,7 +169,7 @@ class TaskEntry:
                 self.object_ids = [each.data for each in task.arguments if each.kind == _OBJECT_ARGUMENT]
                 break
         self.state = TaskState.QUEUED
-        self.history: List[TaskEvent] = []
+        self.story = 0  # its last events (`Lifecycle.advance`), for the error of a missing transition
         self.run = 0  # which start of it its timeout timer belongs to (0: none), so that a stale one is ignored
         # cancels waiting for the runner to end it: (confirm, position of this task in it)
         self.confirms: Optional[List[Tuple[PendingConfirm, int]]] = None

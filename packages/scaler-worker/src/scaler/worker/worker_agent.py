@@ -1,10 +1,11 @@
 """The worker agent: the asyncio shell around `WorkerCore`.
 
 It reads what arrives (the scheduler's and the storage server's messages, decoded here: a message that does
-not decode is logged and dropped; what the task runner's host delivers; its timer; stop signals), hands
-each to `WorkerCore.handle`, and carries out the effects in order: send, connect to storage, measure the CPU
-and memory for a heartbeat, set the timer, exit, and the runner's own effects (through its `RunnerHost`).
-It decides nothing itself. A failure while handling one event is logged and that event dropped.
+not decode is logged and dropped, `scaler.protocol.socket_reader`; what the task runner's host delivers; its
+alarm; stop signals), hands each to `WorkerCore.handle`, and carries out the effects in order: send, connect
+to storage, measure the CPU and memory for a heartbeat, exit, and the runner's own effects (through its
+`RunnerHost`); then sets its alarm for the core's `next_wakeup` (`scaler.protocol.alarm`, the one wake-up
+rule). It decides nothing itself. A failure while handling one event is logged and that event dropped.
 
 By default the tasks run in a local processor (`local_processor`: `ProcessorRunner` + `ProcessorHost`) and
 the peers are reached through ZeroMQ DEALER sockets (`ZmqConnect`); a program that embeds a worker may pass
@@ -27,9 +28,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from scaler.protocol import codec, connection_events, delegation
 from scaler.protocol import messages as m
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.alarm import Alarm
+from scaler.protocol.core_events import from_scheduler
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import IDGenerator, new_worker_id, show
 from scaler.protocol.security import peer_keys
+from scaler.protocol.socket_reader import decoder
 from scaler.worker.peer_connection import Connect, PeerConnection, ZmqConnect
 from scaler.worker.processor_host import ProcessorHost
 from scaler.worker.processor_protocol import TINY_TASKS_PIPELINE_DEPTH
@@ -45,7 +49,6 @@ from scaler.worker.worker_events import (
     ConnectionChanged,
     ConnectStorage,
     Exit,
-    FromScheduler,
     FromStorage,
     HandshakeFailed,
     MeasureUsage,
@@ -55,7 +58,6 @@ from scaler.worker.worker_events import (
     StopRequested,
     Tick,
     UsageMeasured,
-    WakeAt,
     WorkerIdentity,
 )
 from scaler.worker.worker_setup import (
@@ -116,7 +118,7 @@ class WorkerAgent:
         self._background: List[asyncio.Task] = []
         self._scheduler: Optional[PeerConnection] = None
         self._storage: Optional[PeerConnection] = None
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._alarm = Alarm(self._ring)  # for the core's next_wakeup
         self._usage = ProcessUsage([self._identity.pid])
         self._uploads = uploads_directory(show(worker_id))  # Client.upload_file's files (worker_setup.py)
         self._logs = RecentLogs()  # Client.get_worker_logs, while it runs
@@ -130,7 +132,6 @@ class WorkerAgent:
             SendToStorage: self._send_to_storage,
             ConnectStorage: self._connect_storage,
             MeasureUsage: self._measure_usage,
-            WakeAt: self._wake_at,
             Exit: self._on_exit,
             CarryOutCall: self._carry_out_call,
             **self._host.effect_handlers,
@@ -188,18 +189,17 @@ class WorkerAgent:
                 handlers[type(effect)](effect)
             except Exception:  # noqa: BLE001 - this effect alone is lost
                 logger.exception(f"{self._name}: failed to carry out {type(effect).__name__}, dropped it")
+        self._alarm.at(self._core.next_wakeup)
 
     async def _receive(self, connection: PeerConnection, peer: str) -> None:
+        """Each message the connection reads (`socket_reader`, in bursts), decoded into its event; a malformed one
+        is logged and dropped."""
         deliver = self._deliver
-        from_scheduler = peer == "scheduler"
+        to_event = decoder(from_scheduler if peer == "scheduler" else FromStorage, self._name, peer)
         while True:
-            frames = await connection.receive()
-            try:
-                message, blobs = codec.decode(frames)
-            except ProtocolError as error:
-                logger.warning(f"{self._name}: dropped malformed message from {peer}: {error}")
-                continue
-            deliver(FromScheduler(message) if from_scheduler else FromStorage(message, blobs))
+            event = to_event(await connection.receive())
+            if event is not None:
+                deliver(event)
 
     async def _watch(self, connection: PeerConnection, to_storage: bool) -> None:
         while True:
@@ -252,11 +252,8 @@ class WorkerAgent:
         runner_cpu, runner_rss = self._host.usage()
         self._loop.call_soon(self._deliver, UsageMeasured(agent_cpu, agent_rss, runner_cpu, runner_rss))
 
-    def _wake_at(self, effect: WakeAt) -> None:
-        assert self._loop is not None
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(max(0.0, effect.when - time.monotonic()), self._deliver, Tick())
+    def _ring(self) -> None:
+        self._deliver(Tick())
 
     def _carry_out_call(self, effect: CarryOutCall) -> None:
         self._calls[effect.call.kind](effect.call)
@@ -298,8 +295,7 @@ class WorkerAgent:
     # ------------------------------------------------------------------------- leaving
 
     async def _shutdown(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._alarm.cancel()
         for task in self._background:
             task.cancel()
         for task in self._background:

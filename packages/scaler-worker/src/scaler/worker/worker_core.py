@@ -21,7 +21,7 @@ import heapq
 import itertools
 import logging
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scaler.protocol import codec, connection_events
 from scaler.protocol import messages as m
@@ -32,7 +32,6 @@ from scaler.worker.function_stats import FunctionStatsTable
 from scaler.worker.scheduler_answers import RESULT_BATCH_SECONDS, SchedulerAnswers, add_output, profile, timeout_error
 from scaler.worker.storage_requests import StorageRequests
 from scaler.worker.task_lifecycle import (
-    HISTORY_LENGTH,
     TASK_LIFECYCLE,
     TERMINAL_STATES,
     Detail,
@@ -65,7 +64,6 @@ from scaler.worker.worker_events import (
     StopRequested,
     Tick,
     UsageMeasured,
-    WakeAt,
     WorkerIdentity,
 )
 from scaler.worker.worker_session import WorkerSession
@@ -75,7 +73,6 @@ RECONNECT_SECONDS = 5.0  # how long a storage request made while its connection 
 
 logger = logging.getLogger(__name__)
 
-_TABLE = TASK_LIFECYCLE.table
 _IDLE: List[Effect] = []  # the effects list between two events: nothing may be added to it
 _E = TaskEvent
 
@@ -107,7 +104,7 @@ class WorkerCore:
         self._task_runs = TaskRunRecorder()  # each run, for the heartbeats, while the scheduler asks (task_runs.py)
         self._deadlines: List[Tuple[float, int, bytes]] = []  # (when, run, task ID) of started tasks with a timeout
         self._runs = itertools.count(1)
-        self._wake_at = math.inf  # the Tick asked of the shell
+        self._wake_at = math.inf  # the Tick asked of the shell (`next_wakeup`)
         self._exited = False
         self._now = 0.0
         self._out: List[Effect] = []  # the effects of the event being handled
@@ -138,7 +135,7 @@ class WorkerCore:
         }
         A = TaskAction
         answers = self._answers
-        self._actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
+        actions: Dict[TaskAction, Callable[[TaskEntry, Detail], None]] = {
             A.DEQUEUE: self._staging.dequeue,
             A.DEQUEUE_STAGED: self._staging.dequeue_staged,
             A.REQUEUE: self._requeue,
@@ -157,13 +154,14 @@ class WorkerCore:
             A.RESOLVE_CANCELLED: answers.resolve_cancelled,
             A.RESOLVE_NOT_CANCELLED: answers.resolve_not_cancelled,
         }
+        self._plans = TASK_LIFECYCLE.plans(actions.__getitem__)
 
     # ------------------------------------------------------------------------- the entry point
 
     def handle(self, event: Any, now: float) -> List[Effect]:
         """What to do about ``event`` (see `worker_events`), at monotonic time ``now``: the event's handler,
         then the runner takes what it has room for, tasks are staged ahead, what was collected is sent (or
-        held: `scheduler_answers`), and a Tick is asked for when something comes due."""
+        held: `scheduler_answers`), and the time of the next Tick noted (`next_wakeup`)."""
         out: List[Effect] = []
         if self._exited:
             return out
@@ -193,10 +191,15 @@ class WorkerCore:
                 when = self._deadlines[0][0]
             if when < self._wake_at:
                 self._wake_at = when
-                out.append(WakeAt(when))
         finally:
             self._out = _IDLE  # what was sent is the shell's (keeping it here would keep large buffers alive)
         return out
+
+    @property
+    def next_wakeup(self) -> float:
+        """When the core next wants a `Tick` (as ``now``; the earliest since the last one): the heartbeat, the
+        HelloAck's deadline, results held for company, a storage request timing out, a task's timeout."""
+        return self._wake_at
 
     # ------------------------------------------------------------------------- events
 
@@ -367,7 +370,7 @@ class WorkerCore:
 
     # ------------------------------------------------------------------------- the storage server's answers
 
-    def _on_object_response(self, response: m.ObjectResponse, blobs: List[Any]) -> None:
+    def _on_object_response(self, response: m.ObjectResponse, blobs: Sequence[Any]) -> None:
         storage = self._storage
         if response.kind == m.ObjectRequestKind.GET:
             failed = storage.on_get_response(response, blobs)
@@ -500,20 +503,10 @@ class WorkerCore:
     # ------------------------------------------------------------------------- transitions and actions
 
     def _apply(self, entry: TaskEntry, event: TaskEvent, detail: Detail = None) -> None:
-        """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions."""
-        # a pair missing from the table is a bug: step() raises, naming the task and its recent events
-        transition = _TABLE.get((entry.state, event)) or TASK_LIFECYCLE.step(
-            entry.state, event, entry.task.task_id.hex(), entry.history
-        )
-        history = entry.history
-        history.append(event)
-        if len(history) > HISTORY_LENGTH:
-            del history[0]
-        entry.state = state = transition.next_state
-        actions = self._actions
-        for action in transition.actions:
-            actions[action](entry, detail)
-        if state in TERMINAL_STATES:
+        """Move ``entry`` on ``event`` as the lifecycle table says and carry out the transition's actions (a pair
+        missing from the table is a bug: it raises, naming the task and its recent events)."""
+        plan = TASK_LIFECYCLE.advance(self._plans, entry, event, entry.task.task_id, (entry, detail))
+        if plan.next_state in TERMINAL_STATES:
             del self._tasks[entry.task.task_id]
 
     def _requeue(self, entry: TaskEntry, detail: Detail) -> None:

@@ -3,7 +3,8 @@
 `WorkerCore.handle(event, now)` takes one of the events below and returns a list of effects, which the
 shell (`worker_agent.WorkerAgent`) carries out in order. The task runner's own effects and messages (e.g.
 `processor_runner.StartProcessor`, `ProcessorOutput`) travel the same way: its effects in the list, its
-messages inside `FromRunner`.
+messages inside `FromRunner`. `FromScheduler`, `FromStorage`, `ConnectionChanged`, `HandshakeFailed` and `Tick`
+are every core's (`scaler.protocol.core_events`), named here too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, NamedTuple
 
+from scaler.protocol.core_events import (  # noqa: F401 - named here too
+    ConnectionChanged,
+    FromScheduler,
+    FromStorage,
+    HandshakeFailed,
+    Tick,
+)
 from scaler.protocol.ids import IDGenerator
 
 # how a worker process ends (scaler_cluster reads them to decide whether to replace it)
@@ -41,33 +49,8 @@ class Start:
 
 
 @dataclass(slots=True)
-class FromScheduler:
-    message: Any  # decoded (scaler.protocol.messages)
-
-
-@dataclass(slots=True)
-class FromStorage:
-    message: Any
-    blobs: List[Any] = field(default_factory=list)  # the payload frames after the message
-
-
-@dataclass(slots=True)
 class FromRunner:
     message: Any  # what the task runner's host delivered, for `TaskRunner.on_message`
-
-
-@dataclass(slots=True)
-class ConnectionChanged:
-    """The connection to the scheduler (``to_storage`` False) or to the storage server changed, as its socket
-    monitor says: ``change`` is `connection_events.UP`, ``DOWN`` or ``REFUSED``."""
-
-    to_storage: bool
-    change: str
-
-
-@dataclass(slots=True)
-class Tick:
-    """The time the core asked for with `WakeAt` has come (or passed)."""
 
 
 @dataclass(slots=True)
@@ -85,15 +68,6 @@ class StopRequested:
     """Leave cleanly (a stop signal, or the program that embeds the worker)."""
 
     reason: str
-
-
-@dataclass(slots=True)
-class HandshakeFailed:
-    """The scheduler (or the object storage server) refused this worker's connection in the CurveZMQ
-    handshake (no key, an unknown key, a wrong server key): the worker exits with EXIT_REFUSED, saying why."""
-
-    reason: str
-    from_storage: bool
 
 
 @dataclass(slots=True)
@@ -138,13 +112,6 @@ class ConnectStorage:
 @dataclass(slots=True)
 class MeasureUsage:
     """Measure CPU and memory and answer with `UsageMeasured` (for a heartbeat)."""
-
-
-@dataclass(slots=True)
-class WakeAt:
-    """Deliver `Tick` at ``when`` (the clock of ``now``), instead of at any earlier-asked time."""
-
-    when: float
 
 
 @dataclass(slots=True)

@@ -177,7 +177,6 @@ _CONNECTION_EVENTS = {
     connection_events.DOWN: SessionEvent.CONNECTION_LOST,
     connection_events.REFUSED: SessionEvent.HANDSHAKE_REFUSED,
 }
-_STORY_LENGTH = 8
 
 
 class WorkerSession:
@@ -203,8 +202,8 @@ class WorkerSession:
                 delegation_key=identity.delegation_key,
             ),
         )
-        self._state = SessionState.CONNECTING
-        self._story: List[SessionEvent] = []  # the recent events, for the error of a missing transition
+        self.state = SessionState.CONNECTING
+        self.story = 0  # its recent events (`Lifecycle.advance`), for the error of a missing transition
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
         self._hello_lost = False  # the connection dropped before the HelloAck: say Hello again when it is back
@@ -220,45 +219,40 @@ class WorkerSession:
         self._hello_deadline = math.inf
         self._next_heartbeat = math.inf
         A = SessionAction
-        self._actions: Dict[SessionAction, Callable[[Any, float, List[Any]], None]] = {
+        actions: Dict[SessionAction, Callable[[Any, float, List[Any]], None]] = {
             A.JOIN: self._join,
             A.HELLO_LOST: self._note_hello_lost,
             A.HELLO_AGAIN: self._hello_again,
-            A.DROP_SECOND_ACK: lambda ack, now, out: logger.warning(f"{self._name}: dropped a second HelloAck"),
+            A.DROP_SECOND_ACK: self._drop_second_ack,
             A.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
             A.HELLO_ON_RETURN: self._hello_on_return,
             A.REJOIN: self._rejoin,
-            A.DROP_STALE_REFUSAL: lambda refusal, now, out: logger.warning(
-                f"{self._name}: scheduler refused a message sent before the connection closed: {refusal.reason}"
-            ),
-            A.WAIT_OUT_REFUSAL: lambda failed, now, out: logger.warning(
-                f"{self._name}: {failed.reason}; waiting for the scheduler to come back"
-            ),
+            A.DROP_STALE_REFUSAL: self._drop_stale_refusal,
+            A.WAIT_OUT_REFUSAL: self._wait_out_refusal,
             A.LEAVE_NOT_A_SCHEDULER: self._leave_not_a_scheduler,
             A.LEAVE_REFUSED: self._leave_refused,
-            A.LEAVE_UNANSWERED: lambda detail, now, out: self._leave(
-                EXIT_FAILURE, f"no answer from scheduler {self._address} within {self._timeout:g} seconds", True
-            ),
-            A.LEAVE_SILENT: lambda silence, now, out: self._leave(
-                EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds", True
-            ),
-            A.LEAVE_FORGOTTEN: lambda refusal, now, out: self._leave(
-                EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False
-            ),
-            A.LEAVE_SENT_AWAY: lambda request, now, out: self._leave(
-                EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}", False
-            ),
+            A.LEAVE_UNANSWERED: self._leave_unanswered,
+            A.LEAVE_SILENT: self._leave_silent,
+            A.LEAVE_FORGOTTEN: self._leave_forgotten,
+            A.LEAVE_SENT_AWAY: self._leave_sent_away,
         }
+        self._plans = SESSION.plans(actions.__getitem__)
         self.scheduler_handlers: Dict[type, Callable[[Any, float, List[Any]], None]] = {
             m.HelloAck: self._on_hello_ack,
-            m.Refusal: lambda refusal, now, out: self._step(SessionEvent.REFUSED, refusal, now, out),
+            m.Refusal: self._on_refusal,
             m.DisconnectResponse: self._on_nothing_to_do,  # the answer to our own leaving
-            m.DisconnectRequest: lambda request, now, out: self._step(SessionEvent.SENT_AWAY, request, now, out),
+            m.DisconnectRequest: self._on_disconnect_request,
         }
         self.storage_handlers: Dict[type, Callable[[Any, List[Any]], None]] = {
             m.HelloAck: self._on_storage_hello_ack,
             m.Refusal: self._on_storage_refusal,
         }
+
+    def _on_refusal(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
+        self._step(SessionEvent.REFUSED, refusal, now, out)
+
+    def _on_disconnect_request(self, request: m.DisconnectRequest, now: float, out: List[Any]) -> None:
+        self._step(SessionEvent.SENT_AWAY, request, now, out)
 
     def start(self, now: float, out: List[Any]) -> None:
         config = self._config
@@ -280,16 +274,12 @@ class WorkerSession:
     @property
     def connected(self) -> bool:
         """The scheduler answered the Hello (and the connection is up): tasks come, answers go."""
-        return self._state is SessionState.READY
+        return self.state is SessionState.READY
 
     @property
     def rejoining(self) -> bool:
         """The connection was lost after a HelloAck: the worker waits for the scheduler, holding its answers."""
-        return self._state is SessionState.AWAY or self._state is SessionState.RESUMING
-
-    @property
-    def state(self) -> SessionState:
-        return self._state
+        return self.state is SessionState.AWAY or self.state is SessionState.RESUMING
 
     @property
     def wake_time(self) -> float:
@@ -320,11 +310,7 @@ class WorkerSession:
 
     def _step(self, event: SessionEvent, detail: Any, now: float, out: List[Any]) -> None:
         """``event`` in the conversation with the scheduler: the next state and the actions, from `SESSION`."""
-        transition = SESSION.step(self._state, event, self._name, self._story)
-        self._story = [*self._story[-_STORY_LENGTH + 1 :], event]
-        self._state = transition.next_state
-        for action in transition.actions:
-            self._actions[action](detail, now, out)
+        SESSION.advance(self._plans, self, event, self._name, (detail, now, out))
 
     def heartbeat(
         self,
@@ -431,6 +417,27 @@ class WorkerSession:
         else:  # a handshake that failed over keys
             why = refusal.reason
         self._leave(EXIT_REFUSED, why, False)
+
+    def _leave_unanswered(self, detail: Any, now: float, out: List[Any]) -> None:
+        self._leave(EXIT_FAILURE, f"no answer from scheduler {self._address} within {self._timeout:g} seconds", True)
+
+    def _leave_silent(self, silence: float, now: float, out: List[Any]) -> None:
+        self._leave(EXIT_FAILURE, f"nothing heard from scheduler for {silence:.0f} seconds", True)
+
+    def _leave_forgotten(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
+        self._leave(EXIT_FAILURE, f"scheduler no longer knows us: {refusal.reason}", False)
+
+    def _leave_sent_away(self, request: m.DisconnectRequest, now: float, out: List[Any]) -> None:
+        self._leave(EXIT_OK, f"scheduler asked us to leave: {request.reason or 'no reason given'}", False)
+
+    def _drop_second_ack(self, ack: m.HelloAck, now: float, out: List[Any]) -> None:
+        logger.warning(f"{self._name}: dropped a second HelloAck")
+
+    def _drop_stale_refusal(self, refusal: m.Refusal, now: float, out: List[Any]) -> None:
+        logger.warning(f"{self._name}: scheduler refused a message sent before the connection closed: {refusal.reason}")
+
+    def _wait_out_refusal(self, failed: Any, now: float, out: List[Any]) -> None:
+        logger.warning(f"{self._name}: {failed.reason}; waiting for the scheduler to come back")
 
     # ------------------------------------------------------------------------- the scheduler
 

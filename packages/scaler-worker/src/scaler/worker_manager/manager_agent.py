@@ -1,11 +1,10 @@
 """A worker manager's asyncio/ZeroMQ shell around `ManagerCore`.
 
-It owns the DEALER socket to the scheduler (the worker's `ZmqConnect`, with the manager's own keys: its
-identity is the manager ID), a timer that ticks every half second, and the backend that runs the groups
-(`group_backend.GroupBackend`), which it calls on one thread of its own so that a slow Slurm command never
-stalls the loop; it turns what happens into events for the core and carries out the effects. It decides
-nothing. SIGTERM and SIGINT ask the core to leave (a second one: at once).
-"""
+It owns the DEALER socket to the scheduler (the worker's `ZmqConnect`, with the manager's own keys: its identity
+is the manager ID), an alarm set for the core's `next_wakeup` (`scaler.protocol.alarm`), and the backend that
+runs the groups (`group_backend.GroupBackend`), which it calls on one thread of its own so that a slow Slurm
+command never stalls the loop; it turns what happens into events for the core and carries out the effects. It
+decides nothing. SIGTERM and SIGINT ask the core to leave (a second one: at once)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional
 
 from scaler.protocol import codec, connection_events
-from scaler.protocol.errors import DisconnectedError, ProtocolError
+from scaler.protocol.alarm import Alarm
+from scaler.protocol.core_events import from_scheduler
+from scaler.protocol.errors import DisconnectedError
 from scaler.protocol.ids import show, show_group
 from scaler.protocol.security import NO_KEYS, Keys
+from scaler.protocol.socket_reader import decoder
 from scaler.worker.peer_connection import PeerConnection, ZmqConnect
 from scaler.worker_manager.group_backend import ENDED, RUNNING, GroupBackend, GroupBackendError
 from scaler.worker_manager.manager_core import ManagerCore, ManagerSettings
@@ -30,11 +32,11 @@ from scaler.worker_manager.manager_events import (
     Begin,
     ConnectionChanged,
     Exit,
-    FromScheduler,
     GroupEnded,
     GroupRunning,
     GroupStarted,
     GroupStartFailed,
+    HandshakeFailed,
     Send,
     StartGroup,
     StopGroup,
@@ -44,7 +46,6 @@ from scaler.worker_manager.manager_events import (
 
 logger = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.5
 CLOSE_TIMEOUT_SECONDS = 15.0  # for the groups left at the end to stop
 _DISCONNECT_LINGER_SECONDS = 1.0
 
@@ -66,10 +67,11 @@ class ManagerAgent:
         self._scheduler: Optional[PeerConnection] = None
         self._polling = False
         self._next_poll = 0.0
+        self._alarm = Alarm(self._ring)  # for the core's next_wakeup
         self._effects: Dict[type, Callable[[Any], None]] = {
             Send: self._send,
             StartGroup: self._start_group,
-            StopGroup: lambda effect: self._in_backend(self._stop_group, effect.group_id),
+            StopGroup: self._stop_group_effect,
             Exit: self._on_exit,
         }
 
@@ -88,10 +90,11 @@ class ManagerAgent:
                 logger.error(f"Worker manager {show(self.manager_id)}: {error}")
                 return EXIT_FAILURE
             self._deliver(Begin())
-            for coroutine in (self._receive(), self._watch(), self._tick()):
+            for coroutine in (self._receive(), self._watch()):
                 background.append(asyncio.ensure_future(coroutine))
             return await self._exit
         finally:
+            self._alarm.cancel()
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
@@ -119,6 +122,7 @@ class ManagerAgent:
                 self._effects[type(effect)](effect)
             except Exception:  # noqa: BLE001 - this effect alone is lost
                 logger.exception(f"{name}: failed to carry out {type(effect).__name__}")
+        self._alarm.at(self._core.next_wakeup)
 
     def _deliver_from_thread(self, event: Any) -> None:
         assert self._loop is not None
@@ -129,31 +133,29 @@ class ManagerAgent:
 
     async def _receive(self) -> None:
         assert self._scheduler is not None
+        to_event = decoder(from_scheduler, f"Worker manager {show(self.manager_id)}", "the scheduler")
         while True:
-            frames = await self._scheduler.receive()
-            try:
-                message, _ = codec.decode(frames)
-            except ProtocolError as error:
-                logger.warning(f"Worker manager {show(self.manager_id)}: dropped malformed message: {error}")
-                continue
-            self._deliver(FromScheduler(message))
+            event = to_event(await self._scheduler.receive())
+            if event is not None:
+                self._deliver(event)
 
     async def _watch(self) -> None:
         assert self._scheduler is not None
         while True:
             change = await self._scheduler.change()
-            refusal = self._scheduler.refusal if change == connection_events.REFUSED else None
-            self._deliver(ConnectionChanged(change, refusal or ""))
+            if change == connection_events.REFUSED and self._scheduler.refusal is not None:
+                self._deliver(HandshakeFailed(self._scheduler.refusal, False))
+            else:
+                self._deliver(ConnectionChanged(False, change))
 
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            self._deliver(Tick())
-            now = time.monotonic()
-            if not self._polling and now >= self._next_poll:
-                self._polling = True
-                self._next_poll = now + self._backend.poll_seconds
-                self._in_backend(self._poll)
+    def _ring(self) -> None:
+        """The core's next_wakeup came: its Tick; and the backend is polled, at its own pace."""
+        self._deliver(Tick())
+        now = time.monotonic()
+        if not self._polling and now >= self._next_poll:
+            self._polling = True
+            self._next_poll = now + self._backend.poll_seconds
+            self._in_backend(self._poll)
 
     # ----------------------------------------------------------------- effects
 
@@ -163,6 +165,9 @@ class ManagerAgent:
 
     def _start_group(self, effect: StartGroup) -> None:
         self._in_backend(self._start, effect.group_id, effect.workers)
+
+    def _stop_group_effect(self, effect: StopGroup) -> None:
+        self._in_backend(self._stop_group, effect.group_id)
 
     def _on_exit(self, effect: Exit) -> None:
         if self._exit is not None and not self._exit.done():

@@ -22,7 +22,7 @@ DisconnectRequest and exits. A second signal stops them at once. A lost schedule
 its silence, a Refusal after its HelloAck) stops every group at once: exit 1. A refused Hello, or an address
 that is not a scheduler: exit 78.
 
-A group's life is `GROUP_LIFECYCLE`.
+Its conversation with the scheduler is `manager_session.SESSION`; a group's life is `GROUP_LIFECYCLE`.
 """
 
 from __future__ import annotations
@@ -52,11 +52,20 @@ from scaler.worker_manager.manager_events import (
     GroupRunning,
     GroupStarted,
     GroupStartFailed,
+    HandshakeFailed,
     Send,
     StartGroup,
     StopGroup,
     StopRequested,
     Tick,
+)
+from scaler.worker_manager.manager_session import (
+    CONNECTED,
+    LEAVING,
+    SESSION,
+    SessionAction,
+    SessionEvent,
+    SessionState,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,6 +73,7 @@ logger = logging.getLogger(__name__)
 MAX_RETRY_SECONDS = 30.0
 STABLE_SECONDS = 10.0  # a group that ran this long ends the back-off
 STOP_AGAIN_SECONDS = 10.0  # a group still stopping is asked to stop again this often
+TICK_SECONDS = 0.5  # its deadlines (silence, heartbeats, start timeouts, retiring, leaving) are looked at this often
 
 
 @dataclass(frozen=True)
@@ -137,8 +147,14 @@ GROUP_LIFECYCLE: Lifecycle[GroupState, GroupEvent] = Lifecycle(
         (_S.STOPPING, _E.ENDED): Transition(_S.GONE, (_A.TELL_STOPPED, _A.FORGET)),
     },
     always_possible=(_E.RETIRE, _E.STOP, _E.ENDED),
+    show=show_group,
 )
 
+_CONNECTION_EVENTS = {
+    connection_events.UP: SessionEvent.CONNECTION_UP,
+    connection_events.DOWN: SessionEvent.CONNECTION_DOWN,
+    connection_events.REFUSED: SessionEvent.CLOSED_IN_HANDSHAKE,
+}
 _REPORTED = {
     _S.STARTING: m.WorkerGroupState.STARTING,
     _S.RUNNING: m.WorkerGroupState.RUNNING,
@@ -148,7 +164,7 @@ _REPORTED = {
 
 
 class _Group:
-    __slots__ = ("group_id", "state", "created", "running_since", "detail", "history", "reason", "stop_sent")
+    __slots__ = ("group_id", "state", "created", "running_since", "detail", "story", "reason", "stop_sent")
 
     def __init__(self, group_id: bytes, now: float) -> None:
         self.group_id = group_id
@@ -156,7 +172,7 @@ class _Group:
         self.created = now
         self.running_since = math.inf
         self.detail = "starting"
-        self.history: List[GroupEvent] = []
+        self.story = 0  # its last events (`Lifecycle.advance`)
         self.reason = ""  # why it ended, for TELL_ENDED
         self.stop_sent = math.inf  # when it was last asked to stop
 
@@ -169,8 +185,8 @@ class ManagerCore:
         self._hello = m.Hello(PROTOCOL_VERSION, m.PeerRole.WORKER_MANAGER, pid, hostname)
         self._groups: Dict[bytes, _Group] = {}
         self._serial = itertools.count(1)
-        self._connected = False  # the scheduler's HelloAck came
-        self._hello_lost = False
+        self.state = SessionState.CONNECTING  # the conversation with the scheduler (manager_session.SESSION)
+        self.story = 0
         self._hello_deadline = math.inf
         self._last_heard = 0.0
         self._next_heartbeat = math.inf
@@ -178,40 +194,64 @@ class ManagerCore:
         self._retry_at = 0.0
         self._retry_delay = 0.0
         self._leave_deadline = math.inf  # leaving: when every group is stopped, drained or not
-        self._leaving = False
-        self._ended = False
         self._now = 0.0
+        self._next_tick = math.inf  # the Tick it asks for (`next_wakeup`)
         self._out: List[Any] = []
         self._handlers: Dict[type, Callable[[Any], None]] = {
             Begin: self._on_begin,
             FromScheduler: self._on_scheduler_message,
             ConnectionChanged: self._on_connection,
+            HandshakeFailed: self._on_handshake_failed,
             Tick: self._on_tick,
             GroupStarted: self._on_group_started,
-            GroupStartFailed: lambda e: self._step_id(e.group_id, _E.START_FAILED, e.reason),
-            GroupRunning: lambda e: self._step_id(e.group_id, _E.RUNS),
-            GroupEnded: lambda e: self._step_id(e.group_id, _E.ENDED, e.reason),
+            GroupStartFailed: self._on_group_start_failed,
+            GroupRunning: self._on_group_running,
+            GroupEnded: self._on_group_ended,
             StopRequested: self._on_stop_requested,
         }
-        self._carry_out: Dict[GroupAction, Callable[[_Group], None]] = {
+        carry_out: Dict[GroupAction, Callable[[_Group], None]] = {
             _A.STOP: self._stop,
             _A.NOTE_RUNNING: self._note_running,
             _A.BACK_OFF: self._back_off,
-            _A.TELL_ENDED: lambda g: logger.warning(f"{self._name}: group {show_group(g.group_id)} ended: {g.reason}"),
-            _A.TELL_STOPPED: lambda g: logger.info(f"{self._name}: group {show_group(g.group_id)} stopped"),
+            _A.TELL_ENDED: self._tell_ended,
+            _A.TELL_STOPPED: self._tell_stopped,
             _A.FORGET: self._forget,
         }
+        self._plans = GROUP_LIFECYCLE.plans(carry_out.__getitem__)
+        A = SessionAction
+        session_actions: Dict[SessionAction, Callable[[Any], None]] = {
+            A.JOIN: self._join,
+            A.HELLO_AGAIN: self._hello_again,
+            A.OBEY: self._obey,
+            A.DROP_COMMAND: self._drop_command,
+            A.DRAIN_ALL: self._drain_all,
+            A.STOP_ALL: self._stop_all,
+            A.STOP_LATE: self._stop_late,
+            A.SAY_GOODBYE: self._say_goodbye,
+            A.END_OK: self._end_ok,
+            A.END_NOT_A_SCHEDULER: self._end_not_a_scheduler,
+            A.END_REFUSED: self._end_refused,
+            A.END_KEYS_REFUSED: self._end_keys_refused,
+            A.END_CLOSED_IN_HANDSHAKE: self._end_closed_in_handshake,
+            A.END_UNANSWERED: self._end_unanswered,
+            A.LOSE: self._lose,
+        }
+        self._session_plans = SESSION.plans(session_actions.__getitem__)
 
     def handle(self, event: Any, now: float) -> List[Any]:
         self._now = now
-        self._out = out = []
-        if not self._ended:
+        out: List[Any] = []
+        self._out = out
+        if self.state is not SessionState.ENDED:
             self._handlers[type(event)](event)
-            if self._leaving and not self._groups and not self._ended:
-                if self._connected:
-                    out.append(Send(m.DisconnectRequest("worker manager leaving")))
-                self._end(EXIT_OK, "every group stopped")
+            if self.state in LEAVING and not self._groups:
+                self._session(SessionEvent.EMPTIED)
         return out
+
+    @property
+    def next_wakeup(self) -> float:
+        """When the core next wants a `Tick` (monotonic seconds, as ``now``): every `TICK_SECONDS` from `Begin`."""
+        return self._next_tick
 
     @property
     def group_states(self) -> Dict[bytes, GroupState]:
@@ -220,6 +260,7 @@ class ManagerCore:
     # ----------------------------------------------------------------- the scheduler
 
     def _on_begin(self, event: Begin) -> None:
+        self._next_tick = self._now + TICK_SECONDS
         self._hello_deadline = self._now + self.settings.timeout_seconds
         self._out.append(Send(self._hello))
 
@@ -228,33 +269,64 @@ class ManagerCore:
         self._last_heard = self._now
         kind = type(message)
         if kind is m.HelloAck:
-            self._on_hello_ack(message)
+            scheduler = message.role == m.PeerRole.SCHEDULER
+            self._session(SessionEvent.HELLO_ACK if scheduler else SessionEvent.NOT_A_SCHEDULER, message)
         elif kind is m.Refusal:
-            if self._connected:
-                self._lost(f"the scheduler no longer knows this manager: {message.reason}")
-            else:
-                why = f"refused by the scheduler (protocol {show_version(message.version)}): {message.reason}"
-                self._end(EXIT_REFUSED, why)
-        elif kind is m.WorkerManagerCommand and self._connected:
-            self._on_command(message)
+            self._session(SessionEvent.REFUSED, message)
+        elif kind is m.WorkerManagerCommand:
+            self._session(SessionEvent.COMMAND, message)
         elif kind is not m.DisconnectResponse:
             logger.warning(f"{self._name}: dropped {kind.__name__} from the scheduler")
 
-    def _on_hello_ack(self, ack: m.HelloAck) -> None:
-        address = self.settings.scheduler_address
-        if ack.role != m.PeerRole.SCHEDULER:
-            self._end(EXIT_REFUSED, f"{address} is {role_name(ack.role)}, not a scheduler")
-            return
-        if self._connected:
-            return
-        self._connected = True
+    def _session(self, event: SessionEvent, detail: Any = None) -> None:
+        SESSION.advance(self._session_plans, self, event, self.manager_id, (detail,))
+
+    # ----------------------------------------------------------------- the session's actions (SESSION)
+
+    def _join(self, ack: m.HelloAck) -> None:
         self._hello_deadline = math.inf
+        address = self.settings.scheduler_address
         logger.info(f"{self._name}: connected to scheduler {address} (protocol {show_version(ack.version)})")
         self._heartbeat()
-        if self._leaving:  # a stop came while connecting: nothing was started
-            self._stop_all()
 
-    def _on_command(self, command: m.WorkerManagerCommand) -> None:
+    def _hello_again(self, detail: Any) -> None:
+        self._out.append(Send(self._hello))
+
+    def _drop_command(self, command: m.WorkerManagerCommand) -> None:
+        logger.warning(f"{self._name}: dropped WorkerManagerCommand from the scheduler")
+
+    def _end_not_a_scheduler(self, ack: m.HelloAck) -> None:
+        self._end(EXIT_REFUSED, f"{self.settings.scheduler_address} is {role_name(ack.role)}, not a scheduler")
+
+    def _end_refused(self, refusal: m.Refusal) -> None:
+        version = show_version(refusal.version)
+        self._end(EXIT_REFUSED, f"refused by the scheduler (protocol {version}): {refusal.reason}")
+
+    def _end_keys_refused(self, failed: HandshakeFailed) -> None:
+        self._end(EXIT_REFUSED, failed.reason)
+
+    def _end_closed_in_handshake(self, detail: Any) -> None:
+        self._end(EXIT_REFUSED, closed_in_handshake(self.settings.scheduler_address, "a scheduler"))
+
+    def _end_unanswered(self, detail: Any) -> None:
+        settings = self.settings
+        self._end(EXIT_FAILURE, f"no answer from the scheduler at {settings.scheduler_address} within "
+                                f"{settings.timeout_seconds:g}s")  # fmt: skip
+
+    def _lose(self, detail: Any) -> None:
+        """The scheduler is lost (``detail``: a Refusal, or why): every group stopped at once, exit 1."""
+        if isinstance(detail, m.Refusal):
+            detail = f"the scheduler no longer knows this manager: {detail.reason}"
+        self._stop_all()
+        self._end(EXIT_FAILURE, detail)
+
+    def _say_goodbye(self, detail: Any) -> None:
+        self._out.append(Send(m.DisconnectRequest("worker manager leaving")))
+
+    def _end_ok(self, detail: Any) -> None:
+        self._end(EXIT_OK, "every group stopped")
+
+    def _obey(self, command: m.WorkerManagerCommand) -> None:
         for group_id in command.stop_groups:
             group = self._groups.get(group_id)
             if group is not None:
@@ -264,7 +336,7 @@ class ManagerCore:
 
     def _start_groups(self) -> None:
         """Start groups while fewer are starting or running than desired, within the maximum in all."""
-        if self._leaving or not self._connected or self._now < self._retry_at:
+        if self.state is not SessionState.READY or self._now < self._retry_at:
             return
         settings = self.settings
         counted = sum(g.state in (_S.STARTING, _S.RUNNING) for g in self._groups.values())
@@ -290,31 +362,23 @@ class ManagerCore:
         self._next_heartbeat = self._now + settings.heartbeat_interval_seconds
 
     def _on_connection(self, event: ConnectionChanged) -> None:
-        address = self.settings.scheduler_address
-        if event.change == connection_events.UP:
-            if self._hello_lost and not self._connected:
-                self._hello_lost = False
-                self._out.append(Send(self._hello))
-        elif event.change == connection_events.REFUSED:
-            if event.refusal:
-                self._end(EXIT_REFUSED, event.refusal)
-            elif not self._connected:
-                self._end(EXIT_REFUSED, closed_in_handshake(address, "a scheduler"))
-        elif self._connected:
-            self._lost(f"lost the connection to scheduler {address}")
-        else:
-            self._hello_lost = True
+        why = f"lost the connection to scheduler {self.settings.scheduler_address}"
+        self._session(_CONNECTION_EVENTS[event.change], why)
+
+    def _on_handshake_failed(self, event: HandshakeFailed) -> None:
+        self._session(SessionEvent.KEYS_REFUSED, event)
 
     # ----------------------------------------------------------------- time
 
     def _on_tick(self, event: Tick) -> None:
         now, settings = self._now, self.settings
+        self._next_tick = now + TICK_SECONDS
         if now >= self._hello_deadline:
-            self._end(EXIT_FAILURE, f"no answer from the scheduler at {settings.scheduler_address} within "
-                                    f"{settings.timeout_seconds:g}s")  # fmt: skip
+            self._session(SessionEvent.UNANSWERED)
             return
-        if self._connected and now - self._last_heard > settings.timeout_seconds:
-            self._lost(f"the scheduler at {settings.scheduler_address} was silent for {settings.timeout_seconds:g}s")
+        if self.state in CONNECTED and now - self._last_heard > settings.timeout_seconds:
+            why = f"the scheduler at {settings.scheduler_address} was silent for {settings.timeout_seconds:g}s"
+            self._session(SessionEvent.SILENT, why)
             return
         for group in list(self._groups.values()):
             if group.state is _S.STARTING and 0 < settings.start_timeout_seconds <= now - group.created:
@@ -328,12 +392,11 @@ class ManagerCore:
                 self._retry_delay = 0.0
             if group.state is _S.STOPPING and now - group.stop_sent >= STOP_AGAIN_SECONDS:
                 self._stop(group)  # the backend could not stop it, or its end has not been seen
-        if self._leaving and now >= self._leave_deadline:
+        if self.state in LEAVING and now >= self._leave_deadline:
             self._leave_deadline = math.inf
-            logger.warning(f"{self._name}: groups not drained in time: stopping them now")
-            self._stop_all()
+            self._session(SessionEvent.LEAVE_EXPIRED)
         self._start_groups()
-        if self._connected and now >= self._next_heartbeat:
+        if self.state in CONNECTED and now >= self._next_heartbeat:
             self._heartbeat()
 
     # ----------------------------------------------------------------- groups
@@ -343,6 +406,15 @@ class ManagerCore:
         if group is not None:
             group.detail = event.detail
             logger.info(f"{self._name}: group {show_group(group.group_id)}: {event.detail}")
+
+    def _on_group_start_failed(self, event: GroupStartFailed) -> None:
+        self._step_id(event.group_id, _E.START_FAILED, event.reason)
+
+    def _on_group_running(self, event: GroupRunning) -> None:
+        self._step_id(event.group_id, _E.RUNS)
+
+    def _on_group_ended(self, event: GroupEnded) -> None:
+        self._step_id(event.group_id, _E.ENDED, event.reason)
 
     def _step_id(self, group_id: bytes, event: GroupEvent, reason: str = "") -> None:
         group = self._groups.get(group_id)
@@ -355,12 +427,13 @@ class ManagerCore:
         self._step(group, event)
 
     def _step(self, group: _Group, event: GroupEvent) -> None:
-        transition = GROUP_LIFECYCLE.step(group.state, event, show_group(group.group_id), group.history)
-        group.state = transition.next_state
-        group.history.append(event)
-        del group.history[:-8]
-        for action in transition.actions:
-            self._carry_out[action](group)
+        GROUP_LIFECYCLE.advance(self._plans, group, event, group.group_id, (group,))
+
+    def _tell_ended(self, group: _Group) -> None:
+        logger.warning(f"{self._name}: group {show_group(group.group_id)} ended: {group.reason}")
+
+    def _tell_stopped(self, group: _Group) -> None:
+        logger.info(f"{self._name}: group {show_group(group.group_id)} stopped")
 
     def _forget(self, group: _Group) -> None:
         del self._groups[group.group_id]
@@ -377,30 +450,29 @@ class ManagerCore:
         self._retry_at = self._now + self._retry_delay
         logger.warning(f"{self._name}: no new group for {self._retry_delay:g}s")
 
-    def _stop_all(self) -> None:
+    def _stop_all(self, detail: Any = None) -> None:
         for group in list(self._groups.values()):
             self._step(group, _E.STOP)
+
+    def _stop_late(self, detail: Any) -> None:
+        logger.warning(f"{self._name}: groups not drained in time: stopping them now")
+        self._stop_all()
 
     # ----------------------------------------------------------------- leaving
 
     def _on_stop_requested(self, event: StopRequested) -> None:
-        if self._leaving or not self._connected:
+        if self.state is SessionState.READY:
+            logger.info(f"{self._name}: {event.reason}: draining every group before it stops")
+        else:
             logger.info(f"{self._name}: {event.reason}: stopping every group now")
-            self._leaving = True
-            self._stop_all()
-            return
-        logger.info(f"{self._name}: {event.reason}: draining every group before it stops")
-        self._leaving = True
+        self._session(SessionEvent.STOP)
+
+    def _drain_all(self, detail: Any) -> None:
         self._leave_deadline = self._now + self.settings.leave_timeout_seconds
         for group in list(self._groups.values()):
             self._step(group, _E.RETIRE)
         self._heartbeat()
 
-    def _lost(self, why: str) -> None:
-        self._stop_all()
-        self._end(EXIT_FAILURE, why)
-
     def _end(self, code: int, why: str) -> None:
-        self._ended = True
         (logger.info if code == EXIT_OK else logger.error)(f"{self._name}: {why}")
         self._out.append(Exit(code, why))

@@ -1,9 +1,14 @@
-"""What a worker manager's shell tells its core (events) and what the core asks the shell to do (effects)."""
+"""What a worker manager's shell tells its core (events) and what the core asks the shell to do (effects).
+
+`FromScheduler`, `ConnectionChanged`, `HandshakeFailed` and `Tick` are every core's
+(`scaler.protocol.core_events`), named here too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from scaler.protocol.core_events import ConnectionChanged, FromScheduler, HandshakeFailed, Tick  # noqa: F401
 
 # exit codes of scaler_worker_manager
 EXIT_OK = 0
@@ -16,24 +21,6 @@ EXIT_REFUSED = 78  # refused, or not a scheduler: trying again will not help
 @dataclass(slots=True)
 class Begin:
     """The shell is connecting to the scheduler: say Hello."""
-
-
-@dataclass(slots=True)
-class FromScheduler:
-    message: Any
-
-
-@dataclass(slots=True)
-class ConnectionChanged:
-    """``change``: `connection_events.UP`, ``DOWN`` or ``REFUSED``; ``refusal``: why, when refused over keys."""
-
-    change: str
-    refusal: str = ""
-
-
-@dataclass(slots=True)
-class Tick:
-    """Time passed (the shell sends one every half second)."""
 
 
 @dataclass(slots=True)
