@@ -22,6 +22,7 @@ from scaler.protocol.connection_events import (
     role_name,
 )
 from scaler.protocol.messages import PeerRole
+from scaler.protocol.security import KeyPair, Keys
 
 
 def changes_until(watch: ConnectionWatch, wanted: List[str], timeout: float = 10.0) -> List[str]:
@@ -95,6 +96,25 @@ def test_a_handshake_closed_without_a_word_is_refused_only_when_the_next_tries_s
         # closed by this side, which found the peer's socket type wrong (ZeroMQ does not try again): at once
         assert [watch.change(connected), watch.change(closed)] == [None, REFUSED]
         assert watch.refusal is None
+    finally:
+        watch.close()
+
+
+def test_with_keys_a_peer_killed_during_the_handshake_is_not_taken_for_a_refusal_over_keys(context):
+    """A scheduler killed while this side's handshake was under way resets it (no detail) once, then refuses
+    connections (no handshake): not a wrong key. Only closes without a word on every try are a refusal."""
+    public, secret = zmq.curve_keypair()
+    keys = Keys(own=KeyPair(public, secret), server_public=public)
+    connected = _event(zmq.EVENT_CONNECTED, 0)
+    reset = _event(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, errno.ECONNRESET)
+    watch = ConnectionWatch(context.socket(zmq.DEALER), keys, "the scheduler at tcp://127.0.0.1:2345")
+    try:
+        assert [watch.change(connected), watch.change(reset)] == [None, None]
+        assert [watch.change(connected), watch.change(_event(zmq.EVENT_HANDSHAKE_SUCCEEDED, 0))] == [None, UP]
+        for _ in range(UNEXPLAINED_CLOSES - 1):
+            assert [watch.change(connected), watch.change(reset)] == [None, None]
+        assert [watch.change(connected), watch.change(reset)] == [None, REFUSED]
+        assert watch.refusal is not None and "is not its public key" in watch.refusal
     finally:
         watch.close()
 

@@ -16,7 +16,9 @@ drops it, and on a busy host may close before its own greeting, which names its 
 connection then just closes during the handshake, which ZeroMQ reports without detail and tries again by
 itself 100 ms later (as it does not after a mismatch this side found). A server with keys names its mechanism
 on one of the next tries; a socket of another kind never does. So a handshake that closed without detail is
-``REFUSED`` only after `UNEXPLAINED_CLOSES` in a row; even so, a busy server with keys may close so quickly that
+``REFUSED`` only after `UNEXPLAINED_CLOSES` in a row, with keys too (a peer killed during the handshake, as a
+restarting scheduler may be, closes it without detail once, then refuses connections: no refusal over keys);
+even so, a busy server with keys may close so quickly that
 this side finds nothing to say, and `closed_in_handshake` words the error for both.
 
 The shells (client agent, worker agent, monitors) read the monitor socket beside the socket it watches and
@@ -184,15 +186,18 @@ class ConnectionWatch:
             self._unexplained = 0
             return UP
         self._phase = "idle"  # closed, or about to be (a failed handshake)
-        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and self._keys.own is None:  # unexplained: see above
-            self._unexplained += 1
+        if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:  # unexplained: see above (with keys, a peer that
+            self._unexplained += 1  # died during the handshake says no more than one that refused the greeting)
             if self._unexplained < UNEXPLAINED_CLOSES:
                 return None
-        elif event & _HANDSHAKE_FAILED:
+            self.refusal = handshake_failure(frames, self._keys, self._peer)  # None without keys
+            self._unexplained = 0
+            return REFUSED
+        if event & _HANDSHAKE_FAILED:
             self.refusal = handshake_failure(frames, self._keys, self._peer)
             self._unexplained = 0
             return REFUSED
-        elif phase != "handshaking":
+        if phase != "handshaking":
             return DOWN if phase == "up" and event == zmq.EVENT_DISCONNECTED else None
         # closed by this side over the peer's answer (ZeroMQ does not try again then), or unexplained too often
         self._unexplained = 0
