@@ -112,6 +112,21 @@ def test_a_worker_whose_connection_to_the_scheduler_closes_waits_for_it_and_says
     assert len(h.take(m.WorkerHeartbeat)) == 1 and h.exit_code is None
 
 
+def test_a_hello_ack_read_after_its_connection_closed_leaves_the_worker_waiting_to_say_hello_again():
+    """The scheduler answered the Hello and died: ZeroMQ still hands out the HelloAck after the connection's close
+    is seen. The worker joins, and says Hello again when the connection is back (not heartbeats, which a new
+    scheduler would not know)."""
+    h = Harness(connect=False)
+    h.take(m.Hello)
+    h.handle(ConnectionChanged(False, UP))
+    h.handle(ConnectionChanged(False, DOWN))
+    h.handle(FromScheduler(m.HelloAck(PROTOCOL_VERSION, STORAGE, 2.0, 60.0)))
+    h.tick(h.now + 5.0)
+    assert h.take(m.WorkerHeartbeat) == [] and h.exit_code is None
+    h.handle(ConnectionChanged(False, UP))
+    assert len(h.take(m.Hello)) == 1
+
+
 def test_a_worker_that_lost_its_scheduler_runs_on_and_names_what_it_holds_when_it_says_hello_again():
     h = Harness()
     h.handle(ConnectionChanged(False, UP))

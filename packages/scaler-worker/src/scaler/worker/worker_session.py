@@ -89,6 +89,7 @@ Leave = Callable[[int, str, bool], None]  # (exit code, why, whether to say Disc
 
 class SessionState(enum.Enum):
     CONNECTING = "connecting"  # the first Hello said, waiting for the HelloAck (the worker timeout)
+    HELLO_LOST = "hello_lost"  # the connection closed before the HelloAck: say Hello again when it is back
     READY = "ready"  # answered: tasks come, answers and heartbeats go
     AWAY = "away"  # the connection closed after the HelloAck: waiting for it to come back (the worker timeout)
     RESUMING = "resuming"  # it is back: Hello said again, naming what the worker holds; waiting for the HelloAck
@@ -114,8 +115,7 @@ class SessionEvent(enum.Enum):
 
 class SessionAction(enum.Enum):
     JOIN = "join"  # connect to storage, Hello there, heartbeats
-    HELLO_LOST = "hello_lost"  # the Hello went with the connection: say it again when it is back
-    HELLO_AGAIN = "hello_again"  # it is back: the Hello again, if it was lost
+    HELLO_AGAIN = "hello_again"  # it is back: the Hello again, lost with the connection
     DROP_SECOND_ACK = "drop_second_ack"
     WAIT_FOR_SCHEDULER = "wait_for_scheduler"  # hold the answers; the worker timeout from now
     HELLO_ON_RETURN = "hello_on_return"  # Hello again, naming what the worker holds
@@ -137,8 +137,8 @@ def _session_table() -> Dict[Tuple[SessionState, SessionEvent], Transition[Sessi
     T = Transition
     table = {
         (S.CONNECTING, E.HELLO_ACK): T(S.READY, (A.JOIN,)),
-        (S.CONNECTING, E.CONNECTION_LOST): T(S.CONNECTING, (A.HELLO_LOST,)),
-        (S.CONNECTING, E.CONNECTION_UP): T(S.CONNECTING, (A.HELLO_AGAIN,)),
+        (S.CONNECTING, E.CONNECTION_LOST): T(S.HELLO_LOST),
+        (S.CONNECTING, E.CONNECTION_UP): T(S.CONNECTING),
         (S.CONNECTING, E.WRONG_PEER): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
         (S.CONNECTING, E.HANDSHAKE_REFUSED): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
         (S.CONNECTING, E.REFUSED): T(S.ENDED, (A.LEAVE_REFUSED,)),
@@ -153,6 +153,13 @@ def _session_table() -> Dict[Tuple[SessionState, SessionEvent], Transition[Sessi
         (S.RESUMING, E.CONNECTION_LOST): T(S.AWAY),  # (the deadline goes on)
         (S.RESUMING, E.WRONG_PEER): T(S.ENDED, (A.LEAVE_NOT_A_SCHEDULER,)),
     }
+    for (state, event), transition in list(table.items()):  # with the Hello lost, as while connecting, but:
+        if state is S.CONNECTING:
+            table[(S.HELLO_LOST, event)] = transition
+    # its HelloAck, read after the connection it came on closed (ZeroMQ keeps what it received): joined, and away
+    table[(S.HELLO_LOST, E.HELLO_ACK)] = T(S.AWAY, (A.JOIN, A.WAIT_FOR_SCHEDULER))
+    table[(S.HELLO_LOST, E.CONNECTION_LOST)] = T(S.HELLO_LOST)
+    table[(S.HELLO_LOST, E.CONNECTION_UP)] = T(S.CONNECTING, (A.HELLO_AGAIN,))
     for event in (E.WRONG_PEER, E.CONNECTION_UP, E.HANDSHAKE_REFUSED):
         table[(S.READY, event)] = T(S.READY)  # a second HelloAck, or what a live connection cannot say
     table[(S.READY, E.KEYS_REFUSED)] = T(S.ENDED, (A.LEAVE_REFUSED,))
@@ -164,7 +171,7 @@ def _session_table() -> Dict[Tuple[SessionState, SessionEvent], Transition[Sessi
     for event in (E.HELLO_ACK, E.WRONG_PEER, E.CONNECTION_LOST):
         table[(S.AWAY, event)] = T(S.AWAY)  # of the lost connection
     table[(S.RESUMING, E.CONNECTION_UP)] = T(S.RESUMING)
-    for state in (S.CONNECTING, S.READY, S.AWAY, S.RESUMING):
+    for state in (S.CONNECTING, S.HELLO_LOST, S.READY, S.AWAY, S.RESUMING):
         table[(state, E.SENT_AWAY)] = T(S.ENDED, (A.LEAVE_SENT_AWAY,))
     return table
 
@@ -206,7 +213,6 @@ class WorkerSession:
         self.story = 0  # its recent events (`Lifecycle.advance`), for the error of a missing transition
         self.scheduler_reads_output = False  # its protocol version knows TaskOutputBatch (from its HelloAck)
         self.tells_waits = False  # the scheduler understands WaitingTasks (nested tasks)
-        self._hello_lost = False  # the connection dropped before the HelloAck: say Hello again when it is back
         self.accepted = False  # the scheduler answered on the connection that is up (a goodbye may go on it)
         self.storage_address = ""  # named by the scheduler's HelloAck
         self._storage_accepted = False
@@ -221,7 +227,6 @@ class WorkerSession:
         A = SessionAction
         actions: Dict[SessionAction, Callable[[Any, float, List[Any]], None]] = {
             A.JOIN: self._join,
-            A.HELLO_LOST: self._note_hello_lost,
             A.HELLO_AGAIN: self._hello_again,
             A.DROP_SECOND_ACK: self._drop_second_ack,
             A.WAIT_FOR_SCHEDULER: self._wait_for_scheduler,
@@ -367,13 +372,8 @@ class WorkerSession:
 
     # ------------------------------------------------------------------------- the session's actions
 
-    def _note_hello_lost(self, detail: Any, now: float, out: List[Any]) -> None:
-        self._hello_lost = True
-
     def _hello_again(self, detail: Any, now: float, out: List[Any]) -> None:
-        if self._hello_lost:
-            self._hello_lost = False
-            out.append(SendToScheduler(self._hello))
+        out.append(SendToScheduler(self._hello))
 
     def _wait_for_scheduler(self, detail: Any, now: float, out: List[Any]) -> None:
         self._hello_deadline = now + self._timeout
